@@ -1,0 +1,3 @@
+module github.com/pinflow/pinflow
+
+go 1.26.8

@@ -1,0 +1,49 @@
+package numa
+
+import (
+	"strings"
+	"testing"
+)
+
+// novaMedianUS is Nova's own median time per fit on this kind of machine
+// (cases/README.md and the Nova feature notes), for the cases the project
+// targets; the 16/8 figure is Nova's extrapolation.
+var novaMedianUS = map[string]float64{
+	"small-2x16smt-4vcpu-dedicated":              120,
+	"big-8x32smt-64vcpu-4node-isolate-legacycfg": 1650,
+	"perm-first-cell-n10-k5":                     37_000,
+	"perm-first-cell-n9-k9":                      450_000,
+	"perm-first-cell-n10-k10":                    4_000_000,
+	"perm-first-cell-n16-k8":                     23 * 60 * 1e6,
+}
+
+// BenchmarkFit times Fit alone on every anchor and permutation case; where
+// Nova's time is known it reports it and the speed-up next to ns/op.
+func BenchmarkFit(b *testing.B) {
+	for _, fam := range []string{"anchors", "perm"} {
+		cases, _ := loadFamily(b, fam)
+		for i := range cases {
+			c := &cases[i]
+			id := strings.Trim(string(c.ID), `"`)
+			host, err := c.Host.Host(c.Limits)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req, err := c.Instance.Request()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(id, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					Fit(host, req)
+				}
+				perOp := float64(b.Elapsed().Nanoseconds()) / float64(b.N) / 1e3
+				if nova, ok := novaMedianUS[id]; ok {
+					b.ReportMetric(nova, "nova-us/op")
+					b.ReportMetric(nova/perOp, "x-faster")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,307 @@
+package numa
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Placement is where Fit put a guest: what a ledger claims and what a
+// domain XML is patched to.
+type Placement struct {
+	// Cells is empty when the request has no NUMA topology.
+	Cells          []PlacedCell
+	EmulatorPolicy EmulatorPolicy
+	// RealtimeVCPUs run SCHED_FIFO at RealtimePriority.
+	RealtimeVCPUs    CPUSet
+	RealtimePriority int
+	// HostSharedSet is the host's cpu_shared_set, where emulator threads run
+	// under hw:emulator_threads_policy=share.
+	HostSharedSet CPUSet
+}
+
+// PlacedCell is one guest cell on its host cell.
+type PlacedCell struct {
+	GuestCell int
+	HostCell  int
+	// SharedVCPUs float over HostCPUs, the host cell's shared CPUs.
+	SharedVCPUs CPUSet
+	HostCPUs    CPUSet
+	// DedicatedVCPUs are pinned one to one by Pins (vCPU -> pCPU).
+	DedicatedVCPUs CPUSet
+	Pins           map[int]int
+	// Reserved holds the emulator threads' pCPU (emulator policy isolate).
+	Reserved     CPUSet
+	MemoryMB     int64
+	PageSizeKB   int64 // the page size chosen; 0 when none was requested
+	CPUPolicy    CPUPolicy
+	ThreadPolicy ThreadPolicy
+}
+
+// HasNUMA reports whether the placement pins the guest to host cells.
+func (p *Placement) HasNUMA() bool { return len(p.Cells) > 0 }
+
+// PinnedPCPUs returns the pCPUs the cell's vCPUs are pinned to.
+func (c *PlacedCell) PinnedPCPUs() CPUSet {
+	var b cpuSetBuilder
+	for _, p := range c.Pins {
+		b.add(p)
+	}
+	return b.set()
+}
+
+// EmulatorPCPUs returns where the guest's emulator threads run: the
+// reserved pCPUs under isolate, the host's cpu_shared_set under share when
+// it has one, otherwise every pCPU of non-realtime vCPUs (or of all vCPUs
+// when every vCPU is realtime), as Nova's libvirt driver does.
+func (p *Placement) EmulatorPCPUs() CPUSet {
+	var reserved, pinned, nonRT CPUSet
+	for i := range p.Cells {
+		c := &p.Cells[i]
+		reserved = reserved.Union(c.Reserved)
+		for v, pc := range c.Pins {
+			one := NewCPUSet(pc)
+			pinned = pinned.Union(one)
+			if !p.RealtimeVCPUs.Contains(v) {
+				nonRT = nonRT.Union(one)
+			}
+		}
+		if !c.SharedVCPUs.IsEmpty() {
+			pinned = pinned.Union(c.HostCPUs)
+			nonRT = nonRT.Union(c.HostCPUs)
+		}
+	}
+	switch {
+	case p.EmulatorPolicy == EmulatorPolicyIsolate && !reserved.IsEmpty():
+		return reserved
+	case p.EmulatorPolicy == EmulatorPolicyShare && !p.HostSharedSet.IsEmpty():
+		return p.HostSharedSet
+	case !nonRT.IsEmpty():
+		return nonRT
+	}
+	return pinned
+}
+
+// placementJSON is the wire form of a Placement: the answer format of the
+// Nova reference cases (cells with guest_cell, host_cell, cpu_pinning, ...)
+// plus what a domain XML needs beyond it.
+type placementJSON struct {
+	EmulatorPolicy   *string    `json:"emulator_threads_policy"`
+	Cells            []cellJSON `json:"cells"`
+	RealtimeVCPUs    []int      `json:"realtime_vcpus,omitempty"`
+	RealtimePriority int        `json:"realtime_priority,omitempty"`
+	HostSharedSet    []int      `json:"host_shared_set,omitempty"`
+}
+
+type cellJSON struct {
+	GuestCell    int            `json:"guest_cell"`
+	HostCell     int            `json:"host_cell"`
+	CPUSet       []int          `json:"cpuset"`
+	PCPUSet      []int          `json:"pcpuset"`
+	MemoryMB     int64          `json:"memory_mb"`
+	CPUPinning   map[string]int `json:"cpu_pinning"`
+	PinnedPCPUs  []int          `json:"pinned_pcpus"`
+	Reserved     []int          `json:"cpuset_reserved"`
+	PageSize     *int64         `json:"pagesize"`
+	CPUPolicy    *string        `json:"cpu_policy"`
+	ThreadPolicy *string        `json:"cpu_thread_policy"`
+	HostCPUs     []int          `json:"host_cpuset,omitempty"`
+}
+
+func strOrNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func listOrNil(c CPUSet) []int {
+	if c.IsEmpty() {
+		return nil
+	}
+	return c.List()
+}
+
+// MarshalJSON writes the placement in the reference answer format.
+func (p Placement) MarshalJSON() ([]byte, error) {
+	out := placementJSON{
+		EmulatorPolicy:   strOrNil(string(p.EmulatorPolicy)),
+		Cells:            make([]cellJSON, len(p.Cells)),
+		RealtimeVCPUs:    listOrNil(p.RealtimeVCPUs),
+		RealtimePriority: p.RealtimePriority,
+		HostSharedSet:    listOrNil(p.HostSharedSet),
+	}
+	for i, c := range p.Cells {
+		pins := make(map[string]int, len(c.Pins))
+		for v, pc := range c.Pins {
+			pins[strconv.Itoa(v)] = pc
+		}
+		cj := cellJSON{
+			GuestCell: c.GuestCell, HostCell: c.HostCell,
+			CPUSet: c.SharedVCPUs.List(), PCPUSet: c.DedicatedVCPUs.List(),
+			MemoryMB: c.MemoryMB, CPUPinning: pins, PinnedPCPUs: c.PinnedPCPUs().List(),
+			Reserved:  listOrNil(c.Reserved),
+			CPUPolicy: strOrNil(string(c.CPUPolicy)), ThreadPolicy: strOrNil(string(c.ThreadPolicy)),
+			HostCPUs: listOrNil(c.HostCPUs),
+		}
+		if c.PageSizeKB != 0 {
+			ps := c.PageSizeKB
+			cj.PageSize = &ps
+		}
+		out.Cells[i] = cj
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON reads the reference answer format. It checks the form, not
+// whether the placement fits any host; Usage does that against a host.
+func (p *Placement) UnmarshalJSON(data []byte) error {
+	var in placementJSON
+	if err := json.Unmarshal(data, &in); err != nil {
+		return fmt.Errorf("numa: placement: %w", err)
+	}
+	set := func(field string, ids []int) (CPUSet, error) {
+		var b cpuSetBuilder
+		for _, id := range ids {
+			if id < 0 || id > MaxCPU {
+				return CPUSet{}, fmt.Errorf("numa: placement: %s: cpu id %d out of range 0-%d", field, id, MaxCPU)
+			}
+			b.add(id)
+		}
+		return b.set(), nil
+	}
+	var out Placement
+	var err error
+	if in.EmulatorPolicy != nil {
+		out.EmulatorPolicy = EmulatorPolicy(*in.EmulatorPolicy)
+		if _, err := emulatorPolicy(specs{flavor: map[string]string{"hw:emulator_threads_policy": *in.EmulatorPolicy}}); err != nil {
+			return fmt.Errorf("numa: placement: emulator_threads_policy %q: allowed values are share, isolate or null", *in.EmulatorPolicy)
+		}
+	}
+	if out.RealtimeVCPUs, err = set("realtime_vcpus", in.RealtimeVCPUs); err != nil {
+		return err
+	}
+	out.RealtimePriority = in.RealtimePriority
+	if out.HostSharedSet, err = set("host_shared_set", in.HostSharedSet); err != nil {
+		return err
+	}
+	for i, cj := range in.Cells {
+		c := PlacedCell{GuestCell: cj.GuestCell, HostCell: cj.HostCell, MemoryMB: cj.MemoryMB}
+		where := fmt.Sprintf("cells[%d]", i)
+		if c.SharedVCPUs, err = set(where+".cpuset", cj.CPUSet); err != nil {
+			return err
+		}
+		if c.DedicatedVCPUs, err = set(where+".pcpuset", cj.PCPUSet); err != nil {
+			return err
+		}
+		if c.Reserved, err = set(where+".cpuset_reserved", cj.Reserved); err != nil {
+			return err
+		}
+		if c.HostCPUs, err = set(where+".host_cpuset", cj.HostCPUs); err != nil {
+			return err
+		}
+		if cj.PageSize != nil {
+			c.PageSizeKB = *cj.PageSize
+		}
+		if cj.CPUPolicy != nil {
+			c.CPUPolicy = CPUPolicy(*cj.CPUPolicy)
+		}
+		if cj.ThreadPolicy != nil {
+			c.ThreadPolicy = ThreadPolicy(*cj.ThreadPolicy)
+		}
+		c.Pins = make(map[int]int, len(cj.CPUPinning))
+		for k, pc := range cj.CPUPinning {
+			v, err := strconv.Atoi(k)
+			if err != nil || v < 0 || v > MaxCPU {
+				return fmt.Errorf("numa: placement: %s.cpu_pinning: vCPU %q is not a number 0-%d", where, k, MaxCPU)
+			}
+			if pc < 0 || pc > MaxCPU {
+				return fmt.Errorf("numa: placement: %s.cpu_pinning: pCPU %d out of range 0-%d", where, pc, MaxCPU)
+			}
+			c.Pins[v] = pc
+		}
+		out.Cells = append(out.Cells, c)
+	}
+	if err := out.Check(); err != nil {
+		return err
+	}
+	*p = out
+	return nil
+}
+
+// Check verifies that the placement is well formed on its own: distinct
+// guest and host cells, each dedicated vCPU pinned once, no pCPU used twice.
+func (p *Placement) Check() error {
+	guests, hosts := map[int]bool{}, map[int]bool{}
+	var used, vcpus CPUSet
+	for _, c := range p.Cells {
+		if guests[c.GuestCell] || hosts[c.HostCell] {
+			return fmt.Errorf("numa: placement: guest cell %d on host cell %d: each guest cell and each host cell may appear once", c.GuestCell, c.HostCell)
+		}
+		guests[c.GuestCell], hosts[c.HostCell] = true, true
+		if c.MemoryMB < 0 {
+			return fmt.Errorf("numa: placement: guest cell %d: memory_mb %d must not be negative", c.GuestCell, c.MemoryMB)
+		}
+		cellVCPUs := c.SharedVCPUs.Union(c.DedicatedVCPUs)
+		if cellVCPUs.Intersects(vcpus) || c.SharedVCPUs.Intersects(c.DedicatedVCPUs) {
+			return fmt.Errorf("numa: placement: guest cell %d: vCPUs %s are placed twice", c.GuestCell, cellVCPUs.Intersection(vcpus.Union(c.SharedVCPUs)))
+		}
+		vcpus = vcpus.Union(cellVCPUs)
+		if len(c.Pins) > 0 || !c.DedicatedVCPUs.IsEmpty() {
+			var pinnedV CPUSet
+			for v := range c.Pins {
+				pinnedV = pinnedV.Union(NewCPUSet(v))
+			}
+			if !pinnedV.Equal(c.DedicatedVCPUs) {
+				return fmt.Errorf("numa: placement: guest cell %d: pins cover vCPUs %q but its dedicated vCPUs are %q", c.GuestCell, pinnedV, c.DedicatedVCPUs)
+			}
+		}
+		pcpus := c.PinnedPCPUs()
+		if pcpus.Len() != len(c.Pins) {
+			return fmt.Errorf("numa: placement: guest cell %d: two vCPUs share a pCPU", c.GuestCell)
+		}
+		cell := pcpus.Union(c.Reserved)
+		if cell.Len() != pcpus.Len()+c.Reserved.Len() || cell.Intersects(used) {
+			return fmt.Errorf("numa: placement: guest cell %d: pCPUs %s are used twice", c.GuestCell, cell.Intersection(used.Union(pcpus)))
+		}
+		used = used.Union(cell)
+	}
+	return nil
+}
+
+// String summarises the placement in one line, e.g.
+// "g0->h1 pins 0:4,1:5 reserved 6 pages 2048K".
+func (p *Placement) String() string {
+	if !p.HasNUMA() {
+		return "no NUMA placement"
+	}
+	var parts []string
+	for _, c := range p.Cells {
+		vs := make([]int, 0, len(c.Pins))
+		for v := range c.Pins {
+			vs = append(vs, v)
+		}
+		sort.Ints(vs)
+		pins := make([]string, len(vs))
+		for i, v := range vs {
+			pins[i] = fmt.Sprintf("%d:%d", v, c.Pins[v])
+		}
+		s := fmt.Sprintf("g%d->h%d", c.GuestCell, c.HostCell)
+		if len(pins) > 0 {
+			s += " pins " + strings.Join(pins, ",")
+		}
+		if !c.SharedVCPUs.IsEmpty() {
+			s += fmt.Sprintf(" shared %s on %s", c.SharedVCPUs, c.HostCPUs)
+		}
+		if !c.Reserved.IsEmpty() {
+			s += " reserved " + c.Reserved.String()
+		}
+		if c.PageSizeKB != 0 {
+			s += fmt.Sprintf(" pages %dK", c.PageSizeKB)
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,85 @@
+// Command pinflow starts and inspects pinflow's workflows and runs its
+// offline tools (NUMA fitting, domain XML patching).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// command is one `pinflow ...` subcommand.
+type command struct {
+	summary string
+	run     func(args []string, stdout io.Writer) error
+}
+
+// commands maps a command path ("numa fit") to its implementation.
+var commands = map[string]command{}
+
+func register(path, summary string, run func(args []string, stdout io.Writer) error) {
+	commands[path] = command{summary: summary, run: run}
+}
+
+// errUsage marks an error whose message is the whole story (exit 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "pinflow: "+strings.TrimPrefix(err.Error(), "pinflow: "))
+		if errors.Is(err, errUsage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func dispatch(args []string, stdout io.Writer) error {
+	// Longest command path first: "host add" before "host".
+	for n := min(len(args), 3); n > 0; n-- {
+		path := strings.Join(args[:n], " ")
+		if cmd, ok := commands[path]; ok {
+			return cmd.run(args[n:], stdout)
+		}
+	}
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printUsage(stdout)
+		return nil
+	}
+	return fmt.Errorf("unknown command %q; run 'pinflow help' for the list: %w", strings.Join(args, " "), errUsage)
+}
+
+func printUsage(w io.Writer) {
+	paths := make([]string, 0, len(commands))
+	for p := range commands {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	fmt.Fprintln(w, "usage: pinflow COMMAND [ARGS]")
+	fmt.Fprintln(w)
+	for _, p := range paths {
+		fmt.Fprintf(w, "  %-22s %s\n", p, commands[p].summary)
+	}
+}
+
+// parseFlags parses flags that may come before, between or after
+// positional arguments, and returns the positional ones.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, fmt.Errorf("%s: %v: %w", fs.Name(), err, errUsage)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/pinflow/pinflow/numa"
+)
+
+func init() {
+	register("numa fit", "fit reference cases offline: numa fit [FILE|-] [--time N]", numaFit)
+}
+
+// readInput reads FILE, or standard input for "" or "-".
+func readInput(name string) ([]byte, error) {
+	if name == "" || name == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	return os.ReadFile(name)
+}
+
+func numaFit(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("numa fit", flag.ContinueOnError)
+	times := fs.Int("time", 0, "instead of answers, print the median of N timed fits per case")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return fmt.Errorf("numa fit takes at most one FILE, got %d: %w", len(pos), errUsage)
+	}
+	if *times < 0 {
+		return fmt.Errorf("numa fit: --time %d: must be 0 or more: %w", *times, errUsage)
+	}
+	file := ""
+	if len(pos) == 1 {
+		file = pos[0]
+	}
+	data, err := readInput(file)
+	if err != nil {
+		return fmt.Errorf("numa fit: %w", err)
+	}
+	cases, err := numa.ReadCases(data)
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriter(stdout)
+	defer out.Flush()
+	enc := json.NewEncoder(out)
+	for i := range cases {
+		var line any
+		if *times > 0 {
+			line = timeCase(&cases[i], *times)
+		} else {
+			line = cases[i].Solve()
+		}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// timing is one line of `numa fit --time N`.
+type timing struct {
+	ID       json.RawMessage   `json:"id"`
+	Fit      bool              `json:"fit"`
+	N        int               `json:"n,omitempty"`
+	MedianUS float64           `json:"fit_median_us"`
+	MinUS    float64           `json:"fit_min_us,omitempty"`
+	Error    *numa.AnswerError `json:"error,omitempty"`
+}
+
+// timeCase times Fit alone: the host and request are built once, outside
+// the timing, and Fit changes neither.
+func timeCase(c *numa.Case, n int) timing {
+	t := timing{ID: c.ID}
+	ans := c.Solve()
+	if ans.Error != nil {
+		t.Error = ans.Error
+		return t
+	}
+	host, _ := c.Host.Host(c.Limits)
+	req, _ := c.Instance.Request()
+	samples := make([]float64, n)
+	for i := range samples {
+		start := time.Now()
+		_, err := numa.Fit(host, req)
+		samples[i] = float64(time.Since(start).Nanoseconds()) / 1e3
+		t.Fit = err == nil
+	}
+	sort.Float64s(samples)
+	t.N, t.MinUS = n, samples[0]
+	t.MedianUS = samples[n/2]
+	if n%2 == 0 {
+		t.MedianUS = (samples[n/2-1] + samples[n/2]) / 2
+	}
+	return t
+}
