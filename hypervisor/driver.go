@@ -1,0 +1,84 @@
+// Package hypervisor defines what pinflow asks of a hypervisor: host NUMA
+// capabilities, the guest lifecycle, and live migration with a rewritten
+// destination XML. Implementations: sim (a simulator whose state lives in
+// Redis) and libvirt (go-libvirt speaking to each host's libvirtd).
+package hypervisor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/pinflow/pinflow/numa"
+)
+
+// Errors every driver returns, wrapped with %w, so callers can branch.
+var (
+	// ErrUnknownHost: the driver does not know the host name.
+	ErrUnknownHost = errors.New("unknown host")
+	// ErrNotFound: no domain with that UUID on that host.
+	ErrNotFound = errors.New("domain not found")
+	// ErrRejected: the hypervisor refused the request itself (a bad
+	// domain XML, a destination that cannot take the guest); retrying the
+	// same request cannot succeed.
+	ErrRejected = errors.New("rejected by the hypervisor")
+)
+
+// State is a domain's run state.
+type State string
+
+// Domain run states.
+const (
+	StateRunning State = "running"
+	StateShutoff State = "shutoff"
+	StatePaused  State = "paused"
+)
+
+// Domain is a guest as one host's hypervisor sees it.
+type Domain struct {
+	UUID  string `json:"uuid"`
+	Name  string `json:"name"`
+	State State  `json:"state"`
+	// XML is the domain's current definition (migratable form).
+	XML string `json:"xml"`
+}
+
+// Progress is how far a live migration has come.
+type Progress struct {
+	Percent       int    `json:"percent"`
+	DataTotal     uint64 `json:"data_total"`
+	DataProcessed uint64 `json:"data_processed"`
+	DataRemaining uint64 `json:"data_remaining"`
+	Phase         string `json:"phase"`
+}
+
+// Driver manages the guests of a set of hosts, addressed by host name.
+// Every method is safe to call again after an unknown outcome: defining an
+// existing domain with the same XML, stopping a stopped one, undefining a
+// missing one succeed.
+type Driver interface {
+	// Capabilities returns the host's NUMA topology, without usage.
+	Capabilities(ctx context.Context, host string) (*numa.Host, error)
+	// Define makes a persistent domain from xml (its <uuid> names it).
+	Define(ctx context.Context, host, xml string) error
+	// Start boots a defined domain; starting a running one succeeds.
+	Start(ctx context.Context, host, uuid string) error
+	// Stop powers a domain off; stopping a stopped one succeeds.
+	Stop(ctx context.Context, host, uuid string) error
+	// Undefine removes a stopped domain's definition; a missing one succeeds.
+	Undefine(ctx context.Context, host, uuid string) error
+	// Lookup returns one domain, or ErrNotFound.
+	Lookup(ctx context.Context, host, uuid string) (*Domain, error)
+	// Domains lists every domain on the host, with its XML.
+	Domains(ctx context.Context, host string) ([]Domain, error)
+	// PrepareMigration checks that dst can take the domain with destXML
+	// before any data moves.
+	PrepareMigration(ctx context.Context, dst, uuid, destXML string) error
+	// Migrate live-migrates the running domain uuid from src to dst with
+	// destXML as its definition there, calling progress as it goes. It
+	// returns when the guest runs on dst only. Cancelling ctx aborts the
+	// migration and leaves the guest running on src.
+	Migrate(ctx context.Context, src, dst, uuid, destXML string, progress func(Progress)) error
+	// Rollback undoes a failed or aborted migration: the guest runs on src,
+	// and dst holds no trace of it.
+	Rollback(ctx context.Context, src, dst, uuid string) error
+}
