@@ -1,0 +1,298 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Programs the Redis helpers run; deploy/deps.sh installs them (Debian
+// packages redis-server and redis-tools).
+const (
+	RedisServerBin = "redis-server"
+	RedisCLIBin    = "redis-cli"
+)
+
+// startTimeout bounds how long a redis-server may take to answer PING.
+const startTimeout = 15 * time.Second
+
+// Redis is one redis-server process serving 127.0.0.1:Port from Dir.
+type Redis struct {
+	// Addr is "127.0.0.1:<port>".
+	Addr string
+	Port int
+	// Dir is the server's working directory: its config, log, RDB and AOF.
+	Dir string
+
+	cfg  redisConfig
+	cmd  *exec.Cmd
+	done chan error
+}
+
+type redisConfig struct {
+	appendOnly  bool
+	cluster     bool
+	clusterPort int // the cluster bus port, chosen at start
+	extra       []string
+}
+
+// RedisOption changes how StartRedis configures the server.
+type RedisOption func(*redisConfig)
+
+// AppendOnly turns on the append-only file with an fsync per write, so what
+// the server acknowledged survives a restart, even one after SIGKILL.
+func AppendOnly() RedisOption {
+	return func(c *redisConfig) { c.appendOnly = true }
+}
+
+// Config adds raw redis.conf lines, such as "maxclients 20000".
+func Config(lines ...string) RedisOption {
+	return func(c *redisConfig) { c.extra = append(c.extra, lines...) }
+}
+
+// RequireProgram returns the path of an installed program. When it is
+// missing the test is skipped, or fails under CI=true.
+func RequireProgram(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("testenv: %s is not installed (run deploy/deps.sh); under CI=true a missing dependency fails the run", name)
+	}
+	t.Skipf("testenv: %s is not installed (run deploy/deps.sh); skipping", name)
+	return ""
+}
+
+// StartRedis starts a redis-server on a free loopback port in a new
+// temporary directory, waits until it answers PING, and stops it when the
+// test ends.
+func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
+	t.Helper()
+	var cfg redisConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return startRedis(t, t.TempDir(), cfg)
+}
+
+func startRedis(t testing.TB, dir string, cfg redisConfig) *Redis {
+	t.Helper()
+	RequireProgram(t, RedisServerBin)
+	// A port found free can be taken before the server binds it; try again
+	// with another one when that happens.
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		r := &Redis{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, Dir: dir, cfg: cfg}
+		if cfg.cluster {
+			if r.cfg.clusterPort, err = freePort(); err != nil {
+				t.Fatalf("testenv: %v", err)
+			}
+		}
+		if lastErr = r.start(); lastErr == nil {
+			t.Cleanup(func() { r.stop(syscall.SIGTERM) })
+			return r
+		}
+	}
+	t.Fatalf("testenv: %v", lastErr)
+	return nil
+}
+
+// URL returns the server's redis:// URL.
+func (r *Redis) URL() string { return "redis://" + r.Addr + "/0" }
+
+// Restart stops the server cleanly (SIGTERM, which flushes the AOF) and
+// starts it again on the same port and directory.
+func (r *Redis) Restart(t testing.TB) {
+	t.Helper()
+	r.stop(syscall.SIGTERM)
+	if err := r.start(); err != nil {
+		t.Fatalf("testenv: restart: %v", err)
+	}
+}
+
+// KillAndRestart kills the server with SIGKILL, as a crash would, and starts
+// it again on the same port and directory.
+func (r *Redis) KillAndRestart(t testing.TB) {
+	t.Helper()
+	r.stop(syscall.SIGKILL)
+	if err := r.start(); err != nil {
+		t.Fatalf("testenv: restart after kill: %v", err)
+	}
+}
+
+func (r *Redis) writeConfig() (string, error) {
+	lines := []string{
+		"bind 127.0.0.1",
+		"protected-mode yes",
+		"port " + strconv.Itoa(r.Port),
+		"dir " + r.Dir,
+		"daemonize no",
+		"logfile " + filepath.Join(r.Dir, "redis.log"),
+		`save ""`,
+	}
+	if r.cfg.appendOnly {
+		lines = append(lines, "appendonly yes", "appendfsync always")
+	}
+	if r.cfg.cluster {
+		lines = append(lines, "cluster-enabled yes", "cluster-port "+strconv.Itoa(r.cfg.clusterPort),
+			"cluster-config-file nodes.conf", "cluster-node-timeout 5000")
+	}
+	lines = append(lines, r.cfg.extra...)
+	path := filepath.Join(r.Dir, "redis.conf")
+	return path, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
+}
+
+func (r *Redis) start() error {
+	conf, err := r.writeConfig()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(RedisServerBin, conf)
+	cmd.Dir = r.Dir
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s on %s: %w", RedisServerBin, r.Addr, err)
+	}
+	r.cmd, r.done = cmd, make(chan error, 1)
+	go func() { r.done <- cmd.Wait() }()
+
+	deadline := time.Now().Add(startTimeout)
+	for {
+		select {
+		case err := <-r.done:
+			r.cmd = nil
+			return fmt.Errorf("%s on %s exited before answering PING (%v); log: %s", RedisServerBin, r.Addr, err, r.logTail())
+		default:
+		}
+		if err := ping(r.Addr); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			r.stop(syscall.SIGKILL)
+			return fmt.Errorf("%s on %s did not answer PING within %s: %v; log: %s", RedisServerBin, r.Addr, startTimeout, err, r.logTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop signals the server and waits for it to exit, killing it if a clean
+// shutdown takes too long. Stopping a stopped server does nothing.
+func (r *Redis) stop(sig syscall.Signal) {
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(sig)
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	}
+	r.cmd = nil
+}
+
+func (r *Redis) logTail() string {
+	b, err := os.ReadFile(filepath.Join(r.Dir, "redis.log"))
+	if err != nil {
+		return "(no log)"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-5):], " | ")
+}
+
+// freePort returns a loopback TCP port nothing listens on right now.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ping sends an inline PING and expects +PONG; it keeps this package free of
+// a Redis client.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return errors.New("unexpected reply " + strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// RedisCluster is a Redis Cluster of masters without replicas.
+type RedisCluster struct {
+	Nodes []*Redis
+}
+
+// Addrs returns the nodes' addresses, for a cluster client's seed list.
+func (c *RedisCluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.Addr
+	}
+	return out
+}
+
+// StartRedisCluster starts masters cluster-enabled redis-server nodes on
+// loopback, joins them with redis-cli --cluster create (no replicas), waits
+// until every node reports cluster_state:ok, and stops them when the test
+// ends. Redis Cluster needs at least three masters.
+func StartRedisCluster(t testing.TB, masters int) *RedisCluster {
+	t.Helper()
+	if masters < 3 {
+		t.Fatalf("testenv: redis cluster of %d masters: Redis Cluster needs at least 3", masters)
+	}
+	cli := RequireProgram(t, RedisCLIBin)
+	c := &RedisCluster{}
+	for range masters {
+		c.Nodes = append(c.Nodes, startRedis(t, t.TempDir(), redisConfig{cluster: true}))
+	}
+	args := append([]string{"--cluster", "create"}, c.Addrs()...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: redis-cli --cluster create %s: %v\n%s", strings.Join(c.Addrs(), " "), err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.Nodes {
+		for {
+			out, err := exec.CommandContext(ctx, cli, "-h", "127.0.0.1", "-p", strconv.Itoa(n.Port), "cluster", "info").Output()
+			if err == nil && strings.Contains(string(out), "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("testenv: redis cluster node %s not ok after 30s: %v %s", n.Addr, err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return c
+}

@@ -1,0 +1,121 @@
+package testenv
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// do sends one inline command and returns the first reply line.
+func do(t *testing.T, addr, cmd string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(cmd + "\r\n")); err != nil {
+		t.Fatalf("%s on %s: %v", cmd, addr, err)
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("%s on %s: %v", cmd, addr, err)
+	}
+	line = strings.TrimSpace(line)
+	if strings.HasPrefix(line, "$") && line != "$-1" {
+		if line, err = r.ReadString('\n'); err != nil {
+			t.Fatalf("%s on %s: %v", cmd, addr, err)
+		}
+		line = strings.TrimSpace(line)
+	}
+	return line
+}
+
+func TestStartRedisRestartKeepsAppendOnlyData(t *testing.T) {
+	r := StartRedis(t, AppendOnly())
+	if got := do(t, r.Addr, "SET k v"); got != "+OK" {
+		t.Fatalf("SET k v = %q, want +OK", got)
+	}
+	port := r.Port
+	r.Restart(t)
+	if r.Port != port {
+		t.Errorf("Restart: port %d, want the same %d", r.Port, port)
+	}
+	if got := do(t, r.Addr, "GET k"); got != "v" {
+		t.Errorf("GET k after Restart = %q, want v", got)
+	}
+	if got := do(t, r.Addr, "SET k2 v2"); got != "+OK" {
+		t.Fatalf("SET k2 v2 = %q, want +OK", got)
+	}
+	r.KillAndRestart(t)
+	if got := do(t, r.Addr, "GET k2"); got != "v2" {
+		t.Errorf("GET k2 after KillAndRestart = %q, want v2", got)
+	}
+}
+
+func TestStartRedisWithoutAppendOnlyForgets(t *testing.T) {
+	r := StartRedis(t)
+	do(t, r.Addr, "SET k v")
+	r.Restart(t)
+	if got := do(t, r.Addr, "GET k"); got != "$-1" {
+		t.Errorf("GET k after Restart without appendonly = %q, want $-1 (nil)", got)
+	}
+}
+
+func TestStartRedisCluster(t *testing.T) {
+	c := StartRedisCluster(t, 3)
+	if len(c.Addrs()) != 3 {
+		t.Fatalf("StartRedisCluster(3): %d nodes, want 3", len(c.Addrs()))
+	}
+	for _, n := range c.Nodes {
+		if got := do(t, n.Addr, "CLUSTER INFO"); !strings.HasPrefix(got, "cluster_state:ok") {
+			t.Errorf("CLUSTER INFO on %s = %q, want cluster_state:ok", n.Addr, got)
+		}
+	}
+}
+
+// fakeTB records how RequireProgram ends a test; like testing.T it stops
+// the calling goroutine on Fatalf and Skipf.
+type fakeTB struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.fatal = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+func (f *fakeTB) Skipf(format string, args ...any) {
+	f.skip = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestRequireProgramMissing(t *testing.T) {
+	for _, tc := range []struct {
+		ci        string
+		wantFatal bool
+	}{
+		{ci: "true", wantFatal: true},
+		{ci: "", wantFatal: false},
+		{ci: "false", wantFatal: false},
+	} {
+		t.Setenv("CI", tc.ci)
+		f := &fakeTB{TB: t}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			RequireProgram(f, "pinflow-no-such-program")
+		}()
+		<-done
+		if gotFatal := f.fatal != ""; gotFatal != tc.wantFatal || (f.fatal == "" && f.skip == "") {
+			t.Errorf("RequireProgram(missing) with CI=%q: fatal %q, skip %q; want fatal=%v", tc.ci, f.fatal, f.skip, tc.wantFatal)
+		}
+	}
+}
