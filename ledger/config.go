@@ -1,0 +1,181 @@
+package ledger
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config says how to reach Redis. Its envconfig tags are read under the
+// caller's prefix, e.g. PINFLOW_REDIS_URL with envconfig.Process("pinflow",
+// &cfg). Set URL for one server or Addrs for a Redis Cluster, not both;
+// with neither, the client talks to 127.0.0.1:6379.
+type Config struct {
+	// URL is a redis:// or rediss:// URL of a single server (rediss means
+	// TLS). Credentials may be in the URL or in Username and Password.
+	URL string `envconfig:"REDIS_URL"`
+	// Addrs are host:port seed addresses of a Redis Cluster.
+	Addrs []string `envconfig:"REDIS_ADDRS"`
+	// Username and Password authenticate (Redis ACL, or requirepass when
+	// Username is empty). They override those in URL.
+	Username string `envconfig:"REDIS_USERNAME"`
+	Password string `envconfig:"REDIS_PASSWORD"`
+	// TLS turns on TLS for Addrs, or for a redis:// URL.
+	TLS bool `envconfig:"REDIS_TLS"`
+	// TLSCA is a PEM file of CAs to trust instead of the system's.
+	TLSCA string `envconfig:"REDIS_TLS_CA"`
+	// TLSCert and TLSKey are PEM files of a client certificate and its key,
+	// for servers that require one.
+	TLSCert string `envconfig:"REDIS_TLS_CERT"`
+	TLSKey  string `envconfig:"REDIS_TLS_KEY"`
+	// KeyPrefix starts every ledger key, so several deployments can share
+	// one Redis.
+	KeyPrefix string `envconfig:"REDIS_KEY_PREFIX" default:"pinflow"`
+	// DialTimeout bounds connecting, including the first PING.
+	DialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT" default:"5s"`
+}
+
+// defaultAddr is where a Config with neither URL nor Addrs points.
+const defaultAddr = "127.0.0.1:6379"
+
+// Endpoint describes where the config points, without credentials, for
+// log lines and errors.
+func (c Config) Endpoint() string {
+	switch {
+	case len(c.Addrs) > 0:
+		return "cluster " + strings.Join(c.Addrs, ",")
+	case c.URL != "":
+		u, err := url.Parse(c.URL)
+		if err != nil || u.Host == "" {
+			return "(unparsable REDIS_URL)"
+		}
+		return u.Scheme + "://" + u.Host + u.EscapedPath()
+	}
+	return defaultAddr
+}
+
+// NewClient builds a client for the config (a cluster client when Addrs is
+// set) and checks it with a PING. Its error is one line naming the
+// endpoint and never contains a password.
+func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
+	opts, err := c.options()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: redis %s: %s", c.Endpoint(), c.redact(err))
+	}
+	client := redis.NewUniversalClient(opts)
+	timeout := c.DialTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("ledger: redis %s: cannot connect: %s", c.Endpoint(), c.redact(err))
+	}
+	return client, nil
+}
+
+func (c Config) options() (*redis.UniversalOptions, error) {
+	if c.URL != "" && len(c.Addrs) > 0 {
+		return nil, errors.New("both REDIS_URL and REDIS_ADDRS are set; set REDIS_URL for one server or REDIS_ADDRS for a cluster")
+	}
+	opts := &redis.UniversalOptions{Addrs: c.Addrs, IsClusterMode: len(c.Addrs) > 0}
+	for _, a := range c.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("REDIS_ADDRS entry %q is not host:port", a)
+		}
+	}
+	if c.URL != "" {
+		single, err := redis.ParseURL(c.URL)
+		if err != nil {
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				// url.Error repeats the whole URL, password included.
+				err = uerr.Err
+			}
+			return nil, fmt.Errorf("REDIS_URL is not a redis://, rediss:// or unix:// URL: %v", err)
+		}
+		opts.Addrs = []string{single.Addr}
+		opts.DB, opts.Username, opts.Password, opts.TLSConfig = single.DB, single.Username, single.Password, single.TLSConfig
+		if single.Network == "unix" {
+			opts.Dialer = func(ctx context.Context, _, addr string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", addr)
+			}
+		}
+	}
+	if len(opts.Addrs) == 0 {
+		opts.Addrs = []string{defaultAddr}
+	}
+	if c.Username != "" {
+		opts.Username = c.Username
+	}
+	if c.Password != "" {
+		opts.Password = c.Password
+	}
+	if c.DialTimeout > 0 {
+		opts.DialTimeout = c.DialTimeout
+	}
+	if c.TLS || c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" {
+		if opts.TLSConfig == nil {
+			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		if err := c.loadTLS(opts.TLSConfig); err != nil {
+			return nil, err
+		}
+	}
+	return opts, nil
+}
+
+func (c Config) loadTLS(t *tls.Config) error {
+	if c.TLSCA != "" {
+		pem, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			return fmt.Errorf("REDIS_TLS_CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("REDIS_TLS_CA %s holds no PEM certificate", c.TLSCA)
+		}
+		t.RootCAs = pool
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("REDIS_TLS_CERT and REDIS_TLS_KEY must be set together")
+	}
+	if c.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return fmt.Errorf("REDIS_TLS_CERT/REDIS_TLS_KEY: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return nil
+}
+
+// redact renders err on one line with every secret the config holds
+// blanked out, in case a lower layer echoed one.
+func (c Config) redact(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	secrets := []string{c.Password}
+	if u, perr := url.Parse(c.URL); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			secrets = append(secrets, p, url.QueryEscape(p), u.User.String())
+		}
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return msg
+}

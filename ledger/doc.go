@@ -1,0 +1,66 @@
+// Package ledger keeps pinflow's per-host CPU, memory and page ledger and
+// its instance records in Redis, so that every pinned pCPU has exactly one
+// owner, recorded atomically.
+//
+// # Keys
+//
+// Every key of one host carries the host's hash tag, so a host lives in one
+// Redis Cluster slot and each script touches one slot:
+//
+//	<prefix>:host:{h}:topo    hash: topology (JSON, no usage), digest, gen, rev
+//	<prefix>:host:{h}:pins    hash: pCPU -> claim id, the single owner of each pCPU
+//	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON)
+//	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB> -> count in use
+//	<prefix>:inst:{uuid}      hash: one instance record
+//	<prefix>:hosts            set: registered host names
+//
+// gen is the topology generation; it grows when RegisterHost changes the
+// topology, and a claim fitted against an older generation is refused. rev
+// grows with every claim and release, so a re-registration notices claims
+// that changed while it checked them.
+//
+// # Claims
+//
+// Claim fits a request on the host as the ledger holds it, then one Lua
+// script checks that every chosen pCPU is unowned, strict pages are free,
+// dedicated cells do not overcommit memory and the generation is unchanged,
+// and writes the pins, usage and claim record together. A lost race is
+// retried (bounded); a retried claim id returns the first result. Release
+// frees exactly what the record says, in one script; releasing a claim that
+// is gone succeeds. ReleaseIfToken is compare-and-delete on the claim's
+// random token, for reconciliation.
+//
+// # Instance records and crash safety
+//
+// An instance record lives in another slot than its host's claims, so no
+// script can change both. The activities change them one after the other,
+// in an order where every intermediate state is safe, and each step is
+// idempotent and conditional, so the workflow retrying an activity
+// finishes what a crash interrupted:
+//
+//   - Boot, unshelve, migration destination: Claim (pending), Commit, then
+//     AttachInstance (which refuses a claim that is not committed), then
+//     SetState. A crash after Claim leaves a pending claim owned by the
+//     workflow: its retry gets the same claim back, and if the workflow
+//     died the reconciliation audit frees it with ReleaseIfToken once the
+//     owner is closed. A crash after Commit leaves a committed claim the
+//     instance does not name yet: the retry attaches; the audit frees it
+//     only when no workflow for the instance is open.
+//   - End of a live migration: Commit the destination claim, AttachInstance
+//     to it (the record moves), Release the source claim, SetState. A crash
+//     before the release leaves the source claim committed but no longer
+//     named by the instance: the retry releases it, or the audit does once
+//     the instance's workflow is closed.
+//   - Shelve offload, aborted unshelve, delete: Release the claim, then
+//     DetachInstance (which refuses while the claim still exists: host and
+//     NUMA data are cleared after, never before, the release), then
+//     SetState, then for a delete DeleteInstance (which refuses an
+//     attached instance). A crash after the release leaves an instance
+//     naming a claim that is gone; the retry detaches it. Its resources are
+//     already free, and a second release is a no-op, so nothing can be
+//     freed twice; the audit reports such a record as drift if its workflow
+//     died.
+//
+// Only the audit frees claims that no workflow finishes, and only with the
+// token it read, so it cannot free a claim made again in the meantime.
+package ledger

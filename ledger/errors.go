@@ -1,0 +1,22 @@
+package ledger
+
+import "errors"
+
+// Sentinel errors. Every error the ledger returns for one of these causes
+// wraps the sentinel, so callers test with errors.Is; a request that fits
+// nowhere wraps the *numa.NoFitError instead, for errors.As.
+var (
+	// ErrUnknownHost: the host was never registered.
+	ErrUnknownHost = errors.New("unknown host")
+	// ErrUnknownClaim: the host has no claim of that id.
+	ErrUnknownClaim = errors.New("unknown claim")
+	// ErrUnknownInstance: there is no record of that instance uuid.
+	ErrUnknownInstance = errors.New("unknown instance")
+	// ErrInvalid: the input is malformed or does not belong on the host;
+	// nothing was changed.
+	ErrInvalid = errors.New("invalid input")
+	// ErrConflict: the ledger's state forbids the change (a pCPU owned by
+	// another claim, a claim id reused for another instance, a race lost
+	// too often, a step run out of order); nothing was changed.
+	ErrConflict = errors.New("conflict")
+)

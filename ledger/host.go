@@ -1,0 +1,397 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/numa"
+)
+
+// RegisterHost records a host's NUMA topology (its usage fields are
+// ignored: the ledger's claims are the usage) and returns the host's
+// generation, which grows by one each time the topology changes.
+// Registering the same topology again changes nothing. A changed topology
+// is refused with ErrConflict while a claim uses a cell or pCPU it drops,
+// or memory or pages it no longer has.
+func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host) (int64, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: register host %s: %w", name, err) }
+	if err := checkHostName(name); err != nil {
+		return 0, fmt.Errorf("ledger: register: %w", err)
+	}
+	if topo == nil {
+		return 0, wrap(fmt.Errorf("%w: no topology given", ErrInvalid))
+	}
+	stored := withoutUsage(topo)
+	if err := stored.Validate(); err != nil {
+		return 0, wrap(fmt.Errorf("%w: %v", ErrInvalid, err))
+	}
+	data, err := json.Marshal(stored)
+	if err != nil {
+		return 0, wrap(fmt.Errorf("%w: encode topology: %v", ErrInvalid, err))
+	}
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:16])
+	k := l.hostKeys(name)
+
+	for range l.maxAttempts {
+		var cur *redis.SliceCmd
+		var claims *redis.StringSliceCmd
+		if _, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			cur = p.HMGet(ctx, k.topo, "gen", "rev", "digest")
+			claims = p.HVals(ctx, k.claims)
+			return nil
+		}); err != nil {
+			return 0, wrap(err)
+		}
+		vals := cur.Val()
+		gen, _ := vals[0].(string)
+		rev, _ := vals[1].(string)
+		if rev == "" {
+			rev = "0"
+		}
+		if gen == "" {
+			gen = "0"
+		} else if d, _ := vals[2].(string); d == digest {
+			return l.listHost(ctx, name, gen)
+		} else if err := holdsClaims(stored, claims.Val()); err != nil {
+			return 0, wrap(err)
+		}
+		res, err := registerScript.Run(ctx, l.rdb, []string{k.topo}, data, digest, gen, rev).StringSlice()
+		if err != nil {
+			return 0, wrap(err)
+		}
+		switch res[0] {
+		case "ok", "same":
+			return l.listHost(ctx, name, res[1])
+		}
+		// "changed": a claim, release or registration landed since the read.
+	}
+	return 0, wrap(fmt.Errorf("%w: the host's claims kept changing during %d tries", ErrConflict, l.maxAttempts))
+}
+
+// listHost adds the host to the host set (its own slot, hence its own
+// command; a crash before it is repaired by registering again) and returns
+// the generation.
+func (l *Ledger) listHost(ctx context.Context, name, gen string) (int64, error) {
+	if err := l.rdb.SAdd(ctx, l.hostsKey(), name).Err(); err != nil {
+		return 0, fmt.Errorf("ledger: register host %s: add to host list: %w", name, err)
+	}
+	return strconv.ParseInt(gen, 10, 64)
+}
+
+// holdsClaims checks that a new topology still holds every claim recorded
+// on the host, by claiming them all again on it.
+func holdsClaims(topo *numa.Host, records []string) error {
+	claims, err := decodeClaims(records)
+	if err != nil {
+		return err
+	}
+	h := topo.Clone()
+	for _, c := range claims {
+		if err := h.Add(c.Usage); err != nil {
+			return fmt.Errorf("%w: claim %s of instance %s would not fit the new topology: %v", ErrConflict, c.ID, c.InstanceUUID, err)
+		}
+	}
+	return nil
+}
+
+func withoutUsage(h *numa.Host) *numa.Host {
+	out := h.Clone()
+	for i := range out.Cells {
+		c := &out.Cells[i]
+		c.PinnedCPUs, c.MemoryUsedMB, c.CPUUsage = numa.CPUSet{}, 0, 0
+		for j := range c.Pages {
+			c.Pages[j].Used = 0
+		}
+	}
+	return out
+}
+
+// hostState is a host as read for fitting.
+type hostState struct {
+	gen      int64
+	topo     *numa.Host // shared with the cache: never modified
+	host     *numa.Host // topo with the usage applied
+	existing string     // the asked-for claim's record, if it exists
+}
+
+// readState reads a host's topology (from the cache when unchanged), pins
+// and usage in one atomic script, plus the record of claimID if given.
+func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostState, error) {
+	var cached *cachedTopology
+	if v, ok := l.topologies.Load(name); ok {
+		cached = v.(*cachedTopology)
+	}
+	digest := ""
+	if cached != nil {
+		digest = cached.digest
+	}
+	k := l.hostKeys(name)
+	res, err := readScript.Run(ctx, l.rdb, k.all(), digest, claimID).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) == 0 {
+		return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownHost, name)
+	}
+	if len(res) != 6 {
+		return nil, fmt.Errorf("read script returned %d values, want 6", len(res))
+	}
+	st := &hostState{}
+	genStr, _ := res[0].(string)
+	if st.gen, err = strconv.ParseInt(genStr, 10, 64); err != nil {
+		return nil, fmt.Errorf("stored generation %q is not a number", genStr)
+	}
+	gotDigest, _ := res[1].(string)
+	if data, ok := res[2].(string); ok {
+		topo := &numa.Host{}
+		if err := json.Unmarshal([]byte(data), topo); err != nil {
+			return nil, fmt.Errorf("stored topology: %w", err)
+		}
+		cached = &cachedTopology{digest: gotDigest, host: topo}
+		l.topologies.Store(name, cached)
+	} else if cached == nil || cached.digest != gotDigest {
+		return nil, errors.New("read script sent no topology for a changed digest")
+	}
+	st.topo = cached.host
+	st.host = compose(st.topo, stringList(res[3]), pairs(res[4]))
+	st.existing, _ = res[5].(string)
+	return st, nil
+}
+
+// stringList converts a script's array reply of strings.
+func stringList(v any) []string {
+	arr, _ := v.([]any)
+	out := make([]string, 0, len(arr))
+	for _, s := range arr {
+		if str, ok := s.(string); ok {
+			out = append(out, str)
+		}
+	}
+	return out
+}
+
+// pairs converts a flat field/value array reply to a map.
+func pairs(v any) map[string]string {
+	arr := stringList(v)
+	out := make(map[string]string, len(arr)/2)
+	for i := 0; i+1 < len(arr); i += 2 {
+		out[arr[i]] = arr[i+1]
+	}
+	return out
+}
+
+// cpuIDs parses pin keys, leaving out anything that is not a cpu id.
+func cpuIDs(keys []string) []int {
+	out := make([]int, 0, len(keys))
+	for _, k := range keys {
+		if id, err := strconv.Atoi(k); err == nil && id >= 0 && id <= numa.MaxCPU {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// usageField names a usage hash field: "<cell>:mem", "<cell>:shared" or
+// "<cell>:pages:<size KiB>".
+func usageField(cell int, what string) string { return strconv.Itoa(cell) + ":" + what }
+
+func pagesField(cell int, sizeKB int64) string {
+	return strconv.Itoa(cell) + ":pages:" + strconv.FormatInt(sizeKB, 10)
+}
+
+// compose applies the ledger's pins and usage counters to a topology.
+func compose(topo *numa.Host, pins []string, usage map[string]string) *numa.Host {
+	h := topo.Clone()
+	pinned := numa.NewCPUSet(cpuIDs(pins)...)
+	num := func(f string) int64 {
+		n, _ := strconv.ParseInt(usage[f], 10, 64)
+		return n
+	}
+	for i := range h.Cells {
+		c := &h.Cells[i]
+		c.PinnedCPUs = pinned.Intersection(c.PCPUs)
+		c.MemoryUsedMB = num(usageField(c.ID, "mem"))
+		c.CPUUsage = int(num(usageField(c.ID, "shared")))
+		for j := range c.Pages {
+			c.Pages[j].Used = num(pagesField(c.ID, c.Pages[j].SizeKB))
+		}
+	}
+	return h
+}
+
+// Host returns a host's topology with its current usage, for fitting
+// elsewhere (choosing a destination, say). It is a copy.
+func (l *Ledger) Host(ctx context.Context, name string) (*numa.Host, error) {
+	if err := checkHostName(name); err != nil {
+		return nil, fmt.Errorf("ledger: host: %w", err)
+	}
+	st, err := l.readState(ctx, name, "")
+	if err != nil {
+		return nil, fmt.Errorf("ledger: host %s: %w", name, err)
+	}
+	return st.host, nil
+}
+
+// Hosts lists the registered hosts' names in order.
+func (l *Ledger) Hosts(ctx context.Context) ([]string, error) {
+	names, err := l.rdb.SMembers(ctx, l.hostsKey()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list hosts: %w", err)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Pin is one pinned pCPU and its owner.
+type Pin struct {
+	CPU int `json:"cpu"`
+	// Cell is the host cell whose pcpuset holds the CPU, -1 if none does.
+	Cell         int        `json:"cell"`
+	ClaimID      string     `json:"claim_id"`
+	InstanceUUID string     `json:"instance_uuid,omitempty"`
+	State        ClaimState `json:"state,omitempty"`
+}
+
+// CellLoad is what the ledger's counters say one host cell has given out.
+type CellLoad struct {
+	Cell       int   `json:"cell"`
+	MemoryMB   int64 `json:"memory_mb"`
+	SharedCPUs int64 `json:"shared_cpus"`
+	// Pages maps a page size in KiB to the pages of it in use.
+	Pages map[int64]int64 `json:"pages,omitempty"`
+}
+
+// Snapshot is one host's ledger at one instant.
+type Snapshot struct {
+	Host       string `json:"host"`
+	Generation int64  `json:"generation"`
+	// Topology carries the usage: pinned CPUs, memory, shared vCPUs, pages.
+	Topology *numa.Host `json:"topology"`
+	// Pins are ordered by CPU.
+	Pins []Pin `json:"pins"`
+	// Usage holds the cells with any counter above zero, by cell.
+	Usage []CellLoad `json:"usage"`
+	// Claims are ordered by id.
+	Claims []Claim `json:"claims"`
+}
+
+// Snapshot reads a host's topology, pins, usage and claims in one atomic
+// step.
+func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: snapshot %s: %w", name, err) }
+	if err := checkHostName(name); err != nil {
+		return nil, fmt.Errorf("ledger: snapshot: %w", err)
+	}
+	k := l.hostKeys(name)
+	var topo, pins, usage, claims *redis.MapStringStringCmd
+	if _, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		topo = p.HGetAll(ctx, k.topo)
+		pins = p.HGetAll(ctx, k.pins)
+		usage = p.HGetAll(ctx, k.usage)
+		claims = p.HGetAll(ctx, k.claims)
+		return nil
+	}); err != nil {
+		return nil, wrap(err)
+	}
+	t := topo.Val()
+	if t["topology"] == "" {
+		return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, name))
+	}
+	s := &Snapshot{Host: name}
+	var err error
+	if s.Generation, err = strconv.ParseInt(t["gen"], 10, 64); err != nil {
+		return nil, wrap(fmt.Errorf("stored generation %q is not a number", t["gen"]))
+	}
+	stored := &numa.Host{}
+	if err := json.Unmarshal([]byte(t["topology"]), stored); err != nil {
+		return nil, wrap(fmt.Errorf("stored topology: %w", err))
+	}
+	recs := make([]string, 0, len(claims.Val()))
+	for _, r := range claims.Val() {
+		recs = append(recs, r)
+	}
+	if s.Claims, err = decodeClaims(recs); err != nil {
+		return nil, wrap(err)
+	}
+	byID := make(map[string]*Claim, len(s.Claims))
+	for i := range s.Claims {
+		byID[s.Claims[i].ID] = &s.Claims[i]
+	}
+	pinKeys := make([]string, 0, len(pins.Val()))
+	for cpu := range pins.Val() {
+		pinKeys = append(pinKeys, cpu)
+	}
+	s.Topology = compose(stored, pinKeys, usage.Val())
+	for cpu, owner := range pins.Val() {
+		id, err := strconv.Atoi(cpu)
+		if err != nil {
+			return nil, wrap(fmt.Errorf("pin key %q is not a cpu id", cpu))
+		}
+		p := Pin{CPU: id, Cell: -1, ClaimID: owner}
+		for _, c := range stored.Cells {
+			if c.PCPUs.Contains(id) {
+				p.Cell = c.ID
+			}
+		}
+		if c := byID[owner]; c != nil {
+			p.InstanceUUID, p.State = c.InstanceUUID, c.State
+		}
+		s.Pins = append(s.Pins, p)
+	}
+	sort.Slice(s.Pins, func(i, j int) bool { return s.Pins[i].CPU < s.Pins[j].CPU })
+	if s.Usage, err = parseUsage(usage.Val()); err != nil {
+		return nil, wrap(err)
+	}
+	return s, nil
+}
+
+// parseUsage reads the usage hash into per-cell loads.
+func parseUsage(fields map[string]string) ([]CellLoad, error) {
+	byCell := map[int]*CellLoad{}
+	for f, v := range fields {
+		n, err := strconv.ParseInt(v, 10, 64)
+		parts := strings.Split(f, ":")
+		cell, cerr := strconv.Atoi(parts[0])
+		if err != nil || cerr != nil || len(parts) < 2 {
+			return nil, fmt.Errorf("usage field %q = %q is malformed", f, v)
+		}
+		l := byCell[cell]
+		if l == nil {
+			l = &CellLoad{Cell: cell}
+			byCell[cell] = l
+		}
+		switch {
+		case len(parts) == 2 && parts[1] == "mem":
+			l.MemoryMB = n
+		case len(parts) == 2 && parts[1] == "shared":
+			l.SharedCPUs = n
+		case len(parts) == 3 && parts[1] == "pages":
+			size, err := strconv.ParseInt(parts[2], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("usage field %q has a malformed page size", f)
+			}
+			if l.Pages == nil {
+				l.Pages = map[int64]int64{}
+			}
+			l.Pages[size] = n
+		default:
+			return nil, fmt.Errorf("usage field %q is not <cell>:mem, <cell>:shared or <cell>:pages:<KiB>", f)
+		}
+	}
+	out := make([]CellLoad, 0, len(byCell))
+	for _, l := range byCell {
+		out = append(out, *l)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cell < out[j].Cell })
+	return out, nil
+}

@@ -1,0 +1,108 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/numa"
+)
+
+// DefaultMaxAttempts bounds how often Claim re-fits after losing a race.
+const DefaultMaxAttempts = 8
+
+// Options configure a Ledger.
+type Options struct {
+	// KeyPrefix starts every key; DefaultKeyPrefix when empty.
+	KeyPrefix string
+	// MaxAttempts bounds Claim's tries; DefaultMaxAttempts when zero.
+	MaxAttempts int
+	// Now is the clock for record timestamps; time.Now when nil.
+	Now func() time.Time
+}
+
+// Ledger is the per-host CPU, memory and page ledger and the instance
+// records, kept in Redis. It is safe for concurrent use, also by many
+// processes sharing one Redis: every change is one atomic script.
+type Ledger struct {
+	rdb         redis.UniversalClient
+	prefix      string
+	maxAttempts int
+	now         func() time.Time
+
+	// topologies caches decoded host topologies by digest, so fitting does
+	// not fetch and decode an unchanged topology on every claim.
+	topologies sync.Map // host name -> *cachedTopology
+	// inflight holds, per host, the usage of this process's claims between
+	// fitting and their script's reply, so concurrent claims here pick
+	// different pCPUs instead of racing each other for the same ones.
+	mu       sync.Mutex
+	inflight map[string]*inflight
+}
+
+type cachedTopology struct {
+	digest string
+	host   *numa.Host
+}
+
+type inflight struct {
+	mu     sync.Mutex
+	claims map[string][]numa.CellUsage
+}
+
+// New returns a ledger on rdb, a single-node or cluster client.
+func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
+	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, inflight: map[string]*inflight{}}
+	if l.prefix == "" {
+		l.prefix = DefaultKeyPrefix
+	}
+	if !prefixRE.MatchString(l.prefix) {
+		return nil, fmt.Errorf("ledger: key prefix %q: %w: prefixes are 1-64 characters of letters, digits, '.', '_', ':' and '-'", l.prefix, ErrInvalid)
+	}
+	if l.maxAttempts < 0 {
+		return nil, fmt.Errorf("ledger: max attempts %d: %w: must be 0 (default %d) or more", l.maxAttempts, ErrInvalid, DefaultMaxAttempts)
+	}
+	if l.maxAttempts == 0 {
+		l.maxAttempts = DefaultMaxAttempts
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	return l, nil
+}
+
+// Open connects with cfg (see Config.NewClient) and returns a ledger using
+// cfg's key prefix. Close the client when done.
+func Open(ctx context.Context, cfg Config) (*Ledger, redis.UniversalClient, error) {
+	rdb, err := cfg.NewClient(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := New(rdb, Options{KeyPrefix: cfg.KeyPrefix})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return l, rdb, nil
+}
+
+func (l *Ledger) hostInflight(host string) *inflight {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := l.inflight[host]
+	if f == nil {
+		f = &inflight{claims: map[string][]numa.CellUsage{}}
+		l.inflight[host] = f
+	}
+	return f
+}
+
+// timestamp is how record times are written: UTC, RFC 3339 with
+// nanoseconds, the way encoding/json writes a time.Time.
+func (l *Ledger) timestamp() string { return l.now().UTC().Format(time.RFC3339Nano) }
+
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }

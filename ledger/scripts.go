@@ -1,0 +1,36 @@
+package ledger
+
+import (
+	"embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed scripts/*.lua
+var scriptFS embed.FS
+
+func loadScript(name string) *redis.Script {
+	src, err := scriptFS.ReadFile("scripts/" + name + ".lua")
+	if err != nil {
+		// The scripts are compiled in; a missing one is a build mistake.
+		panic("ledger: script " + name + " is not embedded: " + err.Error())
+	}
+	return redis.NewScript(string(src))
+}
+
+// The scripts run with EVALSHA and fall back to EVAL once per server that
+// has not seen them yet. Each touches only the keys in its KEYS, all in one
+// Cluster slot.
+var (
+	readScript       = loadScript("read")
+	claimScript      = loadScript("claim")
+	releaseScript    = loadScript("release")
+	commitScript     = loadScript("commit")
+	registerScript   = loadScript("register")
+	instCreateScript = loadScript("inst_create")
+	instStateScript  = loadScript("inst_state")
+	instAttachScript = loadScript("inst_attach")
+	instDetachScript = loadScript("inst_detach")
+	instDeleteScript = loadScript("inst_delete")
+	instXMLScript    = loadScript("inst_xml")
+)

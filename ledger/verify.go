@@ -1,0 +1,90 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Verify checks the snapshot's invariants and returns every violation
+// found: no pCPU in two claims; the pins are exactly the claims' pCPUs,
+// each owned by its claim; every claim's pCPUs are pinnable CPUs of the
+// cell it names; the usage counters are the sums of the claims' usage.
+// The scripts keep these true; Verify is how the audit and the tests see
+// that they did.
+func (s *Snapshot) Verify() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("ledger: host %s: "+format, append([]any{s.Host}, args...)...))
+	}
+	owner := map[int]string{}
+	want := map[int]*CellLoad{}
+	load := func(cell int) *CellLoad {
+		if want[cell] == nil {
+			want[cell] = &CellLoad{Cell: cell, Pages: map[int64]int64{}}
+		}
+		return want[cell]
+	}
+	for _, c := range s.Claims {
+		for _, u := range c.Usage {
+			cell := s.Topology.Cell(u.Cell)
+			switch {
+			case cell == nil:
+				bad("claim %s uses cell %d, which the host does not have", c.ID, u.Cell)
+			case !u.PinnedCPUs.IsSubsetOf(cell.PCPUs):
+				bad("claim %s pins %s, outside cell %d's pcpuset %s", c.ID, u.PinnedCPUs.Difference(cell.PCPUs), u.Cell, cell.PCPUs)
+			}
+			for _, cpu := range u.PinnedCPUs.List() {
+				if prev, ok := owner[cpu]; ok {
+					bad("pCPU %d is in claims %s and %s", cpu, prev, c.ID)
+				}
+				owner[cpu] = c.ID
+			}
+			w := load(u.Cell)
+			w.MemoryMB += u.MemoryMB
+			w.SharedCPUs += int64(u.SharedCPUs)
+			if u.PageSizeKB != 0 && u.Pages != 0 {
+				w.Pages[u.PageSizeKB] += u.Pages
+			}
+		}
+	}
+	pinned := map[int]bool{}
+	for _, p := range s.Pins {
+		pinned[p.CPU] = true
+		if o, ok := owner[p.CPU]; !ok {
+			bad("pCPU %d is pinned to %s, which is not a live claim using it", p.CPU, p.ClaimID)
+		} else if o != p.ClaimID {
+			bad("pCPU %d is pinned to %s but claim %s uses it", p.CPU, p.ClaimID, o)
+		}
+	}
+	for cpu, id := range owner {
+		if !pinned[cpu] {
+			bad("claim %s uses pCPU %d, which is not pinned", id, cpu)
+		}
+	}
+	got := map[int]CellLoad{}
+	for _, l := range s.Usage {
+		got[l.Cell] = l
+	}
+	for cell, w := range want {
+		g := got[cell]
+		if g.MemoryMB != w.MemoryMB || g.SharedCPUs != w.SharedCPUs {
+			bad("cell %d usage says %d MiB and %d shared vCPUs, its claims %d MiB and %d", cell, g.MemoryMB, g.SharedCPUs, w.MemoryMB, w.SharedCPUs)
+		}
+		for size, n := range w.Pages {
+			if g.Pages[size] != n {
+				bad("cell %d usage says %d pages of %d KiB, its claims %d", cell, g.Pages[size], size, n)
+			}
+		}
+		for size, n := range g.Pages {
+			if _, ok := w.Pages[size]; !ok && n != 0 {
+				bad("cell %d usage says %d pages of %d KiB, its claims none", cell, n, size)
+			}
+		}
+	}
+	for cell, g := range got {
+		if _, ok := want[cell]; !ok && (g.MemoryMB != 0 || g.SharedCPUs != 0 || len(g.Pages) != 0) {
+			bad("cell %d usage is %+v without any claim", cell, g)
+		}
+	}
+	return errors.Join(errs...)
+}
