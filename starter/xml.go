@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+func init() {
+	register("xml patch", "pin a domain XML to a placement: xml patch --domain FILE --placement FILE|-", xmlPatch)
+	register("xml read", "print the pins a domain XML carries as JSON: xml read --domain FILE|-", xmlRead)
+}
+
+func xmlPatch(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("xml patch", flag.ContinueOnError)
+	domainFile := fs.String("domain", "", "domain XML `FILE` to patch (- for standard input)")
+	placementFile := fs.String("placement", "", "`FILE` holding one answer line of `pinflow numa fit` (- for standard input)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("xml patch takes no arguments besides --domain and --placement, got %q: %w", pos[0], errUsage)
+	}
+	if *domainFile == "" || *placementFile == "" {
+		return fmt.Errorf("xml patch needs --domain FILE and --placement FILE: %w", errUsage)
+	}
+	if *domainFile == "-" && *placementFile == "-" {
+		return fmt.Errorf("xml patch: --domain and --placement cannot both read standard input: %w", errUsage)
+	}
+	doc, err := readInput(*domainFile)
+	if err != nil {
+		return fmt.Errorf("xml patch: %w", err)
+	}
+	data, err := readInput(*placementFile)
+	if err != nil {
+		return fmt.Errorf("xml patch: %w", err)
+	}
+	p, err := placementFromAnswer(data)
+	if err != nil {
+		return fmt.Errorf("xml patch: %s: %w", displayName(*placementFile), err)
+	}
+	out, err := xmlpatch.Patch(string(doc), p)
+	if err != nil {
+		return fmt.Errorf("xml patch: %s: %w", displayName(*domainFile), err)
+	}
+	_, err = io.WriteString(stdout, out)
+	return err
+}
+
+func xmlRead(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("xml read", flag.ContinueOnError)
+	domainFile := fs.String("domain", "", "domain XML `FILE` to read (- for standard input)")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("xml read takes no arguments besides --domain, got %q: %w", pos[0], errUsage)
+	}
+	if *domainFile == "" {
+		return fmt.Errorf("xml read needs --domain FILE: %w", errUsage)
+	}
+	doc, err := readInput(*domainFile)
+	if err != nil {
+		return fmt.Errorf("xml read: %w", err)
+	}
+	pins, err := xmlpatch.Read(string(doc))
+	if err != nil {
+		return fmt.Errorf("xml read: %s: %w", displayName(*domainFile), err)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(pins)
+}
+
+func displayName(file string) string {
+	if file == "-" {
+		return "standard input"
+	}
+	return file
+}
+
+// errNoPlacement marks an answer line that carries no placement to apply.
+var errNoPlacement = errors.New("no placement to apply")
+
+// placementFromAnswer reads one answer line of `pinflow numa fit` (or a
+// bare placement object). Keys of the answer other than the placement's
+// (id, fit, numa, why, ...) are read only to refuse a line without one.
+func placementFromAnswer(data []byte) (*numa.Placement, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		if err == io.EOF {
+			return nil, fmt.Errorf("empty; want one answer line of 'pinflow numa fit'")
+		}
+		return nil, fmt.Errorf("not a JSON answer line: %v", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("holds more than one answer line; want exactly one")
+	}
+	var head struct {
+		ID    json.RawMessage   `json:"id"`
+		Fit   *bool             `json:"fit"`
+		NUMA  *bool             `json:"numa"`
+		Why   string            `json:"why"`
+		Error *numa.AnswerError `json:"error"`
+		Cells []json.RawMessage `json:"cells"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, fmt.Errorf("not a JSON answer object: %v", err)
+	}
+	id := ""
+	if len(head.ID) > 0 {
+		id = " " + string(head.ID)
+	}
+	switch {
+	case head.Error != nil:
+		return nil, fmt.Errorf("answer%s is an invalid request (%s: %s): %w", id, head.Error.Type, head.Error.Message, errNoPlacement)
+	case head.Fit != nil && !*head.Fit:
+		why := ""
+		if head.Why != "" {
+			why = " (" + head.Why + ")"
+		}
+		return nil, fmt.Errorf("answer%s says fit=false%s: %w", id, why, errNoPlacement)
+	case head.NUMA != nil && !*head.NUMA:
+		return nil, fmt.Errorf("answer%s says numa=false: the guest has no NUMA placement, so nothing to pin: %w", id, errNoPlacement)
+	case len(head.Cells) == 0:
+		return nil, fmt.Errorf("answer%s has no cells: %w", id, errNoPlacement)
+	}
+	var p numa.Placement
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
