@@ -543,7 +543,8 @@ func cpusetAttr(el *node, name string) (numa.CPUSet, error) {
 
 // PinsFor returns the pins Patch writes for placement p: vCPU and
 // emulator pins, the <memory> and per-cell <memnode> nodesets, the guest
-// cells and, when p names realtime vCPUs, their fifo scheduling. What comes
+// cells and, when p names realtime vCPUs, their fifo scheduling (at
+// numa.DefaultRealtimePriority when p.RealtimePriority is 0). What comes
 // from the domain instead (memory modes, I/O thread pins, the realtime
 // vCPUs of a placement without any, <vcpu cpuset>) is left empty.
 func PinsFor(p *numa.Placement) (*Pins, error) {

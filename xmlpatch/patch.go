@@ -28,8 +28,10 @@ type plan struct {
 // Each vCPU gets a <vcpupin>: a dedicated vCPU its pCPU, a shared vCPU of
 // a mixed guest its host cell's shared CPUs. <emulatorpin> and every I/O
 // thread's <iothreadpin> get p.EmulatorPCPUs(). When p names realtime
-// vCPUs, every <vcpusched> is replaced by fifo elements at their priority;
-// otherwise the source's are kept. <numatune> gets the union of the host
+// vCPUs, every <vcpusched> is replaced by fifo elements at
+// p.RealtimePriority (when 0: the domain's priority for that vCPU, else
+// numa.DefaultRealtimePriority); otherwise the source's are kept, and the
+// emulator avoids the pCPUs of the source's realtime vCPUs. <numatune> gets the union of the host
 // cells as <memory> nodeset and each guest cell's host cell as its
 // <memnode> nodeset, keeping their modes (strict where new). Other children
 // of <cputune> and <numatune> (shares, quota, cachetune, ...) are kept.

@@ -300,3 +300,34 @@ func TestPatchErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestPatchRealtimePriority checks where a realtime vCPU's priority comes
+// from: the placement when it names one, else the domain's for that vCPU,
+// else the default.
+func TestPatchRealtimePriority(t *testing.T) {
+	src := strings.Replace(readFile(t, "rt-vm.xml"), "<vcpusched vcpus='0-1' scheduler='fifo' priority='1'/>",
+		"<vcpusched vcpus='0' scheduler='batch'/><vcpusched vcpus='1' scheduler='rr' priority='5'/>", 1)
+	tests := []struct {
+		rt   string
+		prio int
+		want map[int]Sched
+	}{
+		{"0-1", 9, map[int]Sched{0: fifo(9), 1: fifo(9)}},
+		{"0-1", 0, map[int]Sched{0: fifo(numa.DefaultRealtimePriority), 1: fifo(5)}},
+		{"", 0, map[int]Sched{0: {Scheduler: "batch"}, 1: {Scheduler: "rr", Priority: 5}}},
+	}
+	for _, tt := range tests {
+		got, err := Patch(src, withRealtime(twoCells(), set(tt.rt), tt.prio))
+		if err != nil {
+			t.Fatalf("Patch(rt-vm.xml, realtime %q priority %d): %v", tt.rt, tt.prio, err)
+		}
+		validate(t, "Patch(rt-vm.xml)", got)
+		pins, err := Read(got)
+		if err != nil {
+			t.Fatalf("Read(Patch(rt-vm.xml, realtime %q priority %d)): %v", tt.rt, tt.prio, err)
+		}
+		if diff := cmp.Diff(tt.want, pins.Sched); diff != "" {
+			t.Errorf("Read(Patch(rt-vm.xml, realtime %q priority %d)).Sched (-want +got):\n%s", tt.rt, tt.prio, diff)
+		}
+	}
+}
