@@ -234,3 +234,5 @@ func TestClaimFillsHost(t *testing.T) {
 	}
 	snapshot(t, l, "h1")
 }
+
+func itoa(n int) string { return fmt.Sprint(n) }
