@@ -452,14 +452,16 @@ func (d *domain) rewrite(el *node, name string, owned func(*node) bool, kids []s
 			pending = ""
 		}
 	}
+	closeBR := ""
 	if !inserted {
 		insert(kidWS)
-	}
-	sb.WriteString(pending)
-	if selfClosing {
-		if br := lineBreak(d.doc, el.start); br != "" && kidWS != "" {
-			sb.WriteString(br)
+		// New last children on their own lines put the end tag on its own.
+		if br := lineBreak(d.doc, el.start); pending == "" && br != "" && strings.Contains(kidWS, "\n") {
+			closeBR = br
 		}
+	}
+	sb.WriteString(pending + closeBR)
+	if selfClosing {
 		sb.WriteString("</" + el.name + ">")
 	} else {
 		sb.WriteString(d.doc[el.innerEnd:el.end])

@@ -173,6 +173,8 @@ func TestPatchLayout(t *testing.T) {
 			[]string{"<vcpu placement='static'>4</vcpu>\n  <cputune>\n    <vcpupin vcpu='0' cpuset='9'/>", "</cputune>\n  <numatune>\n    <memory mode='strict' nodeset='0-1'/>\n    <memnode cellid='0' mode='strict' nodeset='1'/>"}},
 		{"self-closing cputune", minimal(4, "  <cputune/>\n", cells2x2), placed2x2(),
 			[]string{"<cputune>\n    <vcpupin vcpu='0' cpuset='9'/>", "<emulatorpin cpuset='1-2,9-10'/>\n  </cputune>\n  <numatune>"}},
+		{"empty cputune", minimal(4, "  <cputune></cputune>\n", cells2x2), placed2x2(),
+			[]string{"<cputune>\n    <vcpupin vcpu='0' cpuset='9'/>", "<emulatorpin cpuset='1-2,9-10'/>\n  </cputune>\n  <numatune>"}},
 		{"numatune before cputune, placement auto", minimal(4, "  <numatune>\n    <memory mode='interleave' placement='auto'/>\n  </numatune>\n  <iothreads>2</iothreads>\n", cells2x2), placed2x2(),
 			[]string{"<memory mode='interleave' nodeset='0-1'/>", "<iothreads>2</iothreads>\n  <cputune>", "<iothreadpin iothread='2' cpuset='1-2,9-10'/>"}},
 		{"kept tuning children", minimal(4, `  <cputune>
