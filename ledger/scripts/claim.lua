@@ -59,13 +59,13 @@ for _, u in ipairs(cells) do
   if u.strict and u.pages > 0 then
     local used = tonumber(redis.call('HGET', usage, u.cell .. ':pages:' .. u.size) or '0')
     if used + u.pages > u.pagecap then
-      return {'pages', u.cell, u.size, used, u.pages, u.pagecap}
+      return {'pages', u.cell, u.size, tostring(used), tostring(u.pages), tostring(u.pagecap)}
     end
   end
   if u.dedicated and u.mem > 0 then
     local used = tonumber(redis.call('HGET', usage, u.cell .. ':mem') or '0')
     if used + u.mem > u.memcap then
-      return {'memory', u.cell, used, u.mem, u.memcap}
+      return {'memory', u.cell, tostring(used), tostring(u.mem), tostring(u.memcap)}
     end
   end
 end

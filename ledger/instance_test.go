@@ -1,0 +1,245 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var flavor = Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+
+func TestCreateInstance(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	in, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding)
+	if err != nil {
+		t.Fatalf("CreateInstance(u1): %v", err)
+	}
+	want := &Instance{UUID: "u1", Name: "vm-1", VMState: VMBuilding, Request: flavor, UpdatedAt: in.UpdatedAt}
+	if diff := cmp.Diff(want, in); diff != "" {
+		t.Errorf("CreateInstance(u1) (-want +got):\n%s", diff)
+	}
+	if in.UpdatedAt.IsZero() {
+		t.Errorf("CreateInstance(u1) updated_at is zero")
+	}
+	again, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding)
+	if err != nil || !cmp.Equal(in, again) {
+		t.Errorf("CreateInstance(u1) again = %+v, %v; want the first record, nil", again, err)
+	}
+	for _, tc := range []struct {
+		name, uuid, vmName string
+		flavor             Flavor
+		vm                 VMState
+		want               error
+	}{
+		{"another name", "u1", "vm-2", flavor, VMBuilding, ErrConflict},
+		{"another flavor", "u1", "vm-1", Flavor{VCPUs: 4, MemoryMB: 512}, VMBuilding, ErrConflict},
+		{"invalid flavor", "u2", "vm-2", Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "pinned"}}, VMBuilding, ErrInvalid},
+		{"zero vcpus", "u2", "vm-2", Flavor{MemoryMB: 512}, VMBuilding, ErrInvalid},
+		{"unknown vm_state", "u2", "vm-2", flavor, "running", ErrInvalid},
+		{"empty name", "u2", "", flavor, VMBuilding, ErrInvalid},
+		{"bad uuid", "u{2}", "vm-2", flavor, VMBuilding, ErrInvalid},
+	} {
+		if _, err := l.CreateInstance(ctx, tc.uuid, tc.vmName, tc.flavor, tc.vm); !errors.Is(err, tc.want) {
+			t.Errorf("CreateInstance(%s) error = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := l.Instance(ctx, "u2"); !errors.Is(err, ErrUnknownInstance) {
+		t.Errorf("Instance(u2) after refused creations: error = %v, want ErrUnknownInstance", err)
+	}
+	if got, _ := l.Instance(ctx, "u1"); !cmp.Equal(in, got) {
+		t.Errorf("Instance(u1) after refused creations = %+v, want %+v", got, in)
+	}
+}
+
+func TestSetState(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMShelvedOffloaded); err != nil {
+		t.Fatal(err)
+	}
+	unshelving := Transition{FromVM: []VMState{VMShelvedOffloaded}, FromTask: []TaskState{TaskNone}, Task: TaskUnshelving}
+	active := Transition{FromVM: []VMState{VMShelvedOffloaded}, FromTask: []TaskState{TaskUnshelving}, VM: VMActive, Task: TaskNone}
+	for i, tc := range []struct {
+		name     string
+		t        Transition
+		want     error
+		wantVM   VMState
+		wantTask TaskState
+	}{
+		{"start unshelving", unshelving, nil, VMShelvedOffloaded, TaskUnshelving},
+		{"start unshelving again (retry)", unshelving, nil, VMShelvedOffloaded, TaskUnshelving},
+		{"start migrating while unshelving", Transition{FromTask: []TaskState{TaskNone}, Task: TaskMigrating}, ErrConflict, VMShelvedOffloaded, TaskUnshelving},
+		{"unknown task state", Transition{Task: "resizing"}, ErrInvalid, VMShelvedOffloaded, TaskUnshelving},
+		{"unknown vm state", Transition{VM: "running"}, ErrInvalid, VMShelvedOffloaded, TaskUnshelving},
+		{"finish unshelving", active, nil, VMActive, TaskNone},
+		{"finish unshelving again (retry)", active, nil, VMActive, TaskNone},
+		{"start unshelving an active instance", unshelving, ErrConflict, VMActive, TaskNone},
+		{"any to stopped", Transition{VM: VMStopped}, nil, VMStopped, TaskNone},
+	} {
+		err := l.SetState(ctx, "u1", tc.t)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("#%d SetState(%s) error = %v, want %v", i, tc.name, err, tc.want)
+		}
+		in, _ := l.Instance(ctx, "u1")
+		if in.VMState != tc.wantVM || in.TaskState != tc.wantTask {
+			t.Errorf("#%d after SetState(%s): %q/%q, want %q/%q", i, tc.name, in.VMState, in.TaskState, tc.wantVM, tc.wantTask)
+		}
+	}
+	if err := l.SetState(ctx, "nope", Transition{VM: VMActive}); !errors.Is(err, ErrUnknownInstance) {
+		t.Errorf("SetState(nope) error = %v, want ErrUnknownInstance", err)
+	}
+}
+
+func TestAttachDetachDelete(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	register(t, l, "h1", testHost(2, 4))
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding); err != nil {
+		t.Fatal(err)
+	}
+	r, err := flavor.Request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := spec("c1", "h1", r)
+	s.InstanceUUID = "u1"
+	c, err := l.Claim(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := spec("c-other", "h1", r)
+	if _, err := l.Claim(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(ctx, "h1", "c-other"); err != nil {
+		t.Fatal(err)
+	}
+	detached, _ := l.Instance(ctx, "u1")
+
+	// Refused attachments leave the record as it was.
+	for _, tc := range []struct {
+		name, host, claim string
+		want              error
+	}{
+		{"pending claim", "h1", "c1", ErrConflict},
+		{"unknown claim", "h1", "c9", ErrUnknownClaim},
+		{"claim on another host", "h2", "c1", ErrUnknownClaim},
+		{"another instance's claim", "h1", "c-other", ErrConflict},
+		{"empty claim id", "h1", "", ErrInvalid},
+	} {
+		if err := l.AttachInstance(ctx, "u1", tc.host, tc.claim, "<domain/>"); !errors.Is(err, tc.want) {
+			t.Errorf("AttachInstance(%s) error = %v, want %v", tc.name, err, tc.want)
+		}
+		if got, _ := l.Instance(ctx, "u1"); !cmp.Equal(detached, got) {
+			t.Errorf("AttachInstance(%s) changed the record: %+v", tc.name, got)
+		}
+	}
+
+	if _, err := l.Commit(ctx, "h1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := l.AttachInstance(ctx, "u1", "h1", "c1", "<domain/>"); err != nil {
+			t.Fatalf("AttachInstance(committed claim) #%d: %v", i+1, err)
+		}
+	}
+	in, _ := l.Instance(ctx, "u1")
+	if in.Host != "h1" || in.ClaimID != "c1" || !cmp.Equal(in.Node, []int{c.Usage[0].Cell}) ||
+		in.Placement.String() != c.Placement.String() || in.DomainXML != "<domain/>" {
+		t.Errorf("attached instance = host %q claim %q node %v placement %s xml %q; want h1 c1 [%d] %s <domain/>",
+			in.Host, in.ClaimID, in.Node, in.Placement, in.DomainXML, c.Usage[0].Cell, c.Placement)
+	}
+	if err := l.SetDomainXML(ctx, "u1", "<domain type='kvm'/>"); err != nil {
+		t.Errorf("SetDomainXML: %v", err)
+	}
+	if err := l.SetDomainXML(ctx, "nope", "<domain/>"); !errors.Is(err, ErrUnknownInstance) {
+		t.Errorf("SetDomainXML(nope) error = %v, want ErrUnknownInstance", err)
+	}
+
+	// Host and NUMA data go after, never before, the release.
+	if err := l.DetachInstance(ctx, "u1", "c1"); !errors.Is(err, ErrConflict) {
+		t.Errorf("DetachInstance before Release: error = %v, want ErrConflict", err)
+	}
+	if err := l.DeleteInstance(ctx, "u1"); !errors.Is(err, ErrConflict) {
+		t.Errorf("DeleteInstance while attached: error = %v, want ErrConflict", err)
+	}
+	if got, _ := l.Instance(ctx, "u1"); got.Host != "h1" || got.ClaimID != "c1" {
+		t.Errorf("refused detach/delete changed the record: %+v", got)
+	}
+	if err := l.Release(ctx, "h1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.DetachInstance(ctx, "u1", "c-other"); !errors.Is(err, ErrConflict) {
+		t.Errorf("DetachInstance(another claim) error = %v, want ErrConflict", err)
+	}
+	for i := range 2 {
+		if err := l.DetachInstance(ctx, "u1", "c1"); err != nil {
+			t.Errorf("DetachInstance after Release #%d: %v", i+1, err)
+		}
+	}
+	in, _ = l.Instance(ctx, "u1")
+	if in.Host != "" || in.ClaimID != "" || in.Node != nil || in.Placement != nil || in.DomainXML != "<domain type='kvm'/>" {
+		t.Errorf("detached instance = host %q claim %q node %v placement %v xml %q; want all cleared but the domain XML",
+			in.Host, in.ClaimID, in.Node, in.Placement, in.DomainXML)
+	}
+	for i := range 2 {
+		if err := l.DeleteInstance(ctx, "u1"); err != nil {
+			t.Errorf("DeleteInstance #%d: %v", i+1, err)
+		}
+	}
+	if _, err := l.Instance(ctx, "u1"); !errors.Is(err, ErrUnknownInstance) {
+		t.Errorf("Instance after DeleteInstance: error = %v, want ErrUnknownInstance", err)
+	}
+	if err := l.DetachInstance(ctx, "u1", "c1"); !errors.Is(err, ErrUnknownInstance) {
+		t.Errorf("DetachInstance(deleted) error = %v, want ErrUnknownInstance", err)
+	}
+}
+
+// TestMigrationMovesAttachment walks the end of a live migration: the
+// destination claim is committed and attached, then the source released.
+func TestMigrationMovesAttachment(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	register(t, l, "src", testHost(1, 4))
+	register(t, l, "dst", testHost(1, 4))
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := flavor.Request()
+	claim := func(id, host string, kind ClaimKind) {
+		s := spec(id, host, r)
+		s.InstanceUUID, s.Kind = "u1", kind
+		if _, err := l.Claim(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Commit(ctx, host, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("a", "src", KindInstance)
+	if err := l.AttachInstance(ctx, "u1", "src", "a", ""); err != nil {
+		t.Fatal(err)
+	}
+	claim("b", "dst", KindMigrationDest)
+	if err := l.AttachInstance(ctx, "u1", "dst", "b", ""); err != nil {
+		t.Fatalf("AttachInstance(destination): %v", err)
+	}
+	// The source claim is no longer named by the instance: detaching from
+	// it is refused, releasing it is what remains.
+	if err := l.DetachInstance(ctx, "u1", "a"); !errors.Is(err, ErrConflict) {
+		t.Errorf("DetachInstance(source claim) after the move: error = %v, want ErrConflict", err)
+	}
+	if err := l.Release(ctx, "src", "a"); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := l.Instance(ctx, "u1")
+	if in.Host != "dst" || in.ClaimID != "b" {
+		t.Errorf("after migration: host %q claim %q, want dst b", in.Host, in.ClaimID)
+	}
+	if s := snapshot(t, l, "src"); len(s.Claims) != 0 {
+		t.Errorf("source claims after migration: %v, want none", s.Claims)
+	}
+}
