@@ -1,0 +1,443 @@
+package sim
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pinflow/pinflow/hypervisor"
+)
+
+// Migration phases, as stored in a migration record.
+const (
+	phaseCopying    = "copying"
+	phaseSwitchover = "switchover"
+	phaseCompleted  = "completed"
+	phaseRollback   = "rollback"
+)
+
+// Progress phases reported by Migrate.
+const (
+	// ProgressCopying is reported while memory is copied.
+	ProgressCopying = "copying"
+	// ProgressCompleted is reported once, when the guest runs on the
+	// destination only.
+	ProgressCompleted = "completed"
+)
+
+// stepInterval is how often a long migration reports progress; a short one
+// reports minSteps times.
+const (
+	stepInterval = 250 * time.Millisecond
+	minSteps     = 10
+)
+
+// cleanupTimeout bounds the steps that run after ctx is done: the abort
+// of a cancelled migration and the end of one past its switchover.
+const cleanupTimeout = 10 * time.Second
+
+// migration is a migration record.
+type migration struct {
+	src, dst, destXML, srcXML, name, token, phase string
+}
+
+// inFlight reports whether the record belongs to a migration that is
+// neither completed nor forgotten.
+func (m *migration) inFlight() bool { return m != nil && m.phase != phaseCompleted }
+
+// record reads the migration record of domain u; nil when there is none.
+func (d *Driver) record(ctx context.Context, u string) (*migration, error) {
+	f, err := d.rdb.HGetAll(ctx, d.migrationKey(u)).Result()
+	if err != nil {
+		return nil, err
+	}
+	if len(f) == 0 {
+		return nil, nil
+	}
+	return &migration{src: f["src"], dst: f["dst"], destXML: f["dest_xml"], srcXML: f["src_xml"],
+		name: f["name"], token: f["token"], phase: f["phase"]}, nil
+}
+
+// domState is a domain as stored, with its migration marks.
+type domState struct {
+	hypervisor.Domain
+	incoming  bool
+	migration string
+}
+
+// domain reads domain u of host; nil when the host has no such domain.
+func (d *Driver) domain(ctx context.Context, host, u string) (*domState, error) {
+	f, err := d.rdb.HGetAll(ctx, d.domKey(host, u)).Result()
+	if err != nil || len(f) == 0 {
+		return nil, err
+	}
+	return &domState{Domain: *domainOf(f), incoming: f["incoming"] == "1", migration: f["migration"]}, nil
+}
+
+// migrationDoc parses destXML and checks that it names domain uuid.
+func migrationDoc(uuid, destXML string) (string, *domainDoc, error) {
+	doc, err := parseDomain(destXML)
+	if err != nil {
+		return "", nil, fmt.Errorf("destination %w", err)
+	}
+	u, err := normUUID(uuid)
+	if err != nil {
+		return "", nil, fmt.Errorf("%v: %w", err, hypervisor.ErrRejected)
+	}
+	if doc.UUID != u {
+		return "", nil, fmt.Errorf("the destination xml names domain %s, not %s: %w", doc.UUID, u, hypervisor.ErrRejected)
+	}
+	return u, doc, nil
+}
+
+// PrepareMigration checks that dst can take domain uuid with destXML: the
+// host exists, the XML names the domain and pins it to CPUs and nodes dst
+// has, and dst does not hold the domain already (unless as the incoming
+// side of this very migration, retried). The prepare latency and faults of
+// dst apply.
+func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string) error {
+	fail := func(err error) error { return fmt.Errorf("sim: prepare migration of %s to %s: %w", uuid, dst, err) }
+	u, doc, err := migrationDoc(uuid, destXML)
+	if err != nil {
+		return fail(err)
+	}
+	topo, err := d.topology(ctx, dst)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkPlacement(topo, doc); err != nil {
+		return fail(fmt.Errorf("destination xml: %w", err))
+	}
+	if err := d.pace(ctx, dst, OpPrepare); err != nil {
+		return fail(err)
+	}
+	dom, err := d.domain(ctx, dst, u)
+	if err != nil {
+		return fail(err)
+	}
+	if dom == nil {
+		return nil
+	}
+	rec, err := d.record(ctx, u)
+	if err != nil {
+		return fail(err)
+	}
+	if dom.incoming && rec.inFlight() && rec.dst == dst && rec.token == dom.migration {
+		return nil
+	}
+	return fail(fmt.Errorf("the domain is already defined on %s (%s): %w", dst, dom.State, hypervisor.ErrRejected))
+}
+
+// Migrate moves the running domain uuid from src to dst, where destXML
+// becomes its definition, calling progress with a rising Percent. Its
+// total duration is the migrate latency of src, and the migrate fault of
+// src, when due, fails it half-way. Cancelling ctx, or an injected fault,
+// aborts it: the domain keeps running on src, dst holds no trace of it,
+// and the error wraps ctx's error or ErrInjected.
+//
+// The steps, each atomic on one Redis slot and idempotent:
+//
+//  1. the migration record (phase copying, a fresh token), home = src;
+//  2. the source domain, which must run, is marked with the token;
+//  3. the destination gets the domain, paused and marked as incoming;
+//  4. the memory copy: latency and progress, checking ctx at every step;
+//  5. switchover: phase switchover and home = dst, if the record still
+//     carries this attempt's token; past this point ctx is ignored;
+//  6. the destination domain runs with destXML;
+//  7. the source domain, if still marked with the token, is removed;
+//  8. phase completed; the record expires after Options.CompletedTTL, so
+//     that a Rollback meanwhile can restore the source.
+//
+// A retry after a crash finds: a record in phase copying (steps 1-4) and
+// restarts the migration, replacing the marks of the lost attempt; a record
+// in phase switchover (steps 5-7) and finishes 6-8; or the domain running
+// on dst with destXML and gone from src, and succeeds at once. Faults and
+// latency apply only to an attempt that (re)starts copying.
+func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, progress func(hypervisor.Progress)) error {
+	fail := func(err error) error { return fmt.Errorf("sim: migrate %s from %s to %s: %w", uuid, src, dst, err) }
+	if progress == nil {
+		progress = func(hypervisor.Progress) {}
+	}
+	u, doc, err := migrationDoc(uuid, destXML)
+	if err != nil {
+		return fail(err)
+	}
+	if src == dst {
+		return fail(fmt.Errorf("source and destination are the same host; a migration needs two: %w", hypervisor.ErrRejected))
+	}
+	if err := d.checkHost(ctx, src); err != nil {
+		return fail(err)
+	}
+	topo, err := d.topology(ctx, dst)
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkPlacement(topo, doc); err != nil {
+		return fail(fmt.Errorf("destination xml: %w", err))
+	}
+	srcDom, err := d.domain(ctx, src, u)
+	if err != nil {
+		return fail(err)
+	}
+	dstDom, err := d.domain(ctx, dst, u)
+	if err != nil {
+		return fail(err)
+	}
+	rec, err := d.record(ctx, u)
+	if err != nil {
+		return fail(err)
+	}
+	total := doc.memoryBytes()
+	done := hypervisor.Progress{Percent: 100, DataTotal: total, DataProcessed: total, Phase: ProgressCompleted}
+
+	if rec.inFlight() {
+		if rec.src != src || rec.dst != dst {
+			return fail(fmt.Errorf("a migration from %s to %s is in flight (%s); roll it back first", rec.src, rec.dst, rec.phase))
+		}
+		switch rec.phase {
+		case phaseSwitchover:
+			// Past the point of no return: finish what the lost attempt
+			// started (each step is a no-op if it was done).
+			if err := d.finish(ctx, src, dst, u, rec); err != nil {
+				return fail(err)
+			}
+			progress(done)
+			return nil
+		case phaseRollback:
+			return fail(fmt.Errorf("a rollback of this migration was interrupted; run Rollback again first"))
+		}
+	}
+	// A previous attempt completed and its answer was lost.
+	if srcDom == nil && dstDom != nil && !dstDom.incoming && dstDom.migration == "" &&
+		dstDom.State == hypervisor.StateRunning && dstDom.XML == destXML {
+		progress(done)
+		return nil
+	}
+
+	switch {
+	case srcDom == nil:
+		return fail(fmt.Errorf("the domain is not on %s: %w", src, hypervisor.ErrNotFound))
+	case srcDom.incoming || srcDom.State != hypervisor.StateRunning:
+		return fail(fmt.Errorf("the domain is %s on %s, and only a running domain migrates: %w", srcDom.State, src, hypervisor.ErrRejected))
+	case dstDom != nil && !dstDom.incoming:
+		return fail(fmt.Errorf("the domain is already defined on %s (%s): %w", dst, dstDom.State, hypervisor.ErrRejected))
+	}
+
+	latency, err := d.latencyOf(ctx, src, OpMigrate)
+	if err != nil {
+		return fail(err)
+	}
+	// The fault is drawn now and strikes half-way, as a real migration
+	// fails after moving some data.
+	injected := d.inject(ctx, src, OpMigrate)
+	if injected != nil && !errors.Is(injected, ErrInjected) {
+		return fail(injected)
+	}
+	rec = &migration{src: src, dst: dst, destXML: destXML, srcXML: srcDom.XML, name: doc.Name, token: rand.Text(), phase: phaseCopying}
+
+	// Steps 1-3.
+	started := time.Now().UTC().Format(time.RFC3339Nano)
+	if _, _, err := d.run(ctx, beginScript, []string{d.homeKey(u), d.migrationKey(u)},
+		src, dst, destXML, rec.srcXML, rec.name, rec.token, started); err != nil {
+		return fail(err)
+	}
+	abort := func(cause error) error { return fail(d.abort(ctx, src, dst, u, rec.token, cause)) }
+	code, rest, err := d.run(ctx, markSourceScript, d.domKeys(src, u), rec.token)
+	if err != nil {
+		return abort(err)
+	}
+	if err := d.codeErr(code, rest, src, u, func(e error) error { return e }); err != nil {
+		return abort(err)
+	}
+	code, rest, err = d.run(ctx, incomingScript, d.domKeys(dst, u), u, doc.Name, destXML, rec.token)
+	if err != nil {
+		return abort(err)
+	}
+	if err := d.codeErr(code, rest, dst, u, func(e error) error { return e }); err != nil {
+		return abort(err)
+	}
+	if err := d.crashAt("incoming"); err != nil {
+		return fail(err)
+	}
+
+	// Step 4. Sleeping to deadlines spread over the whole latency, not a
+	// rounded step, makes the migration last the latency exactly.
+	steps := minSteps
+	if latency > minSteps*stepInterval {
+		steps = int(latency / stepInterval)
+	}
+	var slept time.Duration
+	for i := 1; i <= steps; i++ {
+		next := time.Duration(int64(latency) * int64(i) / int64(steps))
+		if err := d.sleep(ctx, next-slept); err != nil {
+			return abort(err)
+		}
+		slept = next
+		if injected != nil && i == (steps+1)/2 {
+			return abort(injected)
+		}
+		pct := min(99, i*100/steps)
+		processed := total / 100 * uint64(pct)
+		progress(hypervisor.Progress{Percent: pct, DataTotal: total, DataProcessed: processed,
+			DataRemaining: total - processed, Phase: ProgressCopying})
+	}
+	if err := ctx.Err(); err != nil {
+		return abort(err)
+	}
+
+	// Step 5.
+	code, _, err = d.run(ctx, switchoverScript, []string{d.homeKey(u), d.migrationKey(u)}, rec.token, dst)
+	if err != nil {
+		return abort(err)
+	}
+	if code != "OK" {
+		return abort(errors.New("another attempt or a rollback took this migration over"))
+	}
+	if err := d.crashAt("switchover"); err != nil {
+		return fail(err)
+	}
+	if err := d.finish(ctx, src, dst, u, rec); err != nil {
+		return fail(err)
+	}
+	progress(done)
+	return nil
+}
+
+// finish runs steps 6-8 of a migration past its switchover. It ignores
+// ctx's cancellation: the guest already belongs to dst.
+func (d *Driver) finish(ctx context.Context, src, dst, u string, rec *migration) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	code, _, err := d.run(ctx, promoteScript, []string{d.domKey(dst, u)}, rec.token, rec.destXML)
+	if err != nil {
+		return err
+	}
+	if code != "OK" {
+		return fmt.Errorf("the incoming domain on %s is gone (rolled back?); run Rollback", dst)
+	}
+	if err := d.crashAt("promoted"); err != nil {
+		return err
+	}
+	code, _, err = d.run(ctx, removeSourceScript, []string{d.domainsKey(src), d.domKey(src, u)}, u, rec.token)
+	if err != nil {
+		return err
+	}
+	if code != "OK" {
+		return fmt.Errorf("the domain on %s is no longer held by this migration (rolled back?); run Rollback", src)
+	}
+	code, _, err = d.run(ctx, completeScript, []string{d.migrationKey(u)}, rec.token, d.completedTTL.Milliseconds())
+	if err != nil {
+		return err
+	}
+	if code != "OK" {
+		return fmt.Errorf("a rollback took this migration over; run Rollback again")
+	}
+	return nil
+}
+
+// abort undoes an attempt's own steps 1-3, in reverse, and returns cause,
+// with the cleanup's failure when there is one (Rollback repairs it).
+func (d *Driver) abort(ctx context.Context, src, dst, u, token string, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	if _, _, err := d.run(ctx, abortIncomingScript, []string{d.domainsKey(dst), d.domKey(dst, u)}, u, token); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := d.run(ctx, unmarkSourceScript, []string{d.domKey(src, u)}, token); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		// The record goes last, so that a failed cleanup leaves it for
+		// Rollback to find.
+		if _, _, err := d.run(ctx, abortRecordScript, []string{d.migrationKey(u)}, token); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w (and aborting failed, run Rollback: %v)", cause, errors.Join(errs...))
+	}
+	return cause
+}
+
+// crashAt lets tests stop a migration dead at a named point.
+func (d *Driver) crashAt(point string) error {
+	if d.crash == nil {
+		return nil
+	}
+	return d.crash(point)
+}
+
+// Rollback undoes a failed, aborted or completed-but-unwanted migration of
+// uuid from src to dst: the domain runs on src (started if a partial state
+// left it shut off, restored from the migration record if the switchover
+// removed it), dst holds no trace of it, and the migration record is gone.
+// It is idempotent. Without a record, a domain missing from src cannot be
+// restored, and that is an error wrapping ErrNotFound.
+//
+// The steps: 1. the record, if it is this migration's, enters phase
+// rollback (no attempt can switch over any more); 2. src runs the domain,
+// and is its home; 3. dst's copy goes; 4. the record goes.
+func (d *Driver) Rollback(ctx context.Context, src, dst, uuid string) error {
+	fail := func(err error) error { return fmt.Errorf("sim: rollback %s from %s to %s: %w", uuid, src, dst, err) }
+	u, err := normUUID(uuid)
+	if err != nil {
+		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
+	}
+	if src == dst {
+		return fail(fmt.Errorf("source and destination are the same host; a migration has two: %w", hypervisor.ErrRejected))
+	}
+	for _, h := range []string{src, dst} {
+		if err := d.checkHost(ctx, h); err != nil {
+			return fail(err)
+		}
+	}
+	rec, err := d.record(ctx, u)
+	if err != nil {
+		return fail(err)
+	}
+	if rec != nil && (rec.src != src || rec.dst != dst) {
+		if rec.inFlight() {
+			return fail(fmt.Errorf("the migration in flight is from %s to %s (%s); roll that one back", rec.src, rec.dst, rec.phase))
+		}
+		// A completed migration between other hosts says nothing here.
+		rec = nil
+	}
+	if rec != nil {
+		if _, _, err := d.run(ctx, rollbackBeginScript, []string{d.migrationKey(u)}, src, dst); err != nil {
+			return fail(err)
+		}
+	}
+	var name, srcXML string
+	if rec != nil {
+		name, srcXML = rec.name, rec.srcXML
+	}
+	code, rest, err := d.run(ctx, rollbackSourceScript, d.domKeys(src, u), u, name, srcXML)
+	if err != nil {
+		return fail(err)
+	}
+	if code == "NOTFOUND" {
+		return fail(fmt.Errorf("the domain is not on %s and no migration record holds its definition to restore: %w", src, hypervisor.ErrNotFound))
+	}
+	if err := d.codeErr(code, rest, src, u, fail); err != nil {
+		return err
+	}
+	if err := d.rdb.Set(ctx, d.homeKey(u), src, 0).Err(); err != nil {
+		return fail(err)
+	}
+	code, rest, err = d.run(ctx, rollbackDestScript, d.domKeys(dst, u), u)
+	if err != nil {
+		return fail(err)
+	}
+	if err := d.codeErr(code, rest, dst, u, fail); err != nil {
+		return err
+	}
+	if rec != nil {
+		if _, _, err := d.run(ctx, rollbackEndScript, []string{d.migrationKey(u)}); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}

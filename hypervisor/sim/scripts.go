@@ -1,0 +1,325 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Every script touches the keys of one hash tag (one host, or one domain)
+// and answers a table whose first element is a status code; the Go side
+// turns codes into errors.
+
+// Host keys: KEYS[1] topo. ARGV[1] topology JSON.
+var addHostScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur == false then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {'OK'}
+end
+if cur == ARGV[1] then return {'OK'} end
+return {'EXISTS'}
+`)
+
+// KEYS topo, domains, latency, faults.
+var removeHostScript = redis.NewScript(`
+local n = redis.call('SCARD', KEYS[2])
+if n > 0 then return {'BUSY', tostring(n)} end
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom. ARGV uuid, name, xml.
+var defineScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('HGET', KEYS[3], 'incoming') == '1' then return {'INCOMING'} end
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('HSET', KEYS[3], 'uuid', ARGV[1], 'state', 'shutoff')
+  redis.call('SADD', KEYS[2], ARGV[1])
+end
+redis.call('HSET', KEYS[3], 'name', ARGV[2], 'xml', ARGV[3])
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom. ARGV xml the placement was checked against.
+var startScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'xml')
+if not f[1] then return {'NOTFOUND'} end
+if f[2] == '1' then return {'INCOMING'} end
+if f[1] == 'running' then return {'OK'} end
+if f[3] ~= ARGV[1] then return {'CHANGED'} end
+redis.call('HSET', KEYS[3], 'state', 'running')
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom.
+var stopScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'migration')
+if not f[1] then return {'NOTFOUND'} end
+if f[2] == '1' then return {'INCOMING'} end
+if f[3] and f[3] ~= '' then return {'MIGRATING'} end
+redis.call('HSET', KEYS[3], 'state', 'shutoff')
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom. ARGV uuid.
+var undefineScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+local f = redis.call('HMGET', KEYS[3], 'state', 'incoming')
+if not f[1] then
+  redis.call('SREM', KEYS[2], ARGV[1])
+  return {'OK'}
+end
+if f[2] == '1' then return {'INCOMING'} end
+if f[1] ~= 'shutoff' then return {'ACTIVE', f[1]} end
+redis.call('DEL', KEYS[3])
+redis.call('SREM', KEYS[2], ARGV[1])
+return {'OK'}
+`)
+
+// KEYS faults. ARGV op. Counts one call down; answers FAIL, or the
+// host's rate when one is set, or NONE.
+var faultScript = redis.NewScript(`
+local tf = ARGV[1] .. ':times'
+local n = tonumber(redis.call('HGET', KEYS[1], tf) or '0')
+if n > 0 then
+  if n == 1 then redis.call('HDEL', KEYS[1], tf) else redis.call('HINCRBY', KEYS[1], tf, -1) end
+  return {'FAIL'}
+end
+local r = redis.call('HGET', KEYS[1], ARGV[1] .. ':rate')
+if r then return {'RATE', r} end
+return {'NONE'}
+`)
+
+// KEYS topo, faults. ARGV op, times, rate. Sets or (times "", rate "")
+// clears one operation's fault on a known host.
+var setFaultScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+local tf, rf = ARGV[1] .. ':times', ARGV[1] .. ':rate'
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[2], tf, rf)
+  return {'OK'}
+end
+if ARGV[2] == '0' then redis.call('HDEL', KEYS[2], tf) else redis.call('HSET', KEYS[2], tf, ARGV[2]) end
+redis.call('HSET', KEYS[2], rf, ARGV[3])
+return {'OK'}
+`)
+
+// KEYS topo, latency. ARGV op, latency ("" clears).
+var setHostLatencyScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if ARGV[2] == '' then redis.call('HDEL', KEYS[2], ARGV[1]) else redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
+return {'OK'}
+`)
+
+// Domain keys: KEYS home, migration. ARGV host. Makes host the domain's
+// home unless it lives elsewhere (OTHER) or is migrating between two other
+// hosts (MIGRATING).
+var claimHomeScript = redis.NewScript(`
+local m = redis.call('HMGET', KEYS[2], 'phase', 'src', 'dst')
+if m[1] and m[1] ~= 'completed' and m[2] ~= ARGV[1] then
+  return {'MIGRATING', m[2], m[3]}
+end
+local h = redis.call('GET', KEYS[1])
+if h == false or h == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {'OK'}
+end
+return {'OTHER', h}
+`)
+
+// KEYS home. ARGV old, new. Compare-and-set.
+var moveHomeScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return {'OK'}
+end
+return {'CHANGED'}
+`)
+
+// KEYS home, migration. ARGV host. After an undefine on host: the domain
+// has no home, and a completed migration to host is no longer undoable.
+var releaseHomeScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local m = redis.call('HMGET', KEYS[2], 'phase', 'dst')
+if m[1] == 'completed' and m[2] == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return {'OK'}
+`)
+
+// Migration steps, in the order Migrate runs them.
+
+// KEYS home, migration. ARGV src, dst, dest_xml, src_xml, name, token,
+// started. Step 1: the record (phase copying), home = src.
+var beginScript = redis.NewScript(`
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'src', ARGV[1], 'dst', ARGV[2], 'dest_xml', ARGV[3], 'src_xml', ARGV[4],
+  'name', ARGV[5], 'token', ARGV[6], 'phase', 'copying', 'started', ARGV[7])
+redis.call('SET', KEYS[1], ARGV[1])
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom (source). ARGV token. Step 2: the source domain
+// must run; it is marked as migrating, which Stop refuses.
+var markSourceScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+local f = redis.call('HMGET', KEYS[3], 'state', 'incoming')
+if not f[1] then return {'NOTFOUND'} end
+if f[2] == '1' then return {'INCOMING'} end
+if f[1] ~= 'running' then return {'NOTRUNNING', f[1]} end
+redis.call('HSET', KEYS[3], 'migration', ARGV[1])
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom (destination). ARGV uuid, name, xml, token.
+// Step 3: the paused incoming domain; it replaces the incoming domain of an
+// interrupted attempt, never a domain of the host's own.
+var incomingScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('HGET', KEYS[3], 'incoming') ~= '1' then
+  return {'EXISTS', redis.call('HGET', KEYS[3], 'state')}
+end
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[3], 'uuid', ARGV[1], 'name', ARGV[2], 'xml', ARGV[3], 'state', 'paused',
+  'incoming', '1', 'migration', ARGV[4])
+redis.call('SADD', KEYS[2], ARGV[1])
+return {'OK'}
+`)
+
+// KEYS home, migration. ARGV token, dst. Step 4, the point of no return:
+// phase switchover, home = dst, if this attempt still owns the record.
+var switchoverScript = redis.NewScript(`
+local m = redis.call('HMGET', KEYS[2], 'token', 'phase')
+if m[1] ~= ARGV[1] or m[2] ~= 'copying' then return {'SUPERSEDED'} end
+redis.call('HSET', KEYS[2], 'phase', 'switchover')
+redis.call('SET', KEYS[1], ARGV[2])
+return {'OK'}
+`)
+
+// KEYS dom (destination). ARGV token, dest_xml. Step 5: the incoming
+// domain runs; done already when it runs with dest_xml.
+var promoteScript = redis.NewScript(`
+local f = redis.call('HMGET', KEYS[1], 'state', 'incoming', 'migration', 'xml')
+if f[2] == '1' and f[3] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'state', 'running')
+  redis.call('HDEL', KEYS[1], 'incoming', 'migration')
+  return {'OK'}
+end
+if f[1] == 'running' and f[2] ~= '1' and (not f[3] or f[3] == '') and f[4] == ARGV[2] then return {'OK'} end
+return {'SUPERSEDED'}
+`)
+
+// KEYS domains, dom (source). ARGV uuid, token. Step 6: the source domain
+// goes, if this migration still holds it; done already when it is gone.
+var removeSourceScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SREM', KEYS[1], ARGV[1])
+  return {'OK'}
+end
+if redis.call('HGET', KEYS[2], 'migration') ~= ARGV[2] then return {'SUPERSEDED'} end
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[1], ARGV[1])
+return {'OK'}
+`)
+
+// KEYS migration. ARGV token, ttl ms. Step 7: phase completed; the record
+// expires after the ttl.
+var completeScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {'SUPERSEDED'} end
+redis.call('HSET', KEYS[1], 'phase', 'completed')
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {'OK'}
+`)
+
+// Aborting an attempt undoes its own steps only, recognised by its token.
+
+// KEYS domains, dom (destination). ARGV uuid, token.
+var abortIncomingScript = redis.NewScript(`
+local f = redis.call('HMGET', KEYS[2], 'incoming', 'migration')
+if f[1] == '1' and f[2] == ARGV[2] then
+  redis.call('DEL', KEYS[2])
+  redis.call('SREM', KEYS[1], ARGV[1])
+end
+return {'OK'}
+`)
+
+// KEYS dom (source). ARGV token.
+var unmarkSourceScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'migration') == ARGV[1] then redis.call('HDEL', KEYS[1], 'migration') end
+return {'OK'}
+`)
+
+// KEYS migration. ARGV token.
+var abortRecordScript = redis.NewScript(`
+local m = redis.call('HMGET', KEYS[1], 'token', 'phase')
+if m[1] == ARGV[1] and m[2] == 'copying' then redis.call('DEL', KEYS[1]) end
+return {'OK'}
+`)
+
+// Rollback steps, in order.
+
+// KEYS migration. ARGV src, dst. Step 1: no attempt of this migration may
+// switch over any more, and the record stays until the rollback is done.
+var rollbackBeginScript = redis.NewScript(`
+local m = redis.call('HMGET', KEYS[1], 'src', 'dst')
+if m[1] == ARGV[1] and m[2] == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'phase', 'rollback', 'token', '')
+  redis.call('PERSIST', KEYS[1])
+end
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom (source). ARGV uuid, name, src_xml ("" when
+// unknown). Step 2: the source domain runs, restored from the record if a
+// switchover removed it; then (a plain SET) its home is the source.
+var rollbackSourceScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('HSET', KEYS[3], 'state', 'running')
+  redis.call('HDEL', KEYS[3], 'migration', 'incoming')
+  return {'OK'}
+end
+if ARGV[3] == '' then return {'NOTFOUND'} end
+redis.call('HSET', KEYS[3], 'uuid', ARGV[1], 'name', ARGV[2], 'xml', ARGV[3], 'state', 'running')
+redis.call('SADD', KEYS[2], ARGV[1])
+return {'OK', 'restored'}
+`)
+
+// KEYS topo, domains, dom (destination). ARGV uuid. Step 3: no trace on
+// the destination.
+var rollbackDestScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+redis.call('DEL', KEYS[3])
+redis.call('SREM', KEYS[2], ARGV[1])
+return {'OK'}
+`)
+
+// KEYS migration. Step 4: the record goes, unless a new attempt has
+// replaced it meanwhile.
+var rollbackEndScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'phase') == 'rollback' then redis.call('DEL', KEYS[1]) end
+return {'OK'}
+`)
+
+// run runs a script and returns its status code and the rest of its
+// answer.
+func (d *Driver) run(ctx context.Context, s *redis.Script, keys []string, args ...any) (string, []string, error) {
+	res, err := s.Run(ctx, d.rdb, keys, args...).Slice()
+	if err != nil {
+		return "", nil, err
+	}
+	out := make([]string, 0, len(res))
+	for _, v := range res {
+		str, ok := v.(string)
+		if !ok {
+			return "", nil, fmt.Errorf("sim: script answered %T %v where a string was expected", v, v)
+		}
+		out = append(out, str)
+	}
+	if len(out) == 0 {
+		return "", nil, fmt.Errorf("sim: script answered nothing")
+	}
+	return out[0], out[1:], nil
+}
