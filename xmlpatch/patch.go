@@ -448,8 +448,15 @@ func (d *domain) rewrite(el *node, name string, owned func(*node) bool, kids []s
 			}
 			pending = ""
 		default:
-			sb.WriteString(pending + d.doc[c.start:c.end])
-			pending = ""
+			// Text keeps its trailing whitespace apart, as the indentation
+			// of whatever follows.
+			raw := d.doc[c.start:c.end]
+			body := raw
+			if c.kind == textNode {
+				body = strings.TrimRight(raw, " \t\r\n")
+			}
+			sb.WriteString(pending + body)
+			pending = raw[len(body):]
 		}
 	}
 	closeBR := ""
@@ -476,9 +483,13 @@ func precedingBlank(doc string, el, c *node) string {
 		if k == c {
 			return ws
 		}
-		if k.isBlank(doc) {
-			ws += doc[k.start:k.end]
-		} else {
+		raw := doc[k.start:k.end]
+		switch {
+		case k.isBlank(doc):
+			ws += raw
+		case k.kind == textNode:
+			ws = raw[len(strings.TrimRight(raw, " \t\r\n")):]
+		default:
 			ws = ""
 		}
 	}
