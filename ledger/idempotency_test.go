@@ -195,3 +195,5 @@ func TestReleaseNeverUnpinsAnotherOwner(t *testing.T) {
 		t.Errorf("pins after releasing c1 (-want +got):\n%s", diff)
 	}
 }
+
+func diffSnapshots(a, b *Snapshot) string { return cmp.Diff(a, b, snapOpts...) }

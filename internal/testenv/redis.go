@@ -23,6 +23,10 @@ const (
 	RedisCLIBin    = "redis-cli"
 )
 
+// errExited marks a server that exited while starting, most likely
+// because another process took its port first.
+var errExited = errors.New("exited")
+
 // startTimeout bounds how long a redis-server may take to answer PING.
 const startTimeout = 15 * time.Second
 
@@ -91,7 +95,7 @@ func startRedis(t testing.TB, dir string, cfg redisConfig) *Redis {
 	t.Helper()
 	RequireProgram(t, RedisServerBin)
 	// A port found free can be taken before the server binds it; try again
-	// with another one when that happens.
+	// with another one when the server exits at start.
 	var lastErr error
 	for range 5 {
 		port, err := freePort()
@@ -104,9 +108,14 @@ func startRedis(t testing.TB, dir string, cfg redisConfig) *Redis {
 				t.Fatalf("testenv: %v", err)
 			}
 		}
-		if lastErr = r.start(); lastErr == nil {
+		err = r.start()
+		if err == nil {
 			t.Cleanup(func() { r.stop(syscall.SIGTERM) })
 			return r
+		}
+		lastErr = err
+		if !errors.Is(err, errExited) {
+			break
 		}
 	}
 	t.Fatalf("testenv: %v", lastErr)
@@ -176,7 +185,7 @@ func (r *Redis) start() error {
 		select {
 		case err := <-r.done:
 			r.cmd = nil
-			return fmt.Errorf("%s on %s exited before answering PING (%v); log: %s", RedisServerBin, r.Addr, err, r.logTail())
+			return fmt.Errorf("%s on %s %w before answering PING (%v); log: %s", RedisServerBin, r.Addr, errExited, err, r.logTail())
 		default:
 		}
 		if err := ping(r.Addr); err == nil {
@@ -240,8 +249,10 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(line) != "+PONG" {
-		return errors.New("unexpected reply " + strings.TrimSpace(line))
+	// A server with requirepass answers NOAUTH: it is up all the same.
+	reply := strings.TrimSpace(line)
+	if reply != "+PONG" && !strings.HasPrefix(reply, "-NOAUTH") {
+		return errors.New("unexpected reply " + reply)
 	}
 	return nil
 }
