@@ -1,0 +1,635 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/internal/testenv"
+)
+
+// migrationRecord returns the raw migration record of uuid.
+func (e *env) migrationRecord(uuid string) map[string]string {
+	e.t.Helper()
+	m, err := e.rdb.HGetAll(e.ctx, e.d.migrationKey(uuid)).Result()
+	if err != nil {
+		e.t.Fatalf("HGETALL migration %s: %v", uuid, err)
+	}
+	return m
+}
+
+// progressLog collects progress reports; it is safe for concurrent use.
+type progressLog struct {
+	mu   sync.Mutex
+	seen []hypervisor.Progress
+}
+
+func (p *progressLog) add(pr hypervisor.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, pr)
+}
+
+func (p *progressLog) all() []hypervisor.Progress {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]hypervisor.Progress(nil), p.seen...)
+}
+
+// checkRising fails unless the reports rise strictly and end at 100,
+// completed.
+func checkRising(t *testing.T, what string, seen []hypervisor.Progress, minReports int) {
+	t.Helper()
+	if len(seen) < minReports {
+		t.Fatalf("%s: %d progress reports, want at least %d", what, len(seen), minReports)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i].Percent <= seen[i-1].Percent {
+			t.Errorf("%s: progress %d then %d, want rising", what, seen[i-1].Percent, seen[i].Percent)
+		}
+		if seen[i].DataProcessed < seen[i-1].DataProcessed {
+			t.Errorf("%s: data processed %d then %d, want not falling", what, seen[i-1].DataProcessed, seen[i].DataProcessed)
+		}
+	}
+	last := seen[len(seen)-1]
+	want := hypervisor.Progress{Percent: 100, DataTotal: 512 << 20, DataProcessed: 512 << 20, Phase: ProgressCompleted}
+	if diff := cmp.Diff(want, last); diff != "" {
+		t.Errorf("%s: last progress mismatch (-want +got):\n%s", what, diff)
+	}
+}
+
+func TestMigrateMovesDomain(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	dest := domainXML(uuidA, "a", 6, 1)
+	const latency = 600 * time.Millisecond
+	if err := e.d.SetLatency(e.ctx, "h1", OpMigrate, latency); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.PrepareMigration(e.ctx, "h2", uuidA, dest); err != nil {
+		t.Fatalf("PrepareMigration: %v", err)
+	}
+	var log progressLog
+	begin := time.Now()
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add); err != nil {
+		t.Fatalf("Migrate(h1 -> h2): %v", err)
+	}
+	if took := time.Since(begin); took < latency {
+		t.Errorf("Migrate with a %s latency took %s, want at least that", latency, took)
+	}
+	checkRising(t, "Migrate", log.all(), minSteps+1)
+	want := map[string]where{"h2": {hypervisor.StateRunning, dest}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after Migrate, domain placement mismatch (-want +got):\n%s", diff)
+	}
+	if rec := e.migrationRecord(uuidA); rec["phase"] != phaseCompleted {
+		t.Errorf("after Migrate, migration record phase %q, want %q", rec["phase"], phaseCompleted)
+	}
+	if ttl, err := e.rdb.PTTL(e.ctx, e.d.migrationKey(uuidA)).Result(); err != nil || ttl <= 0 || ttl > DefaultCompletedTTL {
+		t.Errorf("after Migrate, record TTL %s (%v), want 0 < ttl <= %s", ttl, err, DefaultCompletedTTL)
+	}
+	// The domain lives on h2 now: h1 cannot define it any more, h2 may
+	// migrate it back.
+	if err := e.d.Define(e.ctx, "h1", domainXML(uuidA, "a", 2, 0)); !errors.Is(err, hypervisor.ErrRejected) {
+		t.Errorf("Define(h1) of the migrated domain: %v, want ErrRejected", err)
+	}
+	back := domainXML(uuidA, "a", 3, 0)
+	if err := e.d.Migrate(e.ctx, "h2", "h1", uuidA, back, nil); err != nil {
+		t.Fatalf("Migrate(h2 -> h1) back: %v", err)
+	}
+	want = map[string]where{"h1": {hypervisor.StateRunning, back}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after migrating back, placement mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestMigrateLongLatencyReportsEvery250ms(t *testing.T) {
+	rec := newRecordingSleep()
+	e := newEnv(t, Options{Sleep: func(ctx context.Context, d time.Duration) error { rec.waits <- d; return nil }})
+	e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetLatency(e.ctx, "", OpMigrate, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var log progressLog
+	rec.drain()
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), log.add); err != nil {
+		t.Fatal(err)
+	}
+	waits := rec.drain()
+	var sum time.Duration
+	for _, w := range waits {
+		sum += w
+	}
+	if len(waits) != 40 || sum != 10*time.Second {
+		t.Errorf("Migrate with 10s latency: %d waits totalling %s, want 40 totalling 10s", len(waits), sum)
+	}
+	checkRising(t, "Migrate 10s", log.all(), 41)
+}
+
+func TestMigrateCancelLeavesSource(t *testing.T) {
+	e := newEnv(t, Options{})
+	src := e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetLatency(e.ctx, "", OpMigrate, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	var log progressLog
+	err := e.d.Migrate(ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), func(p hypervisor.Progress) {
+		log.add(p)
+		if p.Percent >= 30 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "sim: migrate ") {
+		t.Fatalf("Migrate cancelled at 30%%: %v, want a 'sim: migrate' error wrapping context.Canceled", err)
+	}
+	if last := log.all()[len(log.all())-1]; last.Percent >= 50 {
+		t.Errorf("Migrate cancelled at 30%%: went on to %d%%", last.Percent)
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, src}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after a cancelled Migrate, placement mismatch (-want +got):\n%s", diff)
+	}
+	if rec := e.migrationRecord(uuidA); len(rec) != 0 {
+		t.Errorf("after a cancelled Migrate, migration record %v, want none", rec)
+	}
+	// Nothing is left that would block the domain: it stops, and a new
+	// migration goes through.
+	if err := e.d.SetLatency(e.ctx, "", OpMigrate, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), nil); err != nil {
+		t.Errorf("Migrate after a cancelled one: %v, want nil", err)
+	}
+}
+
+func TestMigrateInjectedFailureLeavesSource(t *testing.T) {
+	e := newEnv(t, Options{})
+	src := e.running("h1", uuidA, "a", 2, 0)
+	dest := domainXML(uuidA, "a", 6, 1)
+	if err := e.d.SetFault(e.ctx, "h1", OpMigrate, Fault{Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var log progressLog
+	err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add)
+	if !errors.Is(err, ErrInjected) {
+		t.Fatalf("Migrate with a migrate fault on h1: %v, want ErrInjected", err)
+	}
+	// It fails half-way, after some progress.
+	if seen := log.all(); len(seen) == 0 || seen[len(seen)-1].Percent >= 100 {
+		t.Errorf("Migrate with a fault: progress %v, want some, short of 100%%", seen)
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, src}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after an injected failure, placement mismatch (-want +got):\n%s", diff)
+	}
+	// Rollback after a clean failure has nothing to do, and does it again.
+	for i := range 2 {
+		if err := e.d.Rollback(e.ctx, "h1", "h2", uuidA); err != nil {
+			t.Fatalf("Rollback #%d: %v", i+1, err)
+		}
+	}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after Rollback, placement mismatch (-want +got):\n%s", diff)
+	}
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); err != nil {
+		t.Errorf("Migrate after the fault was spent: %v, want nil", err)
+	}
+}
+
+func TestMigrateRejects(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.Define(e.ctx, "h1", domainXML(uuidB, "b", 3, 0)); err != nil {
+		t.Fatal(err)
+	}
+	dest := domainXML(uuidA, "a", 6, 1)
+	tests := []struct {
+		name         string
+		src, dst, id string
+		xml          string
+		want         error
+		wantIn       string
+	}{
+		{"shut off domain", "h1", "h2", uuidB, domainXML(uuidB, "b", 6, 1), hypervisor.ErrRejected, "only a running domain migrates"},
+		// With the XML it runs with on h1, it would look like a completed
+		// migration whose answer was lost.
+		{"missing domain", "h2", "h1", uuidA, domainXML(uuidA, "a", 3, 0), hypervisor.ErrNotFound, "not on h2"},
+		{"uuid mismatch", "h1", "h2", uuidA, domainXML(uuidB, "a", 6, 1), hypervisor.ErrRejected, "names domain " + uuidB},
+		{"pins outside destination", "h1", "h2", uuidA, domainXML(uuidA, "a", 9, 1), hypervisor.ErrRejected, "cpus 9 are not on the host"},
+		{"same host", "h1", "h1", uuidA, dest, hypervisor.ErrRejected, "same host"},
+		{"bad xml", "h1", "h2", uuidA, "<domain>", hypervisor.ErrRejected, "destination domain xml"},
+	}
+	for _, tt := range tests {
+		err := e.d.Migrate(e.ctx, tt.src, tt.dst, tt.id, tt.xml, nil)
+		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.wantIn) {
+			t.Errorf("Migrate(%s): %v, want %v containing %q", tt.name, err, tt.want, tt.wantIn)
+		}
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, domainXML(uuidA, "a", 2, 0)}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after rejected migrations, placement mismatch (-want +got):\n%s", diff)
+	}
+	if rec := e.migrationRecord(uuidA); len(rec) != 0 {
+		t.Errorf("after rejected migrations, migration record %v, want none", rec)
+	}
+}
+
+func TestPrepareMigration(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	e.running("h2", uuidB, "b", 6, 1)
+	tests := []struct {
+		name, dst, id, xml string
+		want               error
+	}{
+		{"fits", "h2", uuidA, domainXML(uuidA, "a", 7, 1), nil},
+		{"unknown host", "h3", uuidA, domainXML(uuidA, "a", 7, 1), hypervisor.ErrUnknownHost},
+		{"already on destination", "h2", uuidB, domainXML(uuidB, "b", 7, 1), hypervisor.ErrRejected},
+		{"uuid mismatch", "h2", uuidA, domainXML(uuidB, "a", 7, 1), hypervisor.ErrRejected},
+		{"pins outside", "h2", uuidA, domainXML(uuidA, "a", 70, 1), hypervisor.ErrRejected},
+		{"bad uuid argument", "h2", "x", domainXML(uuidA, "a", 7, 1), hypervisor.ErrRejected},
+	}
+	for _, tt := range tests {
+		err := e.d.PrepareMigration(e.ctx, tt.dst, tt.id, tt.xml)
+		if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
+			t.Errorf("PrepareMigration(%s): %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+var errCrash = errors.New("worker died")
+
+// crashOnce makes d's next migration stop dead at point.
+func crashOnce(d *Driver, point string) {
+	var once sync.Once
+	d.crash = func(p string) error {
+		var err error
+		if p == point {
+			once.Do(func() { err = errCrash })
+		}
+		return err
+	}
+}
+
+func TestMigrateCrashThenRetryOrRollback(t *testing.T) {
+	points := []string{"incoming", "switchover", "promoted"}
+	src := domainXML(uuidA, "a", 2, 0)
+	dest := domainXML(uuidA, "a", 6, 1)
+	onSource := map[string]where{"h1": {hypervisor.StateRunning, src}}
+	onDest := map[string]where{"h2": {hypervisor.StateRunning, dest}}
+	for _, point := range points {
+		for _, then := range []string{"retry", "rollback"} {
+			t.Run(point+"/"+then, func(t *testing.T) {
+				e := newEnv(t, Options{})
+				e.running("h1", uuidA, "a", 2, 0)
+				crashOnce(e.d, point)
+				if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); !errors.Is(err, errCrash) {
+					t.Fatalf("Migrate crashing at %s: %v, want the crash", point, err)
+				}
+				// A new worker picks the activity up.
+				d := e.restart(Options{})
+				if point == "incoming" {
+					// The same migration, retried, may prepare again.
+					if err := d.PrepareMigration(e.ctx, "h2", uuidA, dest); err != nil {
+						t.Errorf("PrepareMigration after a crash at %s: %v, want nil", point, err)
+					}
+				}
+				var want map[string]where
+				switch then {
+				case "retry":
+					var log progressLog
+					if err := d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add); err != nil {
+						t.Fatalf("Migrate retried after a crash at %s: %v", point, err)
+					}
+					if seen := log.all(); len(seen) == 0 || seen[len(seen)-1].Percent != 100 {
+						t.Errorf("Migrate retried after a crash at %s: progress %v, want it to end at 100", point, seen)
+					}
+					want = onDest
+					if rec := e.migrationRecord(uuidA); rec["phase"] != phaseCompleted {
+						t.Errorf("retry after a crash at %s: record phase %q, want %q", point, rec["phase"], phaseCompleted)
+					}
+				case "rollback":
+					for i := range 2 {
+						if err := d.Rollback(e.ctx, "h1", "h2", uuidA); err != nil {
+							t.Fatalf("Rollback #%d after a crash at %s: %v", i+1, point, err)
+						}
+					}
+					want = onSource
+					if rec := e.migrationRecord(uuidA); len(rec) != 0 {
+						t.Errorf("Rollback after a crash at %s: record %v, want none", point, rec)
+					}
+				}
+				if diff := cmp.Diff(want, e.placement(d, uuidA)); diff != "" {
+					t.Errorf("%s after a crash at %s: placement mismatch (-want +got):\n%s", then, point, diff)
+				}
+				// Whatever happened, the domain is usable again: stop works.
+				for h := range want {
+					if err := d.Stop(e.ctx, h, uuidA); err != nil {
+						t.Errorf("Stop(%s) after %s: %v", h, then, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestMigrateResultLost(t *testing.T) {
+	e := newEnv(t, Options{})
+	src := e.running("h1", uuidA, "a", 2, 0)
+	dest := domainXML(uuidA, "a", 6, 1)
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A fault now must not fail the retry of a migration that is done.
+	if err := e.d.SetFault(e.ctx, "h1", OpMigrate, Fault{Times: 5}); err != nil {
+		t.Fatal(err)
+	}
+	var log progressLog
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add); err != nil {
+		t.Errorf("Migrate retried after it completed: %v, want nil", err)
+	}
+	if seen := log.all(); len(seen) != 1 || seen[0].Percent != 100 {
+		t.Errorf("Migrate retried after it completed: progress %v, want one report at 100", seen)
+	}
+	// Even once the record has expired.
+	if err := e.rdb.Del(e.ctx, e.d.migrationKey(uuidA)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); err != nil {
+		t.Errorf("Migrate retried after it completed and its record expired: %v, want nil", err)
+	}
+	// With another destination XML it is not the same migration.
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 7, 1), nil); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Migrate with another XML after completion: %v, want ErrNotFound (not on h1)", err)
+	}
+	want := map[string]where{"h2": {hypervisor.StateRunning, dest}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("placement mismatch (-want +got):\n%s", diff)
+	}
+	// Without the record, Rollback cannot restore the source definition.
+	if err := e.d.Rollback(e.ctx, "h1", "h2", uuidA); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Rollback of a completed migration whose record expired: %v, want ErrNotFound", err)
+	}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after a failed Rollback, placement mismatch (-want +got):\n%s", diff)
+	}
+	_ = src
+}
+
+func TestRollbackAfterCompletedMigration(t *testing.T) {
+	e := newEnv(t, Options{})
+	src := e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), nil); err != nil {
+		t.Fatal(err)
+	}
+	// The workflow failed after the migration, before its commit: the
+	// ledger still places the guest on h1, so it goes back there.
+	for i := range 2 {
+		if err := e.d.Rollback(e.ctx, "h1", "h2", uuidA); err != nil {
+			t.Fatalf("Rollback #%d of a completed migration: %v", i+1, err)
+		}
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, src}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after Rollback of a completed migration, placement mismatch (-want +got):\n%s", diff)
+	}
+	if err := e.d.Define(e.ctx, "h2", domainXML(uuidA, "a", 6, 1)); !errors.Is(err, hypervisor.ErrRejected) {
+		t.Errorf("Define(h2) after the rollback home to h1: %v, want ErrRejected", err)
+	}
+}
+
+func TestRollbackStartsShutOffSource(t *testing.T) {
+	e := newEnv(t, Options{})
+	x := domainXML(uuidA, "a", 2, 0)
+	if err := e.d.Define(e.ctx, "h1", x); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Rollback(e.ctx, "h1", "h2", uuidA); err != nil {
+		t.Fatalf("Rollback with the domain shut off on h1: %v", err)
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, x}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after Rollback, placement mismatch (-want +got):\n%s", diff)
+	}
+	for _, tt := range []struct {
+		name, src, dst, id string
+		want               error
+	}{
+		{"unknown source", "h9", "h2", uuidA, hypervisor.ErrUnknownHost},
+		{"same host", "h1", "h1", uuidA, hypervisor.ErrRejected},
+		{"domain nowhere", "h1", "h2", uuidB, hypervisor.ErrNotFound},
+	} {
+		if err := e.d.Rollback(e.ctx, tt.src, tt.dst, tt.id); !errors.Is(err, tt.want) {
+			t.Errorf("Rollback(%s): %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestRollbackWhileMigrating(t *testing.T) {
+	e := newEnv(t, Options{})
+	src := e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetLatency(e.ctx, "", OpMigrate, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// A worker that lost its activity keeps migrating while the workflow
+	// compensates; the rollback wins.
+	started := make(chan struct{})
+	var once sync.Once
+	errc := make(chan error, 1)
+	go func() {
+		errc <- e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), func(hypervisor.Progress) {
+			once.Do(func() { close(started) })
+		})
+	}()
+	<-started
+	if err := e.restart(Options{}).Rollback(e.ctx, "h1", "h2", uuidA); err != nil {
+		t.Fatalf("Rollback during the migration: %v", err)
+	}
+	if err := <-errc; err == nil || !strings.Contains(err.Error(), "took this migration over") {
+		t.Errorf("Migrate overtaken by a Rollback: %v, want a 'took this migration over' error", err)
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, src}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after Rollback during a migration, placement mismatch (-want +got):\n%s", diff)
+	}
+	if rec := e.migrationRecord(uuidA); len(rec) != 0 {
+		t.Errorf("after Rollback during a migration, record %v, want none", rec)
+	}
+}
+
+func TestMigrationInFlightBlocks(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.AddHost(e.ctx, "h3", testTopo(t)); err != nil {
+		t.Fatal(err)
+	}
+	dest := domainXML(uuidA, "a", 6, 1)
+	crashOnce(e.d, "incoming")
+	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		call   func() error
+		wantIn string
+	}{
+		{"stop source", func() error { return e.d.Stop(e.ctx, "h1", uuidA) }, "migrating away from h1"},
+		{"start incoming", func() error { return e.d.Start(e.ctx, "h2", uuidA) }, "destination of an in-flight migration"},
+		{"undefine incoming", func() error { return e.d.Undefine(e.ctx, "h2", uuidA) }, "destination of an in-flight migration"},
+		{"define on other host", func() error { return e.d.Define(e.ctx, "h3", dest) }, "migrating from h1 to h2"},
+		{"migrate elsewhere", func() error { return e.d.Migrate(e.ctx, "h1", "h3", uuidA, dest, nil) }, "in flight"},
+		{"rollback elsewhere", func() error { return e.d.Rollback(e.ctx, "h1", "h3", uuidA) }, "in flight is from h1 to h2"},
+	}
+	for _, tt := range tests {
+		if err := tt.call(); err == nil || !strings.Contains(err.Error(), tt.wantIn) {
+			t.Errorf("%s during a migration: %v, want an error containing %q", tt.name, err, tt.wantIn)
+		}
+	}
+	// The incoming domain shows on h2, paused, as libvirt lists it.
+	doms, err := e.d.Domains(e.ctx, "h2")
+	if err != nil || len(doms) != 1 || doms[0].State != hypervisor.StatePaused {
+		t.Errorf("Domains(h2) during a migration = %+v, %v; want the paused incoming domain", doms, err)
+	}
+}
+
+func TestConcurrentMigrations(t *testing.T) {
+	e := newEnv(t, Options{})
+	if err := e.d.SetLatency(e.ctx, "", OpMigrate, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	e.running("h1", uuidA, "a", 2, 0)
+	e.running("h2", uuidB, "b", 6, 1)
+	d2 := e.restart(Options{})
+	moves := []struct {
+		d        *Driver
+		src, dst string
+		uuid     string
+		xml      string
+	}{
+		{e.d, "h1", "h2", uuidA, domainXML(uuidA, "a", 7, 1)},
+		{d2, "h2", "h1", uuidB, domainXML(uuidB, "b", 3, 0)},
+	}
+	var wg sync.WaitGroup
+	for _, m := range moves {
+		wg.Go(func() {
+			var log progressLog
+			if err := m.d.Migrate(e.ctx, m.src, m.dst, m.uuid, m.xml, log.add); err != nil {
+				t.Errorf("Migrate(%s, %s -> %s): %v", m.uuid, m.src, m.dst, err)
+				return
+			}
+			checkRising(t, "Migrate "+m.uuid, log.all(), minSteps+1)
+		})
+	}
+	wg.Wait()
+	for _, m := range moves {
+		want := map[string]where{m.dst: {hypervisor.StateRunning, m.xml}}
+		if diff := cmp.Diff(want, e.placement(e.d, m.uuid)); diff != "" {
+			t.Errorf("after concurrent migrations, %s placement mismatch (-want +got):\n%s", m.uuid, diff)
+		}
+	}
+}
+
+func TestStateSurvivesNewDriver(t *testing.T) {
+	e := newEnv(t, Options{})
+	x := e.running("h1", uuidA, "a", 2, 0)
+	for _, err := range []error{
+		e.d.SetLatency(e.ctx, "h2", OpStart, 10*time.Millisecond),
+		e.d.SetFault(e.ctx, "h1", OpStop, Fault{Times: 2}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.d.Stop(e.ctx, "h1", uuidA); !errors.Is(err, ErrInjected) {
+		t.Fatalf("Stop with 2 faults left: %v, want ErrInjected", err)
+	}
+	before, err := e.d.Settings(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A new worker: new client, new driver, same Redis.
+	d := e.restart(Options{})
+	hosts, err := d.Hosts(e.ctx)
+	if err != nil || !cmp.Equal(hosts, []string{"h1", "h2"}) {
+		t.Errorf("Hosts on a new driver = %v, %v; want [h1 h2]", hosts, err)
+	}
+	if diff := cmp.Diff(map[string]where{"h1": {hypervisor.StateRunning, x}}, e.placement(d, uuidA)); diff != "" {
+		t.Errorf("placement on a new driver mismatch (-want +got):\n%s", diff)
+	}
+	after, err := d.Settings(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("Settings on a new driver mismatch (-before +after):\n%s", diff)
+	}
+	// The fault count carries on: one failure left, then success.
+	if err := d.Stop(e.ctx, "h1", uuidA); !errors.Is(err, ErrInjected) {
+		t.Errorf("Stop on a new driver with 1 fault left: %v, want ErrInjected", err)
+	}
+	if err := d.Stop(e.ctx, "h1", uuidA); err != nil {
+		t.Errorf("Stop on a new driver with no fault left: %v, want nil", err)
+	}
+}
+
+func TestRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node Redis Cluster")
+	}
+	c := testenv.StartRedisCluster(t, 3)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	d := New(rdb, Options{})
+	// Enough hosts and domains that keys spread over every node.
+	hosts := []string{"h1", "h2", "h3", "h4"}
+	for _, h := range hosts {
+		if err := d.AddHost(ctx, h, testTopo(t)); err != nil {
+			t.Fatalf("AddHost(%s) on a cluster: %v", h, err)
+		}
+	}
+	if err := d.SetFault(ctx, "h3", OpMigrate, Fault{Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetLatency(ctx, "", OpStart, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	for i, u := range []string{uuidA, uuidB} {
+		src, dst := hosts[2*i], hosts[2*i+1]
+		if err := d.Define(ctx, src, domainXML(u, "g", 2, 0)); err != nil {
+			t.Fatalf("Define(%s) on a cluster: %v", src, err)
+		}
+		if err := d.Start(ctx, src, u); err != nil {
+			t.Fatalf("Start(%s) on a cluster: %v", src, err)
+		}
+		err := d.Migrate(ctx, src, dst, u, domainXML(u, "g", 6, 1), nil)
+		if src == "h3" {
+			if !errors.Is(err, ErrInjected) {
+				t.Fatalf("Migrate from h3 with a fault on a cluster: %v, want ErrInjected", err)
+			}
+			if err := d.Rollback(ctx, src, dst, u); err != nil {
+				t.Fatalf("Rollback on a cluster: %v", err)
+			}
+			err = d.Migrate(ctx, src, dst, u, domainXML(u, "g", 6, 1), nil)
+		}
+		if err != nil {
+			t.Fatalf("Migrate(%s -> %s) on a cluster: %v", src, dst, err)
+		}
+		doms, err := d.Domains(ctx, dst)
+		if err != nil || len(doms) != 1 || doms[0].State != hypervisor.StateRunning {
+			t.Errorf("Domains(%s) on a cluster = %+v, %v; want the migrated domain running", dst, doms, err)
+		}
+	}
+	if _, err := d.Settings(ctx); err != nil {
+		t.Errorf("Settings on a cluster: %v", err)
+	}
+}
