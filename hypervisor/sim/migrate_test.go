@@ -344,7 +344,7 @@ func TestMigrateCrashThenRetryOrRollback(t *testing.T) {
 
 func TestMigrateResultLost(t *testing.T) {
 	e := newEnv(t, Options{})
-	src := e.running("h1", uuidA, "a", 2, 0)
+	e.running("h1", uuidA, "a", 2, 0)
 	dest := domainXML(uuidA, "a", 6, 1)
 	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); err != nil {
 		t.Fatal(err)
@@ -382,7 +382,6 @@ func TestMigrateResultLost(t *testing.T) {
 	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
 		t.Errorf("after a failed Rollback, placement mismatch (-want +got):\n%s", diff)
 	}
-	_ = src
 }
 
 func TestRollbackAfterCompletedMigration(t *testing.T) {
