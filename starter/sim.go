@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/hypervisor/sim"
+)
+
+func init() {
+	register("sim latency", "set how long a simulated operation takes: sim latency --op OP --seconds S [--host H] | --op OP --clear [--host H] [--json]", simLatency)
+	register("sim fault", "make a simulated operation fail: sim fault --host H --op OP --times N [--rate R] | --host H --op OP --clear [--json]", simFault)
+	register("sim show", "show the simulator's latencies and faults: sim show [--json]", simShow)
+}
+
+const (
+	// simRedisURLVar names the Redis the simulator's state lives in, and
+	// simDefaultRedisURL is the one used when it is unset.
+	simRedisURLVar     = "PINFLOW_REDIS_URL"
+	simDefaultRedisURL = "redis://127.0.0.1:6379/0"
+	// simMaxSeconds bounds a latency: longer ones are typos, and a
+	// time.Duration holds at most about 292 years.
+	simMaxSeconds = 86400
+)
+
+// simOpen connects to the simulator's Redis and returns a driver set up
+// from the PINFLOW_SIM_* environment, and a function that closes it.
+func simOpen(ctx context.Context) (*sim.Driver, func(), error) {
+	var cfg sim.Config
+	if err := envconfig.Process("PINFLOW", &cfg); err != nil {
+		return nil, nil, fmt.Errorf("sim: %w", err)
+	}
+	opts, err := cfg.Options()
+	if err != nil {
+		return nil, nil, err
+	}
+	url := os.Getenv(simRedisURLVar)
+	if url == "" {
+		url = simDefaultRedisURL
+	}
+	ropts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sim: %s %q: %v; want a redis:// or rediss:// URL", simRedisURLVar, url, err)
+	}
+	rdb := redis.NewClient(ropts)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("sim: redis at %s (%s): cannot connect: %v", ropts.Addr, simRedisURLVar, err)
+	}
+	return sim.New(rdb, opts), func() { rdb.Close() }, nil
+}
+
+// simParseOp reads --op for command cmd.
+func simParseOp(cmd, s string) (sim.Op, error) {
+	if s == "" {
+		return "", fmt.Errorf("%s: --op is required; allowed: define, start (or spawn), stop, undefine, prepare, migrate: %w", cmd, errUsage)
+	}
+	op, err := sim.ParseOp(s)
+	if err != nil {
+		return "", fmt.Errorf("%s: --op %s: %w", cmd, strings.TrimPrefix(err.Error(), "sim: "), errUsage)
+	}
+	return op, nil
+}
+
+// simSetFlags returns the names of the flags given on the command line.
+func simSetFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+func simWriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// simWhere names a host for messages: "on h1", or "on every host".
+func simWhere(host string) string {
+	if host == "" {
+		return "on every host"
+	}
+	return "on " + host
+}
+
+func simLatency(args []string, stdout io.Writer) error {
+	const cmd = "sim latency"
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	opName := fs.String("op", "", "operation: define, start (spawn), stop, undefine, prepare, migrate")
+	seconds := fs.Float64("seconds", 0, "latency in seconds; for migrate, the whole migration")
+	host := fs.String("host", "", "only this host (default: every host)")
+	unset := fs.Bool("clear", false, "remove the latency set here, so the configured one applies")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
+	}
+	op, err := simParseOp(cmd, *opName)
+	if err != nil {
+		return err
+	}
+	set := simSetFlags(fs)
+	switch {
+	case *unset && set["seconds"]:
+		return fmt.Errorf("%s: give --seconds S or --clear, not both: %w", cmd, errUsage)
+	case !*unset && !set["seconds"]:
+		return fmt.Errorf("%s: --seconds is required (or --clear): %w", cmd, errUsage)
+	case math.IsNaN(*seconds) || *seconds < 0 || *seconds > simMaxSeconds:
+		return fmt.Errorf("%s: --seconds %s: must be between 0 and %d: %w",
+			cmd, strconv.FormatFloat(*seconds, 'g', -1, 64), simMaxSeconds, errUsage)
+	}
+	latency := time.Duration(*seconds * float64(time.Second))
+
+	ctx := context.Background()
+	d, closeDriver, err := simOpen(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDriver()
+	if *unset {
+		err = d.ClearLatency(ctx, *host, op)
+	} else {
+		err = d.SetLatency(ctx, *host, op, latency)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := struct {
+			Host    string   `json:"host,omitempty"`
+			Op      sim.Op   `json:"op"`
+			Seconds *float64 `json:"seconds"`
+		}{Host: *host, Op: op}
+		if !*unset {
+			s := latency.Seconds()
+			out.Seconds = &s
+		}
+		return simWriteJSON(stdout, out)
+	}
+	if *unset {
+		_, err = fmt.Fprintf(stdout, "%s latency %s cleared; the configured one applies\n", op, simWhere(*host))
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s latency %s set to %s\n", op, simWhere(*host), latency)
+	return err
+}
+
+func simFault(args []string, stdout io.Writer) error {
+	const cmd = "sim fault"
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	host := fs.String("host", "", "the host whose operation fails (for migrate: the source; prepare: the destination)")
+	opName := fs.String("op", "", "operation: define, start (spawn), stop, undefine, prepare, migrate")
+	times := fs.Int("times", 0, "the next N calls fail")
+	rate := fs.Float64("rate", 0, "then each call fails with this probability, 0..1")
+	unset := fs.Bool("clear", false, "remove the fault set here, so the configured rate applies")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
+	}
+	if *host == "" {
+		return fmt.Errorf("%s: --host is required: %w", cmd, errUsage)
+	}
+	op, err := simParseOp(cmd, *opName)
+	if err != nil {
+		return err
+	}
+	set := simSetFlags(fs)
+	switch {
+	case *unset && (set["times"] || set["rate"]):
+		return fmt.Errorf("%s: give --times/--rate or --clear, not both: %w", cmd, errUsage)
+	case !*unset && !set["times"] && !set["rate"]:
+		return fmt.Errorf("%s: --times N (and/or --rate R) is required (or --clear): %w", cmd, errUsage)
+	case *times < 0:
+		return fmt.Errorf("%s: --times %d: must be 0 or more: %w", cmd, *times, errUsage)
+	case !(*rate >= 0 && *rate <= 1):
+		return fmt.Errorf("%s: --rate %s: must be between 0 and 1: %w", cmd, strconv.FormatFloat(*rate, 'g', -1, 64), errUsage)
+	}
+	f := sim.Fault{Times: *times, Rate: *rate}
+
+	ctx := context.Background()
+	d, closeDriver, err := simOpen(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDriver()
+	if *unset {
+		err = d.ClearFault(ctx, *host, op)
+	} else {
+		err = d.SetFault(ctx, *host, op, f)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := struct {
+			Host  string     `json:"host"`
+			Op    sim.Op     `json:"op"`
+			Fault *sim.Fault `json:"fault"`
+		}{Host: *host, Op: op}
+		if !*unset {
+			out.Fault = &f
+		}
+		return simWriteJSON(stdout, out)
+	}
+	switch {
+	case *unset:
+		_, err = fmt.Fprintf(stdout, "%s fault on %s cleared; the configured rate applies\n", op, *host)
+	case f == sim.Fault{}:
+		_, err = fmt.Fprintf(stdout, "%s on %s will not fail\n", op, *host)
+	default:
+		_, err = fmt.Fprintf(stdout, "%s on %s: %s\n", op, *host, simDescribeFault(f))
+	}
+	return err
+}
+
+// simDescribeFault says what a fault does, in words.
+func simDescribeFault(f sim.Fault) string {
+	var parts []string
+	if f.Times > 0 {
+		parts = append(parts, fmt.Sprintf("the next %d calls fail", f.Times))
+	}
+	if f.Rate > 0 {
+		lead := "each call fails"
+		if f.Times > 0 {
+			lead = "then each call fails"
+		}
+		parts = append(parts, fmt.Sprintf("%s with probability %s", lead, strconv.FormatFloat(f.Rate, 'g', -1, 64)))
+	}
+	if len(parts) == 0 {
+		return "no failures"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// simSettingsView is `sim show --json`: latencies in seconds.
+type simSettingsView struct {
+	Defaults     map[sim.Op]float64         `json:"defaults"`
+	DefaultRates map[sim.Op]float64         `json:"default_rates"`
+	Latency      map[sim.Op]float64         `json:"latency"`
+	Hosts        map[string]simHostSettings `json:"hosts"`
+}
+
+type simHostSettings struct {
+	Latency map[sim.Op]float64   `json:"latency"`
+	Faults  map[sim.Op]sim.Fault `json:"faults"`
+}
+
+func simSeconds(m map[sim.Op]time.Duration) map[sim.Op]float64 {
+	out := make(map[sim.Op]float64, len(m))
+	for op, l := range m {
+		out[op] = l.Seconds()
+	}
+	return out
+}
+
+func simShow(args []string, stdout io.Writer) error {
+	const cmd = "sim show"
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print the settings as JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
+	}
+	ctx := context.Background()
+	d, closeDriver, err := simOpen(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDriver()
+	s, err := d.Settings(ctx)
+	if err != nil {
+		return err
+	}
+	hosts := make([]string, 0, len(s.Hosts))
+	for h := range s.Hosts {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	if *asJSON {
+		v := simSettingsView{Defaults: simSeconds(s.Defaults), DefaultRates: s.DefaultRates,
+			Latency: simSeconds(s.Latency), Hosts: map[string]simHostSettings{}}
+		for _, h := range hosts {
+			v.Hosts[h] = simHostSettings{Latency: simSeconds(s.Hosts[h].Latency), Faults: s.Hosts[h].Faults}
+		}
+		return simWriteJSON(stdout, v)
+	}
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "LATENCY")
+	for _, op := range sim.Ops() {
+		fmt.Fprintf(tw, "\t%s", op)
+	}
+	fmt.Fprintln(tw)
+	row := func(name string, m map[sim.Op]time.Duration) {
+		fmt.Fprint(tw, name)
+		for _, op := range sim.Ops() {
+			if l, ok := m[op]; ok {
+				fmt.Fprintf(tw, "\t%s", l)
+			} else {
+				fmt.Fprint(tw, "\t-")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	row("configured", s.Defaults)
+	row("every host", s.Latency)
+	for _, h := range hosts {
+		if len(s.Hosts[h].Latency) > 0 {
+			row(h, s.Hosts[h].Latency)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	var faults []string
+	for _, op := range sim.Ops() {
+		if r, ok := s.DefaultRates[op]; ok {
+			faults = append(faults, fmt.Sprintf("  every host (configured) %s: %s", op, simDescribeFault(sim.Fault{Rate: r})))
+		}
+	}
+	for _, h := range hosts {
+		for _, op := range sim.Ops() {
+			if f, ok := s.Hosts[h].Faults[op]; ok {
+				faults = append(faults, fmt.Sprintf("  %s %s: %s", h, op, simDescribeFault(f)))
+			}
+		}
+	}
+	if len(faults) == 0 {
+		_, err = fmt.Fprintln(stdout, "FAULTS none")
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, "FAULTS\n"+strings.Join(faults, "\n"))
+	return err
+}
