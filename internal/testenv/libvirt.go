@@ -113,6 +113,19 @@ func StartLibvirtHost(t testing.TB, name string) *LibvirtHost {
 	return h
 }
 
+// Restart stops the host, its guests included, and starts it again on the
+// same directory, as a host reboot would: persistent domains stay defined,
+// and clients must connect again.
+func (h *LibvirtHost) Restart(t testing.TB) {
+	t.Helper()
+	if out, err := h.script("stop"); err != nil {
+		t.Fatalf("testenv: libvirt host %s: deploy/libvirt-host.sh stop: %v\n%s", h.Name, err, out)
+	}
+	if out, err := h.script("start"); err != nil {
+		t.Fatalf("testenv: libvirt host %s: deploy/libvirt-host.sh start: %v\n%s", h.Name, err, out)
+	}
+}
+
 // script runs deploy/libvirt-host.sh cmd for the host and returns its
 // combined output.
 func (h *LibvirtHost) script(cmd string) ([]byte, error) {
