@@ -1,0 +1,289 @@
+package libvirt
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"strings"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/pinflow/pinflow/hypervisor"
+)
+
+// identity is what a domain XML says about which domain it is.
+type identity struct {
+	XMLName xml.Name `xml:"domain"`
+	Name    string   `xml:"name"`
+	UUID    string   `xml:"uuid"`
+}
+
+// parseIdentity reads a domain XML's name and UUID. A domain without a UUID
+// cannot be addressed afterwards, so it is an error here rather than a
+// random UUID from libvirt.
+func parseIdentity(domainXML string) (identity, error) {
+	var id identity
+	if err := xml.Unmarshal([]byte(domainXML), &id); err != nil {
+		return identity{}, fmt.Errorf("domain XML does not parse: %w", err)
+	}
+	id.Name, id.UUID = strings.TrimSpace(id.Name), strings.TrimSpace(id.UUID)
+	if id.UUID == "" {
+		return identity{}, fmt.Errorf("domain XML has no <uuid>; pinflow addresses domains by UUID")
+	}
+	if _, err := parseUUID(id.UUID); err != nil {
+		return identity{}, err
+	}
+	return id, nil
+}
+
+// parseUUID reads a UUID in libvirt's accepted forms: 32 hex digits,
+// optionally with dashes.
+func parseUUID(s string) (golibvirt.UUID, error) {
+	var u golibvirt.UUID
+	digits := strings.ReplaceAll(strings.TrimSpace(s), "-", "")
+	b, err := hex.DecodeString(digits)
+	if err != nil || len(b) != len(u) {
+		return u, fmt.Errorf("uuid %q is invalid; want 32 hex digits such as 6f1c1a2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b", s)
+	}
+	copy(u[:], b)
+	return u, nil
+}
+
+// formatUUID writes a UUID in the canonical 8-4-4-4-12 form.
+func formatUUID(u golibvirt.UUID) string {
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// lookup finds a domain by UUID; its error wraps hypervisor.ErrNotFound
+// when the host has no such domain.
+func (c *conn) lookup(ctx context.Context, uuid string) (golibvirt.Domain, error) {
+	u, err := parseUUID(uuid)
+	if err != nil {
+		return golibvirt.Domain{}, fmt.Errorf("libvirt: %s: %w", c.where(), err)
+	}
+	dom, err := call(ctx, c, func(l *golibvirt.Libvirt) (golibvirt.Domain, error) { return l.DomainLookupByUUID(u) })
+	if err != nil {
+		return golibvirt.Domain{}, c.errorf(err, "look up domain %s", uuid)
+	}
+	return dom, nil
+}
+
+// state returns a domain's run state. Running covers libvirt's blocked and
+// shutting-down states; paused covers suspended and crashed guests, whose
+// QEMU still exists.
+func (c *conn) state(ctx context.Context, dom golibvirt.Domain) (hypervisor.State, error) {
+	st, err := call(ctx, c, func(l *golibvirt.Libvirt) (golibvirt.DomainState, error) {
+		s, _, err := l.DomainGetState(dom, 0)
+		return golibvirt.DomainState(s), err
+	})
+	if err != nil {
+		return "", c.errorf(err, "get the state of domain %s", formatUUID(dom.UUID))
+	}
+	switch st {
+	case golibvirt.DomainShutoff:
+		return hypervisor.StateShutoff, nil
+	case golibvirt.DomainPaused, golibvirt.DomainPmsuspended, golibvirt.DomainCrashed:
+		return hypervisor.StatePaused, nil
+	default:
+		return hypervisor.StateRunning, nil
+	}
+}
+
+// describe returns a domain with its state and migratable XML.
+func (c *conn) describe(ctx context.Context, dom golibvirt.Domain) (*hypervisor.Domain, error) {
+	st, err := c.state(ctx, dom)
+	if err != nil {
+		return nil, err
+	}
+	x, err := call(ctx, c, func(l *golibvirt.Libvirt) (string, error) {
+		return l.DomainGetXMLDesc(dom, golibvirt.DomainXMLMigratable)
+	})
+	if err != nil {
+		return nil, c.errorf(err, "get the XML of domain %s", formatUUID(dom.UUID))
+	}
+	return &hypervisor.Domain{UUID: formatUUID(dom.UUID), Name: dom.Name, State: st, XML: x}, nil
+}
+
+// Define makes a persistent domain from domainXML, or updates the
+// definition of the domain with the same UUID and name (for a running
+// domain, from its next boot). libvirt validates the XML against its
+// schema; a refusal wraps hypervisor.ErrRejected.
+func (d *Driver) Define(ctx context.Context, host, domainXML string) error {
+	id, err := parseIdentity(domainXML)
+	if err != nil {
+		return fmt.Errorf("libvirt: define on host %s: %w: %w", host, hypervisor.ErrRejected, err)
+	}
+	c, err := d.connect(ctx, host)
+	if err != nil {
+		return err
+	}
+	_, err = call(ctx, c, func(l *golibvirt.Libvirt) (golibvirt.Domain, error) {
+		return l.DomainDefineXMLFlags(domainXML, golibvirt.DomainDefineValidate)
+	})
+	if err != nil {
+		return c.wrap(classifyDefinition(err), err, "define domain %s (%s)", id.UUID, id.Name)
+	}
+	return nil
+}
+
+// Start boots a defined domain. A running domain is left alone and a paused
+// one is resumed: either way the guest runs afterwards.
+func (d *Driver) Start(ctx context.Context, host, uuid string) error {
+	c, err := d.connect(ctx, host)
+	if err != nil {
+		return err
+	}
+	return c.start(ctx, uuid)
+}
+
+func (c *conn) start(ctx context.Context, uuid string) error {
+	dom, err := c.lookup(ctx, uuid)
+	if err != nil {
+		return err
+	}
+	st, err := c.state(ctx, dom)
+	if err != nil {
+		return err
+	}
+	switch st {
+	case hypervisor.StateRunning:
+		return nil
+	case hypervisor.StatePaused:
+		err = do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainResume(dom) })
+	default:
+		err = do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainCreate(dom) })
+	}
+	if err == nil {
+		return nil
+	}
+	// Someone else may have started it between the state check and the
+	// call; libvirt then says the operation is invalid.
+	if libvirtCode(err) == golibvirt.ErrOperationInvalid {
+		if now, serr := c.state(ctx, dom); serr == nil && now == hypervisor.StateRunning {
+			return nil
+		}
+	}
+	return c.errorf(err, "start domain %s (%s)", uuid, dom.Name)
+}
+
+// Stop powers a domain off at once (libvirt's destroy); a shut-off domain
+// is left alone. A missing domain is an error wrapping
+// hypervisor.ErrNotFound.
+func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
+	c, err := d.connect(ctx, host)
+	if err != nil {
+		return err
+	}
+	return c.stop(ctx, uuid)
+}
+
+func (c *conn) stop(ctx context.Context, uuid string) error {
+	dom, err := c.lookup(ctx, uuid)
+	if err != nil {
+		return err
+	}
+	st, err := c.state(ctx, dom)
+	if err != nil {
+		return err
+	}
+	if st == hypervisor.StateShutoff {
+		return nil
+	}
+	err = do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainDestroy(dom) })
+	if err == nil {
+		return nil
+	}
+	switch libvirtCode(err) {
+	case golibvirt.ErrNoDomain:
+		return nil // a transient domain is gone once it stops
+	case golibvirt.ErrOperationInvalid:
+		if now, serr := c.state(ctx, dom); serr == nil && now == hypervisor.StateShutoff {
+			return nil
+		}
+	}
+	return c.errorf(err, "stop domain %s (%s)", uuid, dom.Name)
+}
+
+// Undefine removes a shut-off domain's definition together with its
+// managed save image, snapshot and checkpoint metadata and NVRAM. A
+// missing domain is success; a domain that still runs is an error.
+func (d *Driver) Undefine(ctx context.Context, host, uuid string) error {
+	c, err := d.connect(ctx, host)
+	if err != nil {
+		return err
+	}
+	return c.undefine(ctx, uuid)
+}
+
+func (c *conn) undefine(ctx context.Context, uuid string) error {
+	dom, err := c.lookup(ctx, uuid)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := c.state(ctx, dom)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st != hypervisor.StateShutoff {
+		return fmt.Errorf("libvirt: undefine domain %s (%s) on %s: it is %s; stop it first", uuid, dom.Name, c.where(), st)
+	}
+	flags := golibvirt.DomainUndefineManagedSave | golibvirt.DomainUndefineSnapshotsMetadata |
+		golibvirt.DomainUndefineCheckpointsMetadata | golibvirt.DomainUndefineNvram
+	err = do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainUndefineFlags(dom, flags) })
+	if err == nil || libvirtCode(err) == golibvirt.ErrNoDomain {
+		return nil
+	}
+	return c.errorf(err, "undefine domain %s (%s)", uuid, dom.Name)
+}
+
+// Lookup returns the domain with its state and migratable XML, or an error
+// wrapping hypervisor.ErrNotFound.
+func (d *Driver) Lookup(ctx context.Context, host, uuid string) (*hypervisor.Domain, error) {
+	c, err := d.connect(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	dom, err := c.lookup(ctx, uuid)
+	if err != nil {
+		return nil, err
+	}
+	return c.describe(ctx, dom)
+}
+
+// Domains lists every domain of the host, running or only defined, with
+// its state and migratable XML, in libvirt's order. Domains that vanish
+// while they are listed are left out.
+func (d *Driver) Domains(ctx context.Context, host string) ([]hypervisor.Domain, error) {
+	c, err := d.connect(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	doms, err := call(ctx, c, func(l *golibvirt.Libvirt) ([]golibvirt.Domain, error) {
+		ds, _, err := l.ConnectListAllDomains(1, 0)
+		return ds, err
+	})
+	if err != nil {
+		return nil, c.errorf(err, "list domains")
+	}
+	out := make([]hypervisor.Domain, 0, len(doms))
+	for _, dom := range doms {
+		desc, err := c.describe(ctx, dom)
+		if errors.Is(err, hypervisor.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *desc)
+	}
+	return out, nil
+}

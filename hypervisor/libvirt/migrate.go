@@ -1,0 +1,599 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// Progress phases reported by Migrate.
+const (
+	PhaseWaiting   = "waiting"   // an earlier attempt's migration is still running
+	PhaseSetup     = "setup"     // libvirt has not reported any data yet
+	PhaseMigrating = "migrating" // memory is being copied
+	PhaseAborting  = "aborting"  // cancelled; libvirt is aborting the job
+	PhaseCompleted = "completed" // the guest runs on the destination only
+)
+
+// migrateFlags make a live, peer-to-peer migration that leaves a persistent
+// definition on the destination and none on the source, and gives up on an
+// I/O error rather than pausing the guest.
+const migrateFlags = golibvirt.MigrateLive | golibvirt.MigratePeer2peer | golibvirt.MigratePersistDest |
+	golibvirt.MigrateUndefineSource | golibvirt.MigrateAbortOnError
+
+// checkDestXML checks that destXML is a domain XML for uuid that libvirtxml
+// reads, and returns it parsed.
+func checkDestXML(uuid, destXML string) (*libvirtxml.Domain, error) {
+	id, err := parseIdentity(destXML)
+	if err != nil {
+		return nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+	}
+	want, err := parseUUID(uuid)
+	if err != nil {
+		return nil, err
+	}
+	if got, _ := parseUUID(id.UUID); got != want {
+		return nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
+	}
+	var dom libvirtxml.Domain
+	if err := dom.Unmarshal(destXML); err != nil {
+		return nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+	}
+	return &dom, nil
+}
+
+// PrepareMigration checks, before any data moves, that dst answers, that
+// destXML is a domain XML for uuid, that its CPU pins and NUMA node sets
+// name CPUs and nodes dst has, and that dst does not hold the domain
+// already. A domain already running on dst is accepted: it is the outcome
+// of an earlier attempt of the same migration, which Migrate confirms.
+func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string) error {
+	dom, err := checkDestXML(uuid, destXML)
+	if err != nil {
+		return fmt.Errorf("libvirt: prepare migration of %s to host %s: %w", uuid, dst, err)
+	}
+	c, err := d.connect(ctx, dst)
+	if err != nil {
+		return err
+	}
+	if existing, err := c.lookup(ctx, uuid); err == nil {
+		st, err := c.state(ctx, existing)
+		if err != nil {
+			return err
+		}
+		if st == hypervisor.StateRunning {
+			return nil
+		}
+		return fmt.Errorf("libvirt: prepare migration of %s to %s: the domain is already defined there (%s); roll back or undefine it first", uuid, c.where(), st)
+	} else if !errors.Is(err, hypervisor.ErrNotFound) {
+		return err
+	}
+	spec, err := d.HostSpec(ctx, dst)
+	if err != nil {
+		return err
+	}
+	if err := fitsHost(dom, spec); err != nil {
+		return fmt.Errorf("libvirt: prepare migration of %s to %s: %w: %w", uuid, c.where(), hypervisor.ErrRejected, err)
+	}
+	return nil
+}
+
+// fitsHost checks the host resources a domain's pinning names: CPUs in
+// <vcpu cpuset>, <vcpupin>, <emulatorpin> and <iothreadpin> must be online
+// CPUs of the host, and <numatune> node sets must be host NUMA cells.
+// libvirt itself only finds these out when QEMU starts on the destination.
+func fitsHost(dom *libvirtxml.Domain, spec numa.HostSpec) error {
+	var cpus numa.CPUSet
+	var nodes numa.CPUSet
+	for _, c := range spec.Cells {
+		cpus = cpus.Union(numa.NewCPUSet(c.CPUs...))
+		nodes = nodes.Union(numa.NewCPUSet(c.ID))
+	}
+	checkCPUs := func(what, set string) error {
+		if set == "" {
+			return nil
+		}
+		s, err := numa.Parse(set)
+		if err != nil {
+			return fmt.Errorf("%s cpuset %q: %w", what, set, err)
+		}
+		if !s.IsSubsetOf(cpus) {
+			return fmt.Errorf("%s cpuset %q names cpus %s the host does not have; its online cpus are %s", what, set, s.Difference(cpus), cpus)
+		}
+		return nil
+	}
+	checkNodes := func(what, set string) error {
+		if set == "" {
+			return nil
+		}
+		s, err := numa.Parse(set)
+		if err != nil {
+			return fmt.Errorf("%s nodeset %q: %w", what, set, err)
+		}
+		if !s.IsSubsetOf(nodes) {
+			return fmt.Errorf("%s nodeset %q names NUMA nodes %s the host does not have; its nodes are %s", what, set, s.Difference(nodes), nodes)
+		}
+		return nil
+	}
+	var errs []error
+	if dom.VCPU != nil {
+		errs = append(errs, checkCPUs("<vcpu>", dom.VCPU.CPUSet))
+	}
+	if t := dom.CPUTune; t != nil {
+		for _, p := range t.VCPUPin {
+			errs = append(errs, checkCPUs(fmt.Sprintf("<vcpupin vcpu='%d'>", p.VCPU), p.CPUSet))
+		}
+		if t.EmulatorPin != nil {
+			errs = append(errs, checkCPUs("<emulatorpin>", t.EmulatorPin.CPUSet))
+		}
+		for _, p := range t.IOThreadPin {
+			errs = append(errs, checkCPUs(fmt.Sprintf("<iothreadpin iothread='%d'>", p.IOThread), p.CPUSet))
+		}
+	}
+	if t := dom.NUMATune; t != nil {
+		if t.Memory != nil {
+			errs = append(errs, checkNodes("<numatune><memory>", t.Memory.Nodeset))
+		}
+		for _, m := range t.MemNodes {
+			errs = append(errs, checkNodes(fmt.Sprintf("<memnode cellid='%d'>", m.CellID), m.Nodeset))
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err // the first, to keep the error one line
+		}
+	}
+	return nil
+}
+
+// Migrate live-migrates the running domain uuid from src to dst, peer to
+// peer: the source libvirtd connects to dst's URI itself and QEMU sends
+// memory to dst's migrate URI. destXML becomes the domain's live and
+// persistent definition on dst, and the source keeps no definition.
+// progress, when not nil, is called from this goroutine with the source's
+// job statistics every ProgressInterval and once at the end.
+//
+// Migrate may be called again after an unknown outcome: a domain that runs
+// on dst and is gone from src has been migrated, and a migration still
+// running from an earlier call is waited for. Cancelling ctx aborts the
+// migration and returns once libvirt has ended it, with the guest running
+// on src; if the migration had already passed the point of no return, it
+// completes and Migrate returns nil. A destination that refuses destXML
+// (a CPU or NUMA node it does not have, changed guest NUMA cells) gives an
+// error wrapping hypervisor.ErrRejected, and the guest stays on src.
+func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, progress func(hypervisor.Progress)) error {
+	if progress == nil {
+		progress = func(hypervisor.Progress) {}
+	}
+	from, to := "host "+src, "host "+dst
+	fail := func(err error) error {
+		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", uuid, from, to, err)
+	}
+	if src == dst {
+		return fail(fmt.Errorf("source and destination are the same host; pick another destination"))
+	}
+	if _, err := checkDestXML(uuid, destXML); err != nil {
+		return fail(err)
+	}
+	sc, err := d.connect(ctx, src)
+	if err != nil {
+		return err
+	}
+	dc, err := d.connect(ctx, dst)
+	if err != nil {
+		return err
+	}
+	from, to = sc.where(), dc.where()
+	dom, done, err := d.settle(ctx, sc, dc, uuid, progress)
+	if err != nil || done {
+		return err
+	}
+	before, err := sc.state(ctx, dom)
+	if err != nil {
+		return err
+	}
+	if before == hypervisor.StateShutoff {
+		return fail(fmt.Errorf("the domain is shut off on the source; live migration needs a running guest"))
+	}
+	if existing, err := dc.lookup(ctx, uuid); err == nil {
+		if st, err := dc.state(ctx, existing); err == nil && st != hypervisor.StateShutoff {
+			return fail(fmt.Errorf("the domain is active on both hosts; roll the migration back first"))
+		}
+	} else if !errors.Is(err, hypervisor.ErrNotFound) {
+		return err
+	}
+
+	params := []golibvirt.TypedParam{
+		{Field: golibvirt.MigrateParamDestXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
+		{Field: golibvirt.MigrateParamPersistXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
+	}
+	if m := dc.hc.MigrateURI; m != "" {
+		params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString(m)})
+		if u, err := url.Parse(m); err == nil && u.Hostname() != "" {
+			// The destination QEMU listens where the data is sent, not on
+			// every address.
+			params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamListenAddress, Value: *golibvirt.NewTypedParamValueString(u.Hostname())})
+		}
+	}
+	dconnuri := golibvirt.OptString{dc.hc.URI}
+	result := make(chan error, 1)
+	go func() {
+		_, err := sc.l.DomainMigratePerform3Params(dom, dconnuri, params, nil, migrateFlags)
+		result <- err
+	}()
+
+	last, migErr, cancelled, err := d.follow(ctx, sc, dom, result, progress)
+	if err != nil {
+		return fail(err)
+	}
+	if migErr != nil && !isLibvirtError(migErr) {
+		// The connection to the source broke: its libvirtd may still be
+		// migrating, so the outcome is unknown until it is asked again.
+		sc.drop()
+		return fail(fmt.Errorf("lost the source connection; the migration may still run there, call Migrate again to follow it or Rollback to undo it: %w", oneLine{migErr}))
+	}
+	if migErr != nil {
+		// libvirt resumes the source when a live migration fails; make
+		// sure of it, since the guest must keep running there.
+		if before == hypervisor.StateRunning {
+			if err := sc.resumeIfPaused(context.WithoutCancel(ctx), uuid); err != nil {
+				return fail(fmt.Errorf("%w; and afterwards: %w", oneLine{migErr}, err))
+			}
+		}
+		if cancelled {
+			return fail(fmt.Errorf("cancelled; the guest stays on the source: %w", ctx.Err()))
+		}
+		if sentinel := rejectedMigration(migErr); sentinel != nil {
+			return fail(fmt.Errorf("%w: %w", sentinel, oneLine{migErr}))
+		}
+		return fail(oneLine{migErr})
+	}
+	// Confirm with a context that outlives a cancellation that came too
+	// late to stop the migration.
+	if err := d.confirm(context.WithoutCancel(ctx), sc, dc, uuid); err != nil {
+		return fail(err)
+	}
+	last.Phase, last.Percent, last.DataRemaining = PhaseCompleted, 100, 0
+	if last.DataTotal > 0 {
+		last.DataProcessed = max(last.DataProcessed, last.DataTotal)
+	}
+	progress(last)
+	return nil
+}
+
+// settle finds where the domain is before a migration starts. It waits for
+// a migration still running from an earlier attempt, and reports done when
+// the domain already runs on dst only.
+func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string, progress func(hypervisor.Progress)) (dom golibvirt.Domain, done bool, err error) {
+	for {
+		dom, err = sc.lookup(ctx, uuid)
+		if errors.Is(err, hypervisor.ErrNotFound) {
+			existing, derr := dc.lookup(ctx, uuid)
+			if derr != nil && !errors.Is(derr, hypervisor.ErrNotFound) {
+				return dom, false, derr
+			}
+			if derr != nil {
+				return dom, false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is neither on the source nor on the destination: %w", uuid, sc.where(), dc.where(), hypervisor.ErrNotFound)
+			}
+			st, serr := dc.state(ctx, existing)
+			if serr != nil {
+				return dom, false, serr
+			}
+			if st != hypervisor.StateRunning {
+				return dom, false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is gone from the source and %s on the destination", uuid, sc.where(), dc.where(), st)
+			}
+			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
+			return dom, true, nil
+		}
+		if err != nil {
+			return dom, false, err
+		}
+		job, err := sc.job(ctx, dom)
+		if err != nil {
+			return dom, false, err
+		}
+		if !job.active || job.operation != golibvirt.DomainJobOperationStrMigrationOut {
+			return dom, false, nil
+		}
+		job.progress.Phase = PhaseWaiting
+		progress(job.progress)
+		select {
+		case <-ctx.Done():
+			return dom, false, fmt.Errorf("libvirt: migrate %s from %s to %s: waiting for the migration already running: %w", uuid, sc.where(), dc.where(), ctx.Err())
+		case <-time.After(d.cfg.ProgressInterval):
+		}
+	}
+}
+
+// follow reports progress until the migration call returns, aborting the
+// job when ctx ends. It returns the last progress, the migration's own
+// error, whether it was cancelled, and an error when the migration did not
+// end within the abort timeout.
+func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, result <-chan error,
+	progress func(hypervisor.Progress)) (last hypervisor.Progress, migErr error, cancelled bool, err error) {
+	last = hypervisor.Progress{Phase: PhaseSetup}
+	bg := context.WithoutCancel(ctx)
+	tick := time.NewTicker(d.cfg.ProgressInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case migErr = <-result:
+			return last, migErr, false, nil
+		case <-ctx.Done():
+			last.Phase = PhaseAborting
+			progress(last)
+			migErr, err = d.abort(bg, sc, dom, result)
+			return last, migErr, true, err
+		case <-tick.C:
+			job, err := sc.job(bg, dom)
+			if err != nil || !job.active {
+				continue // between libvirt's phases, or just ended
+			}
+			last = job.progress
+			progress(last)
+		}
+	}
+}
+
+// abort asks libvirt to abort the domain's job until the migration call
+// returns. The job may not have begun yet when the abort is first asked
+// for, so it is asked again every ProgressInterval.
+func (d *Driver) abort(ctx context.Context, sc *conn, dom golibvirt.Domain, result <-chan error) (error, error) {
+	deadline := time.NewTimer(d.cfg.AbortTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(d.cfg.ProgressInterval)
+	defer tick.Stop()
+	aborted := false
+	for {
+		if !aborted {
+			aborted = do(ctx, sc, func(l *golibvirt.Libvirt) error { return l.DomainAbortJob(dom) }) == nil
+		}
+		select {
+		case migErr := <-result:
+			return migErr, nil
+		case <-deadline.C:
+			return nil, fmt.Errorf("cancelled, but the migration did not end within %v of the abort; roll it back", d.cfg.AbortTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// confirm checks the outcome of a successful migration call: the domain
+// runs on dst, and the source has no definition left.
+func (d *Driver) confirm(ctx context.Context, sc, dc *conn, uuid string) error {
+	dom, err := dc.lookup(ctx, uuid)
+	if err != nil {
+		return fmt.Errorf("libvirt reported success, but: %w", err)
+	}
+	st, err := dc.state(ctx, dom)
+	if err != nil {
+		return err
+	}
+	if st != hypervisor.StateRunning {
+		return fmt.Errorf("libvirt reported success, but the domain is %s on the destination", st)
+	}
+	// UndefineSource should have removed the source definition; a leftover
+	// one would make the guest appear on two hosts.
+	return sc.undefine(ctx, uuid)
+}
+
+// resumeIfPaused resumes the domain when it is paused.
+func (c *conn) resumeIfPaused(ctx context.Context, uuid string) error {
+	dom, err := c.lookup(ctx, uuid)
+	if err != nil {
+		return err
+	}
+	st, err := c.state(ctx, dom)
+	if err != nil || st != hypervisor.StatePaused {
+		return err
+	}
+	if err := do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainResume(dom) }); err != nil {
+		return c.errorf(err, "resume domain %s (%s)", uuid, dom.Name)
+	}
+	return nil
+}
+
+// rejectedMigration tells a destination that refused the domain from a
+// migration that failed on its way (a lost connection, a timeout). libvirt
+// reports most refusals with specific codes, but QEMU failing to pin a
+// thread to a CPU the destination does not have comes back as a system
+// error, and a few configuration checks as generic ones; those are
+// recognised by their text.
+func rejectedMigration(err error) error {
+	if s := classify(err); s != nil || !isLibvirtError(err) {
+		return s
+	}
+	msg := strings.ToLower(err.Error())
+	for _, m := range []string{"cannot set cpu affinity", "numa node", "doesn't match source"} {
+		if strings.Contains(msg, m) {
+			return hypervisor.ErrRejected
+		}
+	}
+	return nil
+}
+
+// job is a domain's current job as libvirt reports it.
+type job struct {
+	active    bool
+	operation golibvirt.DomainJobOperation
+	progress  hypervisor.Progress
+}
+
+// job reads the domain's current job statistics, falling back to the
+// older job info call on drivers without statistics.
+func (c *conn) job(ctx context.Context, dom golibvirt.Domain) (job, error) {
+	type stats struct {
+		typ    int32
+		params []golibvirt.TypedParam
+	}
+	s, err := call(ctx, c, func(l *golibvirt.Libvirt) (stats, error) {
+		t, p, err := l.DomainGetJobStats(dom, 0)
+		return stats{t, p}, err
+	})
+	if libvirtCode(err) == golibvirt.ErrNoSupport {
+		return c.jobInfo(ctx, dom)
+	}
+	if err != nil {
+		return job{}, c.errorf(err, "get the job statistics of domain %s", formatUUID(dom.UUID))
+	}
+	j := job{active: isActiveJob(s.typ)}
+	var p hypervisor.Progress
+	for _, tp := range s.params {
+		v, ok := paramUint(tp.Value)
+		if !ok {
+			continue
+		}
+		switch tp.Field {
+		case golibvirt.DomainJobDataTotal:
+			p.DataTotal = v
+		case golibvirt.DomainJobDataProcessed:
+			p.DataProcessed = v
+		case golibvirt.DomainJobDataRemaining:
+			p.DataRemaining = v
+		case golibvirt.DomainJobOperationStr:
+			j.operation = golibvirt.DomainJobOperation(v)
+		}
+	}
+	j.progress = withPercent(p)
+	return j, nil
+}
+
+func (c *conn) jobInfo(ctx context.Context, dom golibvirt.Domain) (job, error) {
+	type info struct {
+		typ                         int32
+		total, processed, remaining uint64
+	}
+	in, err := call(ctx, c, func(l *golibvirt.Libvirt) (info, error) {
+		t, _, _, total, processed, remaining, _, _, _, _, _, _, err := l.DomainGetJobInfo(dom)
+		return info{t, total, processed, remaining}, err
+	})
+	if err != nil {
+		return job{}, c.errorf(err, "get the job of domain %s", formatUUID(dom.UUID))
+	}
+	// Without statistics the operation is unknown; an active job is taken
+	// to be the migration, which is what this driver starts.
+	return job{
+		active:    isActiveJob(in.typ),
+		operation: golibvirt.DomainJobOperationStrMigrationOut,
+		progress:  withPercent(hypervisor.Progress{DataTotal: in.total, DataProcessed: in.processed, DataRemaining: in.remaining}),
+	}, nil
+}
+
+func isActiveJob(typ int32) bool {
+	t := golibvirt.DomainJobType(typ)
+	return t == golibvirt.DomainJobBounded || t == golibvirt.DomainJobUnbounded
+}
+
+// withPercent fills in the percentage and phase. Memory dirtied during the
+// copy is sent again, so the percentage follows what remains and stays
+// below 100 until the migration has completed.
+func withPercent(p hypervisor.Progress) hypervisor.Progress {
+	p.Phase = PhaseSetup
+	if p.DataTotal > 0 {
+		p.Phase = PhaseMigrating
+		done := p.DataTotal - min(p.DataRemaining, p.DataTotal)
+		p.Percent = min(99, int(done*100/p.DataTotal))
+	}
+	return p
+}
+
+// paramUint reads an integer typed parameter.
+func paramUint(v golibvirt.TypedParamValue) (uint64, bool) {
+	switch x := v.I.(type) {
+	case uint64:
+		return x, true
+	case int64:
+		return uint64(max(x, 0)), true
+	case uint32:
+		return uint64(x), true
+	case int32:
+		return uint64(max(x, 0)), true
+	}
+	return 0, false
+}
+
+// Rollback undoes a failed, aborted or interrupted migration: a migration
+// job still running on src is aborted, the domain is destroyed and
+// undefined on dst, and then resumed or started on src. It is idempotent: a
+// guest that runs on src with no trace on dst needs nothing. A migration
+// that completed cannot be rolled back; that is an error saying so.
+func (d *Driver) Rollback(ctx context.Context, src, dst, uuid string) error {
+	from, to := "host "+src, "host "+dst
+	fail := func(err error) error {
+		return fmt.Errorf("libvirt: roll back migration of %s from %s to %s: %w", uuid, from, to, err)
+	}
+	sc, err := d.connect(ctx, src)
+	if err != nil {
+		return err
+	}
+	dc, err := d.connect(ctx, dst)
+	if err != nil {
+		return err
+	}
+	from, to = sc.where(), dc.where()
+	dom, err := sc.lookup(ctx, uuid)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		if _, derr := dc.lookup(ctx, uuid); derr == nil {
+			return fail(fmt.Errorf("the migration completed: the domain is only on the destination"))
+		}
+		return fail(fmt.Errorf("the domain is neither on the source nor on the destination: %w", hypervisor.ErrNotFound))
+	}
+	if err != nil {
+		return err
+	}
+	if err := d.abortRunning(ctx, sc, dom); err != nil {
+		return fail(err)
+	}
+	// The abort may have come too late; the guest is then on dst only.
+	if _, err := sc.lookup(ctx, uuid); errors.Is(err, hypervisor.ErrNotFound) {
+		return fail(fmt.Errorf("the migration completed before it could be aborted: the domain is only on the destination"))
+	}
+	// dst first, so the guest never runs on both hosts.
+	if err := dc.stop(ctx, uuid); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return fail(err)
+	}
+	if err := dc.undefine(ctx, uuid); err != nil {
+		return fail(err)
+	}
+	if err := sc.start(ctx, uuid); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// abortRunning aborts a migration job still running on the source, left by
+// a call whose worker went away, and waits until libvirt has ended it.
+func (d *Driver) abortRunning(ctx context.Context, sc *conn, dom golibvirt.Domain) error {
+	deadline := time.Now().Add(d.cfg.AbortTimeout)
+	for {
+		j, err := sc.job(ctx, dom)
+		if errors.Is(err, hypervisor.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !j.active || j.operation != golibvirt.DomainJobOperationStrMigrationOut {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the migration job on %s did not end within %v of the abort", sc.where(), d.cfg.AbortTimeout)
+		}
+		// "No job is active" means it ended meanwhile; the next look says.
+		_ = do(ctx, sc, func(l *golibvirt.Libvirt) error { return l.DomainAbortJob(dom) })
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d.cfg.ProgressInterval):
+		}
+	}
+}
