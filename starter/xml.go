@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/xmlpatch"
@@ -115,6 +116,12 @@ func placementFromAnswer(data []byte) (*numa.Placement, error) {
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return nil, fmt.Errorf("not a JSON answer object: %v", err)
+	}
+	// Messages from the answer must not break the one-line error.
+	flat := strings.NewReplacer("\n", " ", "\r", " ")
+	head.Why = flat.Replace(head.Why)
+	if head.Error != nil {
+		head.Error.Message = flat.Replace(head.Error.Message)
 	}
 	id := ""
 	if len(head.ID) > 0 {

@@ -24,15 +24,36 @@ var (
 )
 
 func malformed(format string, args ...any) error {
-	return fmt.Errorf("xmlpatch: %w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+	return fmt.Errorf("xmlpatch: %w: %s", ErrMalformed, oneLine(fmt.Sprintf(format, args...)))
 }
 
 func mismatch(format string, args ...any) error {
-	return fmt.Errorf("xmlpatch: %w: %s", ErrMismatch, fmt.Sprintf(format, args...))
+	return fmt.Errorf("xmlpatch: %w: %s", ErrMismatch, oneLine(fmt.Sprintf(format, args...)))
 }
 
 func badPlacement(format string, args ...any) error {
-	return fmt.Errorf("xmlpatch: %w: %s", ErrPlacement, fmt.Sprintf(format, args...))
+	return fmt.Errorf("xmlpatch: %w: %s", ErrPlacement, oneLine(fmt.Sprintf(format, args...)))
+}
+
+// oneLine escapes control characters, so that values quoted from the
+// document keep an error message on one line.
+func oneLine(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			sb.WriteString(`\n`)
+		case r == '\r':
+			sb.WriteString(`\r`)
+		case r == '\t':
+			sb.WriteString(`\t`)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&sb, `\x%02x`, r)
+		default:
+			sb.WriteRune(r)
+		}
+	}
+	return sb.String()
 }
 
 // maxIOThreads bounds <iothreads>N</iothreads> so a hostile count cannot

@@ -2,7 +2,6 @@ package xmlpatch
 
 import (
 	"encoding/xml"
-	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,7 +53,7 @@ func Patch(domainXML string, p *numa.Placement) (string, error) {
 	// The splice keeps bytes it did not write, so a document that parsed
 	// before parses after; check anyway rather than hand on broken XML.
 	if _, err := parseTree(out); err != nil {
-		return "", fmt.Errorf("xmlpatch: patched document does not parse (%v): %w", err, ErrMalformed)
+		return "", malformed("patched document does not parse: %v", err)
 	}
 	return out, nil
 }
