@@ -436,24 +436,22 @@ func TestRollbackStartsShutOffSource(t *testing.T) {
 func TestRollbackWhileMigrating(t *testing.T) {
 	e := newEnv(t, Options{})
 	src := e.running("h1", uuidA, "a", 2, 0)
-	if err := e.d.SetLatency(e.ctx, "", OpMigrate, time.Second); err != nil {
-		t.Fatal(err)
-	}
 	// A worker that lost its activity keeps migrating while the workflow
-	// compensates; the rollback wins.
-	started := make(chan struct{})
-	var once sync.Once
-	errc := make(chan error, 1)
-	go func() {
-		errc <- e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), func(hypervisor.Progress) {
-			once.Do(func() { close(started) })
-		})
-	}()
-	<-started
-	if err := e.restart(Options{}).Rollback(e.ctx, "h1", "h2", uuidA); err != nil {
-		t.Fatalf("Rollback during the migration: %v", err)
+	// compensates through another worker; the rollback wins. It runs
+	// inside the first progress report, so it lands mid-copy every time.
+	other := e.restart(Options{})
+	var rollbackErr error
+	rolledBack := false
+	err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), func(hypervisor.Progress) {
+		if !rolledBack {
+			rolledBack = true
+			rollbackErr = other.Rollback(e.ctx, "h1", "h2", uuidA)
+		}
+	})
+	if rollbackErr != nil {
+		t.Fatalf("Rollback during the migration: %v", rollbackErr)
 	}
-	if err := <-errc; err == nil || !strings.Contains(err.Error(), "took this migration over") {
+	if err == nil || !strings.Contains(err.Error(), "took this migration over") {
 		t.Errorf("Migrate overtaken by a Rollback: %v, want a 'took this migration over' error", err)
 	}
 	want := map[string]where{"h1": {hypervisor.StateRunning, src}}
@@ -462,6 +460,10 @@ func TestRollbackWhileMigrating(t *testing.T) {
 	}
 	if rec := e.migrationRecord(uuidA); len(rec) != 0 {
 		t.Errorf("after Rollback during a migration, record %v, want none", rec)
+	}
+	// The source is free again: it stops.
+	if err := e.d.Stop(e.ctx, "h1", uuidA); err != nil {
+		t.Errorf("Stop(h1) after the overtaken migration: %v", err)
 	}
 }
 
