@@ -225,7 +225,7 @@ func (d *Driver) inject(ctx context.Context, host string, op Op) error {
 	rate := d.failRate[op]
 	switch code {
 	case "FAIL":
-		return fmt.Errorf("%s on %s: %w (counted)", op, host, ErrInjected)
+		return fmt.Errorf("%w (one of the counted failures)", ErrInjected)
 	case "RATE":
 		if rate, err = strconv.ParseFloat(rest[0], 64); err != nil {
 			return fmt.Errorf("stored fault rate of %s %q: %w", op, rest[0], err)
@@ -238,7 +238,7 @@ func (d *Driver) inject(ctx context.Context, host string, op Op) error {
 	draw := d.rng.Float64()
 	d.mu.Unlock()
 	if draw < rate {
-		return fmt.Errorf("%s on %s: %w (rate %g)", op, host, ErrInjected, rate)
+		return fmt.Errorf("%w (failure rate %g)", ErrInjected, rate)
 	}
 	return nil
 }
