@@ -350,9 +350,9 @@ func (l *Ledger) Release(ctx context.Context, host, claimID string) error {
 // a claim it read earlier and must not free a claim made again since.
 func (l *Ledger) ReleaseIfToken(ctx context.Context, host, claimID, token string) (bool, error) {
 	if token == "" {
-		return false, fmt.Errorf("ledger: release %s on %s: %w: empty token; use Release to release whatever the token", claimID, host, ErrInvalid)
+		return false, fmt.Errorf("ledger: release-if-token %s on %s: %w: empty token; use Release to release whatever the token", claimID, host, ErrInvalid)
 	}
-	return l.release(ctx, "release", host, claimID, token)
+	return l.release(ctx, "release-if-token", host, claimID, token)
 }
 
 func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (bool, error) {

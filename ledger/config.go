@@ -55,6 +55,9 @@ func (c Config) Endpoint() string {
 		return "cluster " + strings.Join(c.Addrs, ",")
 	case c.URL != "":
 		u, err := url.Parse(c.URL)
+		if err == nil && u.Scheme == "unix" {
+			return "unix://" + u.Path
+		}
 		if err != nil || u.Host == "" {
 			return "(unparsable REDIS_URL)"
 		}

@@ -163,7 +163,8 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 		return nil, errors.New("read script sent no topology for a changed digest")
 	}
 	st.topo = cached.host
-	st.host = compose(st.topo, stringList(res[3]), pairs(res[4]))
+	pins, _ := res[3].(string)
+	st.host = compose(st.topo, strings.Split(pins, ","), pairs(res[4]))
 	st.existing, _ = res[5].(string)
 	return st, nil
 }

@@ -2,8 +2,9 @@
 -- usage agree with each other.
 -- KEYS: topo, pins, claims, usage
 -- ARGV: the topology digest the caller has cached, a claim id or ""
--- Returns {gen, digest, topology or false, pinned cpus, usage as a flat
--- field/value list, the claim's record or false}, or {} for an unknown host.
+-- Returns {gen, digest, topology or false, pinned cpus joined by ',', usage
+-- as a flat field/value list, the claim's record or false}, or {} for an
+-- unknown host.
 local t = redis.call('HMGET', KEYS[1], 'gen', 'digest')
 if not t[1] then
   return {}
@@ -17,4 +18,7 @@ local existing = false
 if ARGV[2] ~= '' then
   existing = redis.call('HGET', KEYS[3], ARGV[2])
 end
-return {t[1], t[2], topology, redis.call('HKEYS', KEYS[2]), redis.call('HGETALL', KEYS[4]), existing}
+-- One string instead of an array of every pinned pCPU: a busy host has
+-- hundreds, and each array element costs the server a reply of its own.
+local pins = table.concat(redis.call('HKEYS', KEYS[2]), ',')
+return {t[1], t[2], topology, pins, redis.call('HGETALL', KEYS[4]), existing}

@@ -1,0 +1,141 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/internal/testenv"
+)
+
+// BenchmarkClaimRelease measures claim + release pairs per second with 1,
+// 16 and 64 concurrent clients on one host of one redis-server, and the
+// p99 latency of the claims. Next to it, the ceiling: redis-benchmark
+// running EVALSHA of a trivial script against the same server at the same
+// concurrency, and the ledger's ratio to it.
+func BenchmarkClaimRelease(b *testing.B) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(b, testenv.Config("maxclients 10000"))
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 256})
+	b.Cleanup(func() { _ = rdb.Close() })
+	l, err := New(rdb, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Room for 64 clients' claims of 2 pCPUs at once.
+	register(b, l, "bench", testHost(2, 128))
+	req := dedicated(b, 2, 256)
+	ceilings := map[int]float64{}
+
+	for _, clients := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			var next atomic.Int64
+			lat := make([][]time.Duration, clients)
+			var wg sync.WaitGroup
+			calls0 := evalshaCalls(b, rdb)
+			b.ResetTimer()
+			start := time.Now()
+			for c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1)
+						if i > int64(b.N) {
+							return
+						}
+						s := spec(fmt.Sprintf("b%d-%d", c, i), "bench", req)
+						t0 := time.Now()
+						if _, err := l.Claim(ctx, s); err != nil {
+							b.Errorf("Claim(%s): %v", s.ID, err)
+							return
+						}
+						lat[c] = append(lat[c], time.Since(t0))
+						if err := l.Release(ctx, "bench", s.ID); err != nil {
+							b.Errorf("Release(%s): %v", s.ID, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			calls := float64(evalshaCalls(b, rdb)-calls0) / elapsed.Seconds()
+
+			all := slices.Concat(lat...)
+			slices.Sort(all)
+			rate := float64(b.N) / elapsed.Seconds()
+			b.ReportMetric(rate, "claims/s")
+			if len(all) > 0 {
+				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-claim-µs")
+			}
+			if _, ok := ceilings[clients]; !ok {
+				ceilings[clients] = evalshaCeiling(b, rdb, srv.Port, clients)
+			}
+			if ceil := ceilings[clients]; ceil > 0 {
+				b.ReportMetric(ceil, "evalsha-ceiling/s")
+				b.ReportMetric(rate/ceil, "ratio")
+				// Each pair is at least two script calls (three with the
+				// read), so this is how busy the ledger kept the server
+				// relative to the trivial script's ceiling.
+				b.ReportMetric(calls/ceil, "call-ratio")
+			}
+		})
+	}
+}
+
+// evalshaCalls returns how many EVALSHA calls the server has answered.
+func evalshaCalls(b *testing.B, rdb *redis.Client) int64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := callsRE.FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+var callsRE = regexp.MustCompile(`cmdstat_evalsha:calls=([0-9]+)`)
+
+var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
+
+// evalshaCeiling runs redis-benchmark with EVALSHA of a script that only
+// returns, at the given concurrency: the most script calls per second the
+// server can answer, against which a claim + release pair is measured.
+func evalshaCeiling(b *testing.B, rdb *redis.Client, port, clients int) float64 {
+	b.Helper()
+	bin := testenv.RequireProgram(b, "redis-benchmark")
+	sha, err := rdb.ScriptLoad(context.Background(), "return 1").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 20000 * max(1, clients/4)
+	out, err := exec.Command(bin, "-h", "127.0.0.1", "-p", strconv.Itoa(port), "-c", strconv.Itoa(clients),
+		"-n", strconv.Itoa(n), "-q", "EVALSHA", sha, "0").CombinedOutput()
+	if err != nil {
+		b.Fatalf("redis-benchmark: %v\n%s", err, out)
+	}
+	m := rpsRE.FindAllSubmatch(out, -1)
+	if len(m) == 0 {
+		b.Fatalf("redis-benchmark printed no requests per second:\n%s", out)
+	}
+	rps, err := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rps
+}
