@@ -24,7 +24,7 @@ import (
 // concurrency, and the ledger's ratio to it.
 func BenchmarkClaimRelease(b *testing.B) {
 	ctx := context.Background()
-	srv := testenv.StartRedis(b, testenv.Config("maxclients 10000"))
+	srv := testenv.StartRedis(b, testenv.RedisConfigLines("maxclients 10000"))
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 256})
 	b.Cleanup(func() { _ = rdb.Close() })
 	l, err := New(rdb, Options{})

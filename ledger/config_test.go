@@ -76,7 +76,7 @@ func TestNewClientErrors(t *testing.T) {
 
 func TestOpen(t *testing.T) {
 	ctx := context.Background()
-	srv := testenv.StartRedis(t, testenv.Config("requirepass hunter2"))
+	srv := testenv.StartRedis(t, testenv.RedisConfigLines("requirepass hunter2"))
 	if _, _, err := Open(ctx, Config{URL: srv.URL()}); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("Open without the password: error = %v, want an authentication error without the password", err)
 	}

@@ -59,8 +59,8 @@ func AppendOnly() RedisOption {
 	return func(c *redisConfig) { c.appendOnly = true }
 }
 
-// Config adds raw redis.conf lines, such as "maxclients 20000".
-func Config(lines ...string) RedisOption {
+// RedisConfigLines adds raw redis.conf lines, such as "maxclients 20000".
+func RedisConfigLines(lines ...string) RedisOption {
 	return func(c *redisConfig) { c.extra = append(c.extra, lines...) }
 }
 
