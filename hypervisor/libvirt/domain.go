@@ -92,6 +92,16 @@ func (c *conn) state(ctx context.Context, dom golibvirt.Domain) (hypervisor.Stat
 	}
 }
 
+// stateOf returns the state of the domain with the given UUID; its error
+// wraps hypervisor.ErrNotFound when there is none.
+func (c *conn) stateOf(ctx context.Context, uuid string) (hypervisor.State, error) {
+	dom, err := c.lookup(ctx, uuid)
+	if err != nil {
+		return "", err
+	}
+	return c.state(ctx, dom)
+}
+
 // describe returns a domain with its state and migratable XML.
 func (c *conn) describe(ctx context.Context, dom golibvirt.Domain) (*hypervisor.Domain, error) {
 	st, err := c.state(ctx, dom)

@@ -193,15 +193,20 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 		return err
 	}
 	from, to = sc.where(), dc.where()
-	dom, done, err := d.settle(ctx, sc, dc, uuid, progress)
+	dom, before, done, err := d.settle(ctx, sc, dc, uuid, progress)
 	if err != nil || done {
 		return err
 	}
-	before, err := sc.state(ctx, dom)
-	if err != nil {
-		return err
-	}
 	if before == hypervisor.StateShutoff {
+		// Between the end of a migration and the removal of the source
+		// definition, the guest is shut off on src and runs on dst.
+		if st, err := dc.stateOf(ctx, uuid); err == nil && st == hypervisor.StateRunning {
+			if err := d.confirm(ctx, sc, dc, uuid); err != nil {
+				return fail(err)
+			}
+			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
+			return nil
+		}
 		return fail(fmt.Errorf("the domain is shut off on the source; live migration needs a running guest"))
 	}
 	if existing, err := dc.lookup(ctx, uuid); err == nil {
@@ -270,45 +275,54 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 	return nil
 }
 
-// settle finds where the domain is before a migration starts. It waits for
-// a migration still running from an earlier attempt, and reports done when
-// the domain already runs on dst only.
-func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string, progress func(hypervisor.Progress)) (dom golibvirt.Domain, done bool, err error) {
+// settle finds where the domain is before a migration starts, and its
+// state on src. It waits for a migration still running from an earlier
+// attempt, and reports done when the domain already runs on dst only.
+func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string, progress func(hypervisor.Progress)) (dom golibvirt.Domain, st hypervisor.State, done bool, err error) {
 	for {
 		dom, err = sc.lookup(ctx, uuid)
 		if errors.Is(err, hypervisor.ErrNotFound) {
 			existing, derr := dc.lookup(ctx, uuid)
 			if derr != nil && !errors.Is(derr, hypervisor.ErrNotFound) {
-				return dom, false, derr
+				return dom, "", false, derr
 			}
 			if derr != nil {
-				return dom, false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is neither on the source nor on the destination: %w", uuid, sc.where(), dc.where(), hypervisor.ErrNotFound)
+				return dom, "", false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is neither on the source nor on the destination: %w", uuid, sc.where(), dc.where(), hypervisor.ErrNotFound)
 			}
-			st, serr := dc.state(ctx, existing)
+			dst, serr := dc.state(ctx, existing)
 			if serr != nil {
-				return dom, false, serr
+				return dom, "", false, serr
 			}
-			if st != hypervisor.StateRunning {
-				return dom, false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is gone from the source and %s on the destination", uuid, sc.where(), dc.where(), st)
+			if dst != hypervisor.StateRunning {
+				return dom, "", false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is gone from the source and %s on the destination", uuid, sc.where(), dc.where(), dst)
 			}
 			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
-			return dom, true, nil
+			return dom, "", true, nil
 		}
 		if err != nil {
-			return dom, false, err
+			return dom, "", false, err
 		}
+		// The domain can vanish from src at any step here, when an
+		// earlier attempt's migration ends; the next round sees that.
 		job, err := sc.job(ctx, dom)
+		if errors.Is(err, hypervisor.ErrNotFound) {
+			continue
+		}
 		if err != nil {
-			return dom, false, err
+			return dom, "", false, err
 		}
 		if !job.active || job.operation != golibvirt.DomainJobOperationStrMigrationOut {
-			return dom, false, nil
+			st, err = sc.state(ctx, dom)
+			if errors.Is(err, hypervisor.ErrNotFound) {
+				continue
+			}
+			return dom, st, false, err
 		}
 		job.progress.Phase = PhaseWaiting
 		progress(job.progress)
 		select {
 		case <-ctx.Done():
-			return dom, false, fmt.Errorf("libvirt: migrate %s from %s to %s: waiting for the migration already running: %w", uuid, sc.where(), dc.where(), ctx.Err())
+			return dom, "", false, fmt.Errorf("libvirt: migrate %s from %s to %s: waiting for the migration already running: %w", uuid, sc.where(), dc.where(), ctx.Err())
 		case <-time.After(d.cfg.ProgressInterval):
 		}
 	}
@@ -439,15 +453,25 @@ func (c *conn) job(ctx context.Context, dom golibvirt.Domain) (job, error) {
 		t, p, err := l.DomainGetJobStats(dom, 0)
 		return stats{t, p}, err
 	})
-	if libvirtCode(err) == golibvirt.ErrNoSupport {
+	switch libvirtCode(err) {
+	case golibvirt.ErrNoSupport:
 		return c.jobInfo(ctx, dom)
+	case golibvirt.ErrOperationInvalid:
+		return job{}, nil // the domain is not running, so it has no job
 	}
 	if err != nil {
 		return job{}, c.errorf(err, "get the job statistics of domain %s", formatUUID(dom.UUID))
 	}
 	j := job{active: isActiveJob(s.typ)}
+	j.operation, j.progress = jobProgress(s.params)
+	return j, nil
+}
+
+// jobProgress reads a job's operation and progress from its statistics.
+func jobProgress(params []golibvirt.TypedParam) (golibvirt.DomainJobOperation, hypervisor.Progress) {
+	var op golibvirt.DomainJobOperation
 	var p hypervisor.Progress
-	for _, tp := range s.params {
+	for _, tp := range params {
 		v, ok := paramUint(tp.Value)
 		if !ok {
 			continue
@@ -460,11 +484,10 @@ func (c *conn) job(ctx context.Context, dom golibvirt.Domain) (job, error) {
 		case golibvirt.DomainJobDataRemaining:
 			p.DataRemaining = v
 		case golibvirt.DomainJobOperationStr:
-			j.operation = golibvirt.DomainJobOperation(v)
+			op = golibvirt.DomainJobOperation(v)
 		}
 	}
-	j.progress = withPercent(p)
-	return j, nil
+	return op, withPercent(p)
 }
 
 func (c *conn) jobInfo(ctx context.Context, dom golibvirt.Domain) (job, error) {
@@ -476,6 +499,9 @@ func (c *conn) jobInfo(ctx context.Context, dom golibvirt.Domain) (job, error) {
 		t, _, _, total, processed, remaining, _, _, _, _, _, _, err := l.DomainGetJobInfo(dom)
 		return info{t, total, processed, remaining}, err
 	})
+	if libvirtCode(err) == golibvirt.ErrOperationInvalid {
+		return job{}, nil
+	}
 	if err != nil {
 		return job{}, c.errorf(err, "get the job of domain %s", formatUUID(dom.UUID))
 	}
