@@ -241,6 +241,11 @@ func (p *Placement) Check() error {
 			return fmt.Errorf("numa: placement: guest cell %d on host cell %d: each guest cell and each host cell may appear once", c.GuestCell, c.HostCell)
 		}
 		guests[c.GuestCell], hosts[c.HostCell] = true, true
+		for v, pc := range c.Pins {
+			if v < 0 || v > MaxCPU || pc < 0 || pc > MaxCPU {
+				return fmt.Errorf("numa: placement: guest cell %d: pin %d -> %d: cpu ids are 0-%d", c.GuestCell, v, pc, MaxCPU)
+			}
+		}
 		if c.MemoryMB < 0 {
 			return fmt.Errorf("numa: placement: guest cell %d: memory_mb %d must not be negative", c.GuestCell, c.MemoryMB)
 		}
