@@ -1,0 +1,345 @@
+// Package activities holds the steps of pinflow's workflows: each changes
+// one thing (a claim in the ledger, an instance record, a guest on a
+// hypervisor) and is idempotent, so Temporal can retry it after any
+// failure, a lost reply or a worker crash.
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// Activities holds what the steps need. Workflows refer to its methods
+// through a nil *Activities, so names are checked by the compiler.
+type Activities struct {
+	Ledger *ledger.Ledger
+	Driver hypervisor.Driver
+	// Domain says what kind of guest a boot defines.
+	Domain domain.Options
+	// ProgressEvery is how often Migrate heartbeats its progress.
+	ProgressEvery time.Duration
+}
+
+// LoadInstance returns the instance record.
+func (a *Activities) LoadInstance(ctx context.Context, uuid string) (InstanceInfo, error) {
+	inst, err := a.Ledger.Instance(ctx, uuid)
+	if err != nil {
+		return InstanceInfo{}, classify(err)
+	}
+	return info(inst), nil
+}
+
+func info(inst *ledger.Instance) InstanceInfo {
+	return InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState,
+		Flavor: inst.Request, Placement: inst.Placement, ClaimID: inst.ClaimID}
+}
+
+// CreateInstance records a new guest, building and spawning. Creating the
+// same guest again is a retry and succeeds.
+func (a *Activities) CreateInstance(ctx context.Context, in CreateInstanceInput) (InstanceInfo, error) {
+	inst, err := a.Ledger.CreateInstance(ctx, in.UUID, in.Name, in.Flavor, ledger.VMBuilding)
+	if err != nil {
+		return InstanceInfo{}, classify(err)
+	}
+	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{Task: ledger.TaskSpawning}); err != nil {
+		return InstanceInfo{}, classify(err)
+	}
+	inst.TaskState = ledger.TaskSpawning
+	return info(inst), nil
+}
+
+// SetTaskState sets the instance's task state, and its vm state when
+// given. The workflow id lock on the instance means no other operation is
+// open, so a task state left by a terminated workflow is overwritten.
+func (a *Activities) SetTaskState(ctx context.Context, in TaskStateInput) error {
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: in.TaskState}))
+}
+
+// ChooseHost returns the host that takes the guest and, of those, the one
+// left with the fewest free pinnable CPUs (packing keeps whole hosts free
+// for large guests), ties broken by name.
+func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string, error) {
+	req, err := in.Flavor.Request()
+	if err != nil {
+		return "", classify(err)
+	}
+	hosts, err := a.Ledger.Hosts(ctx)
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(hosts)
+	best, bestFree := "", -1
+	var misses []string
+	for _, name := range hosts {
+		if contains(in.Exclude, name) {
+			continue
+		}
+		h, err := a.Ledger.Host(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		p, err := numa.Fit(h, req)
+		if err != nil {
+			misses = append(misses, fmt.Sprintf("%s: %v", name, strings.TrimPrefix(err.Error(), "numa: ")))
+			continue
+		}
+		free := freePCPUs(h, p)
+		if best == "" || free < bestFree {
+			best, bestFree = name, free
+		}
+	}
+	if best == "" {
+		msg := fmt.Sprintf("no host can take instance %s", in.UUID)
+		if len(misses) == 0 {
+			msg += ": there are no other hosts"
+		} else {
+			msg += ": " + strings.Join(misses, "; ")
+		}
+		return "", classify(&numa.NoFitError{Reason: msg})
+	}
+	return best, nil
+}
+
+// freePCPUs counts the pinnable CPUs h would have left after placing p.
+func freePCPUs(h *numa.Host, p *numa.Placement) int {
+	free := 0
+	for _, c := range h.Cells {
+		free += c.FreePCPUs().Len()
+	}
+	if us, err := numa.Usage(h, p); err == nil {
+		for _, u := range us {
+			free -= u.PinnedCPUs.Len()
+		}
+	}
+	return free
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Claim fits the guest on the host and claims what the fit chose, owned by
+// the calling workflow. Claiming the same id again returns the first claim.
+func (a *Activities) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error) {
+	req, err := in.Flavor.Request()
+	if err != nil {
+		return ClaimResult{}, classify(err)
+	}
+	c, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: in.ClaimID, Host: in.Host, InstanceUUID: in.UUID, Kind: in.Kind,
+		OwnerWorkflowID: in.Owner.WorkflowID, OwnerRunID: in.Owner.FirstRunID, Request: req})
+	if err != nil {
+		return ClaimResult{}, classify(err)
+	}
+	return ClaimResult{Host: c.Host, ClaimID: c.ID, Placement: *c.Placement}, nil
+}
+
+// ReleaseClaim frees a claim; a claim already released, or none at all, is
+// no error.
+func (a *Activities) ReleaseClaim(ctx context.Context, in ReleaseInput) error {
+	if in.ClaimID == "" {
+		return nil
+	}
+	return classify(a.Ledger.Release(ctx, in.Host, in.ClaimID))
+}
+
+// PrepareMigration rewrites the guest's domain XML, as the source
+// hypervisor has it, for the destination placement, and has the
+// destination check it can take the guest. It returns the destination XML.
+func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationInput) (string, error) {
+	dom, err := a.Driver.Lookup(ctx, in.Source, in.UUID)
+	if err != nil {
+		return "", classify(err)
+	}
+	destXML, err := xmlpatch.Patch(dom.XML, &in.Placement)
+	if err != nil {
+		return "", classify(err)
+	}
+	if err := a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML); err != nil {
+		return "", classify(err)
+	}
+	return destXML, nil
+}
+
+// Migrate live-migrates the guest, heartbeating its progress; a cancelled
+// workflow cancels it through the heartbeat, and the driver then aborts,
+// leaving the guest on its source.
+func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
+	every := a.ProgressEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	progress := make(chan hypervisor.Progress, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Driver.Migrate(ctx, in.Source, in.Dest, in.UUID, in.DestXML, func(p hypervisor.Progress) {
+			select {
+			case <-progress:
+			default:
+			}
+			progress <- p
+		})
+	}()
+	last := hypervisor.Progress{Phase: "starting"}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return classify(err)
+		case p := <-progress:
+			last = p
+		case <-tick.C:
+			activity.RecordHeartbeat(ctx, last)
+		}
+	}
+}
+
+// RollbackMigration undoes a failed or cancelled migration on the
+// hypervisors: the guest runs on its source and the destination holds no
+// trace of it.
+func (a *Activities) RollbackMigration(ctx context.Context, in MigrateInput) error {
+	return classify(a.Driver.Rollback(ctx, in.Source, in.Dest, in.UUID))
+}
+
+// CommitMigration makes a finished migration durable in three idempotent
+// steps, in this order: the destination claim becomes committed, the
+// record moves to the destination, the source claim is released. A crash
+// between two steps leaves the guest attached to one committed claim, and
+// the retry finishes the rest.
+func (a *Activities) CommitMigration(ctx context.Context, in CommitMigrationInput) error {
+	if _, err := a.Ledger.Commit(ctx, in.Dest, in.DestClaimID); err != nil {
+		return classify(err)
+	}
+	if err := a.Ledger.AttachInstance(ctx, in.UUID, in.Dest, in.DestClaimID, in.DestXML); err != nil {
+		return classify(err)
+	}
+	if in.SourceClaimID != "" {
+		if err := a.Ledger.Release(ctx, in.Source, in.SourceClaimID); err != nil {
+			return classify(err)
+		}
+	}
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}))
+}
+
+// Offload powers the guest off, keeps its domain XML in its record for a
+// later unshelve, and removes it from the host.
+func (a *Activities) Offload(ctx context.Context, in DomainInput) error {
+	if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return classify(err)
+	}
+	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
+	switch {
+	case errors.Is(err, hypervisor.ErrNotFound):
+		// A retry after the undefine below: the XML is saved already.
+		return nil
+	case err != nil:
+		return classify(err)
+	}
+	if err := a.Ledger.SetDomainXML(ctx, in.UUID, dom.XML); err != nil {
+		return classify(err)
+	}
+	return classify(a.Driver.Undefine(ctx, in.Host, in.UUID))
+}
+
+// ClearInstanceHost detaches the instance from its host, node, placement
+// and claim, after (never before) that claim's release, and sets its vm
+// state and clears its task state.
+func (a *Activities) ClearInstanceHost(ctx context.Context, in ClearHostInput) error {
+	inst, err := a.Ledger.Instance(ctx, in.UUID)
+	if err != nil {
+		return classify(err)
+	}
+	if inst.ClaimID != "" && (in.OnlyClaimID == "" || inst.ClaimID == in.OnlyClaimID) {
+		if err := a.Ledger.DetachInstance(ctx, in.UUID, inst.ClaimID); err != nil {
+			return classify(err)
+		}
+	}
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: ledger.TaskNone}))
+}
+
+// Spawn defines and starts the guest on the host with its domain XML
+// patched for the placement: the XML it had when it was shelved, or a new
+// one for a boot. It returns the XML it defined.
+func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
+	inst, err := a.Ledger.Instance(ctx, in.UUID)
+	if err != nil {
+		return "", classify(err)
+	}
+	base := inst.DomainXML
+	if base == "" {
+		req, err := inst.Request.Request()
+		if err != nil {
+			return "", classify(err)
+		}
+		if base, err = domain.New(inst.Name, inst.UUID, req, &in.Placement, a.Domain); err != nil {
+			return "", classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
+		}
+	}
+	xml := base
+	if in.Placement.HasNUMA() {
+		if xml, err = xmlpatch.Patch(base, &in.Placement); err != nil {
+			return "", classify(err)
+		}
+	}
+	if err := a.Driver.Define(ctx, in.Host, xml); err != nil {
+		return "", classify(err)
+	}
+	if err := a.Driver.Start(ctx, in.Host, in.UUID); err != nil {
+		return "", classify(err)
+	}
+	return xml, nil
+}
+
+// DestroyDomain powers the guest off and removes it from the host; a guest
+// that is not there is no error.
+func (a *Activities) DestroyDomain(ctx context.Context, in DomainInput) error {
+	if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return classify(err)
+	}
+	if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return classify(err)
+	}
+	return nil
+}
+
+// Attach makes a spawned guest's claim committed, then points its record
+// at the claim, host and domain XML, and marks it active.
+func (a *Activities) Attach(ctx context.Context, in AttachInput) error {
+	if _, err := a.Ledger.Commit(ctx, in.Host, in.ClaimID); err != nil {
+		return classify(err)
+	}
+	if err := a.Ledger.AttachInstance(ctx, in.UUID, in.Host, in.ClaimID, in.DomainXML); err != nil {
+		return classify(err)
+	}
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}))
+}
+
+// DeleteInstance removes the instance's record; a missing record is no
+// error.
+func (a *Activities) DeleteInstance(ctx context.Context, uuid string) error {
+	err := a.Ledger.DeleteInstance(ctx, uuid)
+	if errors.Is(err, ledger.ErrUnknownInstance) {
+		return nil
+	}
+	return classify(err)
+}

@@ -1,0 +1,67 @@
+package activities
+
+import (
+	"context"
+	"errors"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// Error types of the failures that retrying cannot fix. Workflows fail at
+// once on them; everything else is retried.
+const (
+	ErrTypeNoFit           = "NoFit"
+	ErrTypeInvalidRequest  = "InvalidRequest"
+	ErrTypeUnknownInstance = "UnknownInstance"
+	ErrTypeUnknownHost     = "UnknownHost"
+	ErrTypeBadState        = "BadState"
+	ErrTypeRejected        = "Rejected"
+)
+
+// NonRetryableErrorTypes lists the error types above, for retry policies.
+var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
+	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected}
+
+// BadState is the error of an operation the instance's state forbids.
+func BadState(msg string) error {
+	return temporal.NewNonRetryableApplicationError(msg, ErrTypeBadState, nil)
+}
+
+// BadRequest is the error of an operation that can never succeed as asked.
+func BadRequest(msg string) error {
+	return temporal.NewNonRetryableApplicationError(msg, ErrTypeInvalidRequest, nil)
+}
+
+// classify marks the errors that retrying cannot fix as non-retryable,
+// with a type a workflow or the CLI can branch on. Other errors pass
+// through and are retried.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var noFit *numa.NoFitError
+	var invalid *numa.InvalidRequestError
+	typ := ""
+	switch {
+	case errors.As(err, &noFit):
+		typ = ErrTypeNoFit
+	case errors.As(err, &invalid), errors.Is(err, ledger.ErrInvalid), errors.Is(err, xmlpatch.ErrMalformed), errors.Is(err, xmlpatch.ErrMismatch):
+		typ = ErrTypeInvalidRequest
+	case errors.Is(err, ledger.ErrUnknownInstance):
+		typ = ErrTypeUnknownInstance
+	case errors.Is(err, ledger.ErrUnknownHost), errors.Is(err, hypervisor.ErrUnknownHost):
+		typ = ErrTypeUnknownHost
+	case errors.Is(err, hypervisor.ErrRejected):
+		typ = ErrTypeRejected
+	case errors.Is(err, context.Canceled):
+		return err
+	default:
+		return err
+	}
+	return temporal.NewNonRetryableApplicationError(err.Error(), typ, err)
+}

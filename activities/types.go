@@ -1,0 +1,185 @@
+package activities
+
+import (
+	"fmt"
+
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// Flavor is what a guest asks for: vCPUs, memory, flavor extra specs and
+// image properties under Nova's names.
+type Flavor = ledger.Flavor
+
+// VMState and TaskState are an instance's states, with Nova's names.
+type (
+	VMState   = ledger.VMState
+	TaskState = ledger.TaskState
+	ClaimKind = ledger.ClaimKind
+)
+
+// The states and claim kinds workflows use.
+const (
+	VMActive           = ledger.VMActive
+	VMStopped          = ledger.VMStopped
+	VMShelvedOffloaded = ledger.VMShelvedOffloaded
+	VMError            = ledger.VMError
+	VMDeleted          = ledger.VMDeleted
+
+	TaskMigrating          = ledger.TaskMigrating
+	TaskShelvingOffloading = ledger.TaskShelving
+	TaskUnshelving         = ledger.TaskUnshelving
+	TaskDeleting           = ledger.TaskDeleting
+
+	KindMigrationDest = ledger.KindMigrationDest
+	KindUnshelve      = ledger.KindUnshelve
+	KindBoot          = ledger.KindBoot
+)
+
+// InstanceInfo is what workflows need of an instance record. It leaves
+// out the domain XML, which stays in Redis rather than in workflow history.
+type InstanceInfo struct {
+	UUID      string          `json:"uuid"`
+	Name      string          `json:"name"`
+	Host      string          `json:"host,omitempty"`
+	VMState   VMState         `json:"vm_state"`
+	TaskState TaskState       `json:"task_state"`
+	Flavor    Flavor          `json:"flavor"`
+	Placement *numa.Placement `json:"placement,omitempty"`
+	ClaimID   string          `json:"claim_id,omitempty"`
+}
+
+// CanLiveMigrate says why the instance cannot be live-migrated, or nil.
+func (i InstanceInfo) CanLiveMigrate() error {
+	if i.VMState != VMActive || i.Host == "" {
+		return BadState(fmt.Sprintf("instance %s is %s; only an active instance on a host can be live-migrated", i.UUID, i.VMState))
+	}
+	return nil
+}
+
+// CanShelve says why the instance cannot be shelved and offloaded, or nil.
+func (i InstanceInfo) CanShelve() error {
+	if (i.VMState != VMActive && i.VMState != VMStopped) || i.Host == "" {
+		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be shelved", i.UUID, i.VMState))
+	}
+	return nil
+}
+
+// CanUnshelve says why the instance cannot be unshelved, or nil.
+func (i InstanceInfo) CanUnshelve() error {
+	if i.VMState != VMShelvedOffloaded {
+		return BadState(fmt.Sprintf("instance %s is %s; only a shelved_offloaded instance can be unshelved", i.UUID, i.VMState))
+	}
+	return nil
+}
+
+// Owner names the workflow run that owns a claim.
+type Owner struct {
+	WorkflowID string `json:"workflow_id"`
+	FirstRunID string `json:"first_run_id"`
+}
+
+// CreateInstanceInput is a new guest's record.
+type CreateInstanceInput struct {
+	UUID   string `json:"uuid"`
+	Name   string `json:"name"`
+	Flavor Flavor `json:"flavor"`
+}
+
+// ChooseHostInput asks for a host for a guest.
+type ChooseHostInput struct {
+	UUID    string   `json:"uuid"`
+	Flavor  Flavor   `json:"flavor"`
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// ClaimInput asks for a claim of the guest's flavor on a host.
+type ClaimInput struct {
+	Host    string    `json:"host"`
+	ClaimID string    `json:"claim_id"`
+	UUID    string    `json:"uuid"`
+	Kind    ClaimKind `json:"kind"`
+	Owner   Owner     `json:"owner"`
+	Flavor  Flavor    `json:"flavor"`
+}
+
+// ClaimResult is the claim made.
+type ClaimResult struct {
+	Host      string         `json:"host"`
+	ClaimID   string         `json:"claim_id"`
+	Placement numa.Placement `json:"placement"`
+}
+
+// ReleaseInput names a claim to release.
+type ReleaseInput struct {
+	Host    string `json:"host"`
+	ClaimID string `json:"claim_id"`
+}
+
+// TaskStateInput sets an instance's task state and, when VMState is set,
+// its vm state.
+type TaskStateInput struct {
+	UUID      string    `json:"uuid"`
+	TaskState TaskState `json:"task_state"`
+	VMState   VMState   `json:"vm_state,omitempty"`
+}
+
+// DomainInput names a guest on a host.
+type DomainInput struct {
+	UUID string `json:"uuid"`
+	Host string `json:"host"`
+}
+
+// PrepareMigrationInput asks for the destination XML of a migration.
+type PrepareMigrationInput struct {
+	UUID      string         `json:"uuid"`
+	Source    string         `json:"source"`
+	Dest      string         `json:"dest"`
+	Placement numa.Placement `json:"placement"`
+}
+
+// MigrateInput is one live migration.
+type MigrateInput struct {
+	UUID    string `json:"uuid"`
+	Source  string `json:"source"`
+	Dest    string `json:"dest"`
+	DestXML string `json:"dest_xml,omitempty"`
+}
+
+// CommitMigrationInput makes a finished migration's destination claim the
+// guest's resident claim.
+type CommitMigrationInput struct {
+	UUID          string         `json:"uuid"`
+	Source        string         `json:"source"`
+	Dest          string         `json:"dest"`
+	SourceClaimID string         `json:"source_claim_id"`
+	DestClaimID   string         `json:"dest_claim_id"`
+	Placement     numa.Placement `json:"placement"`
+	DestXML       string         `json:"dest_xml"`
+}
+
+// ClearHostInput detaches an instance from its host after its claim was
+// released and sets its vm state. With OnlyClaimID, it detaches only from
+// that claim: a record attached elsewhere is left as it is.
+type ClearHostInput struct {
+	UUID        string  `json:"uuid"`
+	VMState     VMState `json:"vm_state"`
+	OnlyClaimID string  `json:"only_claim_id,omitempty"`
+}
+
+// SpawnInput starts a guest on a host with a placement.
+type SpawnInput struct {
+	UUID      string         `json:"uuid"`
+	Host      string         `json:"host"`
+	Placement numa.Placement `json:"placement"`
+}
+
+// AttachInput makes a spawned guest's claim resident and its record point
+// at it.
+type AttachInput struct {
+	UUID      string         `json:"uuid"`
+	Host      string         `json:"host"`
+	ClaimID   string         `json:"claim_id"`
+	Placement numa.Placement `json:"placement"`
+	DomainXML string         `json:"domain_xml"`
+}

@@ -1,0 +1,167 @@
+// Package config is pinflow's configuration, read from the environment
+// under the PINFLOW_ prefix, and the connections it describes: Temporal,
+// Redis (the ledger) and the hypervisor driver. The worker and the CLI
+// share it, so both reach the same stack with the same variables.
+package config
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/ledger"
+)
+
+// Prefix starts every environment variable pinflow reads.
+const Prefix = "PINFLOW"
+
+// Embedded configurations keep their own variable names (PINFLOW_REDIS_URL,
+// PINFLOW_SIM_LATENCY, ...); the aliases give the embedded fields distinct
+// names.
+type (
+	// RedisConfig is how to reach Redis.
+	RedisConfig = ledger.Config
+	// SimConfig configures the simulated hypervisor.
+	SimConfig = sim.Config
+	// DomainOptions say what kind of guest a boot defines.
+	DomainOptions = domain.Options
+)
+
+// Config is all of pinflow's configuration.
+type Config struct {
+	Temporal
+	RedisConfig
+	SimConfig
+	DomainOptions
+	// Driver is the hypervisor driver: sim or libvirt.
+	Driver string `envconfig:"DRIVER" default:"sim"`
+	Reconcile
+}
+
+// Temporal is how to reach the Temporal frontend.
+type Temporal struct {
+	Address   string `envconfig:"TEMPORAL_ADDRESS" default:"127.0.0.1:7233"`
+	Namespace string `envconfig:"TEMPORAL_NAMESPACE" default:"default"`
+	TaskQueue string `envconfig:"TEMPORAL_TASK_QUEUE" default:"pinflow"`
+	// APIKey authenticates to Temporal Cloud or a server that takes keys;
+	// it implies TLS.
+	APIKey string `envconfig:"TEMPORAL_API_KEY"`
+	// TLS turns on TLS; TLSCA, TLSCert and TLSKey are PEM files (a client
+	// certificate makes it mTLS), TLSServerName overrides the name checked.
+	TLS           bool   `envconfig:"TEMPORAL_TLS"`
+	TLSCA         string `envconfig:"TEMPORAL_TLS_CA"`
+	TLSCert       string `envconfig:"TEMPORAL_TLS_CERT"`
+	TLSKey        string `envconfig:"TEMPORAL_TLS_KEY"`
+	TLSServerName string `envconfig:"TEMPORAL_TLS_SERVER_NAME"`
+}
+
+// Reconcile configures the periodic ledger audit.
+type Reconcile struct {
+	// Interval between audits run by the schedule; 0 turns the schedule off.
+	Interval time.Duration `envconfig:"RECONCILE_INTERVAL" default:"1m"`
+	// Grace is how old a claim must be before the audit judges it.
+	Grace time.Duration `envconfig:"RECONCILE_GRACE" default:"2m"`
+	// Concurrency bounds how many hosts are audited at once.
+	Concurrency int `envconfig:"RECONCILE_CONCURRENCY" default:"8"`
+}
+
+// Load reads the configuration from the environment.
+func Load() (*Config, error) {
+	var c Config
+	if err := envconfig.Process(Prefix, &c); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if c.Driver != "sim" && c.Driver != "libvirt" {
+		return nil, fmt.Errorf("config: %s_DRIVER %q: allowed are sim or libvirt", Prefix, c.Driver)
+	}
+	return &c, nil
+}
+
+// Logger is the structured logger pinflow's programs log with.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// Dial connects to Temporal. Its error is one line naming the address.
+func (c *Config) Dial(ctx context.Context, logger *slog.Logger) (client.Client, error) {
+	opts := client.Options{HostPort: c.Address, Namespace: c.Namespace}
+	if logger != nil {
+		opts.Logger = tlog.NewStructuredLogger(logger)
+	}
+	if c.Temporal.TLS || c.APIKey != "" || c.Temporal.TLSCert != "" || c.Temporal.TLSCA != "" {
+		t, err := c.tlsConfig()
+		if err != nil {
+			return nil, fmt.Errorf("temporal %s: %w", c.Address, err)
+		}
+		opts.ConnectionOptions.TLS = t
+	}
+	if c.APIKey != "" {
+		opts.Credentials = client.NewAPIKeyStaticCredentials(c.APIKey)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cl, err := client.DialContext(dctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("temporal %s (namespace %s): cannot connect: %v", c.Address, c.Namespace, err)
+	}
+	return cl, nil
+}
+
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Temporal.TLSServerName}
+	if c.Temporal.TLSCA != "" {
+		pem, err := os.ReadFile(c.Temporal.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CA: %w", Prefix, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CA %s: no PEM certificate in it", Prefix, c.Temporal.TLSCA)
+		}
+		t.RootCAs = pool
+	}
+	if c.Temporal.TLSCert != "" || c.Temporal.TLSKey != "" {
+		cert, err := tls.LoadX509KeyPair(c.Temporal.TLSCert, c.Temporal.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CERT/KEY: %w", Prefix, err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+// Redis connects to Redis and opens the ledger on it.
+func (c *Config) Redis(ctx context.Context) (*ledger.Ledger, redis.UniversalClient, error) {
+	return ledger.Open(ctx, c.RedisConfig)
+}
+
+// NewDriver returns the configured hypervisor driver; the simulator keeps
+// its state in rdb.
+func (c *Config) NewDriver(rdb redis.UniversalClient) (hypervisor.Driver, error) {
+	switch c.Driver {
+	case "sim":
+		return c.Simulator(rdb)
+	}
+	return nil, fmt.Errorf("config: %s_DRIVER %q: allowed are sim or libvirt", Prefix, c.Driver)
+}
+
+// Simulator returns the simulated hypervisor on rdb.
+func (c *Config) Simulator(rdb redis.UniversalClient) (*sim.Driver, error) {
+	opts, err := c.SimConfig.Options()
+	if err != nil {
+		return nil, err
+	}
+	return sim.New(rdb, opts), nil
+}

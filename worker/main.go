@@ -1,0 +1,100 @@
+// Command pinflow-worker runs pinflow's workflows and activities: it polls
+// the Temporal task queue, keeps the ledger in Redis and drives the
+// hypervisors. Run one or more on controllers; all configuration comes
+// from PINFLOW_* environment variables (see the config package).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+func main() {
+	logger := config.Logger()
+	if err := run(logger); err != nil {
+		fmt.Fprintln(os.Stderr, "pinflow-worker: "+err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(logger *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	led, rdb, err := cfg.Redis(ctx)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	driver, err := cfg.NewDriver(rdb)
+	if err != nil {
+		return err
+	}
+	tc, err := cfg.Dial(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	if err := registerSearchAttributes(ctx, tc, cfg.Namespace); err != nil {
+		return err
+	}
+
+	w := worker.New(tc, cfg.TaskQueue, worker.Options{})
+	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete} {
+		w.RegisterWorkflow(wf)
+	}
+	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions})
+	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
+		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
+	}
+	<-ctx.Done()
+	logger.Info("pinflow worker stopping: finishing the tasks in hand")
+	w.Stop()
+	return nil
+}
+
+// registerSearchAttributes adds pinflow's search attributes that the
+// namespace lacks; those it has are left as they are.
+func registerSearchAttributes(ctx context.Context, tc client.Client, namespace string) error {
+	existing, err := tc.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range workflows.SearchAttributes() {
+		if _, ok := existing.GetCustomAttributes()[name]; !ok {
+			missing[name] = typ
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	req := &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing}
+	if _, err := tc.OperatorService().AddSearchAttributes(ctx, req); err != nil {
+		var exists *serviceerror.AlreadyExists
+		if !errors.As(err, &exists) {
+			return fmt.Errorf("register search attributes in namespace %s: %w", namespace, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// BootInput describes a new guest. The caller picks the uuid, so the
+// workflow id is known before the guest exists.
+type BootInput struct {
+	UUID   string            `json:"uuid"`
+	Name   string            `json:"name"`
+	Flavor activities.Flavor `json:"flavor"`
+	// Host is where to boot; empty lets pinflow choose.
+	Host string `json:"host,omitempty"`
+}
+
+// BootResult says where the guest runs and how it is pinned.
+type BootResult struct {
+	UUID      string          `json:"uuid"`
+	Host      string          `json:"host"`
+	Placement *numa.Placement `json:"placement"`
+}
+
+// Boot creates a guest's record, claims CPUs on a host, spawns the guest
+// there and commits. A failure releases the claim and leaves the record in
+// vm_state error with no host, for a delete to remove.
+func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
+	r, err := newRun(ctx, OpBoot, in.UUID, 4)
+	if err != nil {
+		return nil, err
+	}
+	var inst activities.InstanceInfo
+	create := activities.CreateInstanceInput{UUID: in.UUID, Name: in.Name, Flavor: in.Flavor}
+	if err := workflow.ExecuteActivity(r.short(ctx, "create instance "+in.Name), a.CreateInstance, create).Get(ctx, &inst); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+	r.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(r.short(ctx, "vm state error"), a.SetTaskState,
+			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: activities.VMError}).Get(ctx, nil)
+	})
+	host, placement, err := placeAndSpawn(ctx, r, inst, in.Host, activities.KindBoot)
+	if err != nil {
+		return nil, r.fail(err)
+	}
+	r.phase(PhaseCompleted, "")
+	return &BootResult{UUID: in.UUID, Host: host, Placement: placement}, nil
+}
+
+// DeleteInput names the guest to delete.
+type DeleteInput struct {
+	UUID string `json:"uuid"`
+}
+
+// DeleteResult says which host, if any, the guest was removed from.
+type DeleteResult struct {
+	UUID string `json:"uuid"`
+	Host string `json:"host,omitempty"`
+}
+
+// Delete destroys the guest on its host, releases its claim (a claim that
+// an earlier failure already released is no error), then clears its host
+// data and removes its record. It only goes forwards: every step is idempotent
+// and retried until it succeeds.
+func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
+	r, err := newRun(ctx, OpDelete, in.UUID, 4)
+	if err != nil {
+		return nil, err
+	}
+	var inst activities.InstanceInfo
+	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, r.fail(err)
+	}
+	r.setHosts(inst.Host, "")
+	r.step()
+	r.phase(PhaseDeleting, "")
+	if err := workflow.ExecuteActivity(r.short(ctx, "task state deleting"), a.SetTaskState,
+		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskDeleting}).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+	if inst.Host != "" {
+		dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
+		if err := workflow.ExecuteActivity(r.driver(ctx, "destroy the domain on "+inst.Host), a.DestroyDomain, dom).Get(ctx, nil); err != nil {
+			return nil, r.fail(err)
+		}
+		r.step()
+		if inst.ClaimID != "" {
+			if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
+				activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
+				return nil, r.fail(err)
+			}
+		}
+		r.step()
+		clear := activities.ClearHostInput{UUID: in.UUID, VMState: activities.VMDeleted}
+		if err := workflow.ExecuteActivity(r.short(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
+			return nil, r.fail(err)
+		}
+	}
+	if err := workflow.ExecuteActivity(r.short(ctx, "delete the record"), a.DeleteInstance, in.UUID).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+	r.phase(PhaseCompleted, "")
+	return &DeleteResult{UUID: in.UUID, Host: inst.Host}, nil
+}

@@ -1,0 +1,118 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// LiveMigrationInput names the guest to move and, optionally, where.
+type LiveMigrationInput struct {
+	UUID string `json:"uuid"`
+	// Dest is the destination host; empty lets pinflow choose one.
+	Dest string `json:"dest,omitempty"`
+}
+
+// LiveMigrationResult says where the guest went and how it is pinned there.
+type LiveMigrationResult struct {
+	UUID      string          `json:"uuid"`
+	Source    string          `json:"source"`
+	Dest      string          `json:"dest"`
+	Placement *numa.Placement `json:"placement"`
+}
+
+// LiveMigration moves a running guest to another host: claim its CPUs on
+// the destination (accepted), rewrite its domain XML for the destination
+// pins (preparing), migrate (running), then commit: the destination claim
+// becomes the guest's resident claim, its record moves, and the source
+// claim is released. Any failure or cancellation before the commit rolls
+// the hypervisor back and releases the destination claim, leaving the guest
+// untouched on its source.
+func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
+	r, err := newRun(ctx, OpLiveMigration, in.UUID, 6)
+	if err != nil {
+		return nil, err
+	}
+	var inst activities.InstanceInfo
+	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, r.fail(err)
+	}
+	if err := inst.CanLiveMigrate(); err != nil {
+		return nil, r.fail(err)
+	}
+	src := inst.Host
+	r.setHosts(src, in.Dest)
+	r.step()
+
+	r.phase(PhaseScheduling, "choosing the destination")
+	dst := in.Dest
+	if dst == "" {
+		choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: inst.Flavor, Exclude: []string{src}}
+		if err := workflow.ExecuteActivity(r.short(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
+			return nil, r.fail(err)
+		}
+	}
+	if dst == src {
+		return nil, r.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; choose another destination", in.UUID, dst)))
+	}
+	r.setHosts(src, dst)
+
+	r.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(r.short(ctx, "clear task state"), a.SetTaskState,
+			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
+	})
+	if err := workflow.ExecuteActivity(r.short(ctx, "task state migrating"), a.SetTaskState,
+		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskMigrating}).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+
+	destClaim := claimID(ctx, "migration-dest")
+	r.onFailure("release the destination claim", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(r.short(ctx, "release claim on "+dst), a.ReleaseClaim,
+			activities.ReleaseInput{Host: dst, ClaimID: destClaim}).Get(ctx, nil)
+	})
+	var claim activities.ClaimResult
+	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindMigrationDest,
+		Owner: owner(ctx), Flavor: inst.Flavor}
+	if err := workflow.ExecuteActivity(r.short(ctx, "claim pinned CPUs on "+dst), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+	r.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
+
+	r.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
+	move := activities.MigrateInput{UUID: in.UUID, Source: src, Dest: dst}
+	r.onFailure("roll the hypervisor back", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(r.driver(ctx, "roll back the migration"), a.RollbackMigration, move).Get(ctx, nil)
+	})
+	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement}
+	if err := workflow.ExecuteActivity(r.attempt(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, &move.DestXML); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+
+	r.phase(PhaseRunning, "migrating")
+	migrateCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatEvery, RetryPolicy: driverRetry,
+		WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", in.UUID, src, dst),
+	})
+	if err := workflow.ExecuteActivity(migrateCtx, a.Migrate, move).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+
+	// The guest now runs on dst: from here the operation only goes forwards.
+	r.commit()
+	r.phase(PhaseCommitting, "making the destination claim resident")
+	commit := activities.CommitMigrationInput{UUID: in.UUID, Source: src, Dest: dst, SourceClaimID: inst.ClaimID,
+		DestClaimID: destClaim, Placement: claim.Placement, DestXML: move.DestXML}
+	if err := workflow.ExecuteActivity(r.short(ctx, "commit the migration"), a.CommitMigration, commit).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+	r.phase(PhaseCompleted, "")
+	return &LiveMigrationResult{UUID: in.UUID, Source: src, Dest: dst, Placement: &claim.Placement}, nil
+}

@@ -1,0 +1,174 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// ShelveOffloadInput names the guest to shelve and offload.
+type ShelveOffloadInput struct {
+	UUID string `json:"uuid"`
+}
+
+// ShelveOffloadResult says which host the guest left.
+type ShelveOffloadResult struct {
+	UUID string `json:"uuid"`
+	Host string `json:"host"`
+}
+
+// ShelveOffload powers the guest off and removes it from its host, then
+// releases the host's claim at once (no audit is needed to free its pins),
+// and only then clears the guest's host, node and NUMA data, leaving it
+// shelved_offloaded with its domain XML kept for unshelving.
+func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadResult, error) {
+	r, err := newRun(ctx, OpShelveOffload, in.UUID, 4)
+	if err != nil {
+		return nil, err
+	}
+	var inst activities.InstanceInfo
+	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, r.fail(err)
+	}
+	if err := inst.CanShelve(); err != nil {
+		return nil, r.fail(err)
+	}
+	r.setHosts(inst.Host, "")
+	r.step()
+
+	r.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(r.short(ctx, "clear task state"), a.SetTaskState,
+			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
+	})
+	if err := workflow.ExecuteActivity(r.short(ctx, "task state shelving"), a.SetTaskState,
+		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskShelvingOffloading}).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+
+	r.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
+	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
+	if err := workflow.ExecuteActivity(r.attempt(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+
+	// The guest is off its host: finish forwards.
+	r.commit()
+	r.phase(PhaseReleasing, "releasing the claim on "+inst.Host)
+	if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
+		activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+	clear := activities.ClearHostInput{UUID: in.UUID, VMState: activities.VMShelvedOffloaded}
+	if err := workflow.ExecuteActivity(r.short(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+	r.phase(PhaseCompleted, "")
+	return &ShelveOffloadResult{UUID: in.UUID, Host: inst.Host}, nil
+}
+
+// UnshelveInput names the shelved guest and, optionally, its host.
+type UnshelveInput struct {
+	UUID string `json:"uuid"`
+	Host string `json:"host,omitempty"`
+}
+
+// UnshelveResult says where the guest now runs and how it is pinned.
+type UnshelveResult struct {
+	UUID      string          `json:"uuid"`
+	Host      string          `json:"host"`
+	Placement *numa.Placement `json:"placement"`
+}
+
+// Unshelve brings a shelved-offloaded guest back: it marks the guest
+// unshelving (it is never treated as offloaded while that runs), claims
+// CPUs on a host, spawns the guest with its domain XML patched for the new
+// pins, and commits. A failure releases the claim and clears the guest's
+// host and NUMA data, so it stays shelved_offloaded and a later delete
+// succeeds.
+func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
+	r, err := newRun(ctx, OpUnshelve, in.UUID, 5)
+	if err != nil {
+		return nil, err
+	}
+	var inst activities.InstanceInfo
+	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, r.fail(err)
+	}
+	if err := inst.CanUnshelve(); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+
+	r.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(r.short(ctx, "clear task state"), a.SetTaskState,
+			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
+	})
+	if err := workflow.ExecuteActivity(r.short(ctx, "task state unshelving"), a.SetTaskState,
+		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskUnshelving}).Get(ctx, nil); err != nil {
+		return nil, r.fail(err)
+	}
+
+	host, placement, err := placeAndSpawn(ctx, r, inst, in.Host, activities.KindUnshelve)
+	if err != nil {
+		return nil, r.fail(err)
+	}
+	r.phase(PhaseCompleted, "")
+	return &UnshelveResult{UUID: in.UUID, Host: host, Placement: placement}, nil
+}
+
+// placeAndSpawn is the tail that boot and unshelve share: choose a host
+// unless one is given, claim on it, spawn the guest there and make the
+// claim resident. It registers the compensations of each step: destroy the
+// domain, release the claim and clear whatever host data the record holds.
+func placeAndSpawn(ctx workflow.Context, r *run, inst activities.InstanceInfo, host string, kind activities.ClaimKind) (string, *numa.Placement, error) {
+	r.phase(PhaseScheduling, "choosing a host")
+	if host == "" {
+		choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor}
+		if err := workflow.ExecuteActivity(r.short(ctx, "choose a host"), a.ChooseHost, choose).Get(ctx, &host); err != nil {
+			return "", nil, err
+		}
+	}
+	r.setHosts("", host)
+
+	id := claimID(ctx, string(kind))
+	r.onFailure("release the claim and clear host data", func(ctx workflow.Context) error {
+		if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+host), a.ReleaseClaim,
+			activities.ReleaseInput{Host: host, ClaimID: id}).Get(ctx, nil); err != nil {
+			return err
+		}
+		clear := activities.ClearHostInput{UUID: inst.UUID, VMState: inst.VMState, OnlyClaimID: id}
+		return workflow.ExecuteActivity(r.short(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil)
+	})
+	var claim activities.ClaimResult
+	claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: kind, Owner: owner(ctx), Flavor: inst.Flavor}
+	if err := workflow.ExecuteActivity(r.short(ctx, "claim pinned CPUs on "+host), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+		return "", nil, err
+	}
+	r.step()
+	r.phase(PhaseAccepted, "CPUs claimed: "+claim.Placement.String())
+
+	r.phase(PhaseSpawning, "spawning on "+host)
+	dom := activities.DomainInput{UUID: inst.UUID, Host: host}
+	r.onFailure("destroy the domain", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(r.driver(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
+	})
+	var xml string
+	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement}
+	if err := workflow.ExecuteActivity(r.attempt(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, &xml); err != nil {
+		return "", nil, err
+	}
+	r.step()
+
+	r.commit()
+	r.phase(PhaseCommitting, "making the claim resident")
+	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id, Placement: claim.Placement, DomainXML: xml}
+	if err := workflow.ExecuteActivity(r.short(ctx, "commit the claim"), a.Attach, attach).Get(ctx, nil); err != nil {
+		return "", nil, err
+	}
+	r.step()
+	return host, &claim.Placement, nil
+}

@@ -1,0 +1,112 @@
+// Package workflows holds pinflow's durable operations on a guest (boot,
+// live migration, shelve-offload, unshelve, delete) and the periodic ledger
+// audit, as Temporal workflows over the activities package.
+//
+// Every operation on one guest runs under the same workflow id,
+// InstanceWorkflowID(uuid), started with conflict policy FAIL: the Temporal
+// server refuses a second operation while one is open, so two operations on
+// one guest can never interleave. Each step that changes the world registers
+// its compensation before it runs; a failure or a cancellation before the
+// commit point runs the compensations in reverse order, in a disconnected
+// context so that cancellation compensates too.
+package workflows
+
+import (
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+)
+
+// DefaultTaskQueue is the task queue the worker polls and the CLI starts
+// workflows on unless configured otherwise.
+const DefaultTaskQueue = "pinflow"
+
+// instancePrefix starts the id of every per-guest workflow.
+const instancePrefix = "instance-"
+
+// InstanceWorkflowID is the one workflow id every operation on the guest
+// uuid runs under.
+func InstanceWorkflowID(uuid string) string { return instancePrefix + uuid }
+
+// InstanceFromWorkflowID returns the guest uuid of a per-guest workflow id,
+// or "" for any other id.
+func InstanceFromWorkflowID(id string) string {
+	if !strings.HasPrefix(id, instancePrefix) {
+		return ""
+	}
+	return strings.TrimPrefix(id, instancePrefix)
+}
+
+// Typed search attributes that make each run findable in the Web UI and
+// through visibility queries. They are for people and dashboards: nothing
+// in pinflow decides anything from them (visibility is eventually
+// consistent).
+var (
+	AttrInstance   = temporal.NewSearchAttributeKeyKeyword("PinflowInstance")
+	AttrOperation  = temporal.NewSearchAttributeKeyKeyword("PinflowOperation")
+	AttrSourceHost = temporal.NewSearchAttributeKeyKeyword("PinflowSourceHost")
+	AttrDestHost   = temporal.NewSearchAttributeKeyKeyword("PinflowDestHost")
+	AttrPhase      = temporal.NewSearchAttributeKeyKeyword("PinflowPhase")
+)
+
+// SearchAttributes lists pinflow's custom search attributes and their
+// types, for registering them with a namespace.
+func SearchAttributes() map[string]enumspb.IndexedValueType {
+	out := map[string]enumspb.IndexedValueType{}
+	for _, k := range []temporal.SearchAttributeKeyKeyword{AttrInstance, AttrOperation, AttrSourceHost, AttrDestHost, AttrPhase} {
+		out[k.GetName()] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	return out
+}
+
+// Operation names a kind of workflow, as shown in PinflowOperation.
+type Operation string
+
+// The operations.
+const (
+	OpBoot          Operation = "boot"
+	OpLiveMigration Operation = "live-migration"
+	OpShelveOffload Operation = "shelve-offload"
+	OpUnshelve      Operation = "unshelve"
+	OpDelete        Operation = "delete"
+	OpReconcile     Operation = "reconcile"
+)
+
+// Phase is where an operation stands, as shown in PinflowPhase and the
+// status query. The migration phases follow Nova's migration states.
+type Phase string
+
+// The phases.
+const (
+	PhaseStarted     Phase = "started"
+	PhaseScheduling  Phase = "scheduling"
+	PhaseAccepted    Phase = "accepted" // the destination claim is held
+	PhasePreparing   Phase = "preparing"
+	PhaseRunning     Phase = "running"
+	PhaseCommitting  Phase = "committing"
+	PhasePoweringOff Phase = "powering-off"
+	PhaseReleasing   Phase = "releasing"
+	PhaseSpawning    Phase = "spawning"
+	PhaseDeleting    Phase = "deleting"
+	PhaseAuditing    Phase = "auditing"
+	PhaseRollingBack Phase = "rolling-back"
+	PhaseCompleted   Phase = "completed"
+	PhaseError       Phase = "error"
+)
+
+// StatusQuery is the query type that returns a Status.
+const StatusQuery = "status"
+
+// Status is what the status query returns: where an operation stands.
+type Status struct {
+	Operation Operation `json:"operation"`
+	Instance  string    `json:"instance,omitempty"`
+	Phase     Phase     `json:"phase"`
+	Source    string    `json:"source,omitempty"`
+	Dest      string    `json:"dest,omitempty"`
+	// Progress is the share of the operation's steps done, 0-100.
+	Progress int    `json:"progress"`
+	Detail   string `json:"detail,omitempty"`
+	Error    string `json:"error,omitempty"`
+}

@@ -1,0 +1,346 @@
+package workflows
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/numa"
+)
+
+const uuid = "0b3c9d6e-1f2a-4b5c-8d7e-9f0a1b2c3d4e"
+
+var flavor = activities.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+
+func active(host string) activities.InstanceInfo {
+	return activities.InstanceInfo{UUID: uuid, Name: "vm", Host: host, VMState: activities.VMActive, Flavor: flavor, ClaimID: "boot-1"}
+}
+
+var placement = numa.Placement{Cells: []numa.PlacedCell{{HostCell: 0, DedicatedVCPUs: numa.MustParse("0-1"), Pins: map[int]int{0: 2, 1: 3}, MemoryMB: 1024, CPUPolicy: numa.CPUPolicyDedicated}}}
+
+// harness is a test workflow environment whose activity mocks record the
+// order in which they ran.
+type harness struct {
+	env   *testsuite.TestWorkflowEnvironment
+	calls []string
+}
+
+func newHarness(t *testing.T) *harness {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	h := &harness{env: s.NewTestWorkflowEnvironment()}
+	h.env.RegisterActivity(&activities.Activities{})
+	t.Cleanup(func() { h.env.AssertExpectations(t) })
+	return h
+}
+
+// on mocks activity fn (a method value of a nil *Activities) to return
+// results, and records its name when it runs.
+func (h *harness) on(name string, fn any, results ...any) *testsuite.MockCallWrapper {
+	return h.env.OnActivity(fn, mock.Anything, mock.Anything).Return(results...).Run(func(mock.Arguments) {
+		h.calls = append(h.calls, name)
+	})
+}
+
+func (h *harness) sequence() string { return strings.Join(h.calls, ",") }
+
+func failed(msg, typ string) error { return temporal.NewNonRetryableApplicationError(msg, typ, nil) }
+
+func TestLiveMigrationCommits(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("choose", a.ChooseHost, "b", nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "c", Placement: placement}, nil)
+	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("migrate", a.Migrate, nil)
+	h.on("commit", a.CommitMigration, nil)
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("LiveMigration: %v", err)
+	}
+	var res LiveMigrationResult
+	if err := h.env.GetWorkflowResult(&res); err != nil || res.Source != "a" || res.Dest != "b" {
+		t.Errorf("LiveMigration result = %+v, %v; want a -> b", res, err)
+	}
+	if got, want := h.sequence(), "load,choose,task,claim,prepare,migrate,commit"; got != want {
+		t.Errorf("LiveMigration steps = %s, want %s", got, want)
+	}
+}
+
+func TestLiveMigrationCompensations(t *testing.T) {
+	boom := errors.New("connection reset")
+	tests := []struct {
+		name     string
+		failAt   string
+		want     string
+		wantType string
+	}{
+		{"no fit on the destination", "claim", "load,task,claim,release,task", activities.ErrTypeNoFit},
+		{"prepare refused", "prepare", "load,task,claim,prepare,rollback,release,task", activities.ErrTypeRejected},
+		{"migrate fails", "migrate", "load,task,claim,prepare,migrate,rollback,release,task", activities.ErrTypeRejected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			fail := func(step string, ok ...any) []any {
+				if step == tt.failAt {
+					return append(append([]any{}, ok[:len(ok)-1]...), failed(boom.Error(), tt.wantType))
+				}
+				return ok
+			}
+			h.on("load", a.LoadInstance, active("a"), nil)
+			h.on("task", a.SetTaskState, nil)
+			h.on("claim", a.Claim, fail("claim", activities.ClaimResult{Placement: placement}, nil)...)
+			h.on("release", a.ReleaseClaim, nil)
+			if tt.failAt != "claim" {
+				h.on("prepare", a.PrepareMigration, fail("prepare", "<domain/>", nil)...)
+				h.on("rollback", a.RollbackMigration, nil)
+			}
+			if tt.failAt == "migrate" {
+				h.on("migrate", a.Migrate, fail("migrate", nil)...)
+			}
+			h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+			var appErr *temporal.ApplicationError
+			if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != tt.wantType {
+				t.Fatalf("LiveMigration error = %v, want type %s", err, tt.wantType)
+			}
+			if got := h.sequence(); got != tt.want {
+				t.Errorf("steps = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLiveMigrationCancelledWhileMigratingCompensates(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("migrate", a.Migrate, nil).After(time.Hour)
+	h.on("rollback", a.RollbackMigration, nil)
+	h.on("release", a.ReleaseClaim, nil)
+	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Minute)
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	if err := h.env.GetWorkflowError(); !temporal.IsCanceledError(err) {
+		t.Fatalf("LiveMigration error = %v, want cancelled", err)
+	}
+	// The migrate mock never finishes: the cancellation reaches it first.
+	if got, want := h.sequence(), "load,task,claim,prepare,rollback,release,task"; got != want {
+		t.Errorf("steps = %s, want %s", got, want)
+	}
+}
+
+func TestLiveMigrationRefusesBadInput(t *testing.T) {
+	shelved := active("")
+	shelved.VMState = activities.VMShelvedOffloaded
+	tests := []struct {
+		name string
+		inst activities.InstanceInfo
+		dest string
+		want string
+	}{
+		{"shelved instance", shelved, "b", activities.ErrTypeBadState},
+		{"destination is the source", active("a"), "a", activities.ErrTypeInvalidRequest},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on("load", a.LoadInstance, tt.inst, nil)
+			h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: tt.dest})
+			var appErr *temporal.ApplicationError
+			if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != tt.want {
+				t.Fatalf("LiveMigration error = %v, want type %s", err, tt.want)
+			}
+			if got := h.sequence(); got != "load" {
+				t.Errorf("steps = %s, want only load: nothing may change", got)
+			}
+		})
+	}
+}
+
+func TestShelveOffloadReleasesBeforeClearing(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("offload", a.Offload, nil)
+	h.on("release", a.ReleaseClaim, nil)
+	h.on("clear", a.ClearInstanceHost, nil)
+	h.env.ExecuteWorkflow(ShelveOffload, ShelveOffloadInput{UUID: uuid})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("ShelveOffload: %v", err)
+	}
+	if got, want := h.sequence(), "load,task,offload,release,clear"; got != want {
+		t.Errorf("steps = %s, want %s", got, want)
+	}
+}
+
+func TestShelveOffloadPowerOffFailureKeepsTheClaim(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("offload", a.Offload, failed("hypervisor refused", activities.ErrTypeRejected))
+	h.env.ExecuteWorkflow(ShelveOffload, ShelveOffloadInput{UUID: uuid})
+	if err := h.env.GetWorkflowError(); err == nil {
+		t.Fatal("ShelveOffload succeeded, want the offload error")
+	}
+	if got, want := h.sequence(), "load,task,offload,task"; got != want {
+		t.Errorf("steps = %s, want %s (no release: the guest still runs)", got, want)
+	}
+}
+
+func shelved() activities.InstanceInfo {
+	i := active("")
+	i.VMState, i.ClaimID = activities.VMShelvedOffloaded, ""
+	return i
+}
+
+func TestUnshelve(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, shelved(), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("choose", a.ChooseHost, "b", nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+	h.on("spawn", a.Spawn, "<domain/>", nil)
+	h.on("attach", a.Attach, nil)
+	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("Unshelve: %v", err)
+	}
+	if got, want := h.sequence(), "load,task,choose,claim,spawn,attach"; got != want {
+		t.Errorf("steps = %s, want %s", got, want)
+	}
+}
+
+func TestUnshelveSpawnFailureReleasesAndClears(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, shelved(), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+	h.on("spawn", a.Spawn, "", failed("injected spawn failure", activities.ErrTypeRejected))
+	h.on("destroy", a.DestroyDomain, nil)
+	h.on("release", a.ReleaseClaim, nil)
+	var cleared activities.ClearHostInput
+	h.env.OnActivity(a.ClearInstanceHost, mock.Anything, mock.Anything).Return(nil).Run(func(args mock.Arguments) {
+		cleared = args.Get(1).(activities.ClearHostInput)
+		h.calls = append(h.calls, "clear")
+	})
+	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid, Host: "b"})
+	if err := h.env.GetWorkflowError(); err == nil {
+		t.Fatal("Unshelve succeeded, want the spawn error")
+	}
+	if got, want := h.sequence(), "load,task,claim,spawn,destroy,release,clear,task"; got != want {
+		t.Errorf("steps = %s, want %s", got, want)
+	}
+	if cleared.VMState != activities.VMShelvedOffloaded || cleared.OnlyClaimID == "" {
+		t.Errorf("ClearInstanceHost(%+v): want vm_state shelved_offloaded and the unshelve claim", cleared)
+	}
+}
+
+func TestUnshelveOfActiveInstanceChangesNothing(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid})
+	var appErr *temporal.ApplicationError
+	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeBadState {
+		t.Fatalf("Unshelve error = %v, want BadState", err)
+	}
+}
+
+func TestBoot(t *testing.T) {
+	h := newHarness(t)
+	h.on("create", a.CreateInstance, activities.InstanceInfo{UUID: uuid, Name: "vm", Flavor: flavor, VMState: "building"}, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+	h.on("spawn", a.Spawn, "<domain/>", nil)
+	h.on("attach", a.Attach, nil)
+	h.env.ExecuteWorkflow(Boot, BootInput{UUID: uuid, Name: "vm", Flavor: flavor, Host: "a"})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("Boot: %v", err)
+	}
+	if got, want := h.sequence(), "create,claim,spawn,attach"; got != want {
+		t.Errorf("steps = %s, want %s", got, want)
+	}
+}
+
+func TestBootNoFitMarksError(t *testing.T) {
+	h := newHarness(t)
+	h.on("create", a.CreateInstance, activities.InstanceInfo{UUID: uuid, Name: "vm", Flavor: flavor}, nil)
+	h.on("choose", a.ChooseHost, "", failed("no host can take it", activities.ErrTypeNoFit))
+	h.on("task", a.SetTaskState, nil)
+	h.env.ExecuteWorkflow(Boot, BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
+	if err := h.env.GetWorkflowError(); err == nil {
+		t.Fatal("Boot succeeded, want no fit")
+	}
+	if got, want := h.sequence(), "create,choose,task"; got != want {
+		t.Errorf("steps = %s, want %s", got, want)
+	}
+}
+
+func TestDelete(t *testing.T) {
+	tests := []struct {
+		name string
+		inst activities.InstanceInfo
+		want string
+	}{
+		{"on a host", active("a"), "load,task,destroy,release,clear,delete"},
+		{"shelved, nothing to free", shelved(), "load,task,delete"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on("load", a.LoadInstance, tt.inst, nil)
+			h.on("task", a.SetTaskState, nil)
+			if tt.inst.Host != "" {
+				h.on("destroy", a.DestroyDomain, nil)
+				h.on("release", a.ReleaseClaim, nil)
+				h.on("clear", a.ClearInstanceHost, nil)
+			}
+			h.on("delete", a.DeleteInstance, nil)
+			h.env.ExecuteWorkflow(Delete, DeleteInput{UUID: uuid})
+			if err := h.env.GetWorkflowError(); err != nil {
+				t.Fatalf("Delete: %v", err)
+			}
+			if got := h.sequence(); got != tt.want {
+				t.Errorf("steps = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStatusQuery(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("migrate", a.Migrate, nil).After(time.Hour)
+	h.on("commit", a.CommitMigration, nil)
+	var during Status
+	h.env.RegisterDelayedCallback(func() {
+		v, err := h.env.QueryWorkflow(StatusQuery)
+		if err != nil {
+			t.Errorf("QueryWorkflow(status): %v", err)
+			return
+		}
+		if err := v.Get(&during); err != nil {
+			t.Error(err)
+		}
+	}, time.Minute)
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if during.Phase != PhaseRunning || during.Source != "a" || during.Dest != "b" || during.Progress == 0 {
+		t.Errorf("status during the migration = %+v, want phase running from a to b with progress", during)
+	}
+}
