@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // command is one `pinflow ...` subcommand.
@@ -28,7 +31,14 @@ func register(path, summary string, run func(args []string, stdout io.Writer) er
 // errUsage marks an error whose message is the whole story (exit 2).
 var errUsage = errors.New("usage")
 
+// quietRedis drops go-redis's own log lines; its errors reach the
+// commands, which report them once.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
 func main() {
+	redis.SetLogger(quietRedis{})
 	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "pinflow: "+strings.TrimPrefix(err.Error(), "pinflow: "))
 		if errors.Is(err, errUsage) {

@@ -7,16 +7,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
-	"github.com/redis/go-redis/v9"
-
+	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 )
 
@@ -26,43 +23,27 @@ func init() {
 	register("sim show", "show the simulator's latencies and faults: sim show [--json]", simShow)
 }
 
-const (
-	// simRedisURLVar names the Redis the simulator's state lives in, and
-	// simDefaultRedisURL is the one used when it is unset.
-	simRedisURLVar     = "PINFLOW_REDIS_URL"
-	simDefaultRedisURL = "redis://127.0.0.1:6379/0"
-	// simMaxSeconds bounds a latency: longer ones are typos, and a
-	// time.Duration holds at most about 292 years.
-	simMaxSeconds = 86400
-)
+// simMaxSeconds bounds a latency: longer ones are typos, and a
+// time.Duration holds at most about 292 years.
+const simMaxSeconds = 86400
 
-// simOpen connects to the simulator's Redis and returns a driver set up
-// from the PINFLOW_SIM_* environment, and a function that closes it.
+// simOpen connects to the Redis of the PINFLOW_* configuration and returns
+// the simulator set up from it, and a function that closes it.
 func simOpen(ctx context.Context) (*sim.Driver, func(), error) {
-	var cfg sim.Config
-	if err := envconfig.Process("PINFLOW", &cfg); err != nil {
-		return nil, nil, fmt.Errorf("sim: %w", err)
-	}
-	opts, err := cfg.Options()
+	cfg, err := config.Load()
 	if err != nil {
 		return nil, nil, err
 	}
-	url := os.Getenv(simRedisURLVar)
-	if url == "" {
-		url = simDefaultRedisURL
-	}
-	ropts, err := redis.ParseURL(url)
+	rdb, err := cfg.RedisConfig.NewClient(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("sim: %s %q: %v; want a redis:// or rediss:// URL", simRedisURLVar, url, err)
+		return nil, nil, err
 	}
-	rdb := redis.NewClient(ropts)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
+	drv, err := cfg.Simulator(rdb)
+	if err != nil {
 		rdb.Close()
-		return nil, nil, fmt.Errorf("sim: redis at %s (%s): cannot connect: %v", ropts.Addr, simRedisURLVar, err)
+		return nil, nil, err
 	}
-	return sim.New(rdb, opts), func() { rdb.Close() }, nil
+	return drv, func() { rdb.Close() }, nil
 }
 
 // simParseOp reads --op for command cmd.

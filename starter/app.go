@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/ledger"
+)
+
+// app holds the connections a command needs, opened on first use from the
+// PINFLOW_* environment, so that offline commands need none.
+type app struct {
+	ctx      context.Context
+	cfg      *config.Config
+	led      *ledger.Ledger
+	rdb      redis.UniversalClient
+	temporal client.Client
+}
+
+// newApp reads the configuration; connections open when asked for.
+func newApp(ctx context.Context) (*app, error) {
+	cfg, err := config.Load()
+	if err != nil {
+		return nil, err
+	}
+	return &app{ctx: ctx, cfg: cfg}, nil
+}
+
+func (a *app) ledger() (*ledger.Ledger, error) {
+	if a.led == nil {
+		led, rdb, err := a.cfg.Redis(a.ctx)
+		if err != nil {
+			return nil, err
+		}
+		a.led, a.rdb = led, rdb
+	}
+	return a.led, nil
+}
+
+func (a *app) client() (client.Client, error) {
+	if a.temporal == nil {
+		c, err := a.cfg.Dial(a.ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		a.temporal = c
+	}
+	return a.temporal, nil
+}
+
+func (a *app) close() {
+	if a.temporal != nil {
+		a.temporal.Close()
+	}
+	if a.rdb != nil {
+		a.rdb.Close()
+	}
+}
+
+// withApp runs f with an app and closes it afterwards.
+func withApp(f func(a *app) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 24*time.Hour)
+	defer cancel()
+	a, err := newApp(ctx)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	return f(a)
+}
+
+// keyValues parses repeated KEY=VALUE flags.
+type keyValues map[string]string
+
+func (kv keyValues) String() string { return fmt.Sprint(map[string]string(kv)) }
+
+func (kv keyValues) Set(s string) error {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '=' {
+			if i == 0 {
+				break
+			}
+			kv[s[:i]] = s[i+1:]
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not KEY=VALUE", s)
+}

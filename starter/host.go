@@ -1,0 +1,343 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+)
+
+func init() {
+	register("host add", "register a host: host add NAME --topology FILE | --cells N --cores N --threads N [--dedicated SPEC] [--shared SPEC] [--memory-mb N] [--hugepages 2M:N,1G:N]", hostAdd)
+	register("host list", "show every host's pCPUs and who owns them: host list [--json]", hostList)
+	register("host show", "show one host's cells, pins, usage and claims: host show NAME [--json]", hostShow)
+}
+
+func hostAdd(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host add", flag.ContinueOnError)
+	topology := fs.String("topology", "", "a JSON host object (the reference case format)")
+	cells := fs.Int("cells", 0, "NUMA cells")
+	cores := fs.Int("cores", 0, "cores per cell")
+	threads := fs.Int("threads", 1, "threads per core")
+	dedicated := fs.String("dedicated", "", "cpu_dedicated_set, e.g. 2-15")
+	shared := fs.String("shared", "", "cpu_shared_set, e.g. 0-1")
+	memory := fs.Int64("memory-mb", 16384, "memory per cell, MiB")
+	huge := fs.String("hugepages", "", "huge pages per cell, e.g. 2M:512,1G:4")
+	asJSON := fs.Bool("json", false, "print the host as JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("host add takes one NAME, got %d: %w", len(pos), errUsage)
+	}
+	name := pos[0]
+	var host *numa.Host
+	switch {
+	case *topology != "" && *cells != 0:
+		return fmt.Errorf("host add: give --topology or --cells/--cores/--threads, not both: %w", errUsage)
+	case *topology != "":
+		if host, err = readTopology(*topology); err != nil {
+			return err
+		}
+	case *cells != 0 || *cores != 0:
+		spec := numa.UniformSpec{Cells: *cells, Cores: *cores, Threads: *threads, MemoryMB: *memory}
+		if spec.Dedicated, err = numa.Parse(*dedicated); err != nil {
+			return fmt.Errorf("host add: --dedicated: %w", err)
+		}
+		if spec.Shared, err = numa.Parse(*shared); err != nil {
+			return fmt.Errorf("host add: --shared: %w", err)
+		}
+		if spec.HugePages, err = parseHugePages(*huge); err != nil {
+			return err
+		}
+		if host, err = numa.Uniform(spec); err != nil {
+			return fmt.Errorf("host add: %w", err)
+		}
+	default:
+		return fmt.Errorf("host add %s: give --topology FILE or --cells N --cores N: %w", name, errUsage)
+	}
+	return withApp(func(a *app) error {
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		if a.cfg.Driver == "sim" {
+			drv, err := a.cfg.Simulator(a.rdb)
+			if err != nil {
+				return err
+			}
+			if err := drv.AddHost(a.ctx, name, host); err != nil {
+				return err
+			}
+		}
+		gen, err := led.RegisterHost(a.ctx, name, host)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, map[string]any{"host": name, "generation": gen, "topology": numa.SpecOf(host)})
+		}
+		pcpus := 0
+		for _, c := range host.Cells {
+			pcpus += c.PCPUs.Len()
+		}
+		fmt.Fprintf(stdout, "host %s registered: %d cells, %d pinnable CPUs (generation %d)\n", name, len(host.Cells), pcpus, gen)
+		return nil
+	})
+}
+
+// readTopology reads a host object of the reference case format; usage in
+// it (pinned CPUs, memory used) is ignored: the ledger owns usage.
+func readTopology(file string) (*numa.Host, error) {
+	data, err := readInput(file)
+	if err != nil {
+		return nil, fmt.Errorf("host add: %w", err)
+	}
+	var spec numa.HostSpec
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	if err := dec.Decode(&spec); err != nil {
+		return nil, fmt.Errorf("host add: --topology %s: not a JSON host object: %v", file, err)
+	}
+	host, err := spec.Host(nil)
+	if err != nil {
+		return nil, fmt.Errorf("host add: --topology %s: %w", file, err)
+	}
+	for i := range host.Cells {
+		c := &host.Cells[i]
+		c.PinnedCPUs, c.MemoryUsedMB, c.CPUUsage = numa.CPUSet{}, 0, 0
+		for j := range c.Pages {
+			c.Pages[j].Used = 0
+		}
+	}
+	return host, nil
+}
+
+// parseHugePages reads "2M:512,1G:4" into page size (KiB) -> count.
+func parseHugePages(s string) (map[int64]int64, error) {
+	out := map[int64]int64{}
+	if s == "" {
+		return out, nil
+	}
+	units := map[string]int64{"K": 1, "M": 1024, "G": 1024 * 1024}
+	for _, part := range strings.Split(s, ",") {
+		size, count, ok := strings.Cut(strings.TrimSpace(part), ":")
+		n, err := strconv.ParseInt(count, 10, 64)
+		if !ok || err != nil || n < 0 || len(size) < 2 {
+			return nil, fmt.Errorf("host add: --hugepages %q: expected SIZE:COUNT pairs such as 2M:512,1G:4", s)
+		}
+		mult, ok := units[strings.ToUpper(size[len(size)-1:])]
+		num, err := strconv.ParseInt(size[:len(size)-1], 10, 64)
+		if !ok || err != nil || num <= 0 {
+			return nil, fmt.Errorf("host add: --hugepages %q: page size %q must be a number with K, M or G, such as 2M", s, size)
+		}
+		out[num*mult] = n
+	}
+	return out, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// hostView is a host as `host show --json` prints it.
+type hostView struct {
+	Host       string     `json:"host"`
+	Generation int64      `json:"generation"`
+	Cells      []cellView `json:"cells"`
+	Claims     []claimRow `json:"claims"`
+}
+
+type cellView struct {
+	ID           int              `json:"id"`
+	PCPUs        []int            `json:"pcpus"`
+	SharedCPUs   []int            `json:"shared_cpus"`
+	PinnedCPUs   []int            `json:"pinned_cpus"`
+	Owners       map[string]owner `json:"owners"`
+	MemoryMB     int64            `json:"memory_mb"`
+	MemoryUsedMB int64            `json:"memory_used_mb"`
+	CPUUsage     int              `json:"cpu_usage"`
+	Pages        []numa.PagePool  `json:"mempages"`
+}
+
+type owner struct {
+	Claim    string `json:"claim"`
+	Instance string `json:"instance"`
+	Name     string `json:"name,omitempty"`
+	State    string `json:"state"`
+}
+
+type claimRow struct {
+	ID       string `json:"id"`
+	Instance string `json:"instance"`
+	Kind     string `json:"kind"`
+	State    string `json:"state"`
+	Owner    string `json:"owner_workflow_id"`
+	Created  string `json:"created_at"`
+	Pins     string `json:"placement"`
+}
+
+// view builds the host view from a snapshot, naming instances.
+func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
+	snap, err := led.Snapshot(a.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	host, err := led.Host(a.ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]string{}
+	nameOf := func(uuid string) string {
+		if n, ok := names[uuid]; ok {
+			return n
+		}
+		if inst, err := led.Instance(a.ctx, uuid); err == nil {
+			names[uuid] = inst.Name
+		} else {
+			names[uuid] = ""
+		}
+		return names[uuid]
+	}
+	v := &hostView{Host: name, Generation: snap.Generation}
+	for _, c := range host.Cells {
+		cv := cellView{ID: c.ID, PCPUs: c.PCPUs.List(), SharedCPUs: c.CPUs.List(), PinnedCPUs: c.PinnedCPUs.List(),
+			Owners: map[string]owner{}, MemoryMB: c.MemoryMB, MemoryUsedMB: c.MemoryUsedMB, CPUUsage: c.CPUUsage, Pages: c.Pages}
+		for _, p := range snap.Pins {
+			if p.Cell == c.ID {
+				cv.Owners[strconv.Itoa(p.CPU)] = owner{Claim: p.ClaimID, Instance: p.InstanceUUID, Name: nameOf(p.InstanceUUID), State: string(p.State)}
+			}
+		}
+		v.Cells = append(v.Cells, cv)
+	}
+	for _, c := range snap.Claims {
+		row := claimRow{ID: c.ID, Instance: c.InstanceUUID, Kind: string(c.Kind), State: string(c.State),
+			Owner: c.OwnerWorkflowID, Created: c.CreatedAt.Format("2006-01-02T15:04:05Z07:00")}
+		if c.Placement != nil {
+			row.Pins = c.Placement.String()
+		}
+		v.Claims = append(v.Claims, row)
+	}
+	return v, nil
+}
+
+func hostShow(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host show", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("host show takes one NAME: %w", errUsage)
+	}
+	return withApp(func(a *app) error {
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		v, err := view(a, led, pos[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, v)
+		}
+		renderHost(stdout, v, true)
+		return nil
+	})
+}
+
+func hostList(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host list", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		names, err := led.Hosts(a.ctx)
+		if err != nil {
+			return err
+		}
+		sort.Strings(names)
+		views := []*hostView{}
+		for _, n := range names {
+			v, err := view(a, led, n)
+			if errors.Is(err, ledger.ErrUnknownHost) {
+				continue // removed meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			views = append(views, v)
+		}
+		if *asJSON {
+			return writeJSON(stdout, views)
+		}
+		if len(views) == 0 {
+			fmt.Fprintln(stdout, "no hosts; add one with: pinflow host add NAME --cells 2 --cores 4")
+		}
+		for _, v := range views {
+			renderHost(stdout, v, false)
+		}
+		return nil
+	})
+}
+
+// renderHost draws a host's pCPU map: one line per cell, each pCPU with
+// the name of the guest that owns it, '.' when free.
+func renderHost(w io.Writer, v *hostView, claims bool) {
+	pcpus, free := 0, 0
+	for _, c := range v.Cells {
+		pcpus += len(c.PCPUs)
+		free += len(c.PCPUs) - len(c.PinnedCPUs)
+	}
+	fmt.Fprintf(w, "%s: %d cells, %d/%d pCPUs free\n", v.Host, len(v.Cells), free, pcpus)
+	for _, c := range v.Cells {
+		var sb strings.Builder
+		for _, cpu := range c.PCPUs {
+			o, ok := c.Owners[strconv.Itoa(cpu)]
+			label := "."
+			if ok {
+				label = o.Name
+				if label == "" {
+					label = shortID(o.Instance)
+				}
+				if o.State != string(ledger.StateCommitted) {
+					label += "*"
+				}
+			}
+			fmt.Fprintf(&sb, " %d:%s", cpu, label)
+		}
+		fmt.Fprintf(w, "  cell %d  mem %d/%d MiB |%s\n", c.ID, c.MemoryUsedMB, c.MemoryMB, sb.String())
+	}
+	if claims && len(v.Claims) > 0 {
+		fmt.Fprintln(w, "  claims:")
+		for _, c := range v.Claims {
+			fmt.Fprintf(w, "    %s  %s %s  instance %s  owner %s  %s\n", c.ID, c.Kind, c.State, c.Instance, c.Owner, c.Pins)
+		}
+	}
+	if claims {
+		fmt.Fprintln(w, "  (* pending claim: held by a running operation)")
+	}
+}
+
+func shortID(uuid string) string {
+	if len(uuid) > 8 {
+		return uuid[:8]
+	}
+	return uuid
+}

@@ -1,0 +1,473 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+func init() {
+	register("boot", "boot a guest: boot --name N [--host H] --vcpus N --memory-mb N [--spec KEY=VALUE]... [--image-prop KEY=VALUE]... [--wait] [--json]", boot)
+	register("migrate", "live-migrate a guest: migrate UUID [--dest H] [--wait] [--json]", migrate)
+	register("shelve", "shelve a guest and offload it from its host: shelve UUID --offload [--wait] [--json]", shelve)
+	register("unshelve", "bring a shelved guest back: unshelve UUID [--host H] [--wait] [--json]", unshelve)
+	register("delete", "delete a guest: delete UUID [--wait] [--json]", deleteGuest)
+	register("cancel", "cancel the operation running on a guest (it compensates): cancel UUID", cancelOp)
+	register("show", "show a guest: show UUID [--json]", show)
+}
+
+// opFlags are the flags every operation takes.
+type opFlags struct {
+	wait, json *bool
+}
+
+func addOpFlags(fs *flag.FlagSet) opFlags {
+	return opFlags{
+		wait: fs.Bool("wait", false, "follow the operation until it ends; the exit status is its result"),
+		json: fs.Bool("json", false, "print JSON"),
+	}
+}
+
+func newUUID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+func boot(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
+	name := fs.String("name", "", "guest name")
+	host := fs.String("host", "", "host to boot on (default: pinflow chooses)")
+	vcpus := fs.Int("vcpus", 0, "vCPUs")
+	memory := fs.Int64("memory-mb", 0, "memory, MiB")
+	specs, props := keyValues{}, keyValues{}
+	fs.Var(specs, "spec", "a flavor extra spec KEY=VALUE (repeatable), e.g. hw:cpu_policy=dedicated")
+	fs.Var(props, "image-prop", "an image property KEY=VALUE (repeatable), e.g. hw_mem_page_size=2048")
+	of := addOpFlags(fs)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || *name == "" {
+		return fmt.Errorf("boot needs --name and no positional arguments: %w", errUsage)
+	}
+	flavor := activities.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
+	if _, err := flavor.Request(); err != nil {
+		return fmt.Errorf("boot %s: %w", *name, err)
+	}
+	return withApp(func(a *app) error {
+		if *host != "" {
+			if err := checkHost(a, *host); err != nil {
+				return err
+			}
+		}
+		uuid := newUUID()
+		in := workflows.BootInput{UUID: uuid, Name: *name, Flavor: flavor, Host: *host}
+		summary := fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", *name, *vcpus, *memory)
+		return runOp(a, stdout, of, uuid, workflows.OpBoot, workflows.Boot, in, summary, "", *host)
+	})
+}
+
+func migrate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	dest := fs.String("dest", "", "destination host (default: pinflow chooses)")
+	of := addOpFlags(fs)
+	uuid, err := oneUUID(fs, args, "migrate")
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		inst, err := instance(a, uuid)
+		if err != nil {
+			return err
+		}
+		if err := info(inst).CanLiveMigrate(); err != nil {
+			return refused(err)
+		}
+		if *dest != "" {
+			if err := checkHost(a, *dest); err != nil {
+				return err
+			}
+			if *dest == inst.Host {
+				return fmt.Errorf("migrate %s: it already runs on %s; choose another --dest", uuid, *dest)
+			}
+		}
+		summary := fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(*dest))
+		in := workflows.LiveMigrationInput{UUID: uuid, Dest: *dest}
+		return runOp(a, stdout, of, uuid, workflows.OpLiveMigration, workflows.LiveMigration, in, summary, inst.Host, *dest)
+	})
+}
+
+func shelve(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("shelve", flag.ContinueOnError)
+	offload := fs.Bool("offload", false, "offload the guest from its host (required: pinflow always offloads)")
+	of := addOpFlags(fs)
+	uuid, err := oneUUID(fs, args, "shelve")
+	if err != nil {
+		return err
+	}
+	if !*offload {
+		return fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", uuid, errUsage)
+	}
+	return withApp(func(a *app) error {
+		inst, err := instance(a, uuid)
+		if err != nil {
+			return err
+		}
+		if err := info(inst).CanShelve(); err != nil {
+			return refused(err)
+		}
+		summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
+		return runOp(a, stdout, of, uuid, workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}, summary, inst.Host, "")
+	})
+}
+
+func unshelve(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("unshelve", flag.ContinueOnError)
+	host := fs.String("host", "", "host to unshelve on (default: pinflow chooses)")
+	of := addOpFlags(fs)
+	uuid, err := oneUUID(fs, args, "unshelve")
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		inst, err := instance(a, uuid)
+		if err != nil {
+			return err
+		}
+		if err := info(inst).CanUnshelve(); err != nil {
+			return refused(err)
+		}
+		if *host != "" {
+			if err := checkHost(a, *host); err != nil {
+				return err
+			}
+		}
+		summary := fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(*host))
+		return runOp(a, stdout, of, uuid, workflows.OpUnshelve, workflows.Unshelve, workflows.UnshelveInput{UUID: uuid, Host: *host}, summary, "", *host)
+	})
+}
+
+func deleteGuest(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
+	of := addOpFlags(fs)
+	uuid, err := oneUUID(fs, args, "delete")
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		inst, err := instance(a, uuid)
+		if err != nil {
+			return err
+		}
+		summary := fmt.Sprintf("delete %s", inst.Name)
+		return runOp(a, stdout, of, uuid, workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}, summary, inst.Host, "")
+	})
+}
+
+func cancelOp(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
+	uuid, err := oneUUID(fs, args, "cancel")
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		if err := c.CancelWorkflow(a.ctx, workflows.InstanceWorkflowID(uuid), ""); err != nil {
+			var nf *serviceerror.NotFound
+			if errors.As(err, &nf) {
+				return fmt.Errorf("cancel %s: no operation is running on it", uuid)
+			}
+			return fmt.Errorf("cancel %s: %w", uuid, err)
+		}
+		fmt.Fprintf(stdout, "cancellation of %s requested; it compensates and ends in phase error\n", workflows.InstanceWorkflowID(uuid))
+		return nil
+	})
+}
+
+// guestView is a guest as `show --json` prints it.
+type guestView struct {
+	UUID      string  `json:"uuid"`
+	Name      string  `json:"name"`
+	Host      *string `json:"host"`
+	VMState   string  `json:"vm_state"`
+	TaskState *string `json:"task_state"`
+	Flavor    any     `json:"flavor"`
+	Placement any     `json:"placement"`
+	ClaimID   string  `json:"claim_id,omitempty"`
+	Updated   string  `json:"updated_at"`
+}
+
+func show(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("show", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	uuid, err := oneUUID(fs, args, "show")
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		inst, err := instance(a, uuid)
+		if err != nil {
+			return err
+		}
+		v := guestView{UUID: inst.UUID, Name: inst.Name, VMState: string(inst.VMState), Flavor: inst.Request,
+			ClaimID: inst.ClaimID, Updated: inst.UpdatedAt.Format(time.RFC3339)}
+		if inst.Host != "" {
+			v.Host = &inst.Host
+		}
+		if inst.TaskState != "" {
+			ts := string(inst.TaskState)
+			v.TaskState = &ts
+		}
+		if inst.Placement != nil {
+			v.Placement = inst.Placement
+		}
+		if *asJSON {
+			return writeJSON(stdout, v)
+		}
+		host, task, pins := "-", "-", "none"
+		if v.Host != nil {
+			host = *v.Host
+		}
+		if v.TaskState != nil {
+			task = *v.TaskState
+		}
+		if inst.Placement != nil {
+			pins = inst.Placement.String()
+		}
+		fmt.Fprintf(stdout, "%s  %s\n  host %s  vm_state %s  task_state %s\n  %d vCPUs, %d MiB, specs %v\n  placement: %s\n",
+			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, inst.Request.ExtraSpecs, pins)
+		return nil
+	})
+}
+
+func orChosen(host string) string {
+	if host == "" {
+		return "a host pinflow chooses"
+	}
+	return host
+}
+
+func oneUUID(fs *flag.FlagSet, args []string, cmd string) (string, error) {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", fmt.Errorf("%s takes one instance UUID, got %d arguments: %w", cmd, len(pos), errUsage)
+	}
+	return pos[0], nil
+}
+
+func instance(a *app, uuid string) (*ledger.Instance, error) {
+	led, err := a.ledger()
+	if err != nil {
+		return nil, err
+	}
+	inst, err := led.Instance(a.ctx, uuid)
+	if errors.Is(err, ledger.ErrUnknownInstance) {
+		return nil, fmt.Errorf("unknown instance %q; 'pinflow host list' shows the guests on each host", uuid)
+	}
+	return inst, err
+}
+
+func info(inst *ledger.Instance) activities.InstanceInfo {
+	return activities.InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState}
+}
+
+// refused turns an activity's application error into a plain CLI error.
+func refused(err error) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return errors.New(appErr.Message())
+	}
+	return err
+}
+
+func checkHost(a *app, host string) error {
+	led, err := a.ledger()
+	if err != nil {
+		return err
+	}
+	hosts, err := led.Hosts(a.ctx)
+	if err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		if h == host {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown host %q; registered hosts are %s", host, strings.Join(hosts, ", "))
+}
+
+// runOp starts the operation under the guest's workflow id and, with
+// --wait, follows it to the end.
+func runOp(a *app, stdout io.Writer, of opFlags, uuid string, op workflows.Operation, wf, input any, summary, src, dst string) error {
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	attrs := []temporal.SearchAttributeUpdate{workflows.AttrInstance.ValueSet(uuid), workflows.AttrOperation.ValueSet(string(op)),
+		workflows.AttrPhase.ValueSet(string(workflows.PhaseStarted))}
+	if src != "" {
+		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(src))
+	}
+	if dst != "" {
+		attrs = append(attrs, workflows.AttrDestHost.ValueSet(dst))
+	}
+	id := workflows.InstanceWorkflowID(uuid)
+	run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+		ID:                                       id,
+		TaskQueue:                                a.cfg.TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
+		StaticSummary:                            summary,
+		StaticDetails:                            fmt.Sprintf("instance `%s`, operation **%s**", uuid, op),
+	}, wf, input)
+	if err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return busy(a, c, uuid)
+		}
+		return fmt.Errorf("%s %s: %w", op, uuid, err)
+	}
+	if !*of.wait {
+		if *of.json {
+			return writeJSON(stdout, map[string]string{"uuid": uuid, "workflow_id": id, "run_id": run.GetRunID(), "operation": string(op)})
+		}
+		fmt.Fprintf(stdout, "%s %s started: workflow %s run %s\n", op, uuid, id, run.GetRunID())
+		return nil
+	}
+	return follow(a, c, stdout, of, run, uuid, op)
+}
+
+// busy explains that another operation holds the guest's workflow id.
+func busy(a *app, c client.Client, uuid string) error {
+	id := workflows.InstanceWorkflowID(uuid)
+	what := "another operation"
+	if d, err := c.DescribeWorkflow(a.ctx, id, ""); err == nil {
+		what = "a " + d.WorkflowType.Name
+	}
+	return fmt.Errorf("instance %s is busy: %s is running as workflow %s; wait for it or cancel it with 'pinflow cancel %s'", uuid, what, id, uuid)
+}
+
+// follow prints a progress line while the operation runs and returns its
+// outcome: nil when it completed, its error otherwise.
+func follow(a *app, c client.Client, stdout io.Writer, of opFlags, run client.WorkflowRun, uuid string, op workflows.Operation) error {
+	tty := isTerminal(os.Stderr)
+	last := ""
+	done := make(chan error, 1)
+	var result any
+	go func() { done <- run.Get(a.ctx, &result) }()
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if tty && last != "" {
+				fmt.Fprintln(os.Stderr)
+			}
+			if err != nil {
+				return fmt.Errorf("%s %s failed: %s", op, uuid, rootMessage(err))
+			}
+			if *of.json {
+				return writeJSON(stdout, result)
+			}
+			fmt.Fprintf(stdout, "%s %s completed\n", op, uuid)
+			return nil
+		case <-tick.C:
+			line := progressLine(a.ctx, c, run, op, uuid)
+			if line == "" || line == last {
+				continue
+			}
+			if tty {
+				fmt.Fprintf(os.Stderr, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintln(os.Stderr, line)
+			}
+			last = line
+		}
+	}
+}
+
+// progressLine reads the operation's status query and, while it
+// migrates, the migration's heartbeat progress.
+func progressLine(ctx context.Context, c client.Client, run client.WorkflowRun, op workflows.Operation, uuid string) string {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var st workflows.Status
+	v, err := c.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.StatusQuery)
+	if err != nil || v.Get(&st) != nil {
+		return ""
+	}
+	line := fmt.Sprintf("%s %s: %s %d%%", op, shortID(uuid), st.Phase, st.Progress)
+	if st.Source != "" || st.Dest != "" {
+		line += fmt.Sprintf(" [%s -> %s]", orDash(st.Source), orDash(st.Dest))
+	}
+	if st.Phase == workflows.PhaseRunning {
+		if d, err := c.DescribeWorkflow(qctx, run.GetID(), run.GetRunID()); err == nil {
+			for _, pa := range d.RawResponse.GetPendingActivities() {
+				var p hypervisor.Progress
+				if pa.GetHeartbeatDetails() != nil && converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &p) == nil {
+					line += fmt.Sprintf(" migrated %d%%", p.Percent)
+				}
+			}
+		}
+	}
+	return line
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// rootMessage is the innermost application error's message: what went
+// wrong, without the workflow and activity wrappers around it.
+func rootMessage(err error) string {
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return "cancelled; its steps were compensated"
+	}
+	msg := err.Error()
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if appErr, ok := e.(*temporal.ApplicationError); ok {
+			msg = appErr.Message()
+		}
+	}
+	return msg
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
