@@ -1,0 +1,79 @@
+package e2e
+
+import (
+	"context"
+	"sort"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// checkAgreement checks that the ledger, the instance record and the
+// simulated hypervisor tell the same story about guest uuid on host: the
+// record names host and a committed claim there, that claim is the guest's
+// only claim anywhere, the guest runs on host only, and its domain carries
+// the claim's pins.
+func (s *stack) checkAgreement(uuid, host string) {
+	t := s.t
+	t.Helper()
+	ctx := context.Background()
+	led, rdb, err := ledger.Open(ctx, ledger.Config{URL: s.redisURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	inst, err := led.Instance(ctx, uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Host != host {
+		t.Errorf("record of %s names host %q, want %q", uuid, inst.Host, host)
+	}
+	hosts, err := led.Hosts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(hosts)
+	drv := sim.New(rdb, sim.Options{})
+	for _, h := range hosts {
+		claims, err := led.Claims(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range claims {
+			if c.InstanceUUID != uuid {
+				continue
+			}
+			if h != host || c.ID != inst.ClaimID || c.State != ledger.StateCommitted {
+				t.Errorf("claim %s (%s) of %s on %s; the record names claim %s on %s", c.ID, c.State, uuid, h, inst.ClaimID, host)
+			}
+		}
+		dom, err := drv.Lookup(ctx, h, uuid)
+		switch {
+		case h == host && err != nil:
+			t.Errorf("the hypervisor has no domain %s on %s: %v", uuid, h, err)
+		case h == host:
+			if dom.State != hypervisor.StateRunning {
+				t.Errorf("domain %s on %s is %s, want running", uuid, h, dom.State)
+			}
+			got, err := xmlpatch.Read(dom.XML)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := xmlpatch.PinsFor(inst.Placement)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want.VCPUPins, got.VCPUPins, cmp.Comparer(numa.CPUSet.Equal)); diff != "" {
+				t.Errorf("domain %s on %s: vCPU pins differ from the ledger's (-ledger +domain):\n%s", uuid, h, diff)
+			}
+		case err == nil:
+			t.Errorf("the hypervisor still has domain %s on %s", uuid, h)
+		}
+	}
+}

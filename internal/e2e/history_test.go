@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// TestHistoriesReplay runs every workflow through its main paths on a real
+// server and replays each recorded history against the current workflow
+// code. With PINFLOW_RECORD_HISTORIES=1 it also stores them as the golden
+// histories that workflows' replay test uses.
+func TestHistoriesReplay(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	var recorded []*historypb.History
+	names := []string{}
+	record := func(uuid, name string) {
+		t.Helper()
+		h := s.history(uuid)
+		recorded, names = append(recorded, h), append(names, name)
+	}
+	record(vmA, "boot")
+	s.ok("migrate", vmA, "--dest", "b", "--wait")
+	record(vmA, "live-migration")
+	s.ok("sim", "fault", "--host", "b", "--op", "migrate", "--times", "5")
+	s.refused("failed", "migrate", vmA, "--dest", "a", "--wait")
+	record(vmA, "live-migration-rolled-back")
+	s.ok("shelve", vmA, "--offload", "--wait")
+	record(vmA, "shelve-offload")
+	s.ok("sim", "fault", "--host", "a", "--op", "spawn", "--times", "5")
+	s.refused("failed", "unshelve", vmA, "--host", "a", "--wait")
+	record(vmA, "unshelve-spawn-failed")
+	s.ok("unshelve", vmA, "--host", "b", "--wait")
+	record(vmA, "unshelve")
+	s.ok("delete", vmA, "--wait")
+	record(vmA, "delete")
+
+	replayer := worker.NewWorkflowReplayer()
+	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete} {
+		replayer.RegisterWorkflow(wf)
+	}
+	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history")
+	for i, h := range recorded {
+		if err := replayer.ReplayWorkflowHistory(nil, h); err != nil {
+			t.Errorf("replay of the %s history: %v", names[i], err)
+		}
+		if os.Getenv("PINFLOW_RECORD_HISTORIES") == "1" {
+			data, err := protojson.MarshalOptions{Indent: " "}.Marshal(h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, names[i]+".json"), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// history returns the full history of the guest's latest workflow run.
+func (s *stack) history(uuid string) *historypb.History {
+	s.t.Helper()
+	it := s.temporal.Client.GetWorkflowHistory(context.Background(), workflows.InstanceWorkflowID(uuid), "", false,
+		enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	h := &historypb.History{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	return h
+}

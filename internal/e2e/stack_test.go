@@ -1,0 +1,302 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pinflow/pinflow/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// binaries builds the pinflow CLI and the worker once per test binary.
+func binaries(t *testing.T) (cli, worker string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "pinflow-e2e-bin")
+		if buildErr != nil {
+			return
+		}
+		root := testenv.ModuleRoot(t)
+		for out, pkg := range map[string]string{"pinflow": "./starter", "pinflow-worker": "./worker"} {
+			cmd := exec.Command("go", "build", "-race", "-o", filepath.Join(binDir, out), pkg)
+			cmd.Dir = root
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(binDir, "pinflow"), filepath.Join(binDir, "pinflow-worker")
+}
+
+// stack is a real Redis, a real Temporal dev server and pinflow workers
+// with the simulated hypervisor, driven through the pinflow CLI.
+type stack struct {
+	t        *testing.T
+	cli      string
+	worker   string
+	env      []string
+	temporal *testenv.Temporal
+	redisURL string
+	workers  []*exec.Cmd
+	logs     []*bytes.Buffer
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the end-to-end tests start Redis, Temporal and workers; skipped with -short")
+	}
+	cli, worker := binaries(t)
+	redis := testenv.StartRedis(t)
+	temporal := testenv.StartTemporal(t)
+	s := &stack{t: t, cli: cli, worker: worker, temporal: temporal, redisURL: redis.URL()}
+	s.env = append(os.Environ(),
+		"PINFLOW_REDIS_URL="+redis.URL(),
+		"PINFLOW_TEMPORAL_ADDRESS="+temporal.Address,
+		"PINFLOW_TEMPORAL_NAMESPACE="+temporal.Namespace,
+		"PINFLOW_TEMPORAL_TASK_QUEUE=e2e-"+strings.ReplaceAll(t.Name(), "/", "-"),
+		"PINFLOW_DRIVER=sim",
+	)
+	s.startWorker()
+	t.Cleanup(func() {
+		for _, w := range s.workers {
+			if w.ProcessState == nil {
+				w.Process.Signal(syscall.SIGTERM)
+				w.Wait()
+			}
+		}
+		if t.Failed() {
+			for i, l := range s.logs {
+				t.Logf("worker %d log:\n%s", i, l.String())
+			}
+		}
+	})
+	return s
+}
+
+func (s *stack) startWorker() {
+	s.t.Helper()
+	cmd := exec.Command(s.worker)
+	cmd.Env = s.env
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		s.t.Fatalf("start worker: %v", err)
+	}
+	s.workers = append(s.workers, cmd)
+	s.logs = append(s.logs, &log)
+}
+
+// killWorker kills the newest worker with SIGKILL, as a crash would.
+func (s *stack) killWorker() {
+	s.t.Helper()
+	w := s.workers[len(s.workers)-1]
+	if err := w.Process.Kill(); err != nil {
+		s.t.Fatal(err)
+	}
+	w.Wait()
+}
+
+// run runs the CLI and returns its stdout, stderr and exit code.
+func (s *stack) run(args ...string) (string, string, int) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.cli, args...)
+	cmd.Env = s.env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		exit, ok := err.(*exec.ExitError)
+		if !ok {
+			s.t.Fatalf("pinflow %s: %v", strings.Join(args, " "), err)
+		}
+		code = exit.ExitCode()
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// ok runs the CLI and fails the test unless it exits 0.
+func (s *stack) ok(args ...string) string {
+	s.t.Helper()
+	out, errOut, code := s.run(args...)
+	if code != 0 {
+		s.t.Fatalf("pinflow %s: exit %d: %s%s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+// refused runs the CLI, expects a non-zero exit with one line on stderr
+// containing want, and returns that line.
+func (s *stack) refused(want string, args ...string) string {
+	s.t.Helper()
+	out, errOut, code := s.run(args...)
+	// With --wait, progress lines come first; the error is the last line.
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	line := lines[len(lines)-1]
+	if code == 0 {
+		s.t.Fatalf("pinflow %s succeeded (%s), want it refused with %q", strings.Join(args, " "), out, want)
+	}
+	if !strings.HasPrefix(line, "pinflow: ") || !strings.Contains(line, want) {
+		s.t.Errorf("pinflow %s: stderr %q, want one line containing %q", strings.Join(args, " "), line, want)
+	}
+	return line
+}
+
+func (s *stack) jsonOf(v any, args ...string) {
+	s.t.Helper()
+	out := s.ok(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		s.t.Fatalf("pinflow %s --json: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// guest is `pinflow show --json`.
+type guest struct {
+	UUID      string  `json:"uuid"`
+	Name      string  `json:"name"`
+	Host      *string `json:"host"`
+	VMState   string  `json:"vm_state"`
+	TaskState *string `json:"task_state"`
+	Placement *struct {
+		Cells []struct {
+			HostCell   int            `json:"host_cell"`
+			CPUPinning map[string]int `json:"cpu_pinning"`
+		} `json:"cells"`
+	} `json:"placement"`
+}
+
+func (g guest) pcpus() string {
+	if g.Placement == nil {
+		return ""
+	}
+	var ids []int
+	for _, c := range g.Placement.Cells {
+		for _, p := range c.CPUPinning {
+			ids = append(ids, p)
+		}
+	}
+	return cpuList(ids)
+}
+
+func (s *stack) guest(uuid string) guest {
+	s.t.Helper()
+	var g guest
+	s.jsonOf(&g, "show", uuid)
+	return g
+}
+
+// hostView is `pinflow host show --json`.
+type hostView struct {
+	Host  string `json:"host"`
+	Cells []struct {
+		ID         int   `json:"id"`
+		PinnedCPUs []int `json:"pinned_cpus"`
+		Owners     map[string]struct {
+			Claim    string `json:"claim"`
+			Instance string `json:"instance"`
+			State    string `json:"state"`
+		} `json:"owners"`
+	} `json:"cells"`
+	Claims []struct {
+		ID       string `json:"id"`
+		Instance string `json:"instance"`
+		Kind     string `json:"kind"`
+		State    string `json:"state"`
+	} `json:"claims"`
+}
+
+func (s *stack) host(name string) hostView {
+	s.t.Helper()
+	var h hostView
+	s.jsonOf(&h, "host", "show", name)
+	return h
+}
+
+// pinned returns the host's pinned pCPUs as a cpuset list.
+func (s *stack) pinned(name string) string {
+	s.t.Helper()
+	var ids []int
+	for _, c := range s.host(name).Cells {
+		ids = append(ids, c.PinnedCPUs...)
+	}
+	return cpuList(ids)
+}
+
+func cpuList(ids []int) string {
+	seen := map[int]bool{}
+	for _, id := range ids {
+		seen[id] = true
+	}
+	var parts []string
+	for id := 0; id <= 8191 && len(seen) > 0; id++ {
+		if !seen[id] {
+			continue
+		}
+		end := id
+		for seen[end+1] {
+			end++
+		}
+		for i := id; i <= end; i++ {
+			delete(seen, i)
+		}
+		if end > id {
+			parts = append(parts, fmt.Sprintf("%d-%d", id, end))
+		} else {
+			parts = append(parts, fmt.Sprint(id))
+		}
+		id = end
+	}
+	return strings.Join(parts, ",")
+}
+
+// boot boots a pinned guest and returns its uuid.
+func (s *stack) boot(name, host string, vcpus int) string {
+	s.t.Helper()
+	var res struct {
+		UUID string `json:"uuid"`
+		Host string `json:"host"`
+	}
+	args := []string{"boot", "--name", name, "--vcpus", fmt.Sprint(vcpus), "--memory-mb", "1024", "--spec", "hw:cpu_policy=dedicated", "--wait"}
+	if host != "" {
+		args = append(args, "--host", host)
+	}
+	s.jsonOf(&res, args...)
+	if res.UUID == "" {
+		s.t.Fatalf("boot %s: no uuid in the result", name)
+	}
+	return res.UUID
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func (s *stack) eventually(what string, timeout time.Duration, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
