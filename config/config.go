@@ -20,6 +20,7 @@ import (
 
 	"github.com/pinflow/pinflow/domain"
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -37,6 +38,8 @@ type (
 	SimConfig = sim.Config
 	// DomainOptions say what kind of guest a boot defines.
 	DomainOptions = domain.Options
+	// LibvirtConfig configures the libvirt driver.
+	LibvirtConfig = libvirt.Config
 )
 
 // Config is all of pinflow's configuration.
@@ -44,6 +47,7 @@ type Config struct {
 	Temporal
 	RedisConfig
 	SimConfig
+	LibvirtConfig
 	DomainOptions
 	// Driver is the hypervisor driver: sim or libvirt.
 	Driver string `envconfig:"DRIVER" default:"sim"`
@@ -153,8 +157,24 @@ func (c *Config) NewDriver(rdb redis.UniversalClient) (hypervisor.Driver, error)
 	switch c.Driver {
 	case "sim":
 		return c.Simulator(rdb)
+	case "libvirt":
+		return c.Libvirt(rdb)
 	}
 	return nil, fmt.Errorf("config: %s_DRIVER %q: allowed are sim or libvirt", Prefix, c.Driver)
+}
+
+// Libvirt returns the libvirt driver; hosts not named in
+// PINFLOW_LIBVIRT_HOSTS are looked up in the registry in rdb, where
+// `pinflow host add NAME --libvirt URI` records them.
+func (c *Config) Libvirt(rdb redis.UniversalClient) (*libvirt.Driver, error) {
+	lc := c.LibvirtConfig
+	lc.Resolve = c.LibvirtRegistry(rdb).Resolve
+	return libvirt.New(lc)
+}
+
+// LibvirtRegistry returns the registry of libvirt hosts in rdb.
+func (c *Config) LibvirtRegistry(rdb redis.UniversalClient) *libvirt.Registry {
+	return libvirt.NewRegistry(rdb, c.RedisConfig.KeyPrefix)
 }
 
 // Simulator returns the simulated hypervisor on rdb.

@@ -10,12 +10,13 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
 func init() {
-	register("host add", "register a host: host add NAME --topology FILE | --cells N --cores N --threads N [--dedicated SPEC] [--shared SPEC] [--memory-mb N] [--hugepages 2M:N,1G:N]", hostAdd)
+	register("host add", "register a host: host add NAME --topology FILE | --cells N --cores N --threads N [--dedicated SPEC] [--shared SPEC] [--memory-mb N] [--hugepages 2M:N,1G:N] | --libvirt URI [--migrate-uri URI] [--dedicated SPEC] [--shared SPEC]", hostAdd)
 	register("host list", "show every host's pCPUs and who owns them: host list [--json]", hostList)
 	register("host show", "show one host's cells, pins, usage and claims: host show NAME [--json]", hostShow)
 }
@@ -31,6 +32,8 @@ func hostAdd(args []string, stdout io.Writer) error {
 	memory := fs.Int64("memory-mb", 16384, "memory per cell, MiB")
 	huge := fs.String("hugepages", "", "huge pages per cell, e.g. 2M:512,1G:4")
 	asJSON := fs.Bool("json", false, "print the host as JSON")
+	libvirtURI := fs.String("libvirt", "", "register a libvirt host by URI; its topology comes from libvirt")
+	migrateURI := fs.String("migrate-uri", "", "with --libvirt: the migrate_uri for migrations to this host, e.g. tcp://10.0.0.2")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -39,6 +42,13 @@ func hostAdd(args []string, stdout io.Writer) error {
 		return fmt.Errorf("host add takes one NAME, got %d: %w", len(pos), errUsage)
 	}
 	name := pos[0]
+	if *libvirtURI != "" {
+		if *topology != "" || *cells != 0 || *cores != 0 {
+			return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
+		}
+		hc := libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared}
+		return addLibvirtHost(stdout, name, hc, *asJSON)
+	}
 	var host *numa.Host
 	switch {
 	case *topology != "" && *cells != 0:
@@ -90,6 +100,42 @@ func hostAdd(args []string, stdout io.Writer) error {
 			pcpus += c.PCPUs.Len()
 		}
 		fmt.Fprintf(stdout, "host %s registered: %d cells, %d pinnable CPUs (generation %d)\n", name, len(host.Cells), pcpus, gen)
+		return nil
+	})
+}
+
+// addLibvirtHost records how to reach a libvirt host, reads its NUMA
+// topology from libvirt and registers it in the ledger.
+func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, asJSON bool) error {
+	return withApp(func(a *app) error {
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		if err := a.cfg.LibvirtRegistry(a.rdb).Put(a.ctx, name, hc); err != nil {
+			return err
+		}
+		drv, err := a.cfg.Libvirt(a.rdb)
+		if err != nil {
+			return err
+		}
+		defer drv.Close()
+		host, err := drv.Capabilities(a.ctx, name)
+		if err != nil {
+			return err
+		}
+		gen, err := led.RegisterHost(a.ctx, name, host)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(stdout, map[string]any{"host": name, "generation": gen, "uri": hc.URI, "topology": numa.SpecOf(host)})
+		}
+		pcpus := 0
+		for _, c := range host.Cells {
+			pcpus += c.PCPUs.Len()
+		}
+		fmt.Fprintf(stdout, "libvirt host %s registered from %s: %d cells, %d pinnable CPUs (generation %d)\n", name, hc.URI, len(host.Cells), pcpus, gen)
 		return nil
 	})
 }

@@ -60,7 +60,9 @@ type stack struct {
 	logs     []*bytes.Buffer
 }
 
-func newStack(t *testing.T) *stack {
+// newStack starts the stack; env adds or overrides worker and CLI
+// variables (PINFLOW_DRIVER=libvirt, ...).
+func newStack(t *testing.T, env ...string) *stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("the end-to-end tests start Redis, Temporal and workers; skipped with -short")
@@ -76,6 +78,7 @@ func newStack(t *testing.T) *stack {
 		"PINFLOW_TEMPORAL_TASK_QUEUE=e2e-"+strings.ReplaceAll(t.Name(), "/", "-"),
 		"PINFLOW_DRIVER=sim",
 	)
+	s.env = append(s.env, env...)
 	s.startWorker()
 	t.Cleanup(func() {
 		for _, w := range s.workers {

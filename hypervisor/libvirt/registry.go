@@ -1,0 +1,60 @@
+package libvirt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/hypervisor"
+)
+
+// Registry keeps each host's HostConfig in Redis, so a host registered once
+// (`pinflow host add NAME --libvirt URI`) is known to every worker; its
+// Resolve method is a Config.Resolve.
+type Registry struct {
+	rdb redis.UniversalClient
+	key string
+}
+
+// NewRegistry returns the registry stored under prefix (e.g. "pinflow").
+func NewRegistry(rdb redis.UniversalClient, prefix string) *Registry {
+	return &Registry{rdb: rdb, key: prefix + ":libvirt:hosts"}
+}
+
+// Put records how to reach the host.
+func (r *Registry) Put(ctx context.Context, name string, hc HostConfig) error {
+	if err := checkHostName(name); err != nil {
+		return err
+	}
+	if err := hc.Validate(); err != nil {
+		return fmt.Errorf("libvirt: host %s: %w", name, err)
+	}
+	data, err := json.Marshal(hc)
+	if err != nil {
+		return err
+	}
+	if err := r.rdb.HSet(ctx, r.key, name, data).Err(); err != nil {
+		return fmt.Errorf("libvirt: record host %s: %w", name, err)
+	}
+	return nil
+}
+
+// Resolve returns how to reach the host, or an error wrapping
+// hypervisor.ErrUnknownHost.
+func (r *Registry) Resolve(ctx context.Context, name string) (HostConfig, error) {
+	data, err := r.rdb.HGet(ctx, r.key, name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return HostConfig{}, fmt.Errorf("libvirt: host %s is not registered: %w", name, hypervisor.ErrUnknownHost)
+	}
+	if err != nil {
+		return HostConfig{}, fmt.Errorf("libvirt: look up host %s: %w", name, err)
+	}
+	var hc HostConfig
+	if err := json.Unmarshal(data, &hc); err != nil {
+		return HostConfig{}, fmt.Errorf("libvirt: host %s: stored configuration is not valid JSON: %w", name, err)
+	}
+	return hc, nil
+}
