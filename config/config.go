@@ -52,6 +52,7 @@ type Config struct {
 	// Driver is the hypervisor driver: sim or libvirt.
 	Driver string `envconfig:"DRIVER" default:"sim"`
 	Reconcile
+	Operations
 }
 
 // Temporal is how to reach the Temporal frontend.
@@ -90,6 +91,9 @@ func Load() (*Config, error) {
 	if c.Driver != "sim" && c.Driver != "libvirt" {
 		return nil, fmt.Errorf("config: %s_DRIVER %q: allowed are sim or libvirt", Prefix, c.Driver)
 	}
+	if err := c.Operations.check(); err != nil {
+		return nil, err
+	}
 	return &c, nil
 }
 
@@ -98,9 +102,13 @@ func Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
-// Dial connects to Temporal. Its error is one line naming the address.
-func (c *Config) Dial(ctx context.Context, logger *slog.Logger) (client.Client, error) {
+// Dial connects to Temporal; extra options (WithTelemetry) adjust the
+// client. Its error is one line naming the address.
+func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*client.Options)) (client.Client, error) {
 	opts := client.Options{HostPort: c.Address, Namespace: c.Namespace}
+	for _, f := range extra {
+		f(&opts)
+	}
 	if logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(logger)
 	}
