@@ -5,12 +5,13 @@ export PATH := $(BIN):$(PATH)
 
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: all build deps test test-short lint fuzz bench demo clean
+.PHONY: all build deps test test-short lint fuzz bench up down demo clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/pinflow ./starter
+	$(GO) build -o $(BIN)/pinflow-worker ./worker
 
 deps:
 	./deploy/deps.sh
@@ -40,10 +41,18 @@ fuzz:
 bench:
 	$(GO) test ./numa -run '^$$' -bench . -benchmem -count 1
 
-demo: build
-	@echo "pinflow numa fit: the offline NUMA fit on shipped reference hosts"
-	@echo "(the workflow demo is not there yet; see README.md)"
-	$(BIN)/pinflow numa fit numa/testdata/nova/anchors.json
+# A dev stack in the background: Redis, the Temporal dev server with its
+# Web UI on 8233, and a worker (see deploy/devstack.sh for the ports).
+up: deps build
+	./deploy/devstack.sh up
+
+down:
+	./deploy/devstack.sh down
+
+# pinflow's main job on a fresh stack: hosts, pinned guests, concurrent
+# live migrations, a shelve-offload and an unshelve, invariants checked.
+demo: deps build
+	./deploy/demo.sh
 
 clean:
-	rm -rf $(BIN)/pinflow
+	rm -rf $(BIN)/pinflow $(BIN)/pinflow-worker

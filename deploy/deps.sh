@@ -14,6 +14,11 @@ have redis-server || need_pkgs+=(redis-server)
 have redis-cli || need_pkgs+=(redis-tools)
 have virt-xml-validate || need_pkgs+=(libvirt-clients)
 have xmllint || need_pkgs+=(libxml2-utils)
+# Real libvirt "hosts" for the libvirt driver's tests: libvirtd with the
+# QEMU driver, and QEMU for software-emulated guests.
+have libvirtd || need_pkgs+=(libvirt-daemon libvirt-daemon-driver-qemu)
+have qemu-system-x86_64 || need_pkgs+=(qemu-system-x86)
+have virsh || need_pkgs+=(libvirt-clients)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "deps: installing ${need_pkgs[*]}"

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/pinflow/pinflow/ledger"
+)
+
+func init() {
+	register("check", "verify the ledger's invariants on every host: check [--json]", check)
+}
+
+// checkReport is what `pinflow check --json` prints.
+type checkReport struct {
+	Hosts     int      `json:"hosts"`
+	Claims    int      `json:"claims"`
+	Pending   int      `json:"pending"`
+	Instances int      `json:"instances"`
+	Problems  []string `json:"problems"`
+}
+
+// check verifies, host by host, that no pCPU has two owners and the
+// usage counters equal the claims' sum (Snapshot.Verify), and that every
+// committed claim is the one its instance's record names, with the same
+// placement. Pending claims belong to operations in flight.
+func check(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		hosts, err := led.Hosts(a.ctx)
+		if err != nil {
+			return err
+		}
+		sort.Strings(hosts)
+		r := checkReport{Hosts: len(hosts), Problems: []string{}}
+		instances := map[string]bool{}
+		for _, h := range hosts {
+			snap, err := led.Snapshot(a.ctx, h)
+			if errors.Is(err, ledger.ErrUnknownHost) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if err := snap.Verify(); err != nil {
+				r.Problems = append(r.Problems, fmt.Sprintf("host %s: %v", h, err))
+			}
+			for _, c := range snap.Claims {
+				r.Claims++
+				if c.State != ledger.StateCommitted {
+					r.Pending++
+					continue
+				}
+				instances[c.InstanceUUID] = true
+				inst, err := led.Instance(a.ctx, c.InstanceUUID)
+				switch {
+				case errors.Is(err, ledger.ErrUnknownInstance):
+					r.Problems = append(r.Problems, fmt.Sprintf("host %s: committed claim %s belongs to instance %s, which has no record", h, c.ID, c.InstanceUUID))
+				case err != nil:
+					return err
+				case inst.Host != h || inst.ClaimID != c.ID:
+					r.Problems = append(r.Problems, fmt.Sprintf("host %s: committed claim %s of %s, but its record names claim %q on %q", h, c.ID, inst.Name, inst.ClaimID, inst.Host))
+				case inst.Placement == nil || c.Placement == nil || inst.Placement.String() != c.Placement.String():
+					r.Problems = append(r.Problems, fmt.Sprintf("host %s: instance %s's placement differs from its claim %s", h, inst.Name, c.ID))
+				}
+			}
+		}
+		r.Instances = len(instances)
+		if *asJSON {
+			if err := writeJSON(stdout, r); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(stdout, "%d hosts, %d claims (%d pending: operations in flight), %d placed instances\n", r.Hosts, r.Claims, r.Pending, r.Instances)
+			for _, p := range r.Problems {
+				fmt.Fprintln(stdout, "  PROBLEM: "+p)
+			}
+			if len(r.Problems) == 0 {
+				fmt.Fprintln(stdout, "ok: no pCPU has two owners, usage equals the claims, and every committed claim is its instance's placement")
+			}
+		}
+		if len(r.Problems) > 0 {
+			return fmt.Errorf("check found %d problems", len(r.Problems))
+		}
+		return nil
+	})
+}
