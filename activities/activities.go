@@ -30,6 +30,11 @@ type Activities struct {
 	Domain domain.Options
 	// ProgressEvery is how often Migrate heartbeats its progress.
 	ProgressEvery time.Duration
+	// Owners tells the ledger audit whether a claim's workflow is open.
+	Owners OwnerChecker
+	// Grace is the audit's default grace period: younger claims are not
+	// judged.
+	Grace time.Duration
 }
 
 // LoadInstance returns the instance record.

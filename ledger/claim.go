@@ -126,7 +126,8 @@ func (s *ClaimSpec) check() error {
 // instance is ErrConflict. A request that fits nowhere is a
 // *numa.NoFitError; an explicit placement that does not belong on the host
 // is ErrInvalid, one on pCPUs owned by others ErrConflict.
-func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (*Claim, error) {
+func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error) {
+	defer func(start time.Time) { observeClaim(ctx, start, err) }(time.Now())
 	wrap := func(err error) error { return fmt.Errorf("ledger: claim %s on %s: %w", spec.ID, spec.Host, err) }
 	if err := spec.check(); err != nil {
 		return nil, wrap(err)
@@ -179,6 +180,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (*Claim, error) {
 			return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, spec.Host))
 		}
 		lost = lostRace(res)
+		observeLostRace(ctx, res[0])
 	}
 	return nil, wrap(fmt.Errorf("%w: lost the race for the host's resources %d times (last: %s)", ErrConflict, l.maxAttempts, lost))
 }
@@ -367,6 +369,7 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 	if err != nil {
 		return false, wrap(err)
 	}
+	observeRelease(ctx, op, n == 1)
 	return n == 1, nil
 }
 

@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/client"
 
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/telemetry"
 )
 
 // app holds the connections a command needs, opened on first use from the
@@ -20,6 +22,8 @@ type app struct {
 	led      *ledger.Ledger
 	rdb      redis.UniversalClient
 	temporal client.Client
+	tel      *telemetry.Telemetry
+	span     trace.Span
 }
 
 // newApp reads the configuration; connections open when asked for.
@@ -37,6 +41,10 @@ func (a *app) ledger() (*ledger.Ledger, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := a.tel.InstrumentRedis(rdb); err != nil {
+			_ = rdb.Close()
+			return nil, err
+		}
 		a.led, a.rdb = led, rdb
 	}
 	return a.led, nil
@@ -44,7 +52,7 @@ func (a *app) ledger() (*ledger.Ledger, error) {
 
 func (a *app) client() (client.Client, error) {
 	if a.temporal == nil {
-		c, err := a.cfg.Dial(a.ctx, nil)
+		c, err := a.cfg.Dial(a.ctx, nil, config.WithTelemetry(a.tel))
 		if err != nil {
 			return nil, err
 		}
@@ -71,7 +79,12 @@ func withApp(f func(a *app) error) error {
 		return err
 	}
 	defer a.close()
-	return f(a)
+	if err := a.startTelemetry(); err != nil {
+		return err
+	}
+	err = f(a)
+	a.endTelemetry(err)
+	return err
 }
 
 // keyValues parses repeated KEY=VALUE flags.

@@ -53,6 +53,7 @@ func dispatch(args []string, stdout io.Writer) error {
 	for n := min(len(args), 3); n > 0; n-- {
 		path := strings.Join(args[:n], " ")
 		if cmd, ok := commands[path]; ok {
+			invoked = path
 			return cmd.run(args[n:], stdout)
 		}
 	}

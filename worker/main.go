@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
@@ -25,45 +25,58 @@ import (
 )
 
 func main() {
-	logger := config.Logger()
-	if err := run(logger); err != nil {
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "pinflow-worker: "+err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(logger *slog.Logger) error {
+func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := config.Load()
 	if err != nil {
 		return err
 	}
+	logger := cfg.Logger()
+	tel, flush, err := startTelemetry(ctx, cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer flush()
 	led, rdb, err := cfg.Redis(ctx)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
+	if err := tel.InstrumentRedis(rdb); err != nil {
+		return err
+	}
 	driver, err := cfg.NewDriver(rdb)
 	if err != nil {
 		return err
 	}
-	tc, err := cfg.Dial(ctx, logger)
+	driver = tel.Driver(driver)
+	tc, err := cfg.Dial(ctx, logger, config.WithTelemetry(tel))
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
+	if err := serveOps(ctx, cfg, tel, rdb, tc, logger); err != nil {
+		return err
+	}
 	if err := registerSearchAttributes(ctx, tc, cfg.Namespace); err != nil {
 		return err
 	}
 
-	w := worker.New(tc, cfg.TaskQueue, worker.Options{})
+	w := worker.New(tc, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()}})
 	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete} {
 		w.RegisterWorkflow(wf)
 	}
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
-		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver)
+		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver,
+		"traces", cfg.Traces, "metrics", cfg.Metrics, "health", cfg.HealthAddr)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
 	}
