@@ -260,7 +260,8 @@ func (au *audit) keep(reason string) { au.res.Tally.Kept.Add(reason, 1) }
 // when it was freed (or, in a dry run, would be).
 func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) string {
 	au.res.Tally.Claims++
-	if now.Sub(c.CreatedAt) < au.grace {
+	// With no grace at all every claim is judged, whatever the clocks say.
+	if au.grace > 0 && now.Sub(c.CreatedAt) < au.grace {
 		au.keep(KeptYoung)
 		return ""
 	}
@@ -296,7 +297,7 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 	// The claim's own chain is closed. Its last activity attempts may
 	// still be in flight (termination does not stop them), so it must
 	// have been closed for the grace period too.
-	if owner.State != OwnerNotFound && now.Sub(owner.Since) < au.grace {
+	if au.grace > 0 && owner.State != OwnerNotFound && time.Since(owner.Since) < au.grace {
 		au.keep(KeptRecentlyClosed)
 		return ""
 	}

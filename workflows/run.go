@@ -111,7 +111,10 @@ func (r *run) setHosts(src, dst string) {
 
 // details renders the status as the markdown the Web UI shows.
 func (r *run) details() string {
-	s := fmt.Sprintf("**%s** of `%s`: phase **%s** (%d%%)", r.status.Operation, r.status.Instance, r.status.Phase, r.status.Progress)
+	s := fmt.Sprintf("**%s**: phase **%s** (%d%%)", r.status.Operation, r.status.Phase, r.status.Progress)
+	if r.status.Instance != "" {
+		s = fmt.Sprintf("**%s** of `%s`: phase **%s** (%d%%)", r.status.Operation, r.status.Instance, r.status.Phase, r.status.Progress)
+	}
 	if r.status.Source != "" || r.status.Dest != "" {
 		s += fmt.Sprintf("\n\nsource `%s` → destination `%s`", r.status.Source, r.status.Dest)
 	}

@@ -16,14 +16,17 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/activities"
 )
 
 // DefaultTaskQueue is the task queue the worker polls and the CLI starts
 // workflows on unless configured otherwise.
 const DefaultTaskQueue = "pinflow"
 
-// instancePrefix starts the id of every per-guest workflow.
-const instancePrefix = "instance-"
+// instancePrefix starts the id of every per-guest workflow; the ledger
+// audit asks Temporal about guests under the same ids.
+const instancePrefix = activities.InstanceWorkflowPrefix
 
 // InstanceWorkflowID is the one workflow id every operation on the guest
 // uuid runs under.
@@ -56,6 +59,9 @@ func SearchAttributes() map[string]enumspb.IndexedValueType {
 	out := map[string]enumspb.IndexedValueType{}
 	for _, k := range []temporal.SearchAttributeKeyKeyword{AttrInstance, AttrOperation, AttrSourceHost, AttrDestHost, AttrPhase} {
 		out[k.GetName()] = enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+	for _, k := range []temporal.SearchAttributeKeyInt64{AttrFreed, AttrDrift} {
+		out[k.GetName()] = enumspb.INDEXED_VALUE_TYPE_INT
 	}
 	return out
 }

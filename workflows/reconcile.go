@@ -1,0 +1,200 @@
+package workflows
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+)
+
+// ReconcileScheduleID is the id of the Temporal Schedule that runs the
+// audit periodically; the worker creates or updates it at start.
+const ReconcileScheduleID = "pinflow-reconcile"
+
+// ReconcileWorkflowIDPrefix starts the workflow id of every audit run, by
+// the schedule or by `pinflow reconcile`. It is not a per-instance id: an
+// audit never holds a guest's lock.
+const ReconcileWorkflowIDPrefix = "reconcile"
+
+// DefaultReconcileConcurrency is how many hosts an audit checks at once
+// when its input does not say.
+const DefaultReconcileConcurrency = 8
+
+// Typed search attributes an audit sets when it ends: how many claims it
+// freed and how much drift it found, so dashboards can find the runs that
+// did something.
+var (
+	AttrFreed = temporal.NewSearchAttributeKeyInt64("PinflowFreed")
+	AttrDrift = temporal.NewSearchAttributeKeyInt64("PinflowDrift")
+)
+
+// ReconcileInput says which hosts to audit and how.
+type ReconcileInput struct {
+	// Hosts to audit; empty audits every registered host.
+	Hosts []string `json:"hosts,omitempty"`
+	// Grace overrides the worker's grace period: claims younger than it
+	// are not judged. Zero judges every claim however young.
+	Grace *time.Duration `json:"grace,omitempty"`
+	// DryRun decides and reports but frees nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+	// Concurrency bounds how many hosts are audited at once;
+	// DefaultReconcileConcurrency when 0.
+	Concurrency int `json:"concurrency,omitempty"`
+}
+
+// ReconcileResult is what an audit kept, freed and found, per host and in
+// total.
+type ReconcileResult struct {
+	DryRun bool                   `json:"dry_run,omitempty"`
+	Hosts  []activities.HostAudit `json:"hosts"`
+	Total  activities.Tally       `json:"total"`
+	// Duration is the audit's wall time, from the workflow's clock.
+	Duration time.Duration `json:"duration"`
+}
+
+// auditTimeout bounds one host's audit attempt; auditAttempts its tries.
+// A host that fails them all is reported, and the others still audited.
+const (
+	auditTimeout  = 10 * time.Minute
+	auditAttempts = 3
+)
+
+// Reconcile audits hosts' ledgers against Temporal and the hypervisors,
+// one activity per host, at most Concurrency at once. It frees only claims
+// whose owning workflow is provably closed (see activities.AuditHost) and
+// reports drift without repairing it. A host whose audit fails is
+// reported and the rest go on.
+func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error) {
+	r, err := newRun(ctx, OpReconcile, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	start := workflow.Now(ctx)
+	hosts := in.Hosts
+	if len(hosts) == 0 {
+		if err := workflow.ExecuteActivity(r.short(ctx, "list the registered hosts"), a.ListHosts).Get(ctx, &hosts); err != nil {
+			return nil, r.fail(err)
+		}
+	}
+	r.steps = len(hosts)
+	res := &ReconcileResult{DryRun: in.DryRun, Hosts: make([]activities.HostAudit, len(hosts))}
+	r.auditPhase(PhaseAuditing, res, 0)
+
+	limit := in.Concurrency
+	if limit <= 0 {
+		limit = DefaultReconcileConcurrency
+	}
+	sel := workflow.NewSelector(ctx)
+	done := 0
+	audit := func(i int) {
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: auditTimeout,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
+				MaximumAttempts: auditAttempts, NonRetryableErrorTypes: activities.NonRetryableErrorTypes},
+			Summary: "audit host " + hosts[i],
+		})
+		f := workflow.ExecuteActivity(actx, a.AuditHost, activities.AuditHostInput{Host: hosts[i], Grace: in.Grace, DryRun: in.DryRun})
+		sel.AddFuture(f, func(f workflow.Future) {
+			var h activities.HostAudit
+			if err := f.Get(ctx, &h); err != nil {
+				h = activities.HostAudit{Host: hosts[i], DryRun: in.DryRun, Errors: []string{err.Error()}}
+				h.Tally.Errors = 1
+			}
+			res.Hosts[i] = h
+			res.Total.Add(h.Tally)
+			done++
+			r.step()
+			r.auditPhase(PhaseAuditing, res, done)
+		})
+	}
+	next := 0
+	for ; next < len(hosts) && next < limit; next++ {
+		audit(next)
+	}
+	for range hosts {
+		sel.Select(ctx)
+		if next < len(hosts) {
+			audit(next)
+			next++
+		}
+	}
+	res.Duration = workflow.Now(ctx).Sub(start)
+	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
+		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
+	r.auditPhase(PhaseCompleted, res, done)
+	return res, nil
+}
+
+// auditPhase records the phase with the counts so far in the status query
+// and, as the report the CLI prints, in the Web UI's current details.
+func (r *run) auditPhase(p Phase, res *ReconcileResult, done int) {
+	t := res.Total
+	r.phase(p, fmt.Sprintf("audited %d/%d hosts: %d claims, kept %d, freed %d, drift %d, errors %d",
+		done, len(res.Hosts), t.Claims, t.Kept.Total(), t.Freed.Total(), t.Drift.Total(), t.Errors))
+	if p == PhaseCompleted {
+		workflow.SetCurrentDetails(r.ctx, "```\n"+ReconcileReport(res)+"```\n")
+	}
+}
+
+// ReconcileReport renders an audit's result as the text `pinflow
+// reconcile` prints and the Web UI shows for scheduled runs.
+func ReconcileReport(res *ReconcileResult) string {
+	var b strings.Builder
+	dry := ""
+	if res.DryRun {
+		dry = " (dry run: nothing was freed)"
+	}
+	fmt.Fprintf(&b, "reconcile%s: %d hosts in %s\n", dry, len(res.Hosts), res.Duration.Round(time.Millisecond))
+	fmt.Fprintf(&b, "total: %s\n", tallyLine(res.Total))
+	for _, h := range res.Hosts {
+		if h.Host == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "host %s: %s\n", h.Host, tallyLine(h.Tally))
+		for _, f := range h.Freed {
+			verb := "freed"
+			if h.DryRun {
+				verb = "would free"
+			}
+			fmt.Fprintf(&b, "  %s %s claim %s of %s (owner %s) pCPUs %s: %s\n", verb, f.State, f.ClaimID, f.Instance, f.Owner, orDashCPUs(f.CPUs), f.Reason)
+		}
+		for _, d := range h.Drift {
+			flight := ""
+			if d.InFlight {
+				flight = " [its workflow is open: may be a step in progress]"
+			}
+			fmt.Fprintf(&b, "  drift %s: %s%s\n", d.Kind, d.Detail, flight)
+		}
+		for _, e := range h.Errors {
+			fmt.Fprintf(&b, "  error: %s\n", e)
+		}
+	}
+	return b.String()
+}
+
+func tallyLine(t activities.Tally) string {
+	return fmt.Sprintf("%d claims, kept %d%s, freed %d%s, drift %d%s, errors %d",
+		t.Claims, t.Kept.Total(), reasons(t.Kept), t.Freed.Total(), reasons(t.Freed), t.Drift.Total(), reasons(t.Drift), t.Errors)
+}
+
+func reasons(rc activities.ReasonCounts) string {
+	if len(rc) == 0 {
+		return ""
+	}
+	parts := make([]string, len(rc))
+	for i, c := range rc {
+		parts[i] = fmt.Sprintf("%s %d", c.Reason, c.Count)
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func orDashCPUs(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,105 @@
+package workflows
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/mock"
+
+	"github.com/pinflow/pinflow/activities"
+)
+
+func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
+	h := newHarness(t)
+	hosts := []string{"a", "b", "c", "d", "e"}
+	h.on("list", a.ListHosts, hosts, nil)
+	var mu sync.Mutex
+	running, most := 0, 0
+	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.AuditHostInput) (activities.HostAudit, error) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			// Long enough for the others to start if nothing held them back.
+			time.Sleep(30 * time.Millisecond)
+			mu.Lock()
+			running--
+			mu.Unlock()
+			if in.Host == "c" {
+				return activities.HostAudit{}, failed("redis: connection refused", "Unreachable")
+			}
+			res := activities.HostAudit{Host: in.Host}
+			res.Tally.Claims = 2
+			res.Tally.Kept.Add(activities.KeptResident, 1)
+			res.Tally.Freed.Add(activities.FreedOwnerClosed, 1)
+			res.Freed = []activities.FreedClaim{{ClaimID: "x-" + in.Host, Reason: activities.FreedOwnerClosed}}
+			return res, nil
+		})
+	zero := time.Duration(0)
+	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, Concurrency: 2})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	var res ReconcileResult
+	if err := h.env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if most > 2 {
+		t.Errorf("Reconcile(concurrency 2) ran %d host audits at once", most)
+	}
+	want := activities.Tally{Claims: 8, Kept: activities.ReasonCounts{{Reason: activities.KeptResident, Count: 4}},
+		Freed: activities.ReasonCounts{{Reason: activities.FreedOwnerClosed, Count: 4}}, Errors: 1}
+	if diff := cmp.Diff(want, res.Total); diff != "" {
+		t.Errorf("Reconcile total (-want +got):\n%s", diff)
+	}
+	var got []string
+	for _, hr := range res.Hosts {
+		got = append(got, hr.Host)
+	}
+	if diff := cmp.Diff(hosts, got); diff != "" {
+		t.Errorf("Reconcile hosts in order (-want +got):\n%s", diff)
+	}
+	if len(res.Hosts[2].Errors) != 1 || !strings.Contains(res.Hosts[2].Errors[0], "connection refused") {
+		t.Errorf("host c errors = %v, want its audit's failure", res.Hosts[2].Errors)
+	}
+	report := ReconcileReport(&res)
+	for _, want := range []string{"total: 8 claims, kept 4 (resident 4), freed 4 (owner-closed 4)", "freed  claim x-a", "host c: 0 claims", "error: "} {
+		if !strings.Contains(report, want) {
+			t.Errorf("ReconcileReport lacks %q:\n%s", want, report)
+		}
+	}
+	v, err := h.env.QueryWorkflow(StatusQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st Status
+	if err := v.Get(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Operation != OpReconcile || st.Phase != PhaseCompleted || !strings.Contains(st.Detail, "audited 5/5 hosts") {
+		t.Errorf("status = %+v, want reconcile completed with 5/5 hosts audited", st)
+	}
+}
+
+func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
+	h := newHarness(t)
+	var got []activities.AuditHostInput
+	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.AuditHostInput) (activities.HostAudit, error) {
+			got = append(got, in)
+			return activities.HostAudit{Host: in.Host, DryRun: in.DryRun}, nil
+		})
+	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Hosts: []string{"b"}, DryRun: true})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	want := []activities.AuditHostInput{{Host: "b", DryRun: true}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("AuditHost inputs (-want +got):\n%s", diff)
+	}
+}
