@@ -57,8 +57,11 @@ type Config struct {
 
 // Temporal is how to reach the Temporal frontend.
 type Temporal struct {
-	Address   string `envconfig:"TEMPORAL_ADDRESS" default:"127.0.0.1:7233"`
+	// Address is the Temporal frontend's host:port.
+	Address string `envconfig:"TEMPORAL_ADDRESS" default:"127.0.0.1:7233"`
+	// Namespace is the Temporal namespace pinflow's workflows run in.
 	Namespace string `envconfig:"TEMPORAL_NAMESPACE" default:"default"`
+	// TaskQueue is the task queue workers poll and the CLI starts on.
 	TaskQueue string `envconfig:"TEMPORAL_TASK_QUEUE" default:"pinflow"`
 	// APIKey authenticates to Temporal Cloud or a server that takes keys;
 	// it implies TLS.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -83,7 +84,12 @@ func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("ledger: redis %s: cannot connect: %s", c.Endpoint(), c.redact(err))
+		hint := ""
+		if opts.TLSConfig == nil && errors.Is(err, io.EOF) {
+			// A TLS port closes on a plain client's first command.
+			hint = " (if the server only speaks TLS, use a rediss:// URL or REDIS_TLS=true)"
+		}
+		return nil, fmt.Errorf("ledger: redis %s: cannot connect: %s%s", c.Endpoint(), c.redact(err), hint)
 	}
 	return client, nil
 }

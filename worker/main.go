@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
@@ -39,6 +40,7 @@ func run() error {
 		return err
 	}
 	logger := cfg.Logger()
+	redis.SetLogger(redisLogs{logger})
 	tel, flush, err := startTelemetry(ctx, cfg, logger)
 	if err != nil {
 		return err
@@ -70,15 +72,20 @@ func run() error {
 	}
 
 	w := worker.New(tc, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()}})
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete} {
+	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Reconcile} {
 		w.RegisterWorkflow(wf)
 	}
-	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions})
+	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions,
+		Owners: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
 		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver,
 		"traces", cfg.Traces, "metrics", cfg.Metrics, "health", cfg.HealthAddr)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start worker on task queue %s: %w", cfg.TaskQueue, err)
+	}
+	if err := ensureReconcileSchedule(ctx, tc, cfg.TaskQueue, cfg.Reconcile, logger); err != nil {
+		w.Stop()
+		return err
 	}
 	<-ctx.Done()
 	logger.Info("pinflow worker stopping: finishing the tasks in hand")

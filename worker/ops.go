@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,4 +48,13 @@ func serveOps(ctx context.Context, cfg *config.Config, tel *telemetry.Telemetry,
 	}
 	checks := []health.Check{health.Redis(rdb, cfg.RedisConfig.Endpoint()), health.Temporal(tc, cfg.Address)}
 	return health.Serve(ctx, cfg.HealthAddr, health.Handler(checks, metrics), logErr)
+}
+
+// redisLogs passes go-redis's own log lines (a pool's dial retries) to the
+// worker's logger at debug level: the error they end in reaches the worker
+// and is reported once, with the endpoint.
+type redisLogs struct{ logger *slog.Logger }
+
+func (r redisLogs) Printf(ctx context.Context, format string, v ...any) {
+	r.logger.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }

@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// reconcile runs `pinflow reconcile --wait --json` with args and returns
+// its result.
+func (s *stack) reconcile(args ...string) workflows.ReconcileResult {
+	s.t.Helper()
+	var res workflows.ReconcileResult
+	s.jsonOf(&res, append([]string{"reconcile", "--wait"}, args...)...)
+	return res
+}
+
+func hostAudit(res workflows.ReconcileResult, host string) activities.HostAudit {
+	for _, h := range res.Hosts {
+		if h.Host == host {
+			return h
+		}
+	}
+	return activities.HostAudit{}
+}
+
+// TestReconcileDuringMigration is Nova bug 1845146 with the audit that
+// caused it: an audit with no grace period, run while A's migration to b
+// holds b's destination claim, keeps it; b stays 0-3 and a 0,1, and after
+// the migration a is empty and b is 0-3.
+func TestReconcileDuringMigration(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
+	s.ok("migrate", vmA, "--dest", "b")
+	s.waitDestClaim("b", vmA)
+	res := s.reconcile("--grace", "0")
+	if g := s.guest(vmA); g.TaskState == nil || *g.TaskState != "migrating" {
+		t.Fatalf("the audit ended after the migration (A is %s/%v); it must run during it", g.VMState, g.TaskState)
+	}
+	if n := res.Total.Freed.Total(); n != 0 {
+		t.Errorf("the audit during the migration freed %d claims: %+v", n, res.Hosts)
+	}
+	if got := hostAudit(res, "b").Tally.Kept.Of(activities.KeptOwnerRunning); got != 1 {
+		t.Errorf("the audit kept %d claims on b because their owner runs, want 1 (the destination claim): %+v", got, hostAudit(res, "b").Tally)
+	}
+	if len(res.Hosts) != 2 || res.Total.Errors != 0 {
+		t.Errorf("the audit covered %d hosts with %d errors, want 2 and none: %+v", len(res.Hosts), res.Total.Errors, res.Hosts)
+	}
+	if got := s.pinned("b"); got != "0-3" {
+		t.Errorf("after the audit b has %q pinned, want 0-3", got)
+	}
+	if got := s.pinned("a"); got != "0-1" {
+		t.Errorf("after the audit a has %q pinned, want 0-1", got)
+	}
+	s.eventually("A to land on b", 2*time.Minute, func() bool {
+		g := s.guest(vmA)
+		return hostOf(g) == "b" && g.TaskState == nil
+	})
+	if got := s.pinned("a"); got != "" {
+		t.Errorf("host a has %q pinned after A left, want nothing", got)
+	}
+	if got := s.pinned("b"); got != "0-3" {
+		t.Errorf("host b has %q pinned, want 0-3", got)
+	}
+	s.checkAgreement(vmA, "b")
+}
+
+// TestReconcileFreesTerminatedOwner: a migration terminated in its migrate
+// step runs no compensation, so its destination claim is orphaned; the
+// next audit past the grace period frees it, and nothing else.
+func TestReconcileFreesTerminatedOwner(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
+	s.ok("migrate", vmA, "--dest", "b")
+	s.waitDestClaim("b", vmA)
+	ctx := context.Background()
+	if err := s.temporal.Client.TerminateWorkflow(ctx, workflows.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.pinned("b"); got != "0-3" {
+		t.Fatalf("after the termination b has %q pinned, want 0-3 (the orphan still held)", got)
+	}
+	dry := s.reconcile("--grace", "0", "--dry-run")
+	if got := dry.Total.Freed.Of(activities.FreedOwnerClosed); got != 1 || s.pinned("b") != "0-3" {
+		t.Errorf("the dry run would free %d claims (owner closed), b pinned %q; want 1 and 0-3 still", got, s.pinned("b"))
+	}
+	res := s.reconcile("--grace", "0")
+	freed := hostAudit(res, "b").Freed
+	if len(freed) != 1 || freed[0].Instance != vmA || freed[0].Kind != ledger.KindMigrationDest || freed[0].Reason != activities.FreedOwnerClosed {
+		t.Errorf("the audit freed %+v on b, want A's migration-dest claim, owner closed", freed)
+	}
+	if n := res.Total.Freed.Total(); n != 1 {
+		t.Errorf("the audit freed %d claims in all, want 1: %+v", n, res.Hosts)
+	}
+	if got := s.pinned("b"); got != "0-1" {
+		t.Errorf("after the audit b has %q pinned, want B's 0-1", got)
+	}
+	if got := s.pinned("a"); got != "0-1" {
+		t.Errorf("after the audit a has %q pinned, want A's 0-1", got)
+	}
+	again := s.reconcile("--grace", "0")
+	if n := again.Total.Freed.Total(); n != 0 {
+		t.Errorf("a second audit freed %d more claims, want none", n)
+	}
+}
+
+const canTaskQueue = "e2e-continue-as-new"
+
+// claimThenContinue claims pCPUs on host a as its chain's first run, then
+// continues as new and waits for a "finish" signal, holding the claim.
+func claimThenContinue(ctx workflow.Context, continued bool) error {
+	if !continued {
+		info := workflow.GetInfo(ctx)
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+		if err := workflow.ExecuteActivity(actx, "E2EClaim", info.WorkflowExecution.ID, info.FirstRunID).Get(ctx, nil); err != nil {
+			return err
+		}
+		return workflow.NewContinueAsNewError(ctx, "E2EClaimThenContinue", true)
+	}
+	workflow.GetSignalChannel(ctx, "finish").Receive(ctx, nil)
+	return nil
+}
+
+// TestReconcileKeepsContinuedAsNewOwner: a workflow that claimed with its
+// first run id and then continued as new is still the claim's owner (the
+// first run id does not change); the audit keeps its claim until it ends,
+// then frees it.
+func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
+	ctx := context.Background()
+	opts, err := redis.ParseURL(s.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	led, err := ledger.New(rdb, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uuid = "0d000000-0000-4000-8000-00000000000d"
+	req, err := numa.NewRequest(2, 512, map[string]string{"hw:cpu_policy": "dedicated"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker.New(s.temporal.Client, canTaskQueue, worker.Options{})
+	w.RegisterWorkflowWithOptions(claimThenContinue, workflow.RegisterOptions{Name: "E2EClaimThenContinue"})
+	w.RegisterActivityWithOptions(func(ctx context.Context, wfID, firstRun string) error {
+		_, err := led.Claim(ctx, ledger.ClaimSpec{ID: "can-" + firstRun, Host: "a", InstanceUUID: uuid, Kind: ledger.KindUnshelve,
+			OwnerWorkflowID: wfID, OwnerRunID: firstRun, Request: req})
+		return err
+	}, activity.RegisterOptions{Name: "E2EClaim"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	run, err := s.temporal.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "e2e-continue-as-new", TaskQueue: canTaskQueue}, "E2EClaimThenContinue", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.eventually("the workflow to continue as new", time.Minute, func() bool {
+		d, err := s.temporal.Client.DescribeWorkflow(ctx, run.GetID(), "")
+		if err != nil {
+			return false
+		}
+		info := d.RawResponse.GetWorkflowExecutionInfo()
+		return info.GetExecution().GetRunId() != info.GetFirstRunId()
+	})
+	claimID := "can-" + run.GetRunID()
+	if _, err := led.GetClaim(ctx, "a", claimID); err != nil {
+		t.Fatalf("the first run's claim: %v", err)
+	}
+	res := s.reconcile("--grace", "0", "--host", "a")
+	if got := res.Total.Kept.Of(activities.KeptOwnerRunning); got != 1 || res.Total.Freed.Total() != 0 {
+		t.Errorf("the audit of a continued-as-new owner: %+v; want its claim kept (owner running) and nothing freed", res.Total)
+	}
+	if _, err := led.GetClaim(ctx, "a", claimID); err != nil {
+		t.Errorf("after the audit the claim is gone: %v", err)
+	}
+	if err := s.temporal.Client.SignalWorkflow(ctx, run.GetID(), "", "finish", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.temporal.Client.GetWorkflow(ctx, run.GetID(), "").Get(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	res = s.reconcile("--grace", "0", "--host", "a")
+	if got := res.Total.Freed.Of(activities.FreedOwnerClosed); got != 1 {
+		t.Errorf("the audit after the owner ended freed %d claims (owner closed), want 1: %+v", got, res.Total)
+	}
+	if got := s.pinned("a"); got != "" {
+		t.Errorf("host a has %q pinned after the audit, want nothing", got)
+	}
+}
+
+// TestReconcileBadInput: refused with one clear line, nothing started.
+func TestReconcileBadInput(t *testing.T) {
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
+	s.refused("--grace", "reconcile", "--grace", "-1s")
+	s.refused("--grace", "reconcile", "--grace", "soon")
+	s.refused("unknown host", "reconcile", "--host", "nowhere")
+	s.refused("no positional", "reconcile", "a")
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/workflows"
+)
+
+func init() {
+	register("reconcile", "audit the ledger against Temporal and the hypervisors now: reconcile [--host H]... [--dry-run] [--grace D] [--wait] [--json]", reconcile)
+}
+
+// hostsFlag collects repeated --host flags.
+type hostsFlag []string
+
+func (h *hostsFlag) String() string { return strings.Join(*h, ",") }
+
+func (h *hostsFlag) Set(s string) error {
+	if s == "" {
+		return fmt.Errorf("empty host name")
+	}
+	*h = append(*h, s)
+	return nil
+}
+
+func reconcile(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	var hosts hostsFlag
+	fs.Var(&hosts, "host", "a host to audit (repeatable; default: every registered host)")
+	dryRun := fs.Bool("dry-run", false, "decide and report, but free nothing")
+	grace := fs.String("grace", "", "judge only claims older than this, e.g. 0, 30s, 2m (default: the workers' PINFLOW_RECONCILE_GRACE)")
+	of := addOpFlags(fs)
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("reconcile takes no positional arguments, got %q: %w", strings.Join(pos, " "), errUsage)
+	}
+	in := workflows.ReconcileInput{Hosts: hosts, DryRun: *dryRun}
+	if *grace != "" {
+		d, err := time.ParseDuration(*grace)
+		if err != nil || d < 0 {
+			return fmt.Errorf("reconcile: --grace %q: give a duration of 0 or more, such as 0, 30s or 2m: %w", *grace, errUsage)
+		}
+		in.Grace = &d
+	}
+	return withApp(func(a *app) error {
+		for _, h := range hosts {
+			if err := checkHost(a, h); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+		}
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		in.Concurrency = a.cfg.Reconcile.Concurrency
+		id := reconcileWorkflowID(time.Now())
+		summary := "ledger audit of every host"
+		if len(hosts) > 0 {
+			summary = "ledger audit of " + strings.Join(hosts, ", ")
+		}
+		if *dryRun {
+			summary += " (dry run)"
+		}
+		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+			ID:        id,
+			TaskQueue: a.cfg.TaskQueue,
+			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpReconcile)),
+				workflows.AttrPhase.ValueSet(string(workflows.PhaseStarted))),
+			StaticSummary: summary,
+		}, workflows.Reconcile, in)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		if !*of.wait {
+			if *of.json {
+				return writeJSON(stdout, map[string]string{"workflow_id": id, "run_id": run.GetRunID(), "operation": string(workflows.OpReconcile)})
+			}
+			fmt.Fprintf(stdout, "reconcile started: workflow %s run %s; 'pinflow reconcile --wait' prints what it finds\n", id, run.GetRunID())
+			return nil
+		}
+		res, err := followReconcile(a, c, run)
+		if err != nil {
+			return fmt.Errorf("reconcile %s failed: %s", id, rootMessage(err))
+		}
+		if *of.json {
+			return writeJSON(stdout, res)
+		}
+		fmt.Fprint(stdout, workflows.ReconcileReport(res))
+		return nil
+	})
+}
+
+// reconcileWorkflowID names an audit run started now: its time, and a
+// random suffix so two started in one millisecond do not collide.
+func reconcileWorkflowID(now time.Time) string {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return fmt.Sprintf("%s-%s-%s", workflows.ReconcileWorkflowIDPrefix, now.UTC().Format("20060102T150405.000Z"), hex.EncodeToString(b))
+}
+
+// followReconcile prints the audit's progress to stderr while it runs and
+// returns its result.
+func followReconcile(a *app, c client.Client, run client.WorkflowRun) (*workflows.ReconcileResult, error) {
+	done := make(chan error, 1)
+	var res workflows.ReconcileResult
+	go func() { done <- run.Get(a.ctx, &res) }()
+	tty := isTerminal(os.Stderr)
+	last := ""
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if tty && last != "" {
+				fmt.Fprintln(os.Stderr)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return &res, nil
+		case <-tick.C:
+			var st workflows.Status
+			qctx, cancel := context.WithTimeout(a.ctx, 2*time.Second)
+			v, err := c.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.StatusQuery)
+			cancel()
+			if err != nil || v.Get(&st) != nil {
+				continue
+			}
+			line := fmt.Sprintf("reconcile: %s %d%%: %s", st.Phase, st.Progress, st.Detail)
+			if line == last {
+				continue
+			}
+			if tty {
+				fmt.Fprintf(os.Stderr, "\r\033[K%s", line)
+			} else {
+				fmt.Fprintln(os.Stderr, line)
+			}
+			last = line
+		}
+	}
+}
