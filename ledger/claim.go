@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pinflow/pinflow/numa"
@@ -150,37 +152,75 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 				return nil, wrap(fmt.Errorf("%w (last lost race: %s)", err, lost))
 			}
 		}
-		st, err := l.readState(ctx, spec.Host, spec.ID)
-		if err != nil {
-			return nil, wrap(err)
+		// Fit on the cached view; read the host only when there is none,
+		// or when the view says no: a stale view may only cost a retry,
+		// never a refusal the ledger itself would not give.
+		hc, h, read := l.cachedHost(spec.Host), (*numa.Host)(nil), false
+		if hc != nil {
+			h = hc.host()
+			c.Generation = hc.gen
+			if err := fl.place(h, &spec, c); err != nil {
+				hc = nil
+			}
 		}
-		if st.existing != "" {
-			return sameClaim(spec, st.existing, wrap)
+		if hc == nil {
+			st, err := l.readState(ctx, spec.Host, spec.ID)
+			if err != nil {
+				return nil, wrap(err)
+			}
+			if st.existing != "" {
+				return sameClaim(spec, st.existing, wrap)
+			}
+			hc, h, read = st.cache, st.host, true
+			c.Generation = hc.gen
+			if err := fl.place(h, &spec, c); err != nil {
+				return nil, wrap(err)
+			}
 		}
-		c.Generation = st.gen
-		if err := fl.place(st.host, &spec, c); err != nil {
-			return nil, wrap(err)
-		}
-		args, err := claimArgs(st.host, c)
+		call, err := newClaimCall(h, c)
 		if err != nil {
 			fl.done(c.ID)
 			return nil, wrap(err)
 		}
-		res, err := claimScript.Run(ctx, l.rdb, k.all(), args...).StringSlice()
+		res, err := claimScript.Run(ctx, l.rdb, k.all(), call.args...).Slice()
 		fl.done(c.ID)
 		if err != nil {
 			return nil, wrap(err)
 		}
-		switch res[0] {
+		status, _ := res[0].(string)
+		switch status {
 		case "ok":
+			if len(res) == 2+len(call.fields) {
+				counters := make(map[string]int64, len(call.fields))
+				for i, f := range call.fields {
+					counters[f] = toInt(res[2+i])
+				}
+				hc.observe(toInt(res[1]), call.cpus, 1, counters)
+			}
 			return c, nil
 		case "exists":
-			return sameClaim(spec, res[1], wrap)
+			rec, _ := res[1].(string)
+			return sameClaim(spec, rec, wrap)
 		case "nohost":
+			l.dropCache(spec.Host, hc)
 			return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, spec.Host))
+		case "gen":
+			// The topology changed: the next attempt reads it.
+			l.dropCache(spec.Host, hc)
+		case "taken", "full":
+			// The reply carries the host's state: the retry fits on it. A
+			// state older than the cache's newest may come from a host made
+			// anew; reading it again settles that.
+			if len(res) >= 4 {
+				pins, _ := res[2].(string)
+				usage, _ := res[3].(string)
+				if !hc.observeState(toInt(res[1]), parseCPUList(pins), parseCounters(usage)) && read {
+					l.dropCache(spec.Host, hc)
+				}
+			}
 		}
+		observeLostRace(ctx, status)
 		lost = lostRace(res)
-		observeLostRace(ctx, res[0])
 	}
 	return nil, wrap(fmt.Errorf("%w: lost the race for the host's resources %d times (last: %s)", ErrConflict, l.maxAttempts, lost))
 }
@@ -237,30 +277,114 @@ func (f *inflight) done(id string) {
 	f.mu.Unlock()
 }
 
-// claimArgs lays out the claim script's arguments: the record, then per
-// cell its usage and the capacities to check it against.
-func claimArgs(h *numa.Host, c *Claim) ([]any, error) {
+// claimCall is one run of the claim script: its arguments, and what the
+// claim pins and adds to, to update the cache with from the reply.
+type claimCall struct {
+	args   []any
+	cpus   []int
+	fields []string // the usage fields the claim adds to, in argument order
+}
+
+// newClaimCall lays out the claim script's arguments from c's usage on h:
+// the record with its undo entry, the pCPUs, then each usage field with the
+// amount to add and, where the ledger must not overcommit, the cap from h's
+// topology that the field may reach. All of it is computed here so the
+// script decodes no JSON.
+func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	rec, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("encode claim record: %w", err)
 	}
-	args := []any{c.ID, rec, c.Generation, len(c.Usage)}
-	for _, u := range c.Usage {
-		cell := h.Cell(u.Cell)
-		var pageCap int64
-		for _, p := range cell.Pages {
-			if p.SizeKB == u.PageSizeKB {
-				pageCap = p.Total - p.Reserved
-			}
+	type delta struct {
+		n   int64
+		cap string // "" for none
+	}
+	call := &claimCall{}
+	deltas := map[string]*delta{}
+	add := func(field string, n int64, capped bool, limit int64) {
+		d := deltas[field]
+		if d == nil {
+			d = &delta{}
+			deltas[field] = d
+			call.fields = append(call.fields, field)
 		}
-		cpus := u.PinnedCPUs.List()
-		args = append(args, u.Cell, u.MemoryMB, u.SharedCPUs, u.PageSizeKB, u.Pages,
-			boolArg(u.Dedicated), boolArg(u.StrictPages), cell.MemoryMB, pageCap, len(cpus))
-		for _, cpu := range cpus {
-			args = append(args, cpu)
+		d.n += n
+		if capped {
+			d.cap = strconv.FormatInt(limit, 10)
 		}
 	}
-	return args, nil
+	var pinned numa.CPUSet
+	for _, u := range c.Usage {
+		cell := h.Cell(u.Cell)
+		if cell == nil {
+			return nil, fmt.Errorf("%w: usage of cell %d, which the host does not have", ErrInvalid, u.Cell)
+		}
+		if pinned.Intersects(u.PinnedCPUs) {
+			return nil, fmt.Errorf("%w: pCPUs %s are in two cells' usage", ErrInvalid, pinned.Intersection(u.PinnedCPUs))
+		}
+		pinned = pinned.Union(u.PinnedCPUs)
+		if u.MemoryMB != 0 {
+			add(usageField(u.Cell, "mem"), u.MemoryMB, u.Dedicated && u.MemoryMB > 0, cell.MemoryMB)
+		}
+		if u.SharedCPUs != 0 {
+			add(usageField(u.Cell, "shared"), int64(u.SharedCPUs), false, 0)
+		}
+		if u.Pages != 0 && u.PageSizeKB != 0 {
+			var pageCap int64
+			for _, p := range cell.Pages {
+				if p.SizeKB == u.PageSizeKB {
+					pageCap = p.Total - p.Reserved
+				}
+			}
+			add(pagesField(u.Cell, u.PageSizeKB), u.Pages, u.StrictPages && u.Pages > 0, pageCap)
+		}
+	}
+	call.cpus = pinned.List()
+
+	// The undo entry: "token|pCPUs|field,n,field,n", all characters JSON
+	// and Lua patterns take as they are.
+	var undo strings.Builder
+	undo.WriteString(c.Token)
+	undo.WriteByte('|')
+	for i, cpu := range call.cpus {
+		if i > 0 {
+			undo.WriteByte(',')
+		}
+		undo.WriteString(strconv.Itoa(cpu))
+	}
+	undo.WriteByte('|')
+	for i, f := range call.fields {
+		if i > 0 {
+			undo.WriteByte(',')
+		}
+		undo.WriteString(f)
+		undo.WriteByte(',')
+		undo.WriteString(strconv.FormatInt(deltas[f].n, 10))
+	}
+
+	// The record's last member is the undo entry, so that release finds it
+	// at the end without decoding the JSON; readers ignore it.
+	rec = append(append(append(rec[:len(rec)-1:len(rec)-1], `,"undo":`...), strconv.Quote(undo.String())...), '}')
+	args := make([]any, 0, 6+len(call.cpus)+3*len(call.fields))
+	args = append(args, c.ID, rec, c.Generation, len(call.cpus))
+	for _, cpu := range call.cpus {
+		args = append(args, cpu)
+	}
+	args = append(args, len(call.fields))
+	for _, f := range call.fields {
+		args = append(args, f, deltas[f].n, deltas[f].cap)
+	}
+	call.args = args
+	return call, nil
+}
+
+// claimArgs is newClaimCall's argument list alone.
+func claimArgs(h *numa.Host, c *Claim) ([]any, error) {
+	call, err := newClaimCall(h, c)
+	if err != nil {
+		return nil, err
+	}
+	return call.args, nil
 }
 
 func boolArg(b bool) int {
@@ -270,19 +394,47 @@ func boolArg(b bool) int {
 	return 0
 }
 
-// lostRace describes the claim script's reason for refusing.
-func lostRace(res []string) string {
-	switch {
-	case res[0] == "taken" && len(res) == 3:
-		return fmt.Sprintf("pCPU %s was taken by claim %s", res[1], res[2])
-	case res[0] == "gen" && len(res) == 2:
-		return fmt.Sprintf("the host topology changed to generation %s", res[1])
-	case res[0] == "memory" && len(res) == 5:
-		return fmt.Sprintf("cell %s has %s of %s MiB in use, %s more do not fit", res[1], res[2], res[4], res[3])
-	case res[0] == "pages" && len(res) == 6:
-		return fmt.Sprintf("cell %s has %s of %s %s KiB pages in use, %s more do not fit", res[1], res[3], res[5], res[2], res[4])
+// toInt reads an integer from a script reply, given as an integer or as a
+// string.
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case int64:
+		return n
+	case string:
+		i, _ := strconv.ParseInt(n, 10, 64)
+		return i
 	}
-	return fmt.Sprintf("claim script replied %q", res)
+	return 0
+}
+
+// lostRace describes the claim script's reason for refusing.
+func lostRace(res []any) string {
+	s := make([]string, len(res))
+	for i, v := range res {
+		s[i] = fmt.Sprint(v)
+	}
+	switch {
+	case s[0] == "taken" && len(s) == 6:
+		return fmt.Sprintf("pCPU %s was taken by claim %s", s[4], s[5])
+	case s[0] == "gen" && len(s) == 2:
+		return fmt.Sprintf("the host topology changed to generation %s", s[1])
+	case s[0] == "full" && len(s) == 8:
+		return fmt.Sprintf("%s has %s of %s in use, %s more do not fit", describeField(s[4]), s[5], s[7], s[6])
+	}
+	return fmt.Sprintf("claim script replied %q", s)
+}
+
+// describeField names a usage field for people: "cell 0 MiB" or "cell 0
+// 2048 KiB pages".
+func describeField(f string) string {
+	parts := strings.Split(f, ":")
+	switch {
+	case len(parts) == 2 && parts[1] == "mem":
+		return "cell " + parts[0] + " MiB"
+	case len(parts) == 3 && parts[1] == "pages":
+		return "cell " + parts[0] + " " + parts[2] + " KiB pages"
+	}
+	return "usage field " + f
 }
 
 // sameClaim returns the recorded claim for a retried claim id, refusing an
@@ -365,12 +517,24 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 	if err := checkClaimID(claimID); err != nil {
 		return false, wrap(err)
 	}
-	n, err := releaseScript.Run(ctx, l.rdb, l.hostKeys(host).all(), claimID, token).Int()
+	res, err := releaseScript.Run(ctx, l.rdb, l.hostKeys(host).all(), claimID, token).Slice()
 	if err != nil {
 		return false, wrap(err)
 	}
-	observeRelease(ctx, op, n == 1)
-	return n == 1, nil
+	if len(res) == 0 {
+		return false, wrap(errors.New("release script replied nothing"))
+	}
+	freed := toInt(res[0]) == 1
+	observeRelease(ctx, op, freed)
+	if !freed {
+		return false, nil
+	}
+	if hc := l.cachedHost(host); hc != nil && len(res) == 4 {
+		cpus, _ := res[2].(string)
+		counters, _ := res[3].(string)
+		hc.observe(toInt(res[1]), parseCPUList(cpus), 0, parseCounters(counters))
+	}
+	return true, nil
 }
 
 // Claims lists a host's claims by id. A host never registered, or with no

@@ -9,7 +9,7 @@
 //
 //	<prefix>:host:{h}:topo    hash: topology (JSON, no usage), digest, gen, rev
 //	<prefix>:host:{h}:pins    hash: pCPU -> claim id, the single owner of each pCPU
-//	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON)
+//	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON, ending in its undo entry)
 //	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB> -> count in use
 //	<prefix>:inst:{uuid}      hash: one instance record
 //	<prefix>:hosts            set: registered host names
@@ -17,18 +17,22 @@
 // gen is the topology generation; it grows when RegisterHost changes the
 // topology, and a claim fitted against an older generation is refused. rev
 // grows with every claim and release, so a re-registration notices claims
-// that changed while it checked them.
+// that changed while it checked them, and a cached view of the host knows
+// which of two replies is the newer.
 //
 // # Claims
 //
-// Claim fits a request on the host as the ledger holds it, then one Lua
-// script checks that every chosen pCPU is unowned, strict pages are free,
-// dedicated cells do not overcommit memory and the generation is unchanged,
-// and writes the pins, usage and claim record together. A lost race is
-// retried (bounded); a retried claim id returns the first result. Release
-// frees exactly what the record says, in one script; releasing a claim that
-// is gone succeeds. ReleaseIfToken is compare-and-delete on the claim's
-// random token, for reconciliation.
+// Claim fits a request on this process's cached view of the host, then one
+// Lua script checks that every chosen pCPU is unowned, strict pages are
+// free, dedicated cells do not overcommit memory and the generation is
+// unchanged, and writes the pins, usage and claim record together. The script is the only judge: a stale view costs a lost race,
+// whose reply carries the host's state for the retry (bounded), never a
+// wrong claim; a refusal (no fit, a pCPU taken) is only reported after
+// fitting on state read from Redis. A retried claim id returns the first
+// result. Release frees exactly what the claim took, which the record's
+// last member, "undo":"token|pCPUs|field,n,...", says without any JSON to
+// decode; releasing a claim that is gone succeeds. ReleaseIfToken is
+// compare-and-delete on the claim's random token, for reconciliation.
 //
 // # Instance records and crash safety
 //

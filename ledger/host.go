@@ -70,7 +70,12 @@ func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host)
 			return 0, wrap(err)
 		}
 		switch res[0] {
-		case "ok", "same":
+		case "ok":
+			// Fit on the new topology from now on; other processes learn of
+			// it from their next claim, which the generation check refuses.
+			l.dropCache(name, nil)
+			return l.listHost(ctx, name, res[1])
+		case "same":
 			return l.listHost(ctx, name, res[1])
 		}
 		// "changed": a claim, release or registration landed since the read.
@@ -119,18 +124,16 @@ func withoutUsage(h *numa.Host) *numa.Host {
 // hostState is a host as read for fitting.
 type hostState struct {
 	gen      int64
-	topo     *numa.Host // shared with the cache: never modified
-	host     *numa.Host // topo with the usage applied
+	host     *numa.Host // the topology with the usage applied; a copy
 	existing string     // the asked-for claim's record, if it exists
+	cache    *hostCache // the host's cache, brought up to this state
 }
 
 // readState reads a host's topology (from the cache when unchanged), pins
-// and usage in one atomic script, plus the record of claimID if given.
+// and usage in one atomic script, plus the record of claimID if given, and
+// brings the host's cache up to what it read.
 func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostState, error) {
-	var cached *cachedTopology
-	if v, ok := l.topologies.Load(name); ok {
-		cached = v.(*cachedTopology)
-	}
+	cached := l.cachedHost(name)
 	digest := ""
 	if cached != nil {
 		digest = cached.digest
@@ -141,10 +144,11 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 		return nil, err
 	}
 	if len(res) == 0 {
+		l.dropCache(name, cached)
 		return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownHost, name)
 	}
-	if len(res) != 6 {
-		return nil, fmt.Errorf("read script returned %d values, want 6", len(res))
+	if len(res) != 7 {
+		return nil, fmt.Errorf("read script returned %d values, want 7", len(res))
 	}
 	st := &hostState{}
 	genStr, _ := res[0].(string)
@@ -152,43 +156,40 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 		return nil, fmt.Errorf("stored generation %q is not a number", genStr)
 	}
 	gotDigest, _ := res[1].(string)
+	revStr, _ := res[3].(string)
+	rev, err := strconv.ParseInt(revStr, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("stored revision %q is not a number", revStr)
+	}
+	hc := cached
 	if data, ok := res[2].(string); ok {
 		topo := &numa.Host{}
 		if err := json.Unmarshal([]byte(data), topo); err != nil {
 			return nil, fmt.Errorf("stored topology: %w", err)
 		}
-		cached = &cachedTopology{digest: gotDigest, host: topo}
-		l.topologies.Store(name, cached)
+		hc = newHostCache(st.gen, gotDigest, topo)
 	} else if cached == nil || cached.digest != gotDigest {
 		return nil, errors.New("read script sent no topology for a changed digest")
+	} else if cached.gen != st.gen {
+		// The same topology registered again after another one: the
+		// generation moved on, and the cache with it.
+		hc = newHostCache(st.gen, gotDigest, cached.topo)
 	}
-	st.topo = cached.host
-	pins, _ := res[3].(string)
-	st.host = compose(st.topo, strings.Split(pins, ","), pairs(res[4]))
-	st.existing, _ = res[5].(string)
+	pinsStr, _ := res[4].(string)
+	usageStr, _ := res[5].(string)
+	pinned, usage := parseCPUList(pinsStr), parseCounters(usageStr)
+	if !hc.observeState(rev, pinned, usage) {
+		// Older than what the cache saw: the host's keys were made anew.
+		hc = newHostCache(st.gen, gotDigest, hc.topo)
+		hc.observeState(rev, pinned, usage)
+	}
+	if hc != cached {
+		l.hosts.Store(name, hc)
+	}
+	st.host = compose(hc.topo, pinned, usage)
+	st.existing, _ = res[6].(string)
+	st.cache = hc
 	return st, nil
-}
-
-// stringList converts a script's array reply of strings.
-func stringList(v any) []string {
-	arr, _ := v.([]any)
-	out := make([]string, 0, len(arr))
-	for _, s := range arr {
-		if str, ok := s.(string); ok {
-			out = append(out, str)
-		}
-	}
-	return out
-}
-
-// pairs converts a flat field/value array reply to a map.
-func pairs(v any) map[string]string {
-	arr := stringList(v)
-	out := make(map[string]string, len(arr)/2)
-	for i := 0; i+1 < len(arr); i += 2 {
-		out[arr[i]] = arr[i+1]
-	}
-	return out
 }
 
 // cpuIDs parses pin keys, leaving out anything that is not a cpu id.
@@ -211,20 +212,16 @@ func pagesField(cell int, sizeKB int64) string {
 }
 
 // compose applies the ledger's pins and usage counters to a topology.
-func compose(topo *numa.Host, pins []string, usage map[string]string) *numa.Host {
+func compose(topo *numa.Host, pins []int, usage map[string]int64) *numa.Host {
 	h := topo.Clone()
-	pinned := numa.NewCPUSet(cpuIDs(pins)...)
-	num := func(f string) int64 {
-		n, _ := strconv.ParseInt(usage[f], 10, 64)
-		return n
-	}
+	pinned := numa.NewCPUSet(pins...)
 	for i := range h.Cells {
 		c := &h.Cells[i]
 		c.PinnedCPUs = pinned.Intersection(c.PCPUs)
-		c.MemoryUsedMB = num(usageField(c.ID, "mem"))
-		c.CPUUsage = int(num(usageField(c.ID, "shared")))
+		c.MemoryUsedMB = usage[usageField(c.ID, "mem")]
+		c.CPUUsage = int(usage[usageField(c.ID, "shared")])
 		for j := range c.Pages {
-			c.Pages[j].Used = num(pagesField(c.ID, c.Pages[j].SizeKB))
+			c.Pages[j].Used = usage[pagesField(c.ID, c.Pages[j].SizeKB)]
 		}
 	}
 	return h
@@ -332,7 +329,11 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	for cpu := range pins.Val() {
 		pinKeys = append(pinKeys, cpu)
 	}
-	s.Topology = compose(stored, pinKeys, usage.Val())
+	counters := map[string]int64{}
+	for f, v := range usage.Val() {
+		counters[f], _ = strconv.ParseInt(v, 10, 64)
+	}
+	s.Topology = compose(stored, cpuIDs(pinKeys), counters)
 	for cpu, owner := range pins.Val() {
 		id, err := strconv.Atoi(cpu)
 		if err != nil {

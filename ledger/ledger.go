@@ -34,19 +34,14 @@ type Ledger struct {
 	maxAttempts int
 	now         func() time.Time
 
-	// topologies caches decoded host topologies by digest, so fitting does
-	// not fetch and decode an unchanged topology on every claim.
-	topologies sync.Map // host name -> *cachedTopology
+	// hosts caches each host's topology and state, so a claim fits without
+	// reading the host first (see hostCache).
+	hosts sync.Map // host name -> *hostCache
 	// inflight holds, per host, the usage of this process's claims between
 	// fitting and their script's reply, so concurrent claims here pick
 	// different pCPUs instead of racing each other for the same ones.
 	mu       sync.Mutex
 	inflight map[string]*inflight
-}
-
-type cachedTopology struct {
-	digest string
-	host   *numa.Host
 }
 
 type inflight struct {

@@ -37,7 +37,7 @@ func newMeters(m metric.Meter) ledgerMeters {
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1))
 	errs = append(errs, err)
 	ms.conflicts, err = m.Int64Counter("pinflow.ledger.claim.conflicts",
-		metric.WithDescription("Claim scripts that lost a race and were retried after a re-fit, by reason: taken, gen, memory, pages."), metric.WithUnit("{race}"))
+		metric.WithDescription("Claim scripts that lost a race and were retried after a re-fit, by reason: taken, gen (the topology changed), full (memory or pages)."), metric.WithUnit("{race}"))
 	errs = append(errs, err)
 	ms.releases, err = m.Int64Counter("pinflow.ledger.releases",
 		metric.WithDescription("Release calls by operation (release, release-if-token) and whether they freed a claim."), metric.WithUnit("{release}"))

@@ -2,10 +2,10 @@
 -- usage agree with each other.
 -- KEYS: topo, pins, claims, usage
 -- ARGV: the topology digest the caller has cached, a claim id or ""
--- Returns {gen, digest, topology or false, pinned cpus joined by ',', usage
--- as a flat field/value list, the claim's record or false}, or {} for an
--- unknown host.
-local t = redis.call('HMGET', KEYS[1], 'gen', 'digest')
+-- Returns {gen, digest, topology or false, rev, pinned pCPUs comma-joined,
+-- usage as comma-joined field,value pairs, the claim's record or false},
+-- or {} for an unknown host.
+local t = redis.call('HMGET', KEYS[1], 'gen', 'digest', 'rev')
 if not t[1] then
   return {}
 end
@@ -18,7 +18,8 @@ local existing = false
 if ARGV[2] ~= '' then
   existing = redis.call('HGET', KEYS[3], ARGV[2])
 end
--- One string instead of an array of every pinned pCPU: a busy host has
--- hundreds, and each array element costs the server a reply of its own.
+-- Strings instead of arrays of every pinned pCPU and counter: a busy host
+-- has hundreds, and each array element costs the server a reply of its own.
 local pins = table.concat(redis.call('HKEYS', KEYS[2]), ',')
-return {t[1], t[2], topology, pins, redis.call('HGETALL', KEYS[4]), existing}
+local usage = table.concat(redis.call('HGETALL', KEYS[4]), ',')
+return {t[1], t[2], topology, t[3] or '0', pins, usage, existing}
