@@ -182,7 +182,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 			fl.done(c.ID)
 			return nil, wrap(err)
 		}
-		res, err := claimScript.Run(ctx, l.rdb, k.all(), call.args...).Slice()
+		res, err := l.batch.run(ctx, claimScript, k.all(), call.args...).Slice()
 		fl.done(c.ID)
 		if err != nil {
 			return nil, wrap(err)
@@ -517,7 +517,7 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 	if err := checkClaimID(claimID); err != nil {
 		return false, wrap(err)
 	}
-	res, err := releaseScript.Run(ctx, l.rdb, l.hostKeys(host).all(), claimID, token).Slice()
+	res, err := l.batch.run(ctx, releaseScript, l.hostKeys(host).all(), claimID, token).Slice()
 	if err != nil {
 		return false, wrap(err)
 	}

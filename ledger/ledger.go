@@ -42,6 +42,8 @@ type Ledger struct {
 	// different pCPUs instead of racing each other for the same ones.
 	mu       sync.Mutex
 	inflight map[string]*inflight
+	// batch pipelines the claim and release scripts of concurrent callers.
+	batch *batcher
 }
 
 type inflight struct {
@@ -51,7 +53,7 @@ type inflight struct {
 
 // New returns a ledger on rdb, a single-node or cluster client.
 func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
-	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, inflight: map[string]*inflight{}}
+	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, inflight: map[string]*inflight{}, batch: &batcher{rdb: rdb}}
 	if l.prefix == "" {
 		l.prefix = DefaultKeyPrefix
 	}
