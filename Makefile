@@ -56,3 +56,6 @@ demo: deps build
 
 clean:
 	rm -rf $(BIN)/pinflow $(BIN)/pinflow-worker
+
+bench-ledger: deps
+	$(GO) test ./ledger -run '^$$' -bench ClaimRelease -benchtime 3s -count 1
