@@ -148,29 +148,29 @@ func ReconcileReport(res *ReconcileResult) string {
 	if res.DryRun {
 		dry = " (dry run: nothing was freed)"
 	}
-	fmt.Fprintf(&b, "reconcile%s: %d hosts in %s\n", dry, len(res.Hosts), res.Duration.Round(time.Millisecond))
-	fmt.Fprintf(&b, "total: %s\n", tallyLine(res.Total))
+	b.WriteString(fmt.Sprintf("reconcile%s: %d hosts in %s\n", dry, len(res.Hosts), res.Duration.Round(time.Millisecond)))
+	b.WriteString(fmt.Sprintf("total: %s\n", tallyLine(res.Total)))
 	for _, h := range res.Hosts {
 		if h.Host == "" {
 			continue
 		}
-		fmt.Fprintf(&b, "host %s: %s\n", h.Host, tallyLine(h.Tally))
+		b.WriteString(fmt.Sprintf("host %s: %s\n", h.Host, tallyLine(h.Tally)))
 		for _, f := range h.Freed {
 			verb := "freed"
 			if h.DryRun {
 				verb = "would free"
 			}
-			fmt.Fprintf(&b, "  %s %s claim %s of %s (owner %s) pCPUs %s: %s\n", verb, f.State, f.ClaimID, f.Instance, f.Owner, orDashCPUs(f.CPUs), f.Reason)
+			b.WriteString(fmt.Sprintf("  %s %s claim %s of %s (owner %s) pCPUs %s: %s\n", verb, f.State, f.ClaimID, f.Instance, f.Owner, orDashCPUs(f.CPUs), f.Reason))
 		}
 		for _, d := range h.Drift {
 			flight := ""
 			if d.InFlight {
 				flight = " [its workflow is open: may be a step in progress]"
 			}
-			fmt.Fprintf(&b, "  drift %s: %s%s\n", d.Kind, d.Detail, flight)
+			b.WriteString(fmt.Sprintf("  drift %s: %s%s\n", d.Kind, d.Detail, flight))
 		}
 		for _, e := range h.Errors {
-			fmt.Fprintf(&b, "  error: %s\n", e)
+			b.WriteString(fmt.Sprintf("  error: %s\n", e))
 		}
 	}
 	return b.String()

@@ -9,6 +9,29 @@
 // its compensation before it runs; a failure or a cancellation before the
 // commit point runs the compensations in reverse order, in a disconnected
 // context so that cancellation compensates too.
+//
+// # Reconciliation
+//
+// Reconcile, run by the Temporal Schedule ReconcileScheduleID and by
+// `pinflow reconcile`, audits each host's claims from the ledger, never
+// from a list of workflows (visibility is eventually consistent; Nova bug
+// 1845146 was an audit trusting a stale list). It asks DescribeWorkflow,
+// which is strongly consistent, about each claim's owner, keeps every
+// claim whose owner runs with the claim's first run id, and frees with
+// compare-and-delete only pending claims of closed, replaced or forgotten
+// owners and committed claims no instance names while no workflow of the
+// instance is open. Any error or doubt keeps the claim.
+//
+// Drift between the ledger and the hypervisors (a domain pinned to another
+// claim's pCPUs, a running domain without a claim, a committed claim
+// without a domain, pins outside the domain's claim) is reported, never
+// repaired automatically. Each case has more than one cause and the
+// repairs disagree: re-pinning or destroying a guest, claiming for it, or
+// freeing a claim a guest may come back to. The wrong guess destroys a
+// guest or hands one pCPU to two guests, and a step in progress explains
+// much drift for a moment (the report marks drift whose instance has an
+// open workflow). The claims that can go unambiguously, those no workflow
+// will ever finish, are the orphans and leaks the audit frees.
 package workflows
 
 import (
