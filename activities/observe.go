@@ -86,7 +86,9 @@ func (o *observedActivity) ExecuteActivity(ctx context.Context, in *interceptor.
 	logger := activity.GetLogger(ctx)
 	switch {
 	case err == nil:
-		logger.Info("activity done", "took", took.Round(time.Millisecond).String())
+		// Debug: a worker runs dozens of activities a second; failures
+		// and cancellations are what an operator reads.
+		logger.Debug("activity done", "took", took.Round(time.Millisecond).String())
 	case out == "cancelled":
 		logger.Info("activity cancelled", "took", took.Round(time.Millisecond).String())
 	default:
