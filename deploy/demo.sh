@@ -42,7 +42,7 @@ $pinflow host list
 step "live-migrating four guests at once (each migration takes 3 s in the simulator)"
 $pinflow sim latency --op migrate --seconds 3 >/dev/null
 $pinflow migrate "$(uuid db-1)" --dest host-4 --wait &
-$pinflow migrate "$(uuid web-1)" --dest host-3 --wait &
+$pinflow migrate "$(uuid web-1)" --dest host-1 --wait &
 $pinflow migrate "$(uuid cache-1)" --wait &
 $pinflow migrate "$(uuid rt-1)" --dest host-2 --wait &
 wait

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -259,10 +260,29 @@ func show(args []string, stdout io.Writer) error {
 		if inst.Placement != nil {
 			pins = inst.Placement.String()
 		}
-		fmt.Fprintf(stdout, "%s  %s\n  host %s  vm_state %s  task_state %s\n  %d vCPUs, %d MiB, specs %v\n  placement: %s\n",
-			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, inst.Request.ExtraSpecs, pins)
+		fmt.Fprintf(stdout, "%s  %s\n  host %s  vm_state %s  task_state %s\n  %d vCPUs, %d MiB%s\n  placement: %s\n",
+			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, specList(inst.Request.ExtraSpecs, inst.Request.ImageProps), pins)
 		return nil
 	})
+}
+
+// specList renders extra specs and image properties as " KEY=VALUE ...".
+func specList(specs, props map[string]string) string {
+	var parts []string
+	for _, m := range []map[string]string{specs, props} {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			parts = append(parts, k+"="+m[k])
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ", " + strings.Join(parts, " ")
 }
 
 func orChosen(host string) string {

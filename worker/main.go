@@ -6,17 +6,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 
@@ -67,7 +62,7 @@ func run() error {
 	if err := serveOps(ctx, cfg, tel, rdb, tc, logger); err != nil {
 		return err
 	}
-	if err := registerSearchAttributes(ctx, tc, cfg.Namespace); err != nil {
+	if err := workflows.RegisterSearchAttributes(ctx, tc.OperatorService(), cfg.Namespace); err != nil {
 		return err
 	}
 
@@ -90,31 +85,5 @@ func run() error {
 	<-ctx.Done()
 	logger.Info("pinflow worker stopping: finishing the tasks in hand")
 	w.Stop()
-	return nil
-}
-
-// registerSearchAttributes adds pinflow's search attributes that the
-// namespace lacks; those it has are left as they are.
-func registerSearchAttributes(ctx context.Context, tc client.Client, namespace string) error {
-	existing, err := tc.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
-	if err != nil {
-		return fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
-	}
-	missing := map[string]enumspb.IndexedValueType{}
-	for name, typ := range workflows.SearchAttributes() {
-		if _, ok := existing.GetCustomAttributes()[name]; !ok {
-			missing[name] = typ
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	req := &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing}
-	if _, err := tc.OperatorService().AddSearchAttributes(ctx, req); err != nil {
-		var exists *serviceerror.AlreadyExists
-		if !errors.As(err, &exists) {
-			return fmt.Errorf("register search attributes in namespace %s: %w", namespace, err)
-		}
-	}
 	return nil
 }

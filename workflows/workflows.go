@@ -35,9 +35,14 @@
 package workflows
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
@@ -138,4 +143,30 @@ type Status struct {
 	Progress int    `json:"progress"`
 	Detail   string `json:"detail,omitempty"`
 	Error    string `json:"error,omitempty"`
+}
+
+// RegisterSearchAttributes adds pinflow's search attributes that the
+// namespace lacks; those it has are left as they are.
+func RegisterSearchAttributes(ctx context.Context, op operatorservice.OperatorServiceClient, namespace string) error {
+	existing, err := op.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes of namespace %s: %w", namespace, err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range SearchAttributes() {
+		if _, ok := existing.GetCustomAttributes()[name]; !ok {
+			missing[name] = typ
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	req := &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing}
+	if _, err := op.AddSearchAttributes(ctx, req); err != nil {
+		var exists *serviceerror.AlreadyExists
+		if !errors.As(err, &exists) {
+			return fmt.Errorf("register search attributes in namespace %s: %w", namespace, err)
+		}
+	}
+	return nil
 }

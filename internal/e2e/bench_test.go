@@ -1,0 +1,261 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// inFlight is how many operations the benchmarks keep running at once.
+const inFlight = 32
+
+// timedDriver measures the time the hypervisor itself spends migrating.
+type timedDriver struct {
+	hypervisor.Driver
+	mu      sync.Mutex
+	migrate map[string]time.Duration
+}
+
+func (d *timedDriver) Migrate(ctx context.Context, src, dst, uuid, xml string, progress func(hypervisor.Progress)) error {
+	start := time.Now()
+	err := d.Driver.Migrate(ctx, src, dst, uuid, xml, progress)
+	d.mu.Lock()
+	d.migrate[uuid] += time.Since(start)
+	d.mu.Unlock()
+	return err
+}
+
+// noop is an activity that does nothing, for the ceiling.
+func noop(context.Context) error { return nil }
+
+// bareWorkflow runs n no-op activities one after another: what a live
+// migration costs Temporal without any of pinflow's work.
+func bareWorkflow(ctx workflow.Context, n int) error {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute})
+	for i := 0; i < n; i++ {
+		if err := workflow.ExecuteActivity(ctx, noop).Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkLiveMigration measures completed live migrations per second
+// through a real dev server (simulated hypervisor, no latency) with 32 in
+// flight, against the ceiling in the same run: a bare workflow with as many
+// no-op activities as a migration runs. It also reports the latency pinflow
+// adds to one migration: the whole workflow minus the hypervisor's own
+// migrate time.
+func BenchmarkLiveMigration(b *testing.B) {
+	ctx := context.Background()
+	redis := testenv.StartRedis(b)
+	temporal := testenv.StartTemporal(b)
+	led, rdb, err := ledger.Open(ctx, ledger.Config{URL: redis.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rdb.Close()
+	drv := &timedDriver{Driver: sim.New(rdb, sim.Options{}), migrate: map[string]time.Duration{}}
+	simDrv := drv.Driver.(*sim.Driver)
+
+	// Two hosts, each with room for all guests: the guests move back and
+	// forth between them.
+	host, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: inFlight, Threads: 1, MemoryMB: 1 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, h := range []string{"left", "right"} {
+		if err := simDrv.AddHost(ctx, h, host); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := led.RegisterHost(ctx, h, host); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := workflows.RegisterSearchAttributes(ctx, temporal.Client.OperatorService(), temporal.Namespace); err != nil {
+		b.Fatal(err)
+	}
+	const queue = "bench"
+	w := worker.New(temporal.Client, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
+	for _, wf := range []any{workflows.Boot, workflows.LiveMigration} {
+		w.RegisterWorkflow(wf)
+	}
+	w.RegisterWorkflow(bareWorkflow)
+	w.RegisterActivity(noop)
+	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: drv})
+	if err := w.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+
+	start := func(id string, wf, in any) client.WorkflowRun {
+		run, err := temporal.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue,
+			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL}, wf, in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return run
+	}
+	flavor := activities.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	guests := make([]string, inFlight)
+	where := make([]string, inFlight)
+	var boots []client.WorkflowRun
+	for i := range guests {
+		guests[i] = newGuestUUID(i)
+		where[i] = "left"
+		boots = append(boots, start(workflows.InstanceWorkflowID(guests[i]), workflows.Boot,
+			workflows.BootInput{UUID: guests[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "left"}))
+	}
+	for _, r := range boots {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := r.Get(wctx, nil)
+		cancel()
+		if err != nil {
+			d, derr := temporal.Client.DescribeWorkflow(ctx, r.GetID(), "")
+			if derr == nil {
+				for _, pa := range d.RawResponse.GetPendingActivities() {
+					b.Logf("pending %s attempt %d: %v", pa.GetActivityType().GetName(), pa.GetAttempt(), pa.GetLastFailure().GetMessage())
+				}
+			}
+			it := temporal.Client.GetWorkflowHistory(ctx, r.GetID(), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for it.HasNext() {
+				ev, _ := it.Next()
+				b.Logf("event %s %v", ev.GetEventType(), ev.GetWorkflowTaskFailedEventAttributes().GetFailure().GetMessage())
+			}
+			b.Fatalf("boot %s: %v", r.GetID(), err)
+		}
+	}
+
+	// The activities a migration with a given destination runs: load,
+	// task state, claim, prepare, migrate, commit.
+	const steps = 6
+	rounds := max(1, b.N/inFlight)
+	var latencies []time.Duration
+	migrationsPerSec := measure(rounds, func(round int) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for i, uuid := range guests {
+			dst := map[string]string{"left": "right", "right": "left"}[where[i]]
+			wg.Add(1)
+			go func(i int, uuid, dst string) {
+				defer wg.Done()
+				t0 := time.Now()
+				run := start(workflows.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+				if err := run.Get(ctx, nil); err != nil {
+					b.Error(err)
+					return
+				}
+				total := time.Since(t0)
+				drv.mu.Lock()
+				migrate := drv.migrate[uuid]
+				drv.migrate[uuid] = 0
+				drv.mu.Unlock()
+				mu.Lock()
+				latencies = append(latencies, total-migrate)
+				where[i] = dst
+				mu.Unlock()
+			}(i, uuid, dst)
+		}
+		wg.Wait()
+	}, inFlight)
+
+	ceilingPerSec := measure(rounds, func(round int) {
+		var wg sync.WaitGroup
+		for i := 0; i < inFlight; i++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				run := start(fmt.Sprintf("bare-%d-%d", round, i), bareWorkflow, steps)
+				if err := run.Get(ctx, nil); err != nil {
+					b.Error(err)
+				}
+			}(i)
+		}
+		wg.Wait()
+	}, inFlight)
+
+	// One migration at a time: what pinflow adds to a migration when it is
+	// not queueing behind 31 others.
+	var solo []time.Duration
+	for i := 0; i < min(40, max(8, b.N/8)); i++ {
+		uuid := guests[i%inFlight]
+		dst := map[string]string{"left": "right", "right": "left"}[where[i%inFlight]]
+		t0 := time.Now()
+		run := start(workflows.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+		if err := run.Get(ctx, nil); err != nil {
+			b.Fatal(err)
+		}
+		total := time.Since(t0)
+		drv.mu.Lock()
+		migrate := drv.migrate[uuid]
+		drv.migrate[uuid] = 0
+		drv.mu.Unlock()
+		solo = append(solo, total-migrate)
+		where[i%inFlight] = dst
+	}
+
+	var bare []time.Duration
+	for i := 0; i < len(solo); i++ {
+		t0 := time.Now()
+		if err := start(fmt.Sprintf("bare-solo-%d", i), bareWorkflow, steps).Get(ctx, nil); err != nil {
+			b.Fatal(err)
+		}
+		bare = append(bare, time.Since(t0))
+	}
+
+	loaded50, loaded99 := percentiles(latencies)
+	bare50, _ := percentiles(bare)
+	solo50, solo99 := percentiles(solo)
+	b.ReportMetric(migrationsPerSec, "migrations/s")
+	b.ReportMetric(ceilingPerSec, "ceiling-workflows/s")
+	b.ReportMetric(migrationsPerSec/ceilingPerSec, "ratio")
+	b.ReportMetric(solo50, "added-p50-ms")
+	b.ReportMetric(solo99, "added-p99-ms")
+	b.ReportMetric(loaded50, "added-loaded-p50-ms")
+	b.Logf("%d migrations, %d in flight: %.1f/s; ceiling (%d no-op activities per workflow) %.1f/s; ratio %.2f",
+		len(latencies), inFlight, migrationsPerSec, steps, ceilingPerSec, migrationsPerSec/ceilingPerSec)
+	b.Logf("latency pinflow adds to one migration (workflow minus the hypervisor's migrate): alone p50 %.1f ms, p99 %.1f ms; with %d in flight p50 %.1f ms, p99 %.1f ms; a bare workflow of %d no-op activities alone takes p50 %.1f ms",
+		solo50, solo99, inFlight, loaded50, loaded99, steps, bare50)
+	b.ReportMetric(bare50, "bare-alone-p50-ms")
+}
+
+// percentiles returns the p50 and p99 of ds in milliseconds.
+func percentiles(ds []time.Duration) (p50, p99 float64) {
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(p float64) float64 {
+		return float64(ds[min(len(ds)-1, int(p*float64(len(ds))))].Microseconds()) / 1000
+	}
+	return at(0.50), at(0.99)
+}
+
+// measure runs rounds of n operations and returns operations per second.
+func measure(rounds int, round func(int), n int) float64 {
+	t0 := time.Now()
+	for r := 0; r < rounds; r++ {
+		round(r)
+	}
+	return float64(rounds*n) / time.Since(t0).Seconds()
+}
+
+func newGuestUUID(i int) string {
+	return fmt.Sprintf("00000000-0000-4000-8000-%012d", i)
+}
