@@ -4,6 +4,7 @@ BIN     := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
 STATICCHECK_VERSION ?= v0.8.2
+WORKFLOWCHECK_VERSION ?= v0.6.0
 
 .PHONY: all build deps test test-short lint fuzz bench bench-e2e up down demo clean
 
@@ -28,6 +29,8 @@ lint:
 	$(GO) vet ./...
 	@[ -x $(BIN)/staticcheck ] || GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	$(BIN)/staticcheck ./...
+	@[ -x $(BIN)/workflowcheck ] || GOBIN=$(BIN) $(GO) install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+	$(BIN)/workflowcheck ./workflows/...
 
 # Short fuzzing runs of every fuzz target; FUZZTIME=5m for a longer one.
 FUZZTIME ?= 20s

@@ -3,7 +3,6 @@ package numa
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -284,14 +283,13 @@ func (p *Placement) String() string {
 	}
 	var parts []string
 	for _, c := range p.Cells {
-		vs := make([]int, 0, len(c.Pins))
-		for v := range c.Pins {
-			vs = append(vs, v)
-		}
-		sort.Ints(vs)
-		pins := make([]string, len(vs))
-		for i, v := range vs {
-			pins[i] = fmt.Sprintf("%d:%d", v, c.Pins[v])
+		// Walk the vCPUs, not the map: the same placement always prints
+		// the same, which workflows rely on when they show it.
+		var pins []string
+		for _, v := range c.DedicatedVCPUs.List() {
+			if pc, ok := c.Pins[v]; ok {
+				pins = append(pins, fmt.Sprintf("%d:%d", v, pc))
+			}
 		}
 		s := fmt.Sprintf("g%d->h%d", c.GuestCell, c.HostCell)
 		if len(pins) > 0 {
