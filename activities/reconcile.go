@@ -265,13 +265,11 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 		au.keep(KeptYoung)
 		return ""
 	}
-	var inst *ledger.Instance
 	instGone := false
 	if c.State == ledger.StateCommitted {
 		// A resident claim is kept without asking Temporal: that is almost
 		// every claim, and it keeps the audit's cost near the reads'.
-		var err error
-		inst, err = au.a.Ledger.Instance(ctx, c.InstanceUUID)
+		host, claimID, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
 		switch {
 		case errors.Is(err, ledger.ErrUnknownInstance):
 			instGone = true
@@ -279,7 +277,7 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 			au.fail("claim %s: instance record: %v", c.ID, err)
 			au.keep(KeptDoubt)
 			return ""
-		case inst.Host == c.Host && inst.ClaimID == c.ID:
+		case host == c.Host && claimID == c.ID:
 			au.keep(KeptResident)
 			return ""
 		}

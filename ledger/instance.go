@@ -355,3 +355,22 @@ func (l *Ledger) DeleteInstance(ctx context.Context, uuid string) error {
 	}
 	return nil
 }
+
+// Home returns the host and claim id the instance's record names (both ""
+// when it is detached), or ErrUnknownInstance. It reads those two fields
+// only, for an audit that checks every resident claim of a host.
+func (l *Ledger) Home(ctx context.Context, uuid string) (host, claimID string, err error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: instance %s: %w", uuid, err) }
+	if err := checkUUID(uuid); err != nil {
+		return "", "", wrap(err)
+	}
+	v, err := l.rdb.HMGet(ctx, l.instKey(uuid), "uuid", "host", "claim_id").Result()
+	if err != nil {
+		return "", "", wrap(err)
+	}
+	if v[0] == nil {
+		return "", "", wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
+	}
+	str := func(x any) string { s, _ := x.(string); return s }
+	return str(v[1]), str(v[2]), nil
+}

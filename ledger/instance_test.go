@@ -243,3 +243,36 @@ func TestMigrationMovesAttachment(t *testing.T) {
 		t.Errorf("source claims after migration: %v, want none", s.Claims)
 	}
 }
+
+func TestHome(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	register(t, l, "h1", testHost(2, 4))
+	if _, _, err := l.Home(ctx, "u-none"); !errors.Is(err, ErrUnknownInstance) {
+		t.Errorf("Home(unknown) error = %v, want ErrUnknownInstance", err)
+	}
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding); err != nil {
+		t.Fatal(err)
+	}
+	if host, claim, err := l.Home(ctx, "u1"); err != nil || host != "" || claim != "" {
+		t.Errorf("Home(detached) = %q, %q, %v; want empty", host, claim, err)
+	}
+	r, err := flavor.Request()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := spec("c1", "h1", r)
+	s.InstanceUUID = "u1"
+	if _, err := l.Claim(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(ctx, "h1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AttachInstance(ctx, "u1", "h1", "c1", "<domain/>"); err != nil {
+		t.Fatal(err)
+	}
+	if host, claim, err := l.Home(ctx, "u1"); err != nil || host != "h1" || claim != "c1" {
+		t.Errorf("Home(attached) = %q, %q, %v; want h1, c1", host, claim, err)
+	}
+}
