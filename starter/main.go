@@ -40,7 +40,9 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 func main() {
 	redis.SetLogger(quietRedis{})
 	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "pinflow: "+strings.TrimPrefix(err.Error(), "pinflow: "))
+		// errUsage only sets the exit status; the message says the rest.
+		msg := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "pinflow: "), ": "+errUsage.Error())
+		fmt.Fprintln(os.Stderr, "pinflow: "+msg)
 		if errors.Is(err, errUsage) {
 			os.Exit(2)
 		}

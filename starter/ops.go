@@ -90,11 +90,13 @@ func boot(args []string, stdout io.Writer) error {
 	})
 }
 
-func migrate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	dest := fs.String("dest", "", "destination host (default: pinflow chooses)")
+// guestOp runs an operation on an existing guest: it parses the UUID and
+// the flags of fs, loads the guest's record, and lets plan refuse the
+// operation or build its workflow input, summary and hosts.
+func guestOp(fs *flag.FlagSet, args []string, stdout io.Writer, op workflows.Operation, wf any,
+	plan func(a *app, inst *ledger.Instance) (input any, summary, src, dst string, err error)) error {
 	of := addOpFlags(fs)
-	uuid, err := oneUUID(fs, args, "migrate")
+	uuid, err := oneUUID(fs, args, fs.Name())
 	if err != nil {
 		return err
 	}
@@ -103,88 +105,75 @@ func migrate(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := info(inst).CanLiveMigrate(); err != nil {
-			return refused(err)
+		input, summary, src, dst, err := plan(a, inst)
+		if err != nil {
+			return err
 		}
-		if *dest != "" {
-			if err := checkHost(a, *dest); err != nil {
-				return err
-			}
-			if *dest == inst.Host {
-				return fmt.Errorf("migrate %s: it already runs on %s; choose another --dest", uuid, *dest)
-			}
-		}
-		summary := fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(*dest))
-		in := workflows.LiveMigrationInput{UUID: uuid, Dest: *dest}
-		return runOp(a, stdout, of, uuid, workflows.OpLiveMigration, workflows.LiveMigration, in, summary, inst.Host, *dest)
+		return runOp(a, stdout, of, uuid, op, wf, input, summary, src, dst)
 	})
+}
+
+func migrate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	dest := fs.String("dest", "", "destination host (default: pinflow chooses)")
+	return guestOp(fs, args, stdout, workflows.OpLiveMigration, workflows.LiveMigration,
+		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
+			if err := info(inst).CanLiveMigrate(); err != nil {
+				return nil, "", "", "", refused(err)
+			}
+			if *dest != "" {
+				if err := checkHost(a, *dest); err != nil {
+					return nil, "", "", "", err
+				}
+				if *dest == inst.Host {
+					return nil, "", "", "", fmt.Errorf("migrate %s: it already runs on %s; choose another --dest", inst.UUID, *dest)
+				}
+			}
+			summary := fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(*dest))
+			return workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}, summary, inst.Host, *dest, nil
+		})
 }
 
 func shelve(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("shelve", flag.ContinueOnError)
 	offload := fs.Bool("offload", false, "offload the guest from its host (required: pinflow always offloads)")
-	of := addOpFlags(fs)
-	uuid, err := oneUUID(fs, args, "shelve")
-	if err != nil {
-		return err
-	}
-	if !*offload {
-		return fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", uuid, errUsage)
-	}
-	return withApp(func(a *app) error {
-		inst, err := instance(a, uuid)
-		if err != nil {
-			return err
-		}
-		if err := info(inst).CanShelve(); err != nil {
-			return refused(err)
-		}
-		summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
-		return runOp(a, stdout, of, uuid, workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}, summary, inst.Host, "")
-	})
+	return guestOp(fs, args, stdout, workflows.OpShelveOffload, workflows.ShelveOffload,
+		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
+			if !*offload {
+				return nil, "", "", "", fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", inst.UUID, errUsage)
+			}
+			if err := info(inst).CanShelve(); err != nil {
+				return nil, "", "", "", refused(err)
+			}
+			summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
+			return workflows.ShelveOffloadInput{UUID: inst.UUID}, summary, inst.Host, "", nil
+		})
 }
 
 func unshelve(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("unshelve", flag.ContinueOnError)
 	host := fs.String("host", "", "host to unshelve on (default: pinflow chooses)")
-	of := addOpFlags(fs)
-	uuid, err := oneUUID(fs, args, "unshelve")
-	if err != nil {
-		return err
-	}
-	return withApp(func(a *app) error {
-		inst, err := instance(a, uuid)
-		if err != nil {
-			return err
-		}
-		if err := info(inst).CanUnshelve(); err != nil {
-			return refused(err)
-		}
-		if *host != "" {
-			if err := checkHost(a, *host); err != nil {
-				return err
+	return guestOp(fs, args, stdout, workflows.OpUnshelve, workflows.Unshelve,
+		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
+			if err := info(inst).CanUnshelve(); err != nil {
+				return nil, "", "", "", refused(err)
 			}
-		}
-		summary := fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(*host))
-		return runOp(a, stdout, of, uuid, workflows.OpUnshelve, workflows.Unshelve, workflows.UnshelveInput{UUID: uuid, Host: *host}, summary, "", *host)
-	})
+			if *host != "" {
+				if err := checkHost(a, *host); err != nil {
+					return nil, "", "", "", err
+				}
+			}
+			summary := fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(*host))
+			return workflows.UnshelveInput{UUID: inst.UUID, Host: *host}, summary, "", *host, nil
+		})
 }
 
 func deleteGuest(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
-	of := addOpFlags(fs)
-	uuid, err := oneUUID(fs, args, "delete")
-	if err != nil {
-		return err
-	}
-	return withApp(func(a *app) error {
-		inst, err := instance(a, uuid)
-		if err != nil {
-			return err
-		}
-		summary := fmt.Sprintf("delete %s", inst.Name)
-		return runOp(a, stdout, of, uuid, workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}, summary, inst.Host, "")
-	})
+	return guestOp(fs, args, stdout, workflows.OpDelete, workflows.Delete,
+		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
+			return workflows.DeleteInput{UUID: inst.UUID}, "delete " + inst.Name, inst.Host, "", nil
+		})
 }
 
 func cancelOp(args []string, stdout io.Writer) error {
