@@ -241,7 +241,7 @@ func benchFloor(ctx context.Context, b *testing.B, rdb *redis.Client, h string, 
 		return
 	}
 	for _, u := range guests {
-		if err := rdb.HMGet(ctx, ledger.DefaultKeyPrefix+":inst:{"+u+"}", "uuid", "host", "claim_id").Err(); err != nil {
+		if err := rdb.HMGet(ctx, ledger.DefaultKeyPrefix+":inst:{"+u+"}", "uuid", "host", "claim_id", "domain_digest").Err(); err != nil {
 			b.Error(err)
 			return
 		}

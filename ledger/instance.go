@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -268,7 +270,7 @@ func (l *Ledger) AttachInstance(ctx context.Context, uuid, host, claimID, domain
 	}
 	sort.Ints(cells)
 	res, err := instAttachScript.Run(ctx, l.rdb, []string{l.instKey(uuid)},
-		host, formatNode(cells), placement, claimID, domainXML, boolArg(domainXML != ""), l.timestamp()).StringSlice()
+		host, formatNode(cells), placement, claimID, domainXML, boolArg(domainXML != ""), l.timestamp(), DomainDigest(domainXML)).StringSlice()
 	if err != nil {
 		return wrap(err)
 	}
@@ -328,7 +330,7 @@ func (l *Ledger) SetDomainXML(ctx context.Context, uuid, domainXML string) error
 	if err := checkUUID(uuid); err != nil {
 		return wrap(err)
 	}
-	n, err := instXMLScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, domainXML, l.timestamp()).Int()
+	n, err := instXMLScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, domainXML, l.timestamp(), DomainDigest(domainXML)).Int()
 	if err != nil {
 		return wrap(err)
 	}
@@ -356,21 +358,41 @@ func (l *Ledger) DeleteInstance(ctx context.Context, uuid string) error {
 	return nil
 }
 
-// Home returns the host and claim id the instance's record names (both ""
-// when it is detached), or ErrUnknownInstance. It reads those two fields
-// only, for an audit that checks every resident claim of a host.
-func (l *Ledger) Home(ctx context.Context, uuid string) (host, claimID string, err error) {
+// Home is where an instance's record says it lives.
+type Home struct {
+	Host    string
+	ClaimID string
+	// DomainDigest is DomainDigest of the domain XML pinflow last defined
+	// for the instance; "" when unknown.
+	DomainDigest string
+}
+
+// DomainDigest identifies a domain XML document: a hypervisor that returns
+// the same digest returns the very document pinflow defined, pins included.
+func DomainDigest(domainXML string) string {
+	if domainXML == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(domainXML))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Home returns the host, claim id and domain digest the instance's record
+// names (host and claim id "" when it is detached), or ErrUnknownInstance.
+// It reads those fields only, for an audit that checks every resident
+// claim of a host.
+func (l *Ledger) Home(ctx context.Context, uuid string) (Home, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: instance %s: %w", uuid, err) }
 	if err := checkUUID(uuid); err != nil {
-		return "", "", wrap(err)
+		return Home{}, wrap(err)
 	}
-	v, err := l.rdb.HMGet(ctx, l.instKey(uuid), "uuid", "host", "claim_id").Result()
+	v, err := l.rdb.HMGet(ctx, l.instKey(uuid), "uuid", "host", "claim_id", "domain_digest").Result()
 	if err != nil {
-		return "", "", wrap(err)
+		return Home{}, wrap(err)
 	}
 	if v[0] == nil {
-		return "", "", wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
+		return Home{}, wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
 	}
 	str := func(x any) string { s, _ := x.(string); return s }
-	return str(v[1]), str(v[2]), nil
+	return Home{Host: str(v[1]), ClaimID: str(v[2]), DomainDigest: str(v[3])}, nil
 }

@@ -248,14 +248,14 @@ func TestHome(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
 	register(t, l, "h1", testHost(2, 4))
-	if _, _, err := l.Home(ctx, "u-none"); !errors.Is(err, ErrUnknownInstance) {
+	if _, err := l.Home(ctx, "u-none"); !errors.Is(err, ErrUnknownInstance) {
 		t.Errorf("Home(unknown) error = %v, want ErrUnknownInstance", err)
 	}
 	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding); err != nil {
 		t.Fatal(err)
 	}
-	if host, claim, err := l.Home(ctx, "u1"); err != nil || host != "" || claim != "" {
-		t.Errorf("Home(detached) = %q, %q, %v; want empty", host, claim, err)
+	if h, err := l.Home(ctx, "u1"); err != nil || h != (Home{}) {
+		t.Errorf("Home(detached) = %+v, %v; want empty", h, err)
 	}
 	r, err := flavor.Request()
 	if err != nil {
@@ -272,7 +272,14 @@ func TestHome(t *testing.T) {
 	if err := l.AttachInstance(ctx, "u1", "h1", "c1", "<domain/>"); err != nil {
 		t.Fatal(err)
 	}
-	if host, claim, err := l.Home(ctx, "u1"); err != nil || host != "h1" || claim != "c1" {
-		t.Errorf("Home(attached) = %q, %q, %v; want h1, c1", host, claim, err)
+	want := Home{Host: "h1", ClaimID: "c1", DomainDigest: DomainDigest("<domain/>")}
+	if h, err := l.Home(ctx, "u1"); err != nil || h != want {
+		t.Errorf("Home(attached) = %+v, %v; want %+v", h, err, want)
+	}
+	if err := l.SetDomainXML(ctx, "u1", "<domain><name>x</name></domain>"); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := l.Home(ctx, "u1"); h.DomainDigest != DomainDigest("<domain><name>x</name></domain>") || h.DomainDigest == want.DomainDigest {
+		t.Errorf("Home after SetDomainXML has digest %q, want the new document's", h.DomainDigest)
 	}
 }

@@ -3,7 +3,7 @@
 -- in another slot, so this script cannot.
 -- KEYS: instance
 -- ARGV: host, node, placement JSON, claim id, domain XML, set domain XML
--- (0/1), updated_at
+-- (0/1), updated_at, digest of the domain XML
 -- Returns {'ok'}, {'same'} or {'unknown'}.
 local cur = redis.call('HMGET', KEYS[1], 'uuid', 'host', 'claim_id', 'domain_xml')
 if not cur[1] then
@@ -15,6 +15,6 @@ end
 redis.call('HSET', KEYS[1], 'host', ARGV[1], 'node', ARGV[2], 'placement', ARGV[3],
   'claim_id', ARGV[4], 'updated_at', ARGV[7])
 if ARGV[6] == '1' then
-  redis.call('HSET', KEYS[1], 'domain_xml', ARGV[5])
+  redis.call('HSET', KEYS[1], 'domain_xml', ARGV[5], 'domain_digest', ARGV[8])
 end
 return {'ok'}
