@@ -6,8 +6,8 @@ import (
 )
 
 // novaMedianUS is Nova's own median time per fit on this kind of machine
-// (cases/README.md and the Nova feature notes), for the cases the project
-// targets; the 16/8 figure is Nova's extrapolation.
+// (Nova 26's numa_fit_instance_to_host timed on the same cases), for the
+// cases the project targets; the 16/8 figure is an extrapolation.
 var novaMedianUS = map[string]float64{
 	"small-2x16smt-4vcpu-dedicated":              120,
 	"big-8x32smt-64vcpu-4node-isolate-legacycfg": 1650,

@@ -8,10 +8,10 @@ import (
 	"strings"
 )
 
-// HostSpec is a host in the JSON form of the Nova reference cases (see
-// cases/README.md): cells with their CPUs, sibling groups, memory, page
-// pools and usage, plus the host's cpu_dedicated_set / cpu_shared_set. It is
-// also how an operator describes a host to pinflow.
+// HostSpec is a host in the JSON form of the Nova reference cases in
+// testdata/nova: cells with their CPUs, sibling groups, memory, page pools
+// and usage, plus the host's cpu_dedicated_set / cpu_shared_set. It is also
+// how an operator describes a host to pinflow.
 type HostSpec struct {
 	Cells           []CellSpec `json:"cells"`
 	CPUDedicatedSet string     `json:"cpu_dedicated_set,omitempty"`

@@ -86,8 +86,9 @@ var quirks = map[string]string{
 
 // TestAgainstNova compares Fit with Nova's answers on the shipped reference
 // cases, and on more cases when PINFLOW_NOVA_CASES names a directory of
-// X.json / X.nova.jsonl pairs made by the oracle (gen_cases.py --core,
-// nova_fit.py --check --usage).
+// X.json / X.nova.jsonl pairs: cases and the answers Nova's own
+// numa_fit_instance_to_host gave for them, with its consistency check and
+// host usage after the claim.
 func TestAgainstNova(t *testing.T) {
 	dirs := map[string][]string{filepath.Join("testdata", "nova"): {"core-seed1", "core-seed2", "core-seed3", "core-seed4", "big-seed5", "small-seed6", "anchors", "perm", "quirks"}}
 	if extra := os.Getenv("PINFLOW_NOVA_CASES"); extra != "" {
