@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
 
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -38,11 +37,10 @@ func check(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		hosts, err := led.Hosts(a.ctx)
+		hosts, err := sortedHosts(a, led)
 		if err != nil {
 			return err
 		}
-		sort.Strings(hosts)
 		r := checkReport{Hosts: len(hosts), Problems: []string{}}
 		instances := map[string]bool{}
 		for _, h := range hosts {

@@ -189,6 +189,16 @@ func parseHugePages(s string) (map[int64]int64, error) {
 	return out, nil
 }
 
+// sortedHosts returns the registered hosts in name order.
+func sortedHosts(a *app, led *ledger.Ledger) ([]string, error) {
+	hosts, err := led.Hosts(a.ctx)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(hosts)
+	return hosts, nil
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -238,10 +248,7 @@ func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, err := led.Host(a.ctx, name)
-	if err != nil {
-		return nil, err
-	}
+	host := snap.Topology // with usage, read in the same atomic step as the pins
 	names := map[string]string{}
 	nameOf := func(uuid string) string {
 		if n, ok := names[uuid]; ok {
@@ -314,11 +321,10 @@ func hostList(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		names, err := led.Hosts(a.ctx)
+		names, err := sortedHosts(a, led)
 		if err != nil {
 			return err
 		}
-		sort.Strings(names)
 		views := []*hostView{}
 		for _, n := range names {
 			v, err := view(a, led, n)

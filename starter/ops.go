@@ -90,11 +90,19 @@ func boot(args []string, stdout io.Writer) error {
 	})
 }
 
+// opPlan is what an operation on an existing guest starts: its workflow
+// input, the summary shown in the Web UI, and its hosts.
+type opPlan struct {
+	input        any
+	summary      string
+	source, dest string
+}
+
 // guestOp runs an operation on an existing guest: it parses the UUID and
 // the flags of fs, loads the guest's record, and lets plan refuse the
-// operation or build its workflow input, summary and hosts.
+// operation or say what to start.
 func guestOp(fs *flag.FlagSet, args []string, stdout io.Writer, op workflows.Operation, wf any,
-	plan func(a *app, inst *ledger.Instance) (input any, summary, src, dst string, err error)) error {
+	plan func(a *app, inst *ledger.Instance) (opPlan, error)) error {
 	of := addOpFlags(fs)
 	uuid, err := oneUUID(fs, args, fs.Name())
 	if err != nil {
@@ -105,11 +113,11 @@ func guestOp(fs *flag.FlagSet, args []string, stdout io.Writer, op workflows.Ope
 		if err != nil {
 			return err
 		}
-		input, summary, src, dst, err := plan(a, inst)
+		p, err := plan(a, inst)
 		if err != nil {
 			return err
 		}
-		return runOp(a, stdout, of, uuid, op, wf, input, summary, src, dst)
+		return runOp(a, stdout, of, uuid, op, wf, p.input, p.summary, p.source, p.dest)
 	})
 }
 
@@ -117,20 +125,20 @@ func migrate(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	dest := fs.String("dest", "", "destination host (default: pinflow chooses)")
 	return guestOp(fs, args, stdout, workflows.OpLiveMigration, workflows.LiveMigration,
-		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
+		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if err := info(inst).CanLiveMigrate(); err != nil {
-				return nil, "", "", "", refused(err)
+				return opPlan{}, refused(err)
 			}
 			if *dest != "" {
 				if err := checkHost(a, *dest); err != nil {
-					return nil, "", "", "", err
+					return opPlan{}, err
 				}
 				if *dest == inst.Host {
-					return nil, "", "", "", fmt.Errorf("migrate %s: it already runs on %s; choose another --dest", inst.UUID, *dest)
+					return opPlan{}, fmt.Errorf("migrate %s: it already runs on %s; choose another --dest", inst.UUID, *dest)
 				}
 			}
 			summary := fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(*dest))
-			return workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}, summary, inst.Host, *dest, nil
+			return opPlan{workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}, summary, inst.Host, *dest}, nil
 		})
 }
 
@@ -138,15 +146,15 @@ func shelve(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("shelve", flag.ContinueOnError)
 	offload := fs.Bool("offload", false, "offload the guest from its host (required: pinflow always offloads)")
 	return guestOp(fs, args, stdout, workflows.OpShelveOffload, workflows.ShelveOffload,
-		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
+		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if !*offload {
-				return nil, "", "", "", fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", inst.UUID, errUsage)
+				return opPlan{}, fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", inst.UUID, errUsage)
 			}
 			if err := info(inst).CanShelve(); err != nil {
-				return nil, "", "", "", refused(err)
+				return opPlan{}, refused(err)
 			}
 			summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
-			return workflows.ShelveOffloadInput{UUID: inst.UUID}, summary, inst.Host, "", nil
+			return opPlan{workflows.ShelveOffloadInput{UUID: inst.UUID}, summary, inst.Host, ""}, nil
 		})
 }
 
@@ -154,25 +162,25 @@ func unshelve(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("unshelve", flag.ContinueOnError)
 	host := fs.String("host", "", "host to unshelve on (default: pinflow chooses)")
 	return guestOp(fs, args, stdout, workflows.OpUnshelve, workflows.Unshelve,
-		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
+		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if err := info(inst).CanUnshelve(); err != nil {
-				return nil, "", "", "", refused(err)
+				return opPlan{}, refused(err)
 			}
 			if *host != "" {
 				if err := checkHost(a, *host); err != nil {
-					return nil, "", "", "", err
+					return opPlan{}, err
 				}
 			}
 			summary := fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(*host))
-			return workflows.UnshelveInput{UUID: inst.UUID, Host: *host}, summary, "", *host, nil
+			return opPlan{workflows.UnshelveInput{UUID: inst.UUID, Host: *host}, summary, "", *host}, nil
 		})
 }
 
 func deleteGuest(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
 	return guestOp(fs, args, stdout, workflows.OpDelete, workflows.Delete,
-		func(a *app, inst *ledger.Instance) (any, string, string, string, error) {
-			return workflows.DeleteInput{UUID: inst.UUID}, "delete " + inst.Name, inst.Host, "", nil
+		func(a *app, inst *ledger.Instance) (opPlan, error) {
+			return opPlan{workflows.DeleteInput{UUID: inst.UUID}, "delete " + inst.Name, inst.Host, ""}, nil
 		})
 }
 
@@ -322,7 +330,7 @@ func checkHost(a *app, host string) error {
 	if err != nil {
 		return err
 	}
-	hosts, err := led.Hosts(a.ctx)
+	hosts, err := sortedHosts(a, led)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -13,20 +14,17 @@ import (
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-// checkAgreement checks that the ledger, the instance record and the
-// simulated hypervisor tell the same story about guest uuid on host: the
-// record names host and a committed claim there, that claim is the guest's
-// only claim anywhere, the guest runs on host only, and its domain carries
-// the claim's pins.
-func (s *stack) checkAgreement(uuid, host string) {
+// checkClaims checks that the guest's record names host and a committed
+// claim there, and that this claim is the guest's only claim on any host.
+// It returns the record, the hosts and the Redis client (to close), for
+// further checks.
+func (s *stack) checkClaims(ctx context.Context, uuid, host string) (*ledger.Instance, []string, redis.UniversalClient) {
 	t := s.t
 	t.Helper()
-	ctx := context.Background()
 	led, rdb, err := ledger.Open(ctx, ledger.Config{URL: s.redisURL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
 	inst, err := led.Instance(ctx, uuid)
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +37,7 @@ func (s *stack) checkAgreement(uuid, host string) {
 		t.Fatal(err)
 	}
 	sort.Strings(hosts)
-	drv := sim.New(rdb, sim.Options{})
+	held := 0
 	for _, h := range hosts {
 		claims, err := led.Claims(ctx, h)
 		if err != nil {
@@ -49,10 +47,30 @@ func (s *stack) checkAgreement(uuid, host string) {
 			if c.InstanceUUID != uuid {
 				continue
 			}
+			held++
 			if h != host || c.ID != inst.ClaimID || c.State != ledger.StateCommitted {
 				t.Errorf("claim %s (%s) of %s on %s; the record names claim %s on %s", c.ID, c.State, uuid, h, inst.ClaimID, host)
 			}
 		}
+	}
+	if held != 1 {
+		t.Errorf("%s holds %d claims, want 1", uuid, held)
+	}
+	return inst, hosts, rdb
+}
+
+// checkAgreement checks that the ledger, the instance record and the
+// simulated hypervisor tell the same story about guest uuid on host: the
+// claims agree (checkClaims), the guest runs on host only, and its domain
+// carries the claim's pins.
+func (s *stack) checkAgreement(uuid, host string) {
+	t := s.t
+	t.Helper()
+	ctx := context.Background()
+	inst, hosts, rdb := s.checkClaims(ctx, uuid, host)
+	defer rdb.Close()
+	drv := sim.New(rdb, sim.Options{})
+	for _, h := range hosts {
 		dom, err := drv.Lookup(ctx, h, uuid)
 		switch {
 		case h == host && err != nil:
