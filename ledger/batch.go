@@ -2,65 +2,72 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// maxFlushers bounds the pipelines in flight at once: a few keep the
-// server busy while the replies of earlier ones are being read; more only
-// make smaller batches.
-const maxFlushers = 4
+const (
+	// maxFlushers bounds the pipelines in flight at once: a few keep the
+	// server busy while the replies of earlier ones are being read; more
+	// only make smaller batches.
+	maxFlushers = 1
+	// maxOpsPerScript bounds one apply script: the server runs nothing
+	// else while a script runs, so a batch stays a few hundred µs long.
+	maxOpsPerScript = 64
+)
 
-// batcher sends the claim and release scripts of concurrent callers
-// together, one pipeline per round trip, instead of one round trip each.
-// Each script still runs atomically on its own; the pipeline only shares
-// the write and read system calls, which cost the client and the server
-// more than a claim's script does.
+// batcher applies the claims and releases of concurrent callers together
+// (group commit): the operations on one host that queue up while earlier
+// ones are on the wire go to the server as one apply script, and the
+// scripts of different hosts as one pipeline. Each operation is still
+// whole or not at all, and sees every change made before it; batching only
+// shares the script's reads and writes and the round trip, which cost more
+// than an operation itself.
 type batcher struct {
 	rdb      redis.UniversalClient
 	mu       sync.Mutex
-	queue    []*scriptCall
+	queue    []*hostOp
 	flushers int
 }
 
-type scriptCall struct {
-	ctx    context.Context
-	script *redis.Script
-	keys   []string
-	args   []any
-	cmd    *redis.Cmd
-	done   chan struct{}
+// hostOp is one claim or release on one host.
+type hostOp struct {
+	keys  hostKeys
+	args  []any // "c" or "r", then the operation's arguments (see apply.lua)
+	reply []any
+	err   error
+	done  chan struct{}
 }
 
-// run runs script as one command of the next pipeline and returns its
-// reply. A caller whose context ends stops waiting, as with any command,
-// but the script may still run: the scripts are idempotent.
-func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	c := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+// run applies one operation in the next batch and returns its reply. A
+// caller whose context ends stops waiting, as with any command, but the
+// operation may still be applied: every operation is idempotent.
+func (b *batcher) run(ctx context.Context, keys hostKeys, args ...any) ([]any, error) {
+	o := &hostOp{keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
-	b.queue = append(b.queue, c)
+	b.queue = append(b.queue, o)
 	start := b.flushers < maxFlushers
 	if start {
 		b.flushers++
 	}
 	b.mu.Unlock()
 	if start {
-		go b.flush()
+		go b.flush(context.WithoutCancel(ctx))
 	}
 	select {
-	case <-c.done:
-		return c.cmd
+	case <-o.done:
+		return o.reply, o.err
 	case <-ctx.Done():
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(ctx.Err())
-		return cmd
+		return nil, ctx.Err()
 	}
 }
 
 // flush sends what is queued, one pipeline at a time, until the queue is
-// empty.
-func (b *batcher) flush() {
+// empty. One caller giving up must not fail the others' operations, so ctx
+// has no deadline; it still carries the first caller's values (tracing).
+func (b *batcher) flush(ctx context.Context) {
 	for {
 		b.mu.Lock()
 		batch := b.queue
@@ -71,34 +78,73 @@ func (b *batcher) flush() {
 			return
 		}
 		b.mu.Unlock()
-		b.send(batch)
+		b.send(ctx, batch)
 	}
 }
 
-func (b *batcher) send(batch []*scriptCall) {
-	// One caller giving up must not fail the others' commands; the first
-	// caller's context still carries its values (tracing) along.
-	ctx := context.WithoutCancel(batch[0].ctx)
-	if len(batch) == 1 {
-		c := batch[0]
-		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
-		close(c.done)
+// send groups the batch by host, in arrival order, into apply scripts of
+// at most maxOpsPerScript operations, and sends them as one pipeline.
+func (b *batcher) send(ctx context.Context, batch []*hostOp) {
+	var scripts [][]*hostOp
+	open := map[string]int{} // host's topo key -> its last script's index
+	for _, o := range batch {
+		i, ok := open[o.keys.topo]
+		if !ok || len(scripts[i]) == maxOpsPerScript {
+			i = len(scripts)
+			open[o.keys.topo] = i
+			scripts = append(scripts, nil)
+		}
+		scripts[i] = append(scripts[i], o)
+	}
+	if len(scripts) == 1 {
+		res, err := applyScript.Run(ctx, b.rdb, scripts[0][0].keys.all(), applyArgs(scripts[0])...).Result()
+		deliver(scripts[0], res, err)
 		return
 	}
-	cmds := make([]*redis.Cmd, len(batch))
+	cmds := make([]*redis.Cmd, len(scripts))
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, c := range batch {
-			cmds[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
+		for i, ops := range scripts {
+			cmds[i] = applyScript.EvalSha(ctx, p, ops[0].keys.all(), applyArgs(ops)...)
 		}
 		return nil
 	})
-	for i, c := range batch {
-		c.cmd = cmds[i]
-		if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+	for i, ops := range scripts {
+		res, err := cmds[i].Result()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// A server that has not seen the script yet (a restart, a new
 			// cluster node): Run loads it.
-			c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+			res, err = applyScript.Run(ctx, b.rdb, ops[0].keys.all(), applyArgs(ops)...).Result()
 		}
-		close(c.done)
+		deliver(ops, res, err)
+	}
+}
+
+// applyArgs lays out the apply script's arguments for ops on one host.
+func applyArgs(ops []*hostOp) []any {
+	n := 1
+	for _, o := range ops {
+		n += len(o.args)
+	}
+	args := make([]any, 0, n)
+	args = append(args, len(ops))
+	for _, o := range ops {
+		args = append(args, o.args...)
+	}
+	return args
+}
+
+// deliver hands each operation its reply, or the script's error to all.
+func deliver(ops []*hostOp, res any, err error) {
+	replies, _ := res.([]any)
+	if err == nil && len(replies) != len(ops) {
+		err = fmt.Errorf("apply script replied %d results for %d operations", len(replies), len(ops))
+	}
+	for i, o := range ops {
+		if err != nil {
+			o.err = err
+		} else if o.reply, _ = replies[i].([]any); len(o.reply) == 0 {
+			o.err = fmt.Errorf("apply script replied %v for operation %v", replies[i], o.args[0])
+		}
+		close(o.done)
 	}
 }

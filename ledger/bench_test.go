@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +45,8 @@ func BenchmarkClaimRelease(b *testing.B) {
 			var next atomic.Int64
 			lat := make([][]time.Duration, clients)
 			var wg sync.WaitGroup
-			calls0 := evalshaCalls(b, rdb)
+			calls0, usec0 := evalshaStats(b, rdb)
+			server0, client0 := serverCPU(b, rdb), clientCPU()
 			b.ResetTimer()
 			start := time.Now()
 			for c := range clients {
@@ -73,7 +75,17 @@ func BenchmarkClaimRelease(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
-			calls := float64(evalshaCalls(b, rdb)-calls0) / elapsed.Seconds()
+			calls, usec := evalshaStats(b, rdb)
+			// How many claims and releases one apply script carried, and
+			// how long the server spent in scripts per pair.
+			if calls > calls0 {
+				b.ReportMetric(float64(2*b.N)/float64(calls-calls0), "ops/script")
+			}
+			b.ReportMetric(float64(usec-usec0)/float64(b.N), "script-µs/pair")
+			// Where the time goes: CPU of the server and of this process
+			// (the ledger's clients) per pair.
+			b.ReportMetric(float64((serverCPU(b, rdb)-server0).Microseconds())/float64(b.N), "server-cpu-µs/pair")
+			b.ReportMetric(float64((clientCPU()-client0).Microseconds())/float64(b.N), "client-cpu-µs/pair")
 
 			all := slices.Concat(lat...)
 			slices.Sort(all)
@@ -90,11 +102,6 @@ func BenchmarkClaimRelease(b *testing.B) {
 			if ceil := ceilings[clients]; ceil > 0 {
 				b.ReportMetric(ceil, "ceiling/s")
 				b.ReportMetric(rate/ceil, "ratio")
-				// Each pair is two script calls (three when a claim
-				// reads the host or loses a race), so this is how busy
-				// the ledger kept the server relative to the trivial
-				// script's ceiling.
-				b.ReportMetric(calls/ceil, "call-ratio")
 				b.Logf("%d clients: %.0f claim+release pairs/s, %.0f%% of the %.0f/s EVALSHA ceiling (target 50%%); p99 claim %s; load average %s",
 					clients, rate, 100*rate/ceil, ceil, p99, loadAverage())
 			}
@@ -117,8 +124,9 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// evalshaCalls returns how many EVALSHA calls the server has answered.
-func evalshaCalls(b *testing.B, rdb *redis.Client) int64 {
+// evalshaStats returns how many EVALSHA calls the server has answered and
+// the µs it spent in them.
+func evalshaStats(b *testing.B, rdb *redis.Client) (calls, usec int64) {
 	b.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
@@ -126,13 +134,40 @@ func evalshaCalls(b *testing.B, rdb *redis.Client) int64 {
 	}
 	m := callsRE.FindStringSubmatch(info)
 	if m == nil {
-		return 0
+		return 0, 0
 	}
-	n, _ := strconv.ParseInt(m[1], 10, 64)
-	return n
+	calls, _ = strconv.ParseInt(m[1], 10, 64)
+	usec, _ = strconv.ParseInt(m[2], 10, 64)
+	return calls, usec
 }
 
-var callsRE = regexp.MustCompile(`cmdstat_evalsha:calls=([0-9]+)`)
+var callsRE = regexp.MustCompile(`cmdstat_evalsha:calls=([0-9]+),usec=([0-9]+)`)
+
+var cpuRE = regexp.MustCompile(`used_cpu_(?:sys|user):([0-9.]+)`)
+
+// serverCPU is the CPU time the server has used, user and system.
+func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, m := range cpuRE.FindAllStringSubmatch(info, 2) {
+		s, _ := strconv.ParseFloat(m[1], 64)
+		sum += s
+	}
+	return time.Duration(sum * float64(time.Second))
+}
+
+// clientCPU is the CPU time this process has used, user and system.
+func clientCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
 

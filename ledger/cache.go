@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,7 +11,7 @@ import (
 )
 
 // hostCache is this process's view of one host's ledger, so that Claim
-// fits without reading the host first. The view may be stale: the claim
+// fits without reading the host first. The view may be stale: the apply
 // script checks everything it relies on, so a stale view only costs a lost
 // race, whose reply carries the host's current state.
 //
@@ -18,10 +20,19 @@ import (
 // the newest observation of it. Replies arrive in any order from many
 // goroutines, so applying them in arrival order could let an old reply undo
 // a newer one; keeping the newest per value cannot.
+//
+// The cache also holds this process's claims between fitting and their
+// reply (pending), so concurrent claims here choose around each other
+// instead of racing for the same pCPUs. Fits run on busy: the observed
+// state plus the pending claims, kept up to date value by value, so a
+// claim costs a fit, not a rebuild of the host.
 type hostCache struct {
 	gen    int64
 	digest string
 	topo   *numa.Host // without usage; never modified
+	// cellOf and fieldOf say where a pCPU and a usage counter live in busy.
+	cellOf  map[int]int
+	fieldOf map[string]fieldRef
 
 	mu    sync.Mutex
 	pins  map[int]seen    // pCPU -> 1 pinned, 0 free
@@ -30,8 +41,12 @@ type hostCache struct {
 	// missing from usage was zero then, so an older reply must not add it.
 	floor int64
 	// top is the newest revision seen at all.
-	top  int64
-	view *numa.Host // topo with pins and usage applied; nil when stale
+	top int64
+
+	pending     map[string][]numa.CellUsage // claim id -> its usage
+	pendingPins map[int]int                 // pCPU -> pending claims pinning it
+	pendingUse  map[string]int64            // usage field -> pending claims' sum
+	busy        *numa.Host                  // topo + observed + pending
 }
 
 // seen is one value as of one revision.
@@ -39,8 +54,30 @@ type seen struct {
 	val, rev int64
 }
 
+// fieldRef is where a usage counter lives in a host: cell index, what, and
+// for pages the pool index.
+type fieldRef struct {
+	cell, pool int
+	what       byte // 'm' memory, 's' shared vCPUs, 'p' pages
+}
+
 func newHostCache(gen int64, digest string, topo *numa.Host) *hostCache {
-	return &hostCache{gen: gen, digest: digest, topo: topo, pins: map[int]seen{}, usage: map[string]seen{}}
+	hc := &hostCache{gen: gen, digest: digest, topo: topo,
+		cellOf: map[int]int{}, fieldOf: map[string]fieldRef{},
+		pins: map[int]seen{}, usage: map[string]seen{},
+		pending: map[string][]numa.CellUsage{}, pendingPins: map[int]int{}, pendingUse: map[string]int64{},
+		busy: topo.Clone()}
+	for i, c := range topo.Cells {
+		for _, cpu := range c.PCPUs.List() {
+			hc.cellOf[cpu] = i
+		}
+		hc.fieldOf[usageField(c.ID, "mem")] = fieldRef{cell: i, what: 'm'}
+		hc.fieldOf[usageField(c.ID, "shared")] = fieldRef{cell: i, what: 's'}
+		for j, p := range c.Pages {
+			hc.fieldOf[pagesField(c.ID, p.SizeKB)] = fieldRef{cell: i, pool: j, what: 'p'}
+		}
+	}
+	return hc
 }
 
 // note records val for one value as of rev unless a newer observation is
@@ -69,14 +106,12 @@ func (hc *hostCache) observeState(rev int64, pinned []int, usage map[string]int6
 	for _, cpu := range pinned {
 		is[cpu] = true
 	}
-	for _, c := range hc.topo.Cells {
-		for _, cpu := range c.PCPUs.List() {
-			var v int64
-			if is[cpu] {
-				v = 1
-			}
-			note(hc.pins, cpu, v, rev)
+	for cpu := range hc.cellOf {
+		var v int64
+		if is[cpu] {
+			v = 1
 		}
+		note(hc.pins, cpu, v, rev)
 	}
 	// A counter the state leaves out is zero: the scripts delete counters
 	// that drop to zero.
@@ -89,16 +124,22 @@ func (hc *hostCache) observeState(rev int64, pinned []int, usage map[string]int6
 		note(hc.usage, f, v, rev)
 	}
 	hc.floor = rev
-	hc.view = nil
+	hc.rebuild()
 	return true
 }
 
-// observe records what one claim or release changed as of rev: the pCPUs
-// it pinned (val 1) or freed (val 0) and the new values of the counters it
-// changed.
-func (hc *hostCache) observe(rev int64, cpus []int, val int64, usage map[string]int64) {
+// observe records what one release changed as of rev: the pCPUs it freed
+// and the new values of the counters it changed.
+func (hc *hostCache) observe(rev int64, cpus []int, usage map[string]int64) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
+	hc.noteChange(rev, cpus, 0, usage)
+	hc.refresh(cpus, usage)
+}
+
+// noteChange records the pCPUs one script pinned (val 1) or freed (val 0)
+// and the counters it changed, as of rev.
+func (hc *hostCache) noteChange(rev int64, cpus []int, val int64, usage map[string]int64) {
 	hc.top = max(hc.top, rev)
 	for _, cpu := range cpus {
 		note(hc.pins, cpu, val, rev)
@@ -108,28 +149,197 @@ func (hc *hostCache) observe(rev int64, cpus []int, val int64, usage map[string]
 			note(hc.usage, f, v, rev)
 		}
 	}
-	hc.view = nil
 }
 
-// host returns the cached view of the host with its usage. It is shared:
-// callers must not modify it.
+// place chooses c's placement and usage: spec's explicit placement, or a
+// fit of spec's request on busy. It records the usage as pending until
+// settle(c.ID).
+func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	c.Generation = hc.gen
+	if spec.Placement != nil {
+		// Checked against the ledger's state alone: a pending claim here
+		// may yet fail, and the script is the judge.
+		us, err := numa.Usage(hc.topo, spec.Placement)
+		if err != nil {
+			return fmt.Errorf("%w: placement %s: %v", ErrInvalid, spec.Placement, err)
+		}
+		if err := hc.observed().Add(us); err != nil {
+			return fmt.Errorf("%w: placement %s: %v", ErrConflict, spec.Placement, err)
+		}
+		c.Placement, c.Usage = spec.Placement, us
+	} else {
+		p, err := numa.Fit(hc.busy, spec.Request)
+		var nofit *numa.NoFitError
+		if errors.As(err, &nofit) && len(hc.pending) > 0 {
+			// A pending claim may yet fail; only the ledger itself can say
+			// the request does not fit.
+			p, err = numa.Fit(hc.observed(), spec.Request)
+		}
+		if err != nil {
+			return err
+		}
+		us, err := numa.Usage(hc.topo, p)
+		if err != nil {
+			return fmt.Errorf("usage of the fitted placement: %w", err)
+		}
+		c.Placement, c.Usage = p, us
+	}
+	if c.Usage == nil {
+		c.Usage = []numa.CellUsage{}
+	}
+	hc.pending[c.ID] = c.Usage
+	cpus, fields := hc.addPending(c.Usage, 1)
+	hc.refresh(cpus, fields)
+	return nil
+}
+
+// settle ends claim id's pending state when its script replied: with the
+// claim recorded (landed, pinning cpus and setting usage as of rev) or not.
+func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage map[string]int64) {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	us, ok := hc.pending[id]
+	if !ok {
+		return
+	}
+	delete(hc.pending, id)
+	gone, fields := hc.addPending(us, -1)
+	if landed {
+		hc.noteChange(rev, cpus, 1, usage)
+	}
+	hc.refresh(gone, fields)
+	if landed {
+		hc.refresh(cpus, usage)
+	}
+}
+
+// addPending adds (sign 1) or takes away (-1) one claim's usage to the
+// pending sums, and returns the pCPUs and fields it touched.
+func (hc *hostCache) addPending(us []numa.CellUsage, sign int) ([]int, map[string]int64) {
+	var cpus []int
+	fields := map[string]int64{}
+	for _, u := range us {
+		for _, cpu := range u.PinnedCPUs.List() {
+			hc.pendingPins[cpu] += sign
+			if hc.pendingPins[cpu] <= 0 {
+				delete(hc.pendingPins, cpu)
+			}
+			cpus = append(cpus, cpu)
+		}
+		c := hc.topo.Cell(u.Cell)
+		if c == nil {
+			continue
+		}
+		add := func(f string, n int64) {
+			if n == 0 {
+				return
+			}
+			hc.pendingUse[f] += int64(sign) * n
+			if hc.pendingUse[f] == 0 {
+				delete(hc.pendingUse, f)
+			}
+			fields[f] = 0
+		}
+		add(usageField(c.ID, "mem"), u.MemoryMB)
+		add(usageField(c.ID, "shared"), int64(u.SharedCPUs))
+		if u.PageSizeKB != 0 {
+			add(pagesField(c.ID, u.PageSizeKB), u.Pages)
+		}
+	}
+	return cpus, fields
+}
+
+// refresh brings busy's pins of cpus and its counters of fields (the map's
+// keys) up to the observed state plus the pending claims.
+func (hc *hostCache) refresh(cpus []int, fields map[string]int64) {
+	var on, off map[int][]int // cell index -> pCPUs
+	for _, cpu := range cpus {
+		i, ok := hc.cellOf[cpu]
+		if !ok {
+			continue
+		}
+		if hc.pins[cpu].val != 0 || hc.pendingPins[cpu] > 0 {
+			if on == nil {
+				on = map[int][]int{}
+			}
+			on[i] = append(on[i], cpu)
+		} else {
+			if off == nil {
+				off = map[int][]int{}
+			}
+			off[i] = append(off[i], cpu)
+		}
+	}
+	for i, list := range on {
+		c := &hc.busy.Cells[i]
+		c.PinnedCPUs = c.PinnedCPUs.Union(numa.NewCPUSet(list...))
+	}
+	for i, list := range off {
+		c := &hc.busy.Cells[i]
+		c.PinnedCPUs = c.PinnedCPUs.Difference(numa.NewCPUSet(list...))
+	}
+	for f := range fields {
+		ref, ok := hc.fieldOf[f]
+		if !ok {
+			continue
+		}
+		n := max(0, hc.usage[f].val+hc.pendingUse[f])
+		c := &hc.busy.Cells[ref.cell]
+		switch ref.what {
+		case 'm':
+			c.MemoryUsedMB = n
+		case 's':
+			c.CPUUsage = int(n)
+		case 'p':
+			c.Pages[ref.pool].Used = n
+		}
+	}
+}
+
+// rebuild makes busy anew from the observed state and the pending claims.
+func (hc *hostCache) rebuild() {
+	pinned := make([]int, 0, len(hc.pins)+len(hc.pendingPins))
+	for cpu, s := range hc.pins {
+		if s.val != 0 {
+			pinned = append(pinned, cpu)
+		}
+	}
+	for cpu := range hc.pendingPins {
+		pinned = append(pinned, cpu)
+	}
+	usage := make(map[string]int64, len(hc.usage))
+	for f, s := range hc.usage {
+		usage[f] = s.val
+	}
+	for f, n := range hc.pendingUse {
+		usage[f] = max(0, usage[f]+n)
+	}
+	hc.busy = compose(hc.topo, pinned, usage)
+}
+
+// observed returns a new host with the observed state alone.
+func (hc *hostCache) observed() *numa.Host {
+	pinned := make([]int, 0, len(hc.pins))
+	for cpu, s := range hc.pins {
+		if s.val != 0 {
+			pinned = append(pinned, cpu)
+		}
+	}
+	usage := make(map[string]int64, len(hc.usage))
+	for f, s := range hc.usage {
+		usage[f] = s.val
+	}
+	return compose(hc.topo, pinned, usage)
+}
+
+// host returns the host as the cache last observed it, pending claims
+// left out. It is a copy.
 func (hc *hostCache) host() *numa.Host {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
-	if hc.view == nil {
-		pinned := make([]int, 0, len(hc.pins))
-		for cpu, s := range hc.pins {
-			if s.val != 0 {
-				pinned = append(pinned, cpu)
-			}
-		}
-		usage := make(map[string]int64, len(hc.usage))
-		for f, s := range hc.usage {
-			usage[f] = s.val
-		}
-		hc.view = compose(hc.topo, pinned, usage)
-	}
-	return hc.view
+	return hc.observed()
 }
 
 // cachedHost returns the cache of a host, or nil if there is none.

@@ -5,7 +5,6 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -144,7 +143,6 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		Token: hex.EncodeToString(tok[:]), CreatedAt: l.now().UTC(),
 	}
 	k := l.hostKeys(spec.Host)
-	fl := l.hostInflight(spec.Host)
 	lost := ""
 	for attempt := range l.maxAttempts {
 		if attempt > 0 {
@@ -155,13 +153,9 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		// Fit on the cached view; read the host only when there is none,
 		// or when the view says no: a stale view may only cost a retry,
 		// never a refusal the ledger itself would not give.
-		hc, h, read := l.cachedHost(spec.Host), (*numa.Host)(nil), false
-		if hc != nil {
-			h = hc.host()
-			c.Generation = hc.gen
-			if err := fl.place(h, &spec, c); err != nil {
-				hc = nil
-			}
+		hc, read := l.cachedHost(spec.Host), false
+		if hc != nil && hc.place(&spec, c) != nil {
+			hc = nil
 		}
 		if hc == nil {
 			st, err := l.readState(ctx, spec.Host, spec.ID)
@@ -171,32 +165,18 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 			if st.existing != "" {
 				return sameClaim(spec, st.existing, wrap)
 			}
-			hc, h, read = st.cache, st.host, true
-			c.Generation = hc.gen
-			if err := fl.place(h, &spec, c); err != nil {
+			hc, read = st.cache, true
+			if err := hc.place(&spec, c); err != nil {
 				return nil, wrap(err)
 			}
 		}
-		call, err := newClaimCall(h, c)
-		if err != nil {
-			fl.done(c.ID)
-			return nil, wrap(err)
-		}
-		res, err := l.batch.run(ctx, claimScript, k.all(), call.args...).Slice()
-		fl.done(c.ID)
+		res, err := l.applyClaim(ctx, k, hc, c)
 		if err != nil {
 			return nil, wrap(err)
 		}
 		status, _ := res[0].(string)
 		switch status {
 		case "ok":
-			if len(res) == 2+len(call.fields) {
-				counters := make(map[string]int64, len(call.fields))
-				for i, f := range call.fields {
-					counters[f] = toInt(res[2+i])
-				}
-				hc.observe(toInt(res[1]), call.cpus, 1, counters)
-			}
 			return c, nil
 		case "exists":
 			rec, _ := res[1].(string)
@@ -225,59 +205,32 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 	return nil, wrap(fmt.Errorf("%w: lost the race for the host's resources %d times (last: %s)", ErrConflict, l.maxAttempts, lost))
 }
 
-// place chooses c's placement and usage on h (a copy, free to change) and
-// records them as in flight until done(c.ID), so this process's concurrent
-// claims on the host choose around them.
-func (f *inflight) place(h *numa.Host, spec *ClaimSpec, c *Claim) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if spec.Placement != nil {
-		us, err := numa.Usage(h, spec.Placement)
-		if err != nil {
-			return fmt.Errorf("%w: placement %s: %v", ErrInvalid, spec.Placement, err)
-		}
-		if err := h.Clone().Add(us); err != nil {
-			return fmt.Errorf("%w: placement %s: %v", ErrConflict, spec.Placement, err)
-		}
-		c.Placement, c.Usage = spec.Placement, us
-	} else {
-		// Fit around the other claims in flight here; their script may not
-		// have landed yet. One that has is already in h and fails to add
-		// again, which leaves it out, as it should.
-		busy := h.Clone()
-		for _, us := range f.claims {
-			_ = busy.Add(us)
-		}
-		p, err := numa.Fit(busy, spec.Request)
-		var nofit *numa.NoFitError
-		if errors.As(err, &nofit) && len(f.claims) > 0 {
-			// An in-flight claim may yet fail; only the ledger itself can
-			// say the request does not fit.
-			p, err = numa.Fit(h, spec.Request)
-		}
-		if err != nil {
-			return err
-		}
-		us, err := numa.Usage(h, p)
-		if err != nil {
-			return fmt.Errorf("usage of the fitted placement: %w", err)
-		}
-		c.Placement, c.Usage = p, us
+// applyClaim sends c, placed on hc, to the apply script and settles its
+// pending state in hc with the reply.
+func (l *Ledger) applyClaim(ctx context.Context, k hostKeys, hc *hostCache, c *Claim) ([]any, error) {
+	call, err := newClaimCall(hc.topo, c)
+	if err != nil {
+		hc.settle(c.ID, false, 0, nil, nil)
+		return nil, err
 	}
-	if c.Usage == nil {
-		c.Usage = []numa.CellUsage{}
+	res, err := l.batch.run(ctx, k, call.args...)
+	if err != nil {
+		hc.settle(c.ID, false, 0, nil, nil)
+		return nil, err
 	}
-	f.claims[c.ID] = c.Usage
-	return nil
+	if status, _ := res[0].(string); status != "ok" || len(res) != 2+len(call.fields) {
+		hc.settle(c.ID, false, 0, nil, nil)
+		return res, nil
+	}
+	counters := make(map[string]int64, len(call.fields))
+	for i, f := range call.fields {
+		counters[f] = toInt(res[2+i])
+	}
+	hc.settle(c.ID, true, toInt(res[1]), call.cpus, counters)
+	return res, nil
 }
 
-func (f *inflight) done(id string) {
-	f.mu.Lock()
-	delete(f.claims, id)
-	f.mu.Unlock()
-}
-
-// claimCall is one run of the claim script: its arguments, and what the
+// claimCall is one claim in an apply script: its arguments, and what the
 // claim pins and adds to, to update the cache with from the reply.
 type claimCall struct {
 	args   []any
@@ -285,7 +238,7 @@ type claimCall struct {
 	fields []string // the usage fields the claim adds to, in argument order
 }
 
-// newClaimCall lays out the claim script's arguments from c's usage on h:
+// newClaimCall lays out a claim's apply arguments from c's usage on h:
 // the record with its undo entry, the pCPUs, then each usage field with the
 // amount to add and, where the ledger must not overcommit, the cap from h's
 // topology that the field may reach. All of it is computed here so the
@@ -365,8 +318,8 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	// The record's last member is the undo entry, so that release finds it
 	// at the end without decoding the JSON; readers ignore it.
 	rec = append(append(append(rec[:len(rec)-1:len(rec)-1], `,"undo":`...), strconv.Quote(undo.String())...), '}')
-	args := make([]any, 0, 6+len(call.cpus)+3*len(call.fields))
-	args = append(args, c.ID, rec, c.Generation, len(call.cpus))
+	args := make([]any, 0, 7+len(call.cpus)+3*len(call.fields))
+	args = append(args, "c", c.ID, rec, c.Generation, len(call.cpus))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)
 	}
@@ -407,7 +360,7 @@ func toInt(v any) int64 {
 	return 0
 }
 
-// lostRace describes the claim script's reason for refusing.
+// lostRace describes why the apply script refused a claim.
 func lostRace(res []any) string {
 	s := make([]string, len(res))
 	for i, v := range res {
@@ -421,7 +374,7 @@ func lostRace(res []any) string {
 	case s[0] == "full" && len(s) == 8:
 		return fmt.Sprintf("%s has %s of %s in use, %s more do not fit", describeField(s[4]), s[5], s[7], s[6])
 	}
-	return fmt.Sprintf("claim script replied %q", s)
+	return fmt.Sprintf("apply script replied %q to a claim", s)
 }
 
 // describeField names a usage field for people: "cell 0 MiB" or "cell 0
@@ -517,12 +470,9 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 	if err := checkClaimID(claimID); err != nil {
 		return false, wrap(err)
 	}
-	res, err := l.batch.run(ctx, releaseScript, l.hostKeys(host).all(), claimID, token).Slice()
+	res, err := l.batch.run(ctx, l.hostKeys(host), "r", claimID, token)
 	if err != nil {
 		return false, wrap(err)
-	}
-	if len(res) == 0 {
-		return false, wrap(errors.New("release script replied nothing"))
 	}
 	freed := toInt(res[0]) == 1
 	observeRelease(ctx, op, freed)
@@ -532,7 +482,7 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 	if hc := l.cachedHost(host); hc != nil && len(res) == 4 {
 		cpus, _ := res[2].(string)
 		counters, _ := res[3].(string)
-		hc.observe(toInt(res[1]), parseCPUList(cpus), 0, parseCounters(counters))
+		hc.observe(toInt(res[1]), parseCPUList(cpus), parseCounters(counters))
 	}
 	return true, nil
 }

@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/pinflow/pinflow/numa"
 )
 
 // DefaultMaxAttempts bounds how often Claim re-fits after losing a race.
@@ -37,23 +35,13 @@ type Ledger struct {
 	// hosts caches each host's topology and state, so a claim fits without
 	// reading the host first (see hostCache).
 	hosts sync.Map // host name -> *hostCache
-	// inflight holds, per host, the usage of this process's claims between
-	// fitting and their script's reply, so concurrent claims here pick
-	// different pCPUs instead of racing each other for the same ones.
-	mu       sync.Mutex
-	inflight map[string]*inflight
-	// batch pipelines the claim and release scripts of concurrent callers.
+	// batch applies the claims and releases of concurrent callers together.
 	batch *batcher
-}
-
-type inflight struct {
-	mu     sync.Mutex
-	claims map[string][]numa.CellUsage
 }
 
 // New returns a ledger on rdb, a single-node or cluster client.
 func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
-	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, inflight: map[string]*inflight{}, batch: &batcher{rdb: rdb}}
+	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, batch: &batcher{rdb: rdb}}
 	if l.prefix == "" {
 		l.prefix = DefaultKeyPrefix
 	}
@@ -85,17 +73,6 @@ func Open(ctx context.Context, cfg Config) (*Ledger, redis.UniversalClient, erro
 		return nil, nil, err
 	}
 	return l, rdb, nil
-}
-
-func (l *Ledger) hostInflight(host string) *inflight {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	f := l.inflight[host]
-	if f == nil {
-		f = &inflight{claims: map[string][]numa.CellUsage{}}
-		l.inflight[host] = f
-	}
-	return f
 }
 
 // timestamp is how record times are written: UTC, RFC 3339 with

@@ -23,8 +23,7 @@ func loadScript(name string) *redis.Script {
 // Cluster slot.
 var (
 	readScript       = loadScript("read")
-	claimScript      = loadScript("claim")
-	releaseScript    = loadScript("release")
+	applyScript      = loadScript("apply")
 	commitScript     = loadScript("commit")
 	registerScript   = loadScript("register")
 	instCreateScript = loadScript("inst_create")
