@@ -244,10 +244,7 @@ type claimCall struct {
 // topology that the field may reach. All of it is computed here so the
 // script decodes no JSON.
 func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
-	rec, err := json.Marshal(c)
-	if err != nil {
-		return nil, fmt.Errorf("encode claim record: %w", err)
-	}
+	rec := c.appendJSON(make([]byte, 0, 1024))
 	type delta struct {
 		n   int64
 		cap string // "" for none

@@ -108,26 +108,7 @@ func parseID(s string) (int, error) {
 
 // String prints the set in canonical cpuset-list form: ascending ranges
 // joined by commas, "" for the empty set. Parse(s.String()) equals s.
-func (c CPUSet) String() string {
-	var sb strings.Builder
-	ids := c.List()
-	for i := 0; i < len(ids); {
-		j := i
-		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
-			j++
-		}
-		if sb.Len() > 0 {
-			sb.WriteByte(',')
-		}
-		sb.WriteString(strconv.Itoa(ids[i]))
-		if j > i {
-			sb.WriteByte('-')
-			sb.WriteString(strconv.Itoa(ids[j]))
-		}
-		i = j + 1
-	}
-	return sb.String()
-}
+func (c CPUSet) String() string { return string(c.appendList(nil)) }
 
 // List returns the ids in ascending order.
 func (c CPUSet) List() []int {
@@ -270,7 +251,8 @@ func trim(w []uint64) CPUSet {
 
 // MarshalJSON writes the set as its cpuset-list string, e.g. "0-3,8".
 func (c CPUSet) MarshalJSON() ([]byte, error) {
-	return json.Marshal(c.String())
+	b := append(c.appendList([]byte{'"'}), '"')
+	return b, nil
 }
 
 // UnmarshalJSON accepts a cpuset-list string or an array of ids.
