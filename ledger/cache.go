@@ -134,7 +134,10 @@ func (hc *hostCache) observe(rev int64, cpus []int, usage map[string]int64) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	hc.noteChange(rev, cpus, 0, usage)
-	hc.refresh(cpus, usage)
+	hc.refreshPins(cpus)
+	for f := range usage {
+		hc.refreshField(f)
+	}
 }
 
 // noteChange records the pCPUs one script pinned (val 1) or freed (val 0)
@@ -190,8 +193,7 @@ func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
 		c.Usage = []numa.CellUsage{}
 	}
 	hc.pending[c.ID] = c.Usage
-	cpus, fields := hc.addPending(c.Usage, 1)
-	hc.refresh(cpus, fields)
+	hc.addPending(c.Usage, 1)
 	return nil
 }
 
@@ -205,96 +207,88 @@ func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage
 		return
 	}
 	delete(hc.pending, id)
-	gone, fields := hc.addPending(us, -1)
 	if landed {
+		// Observed before the pending usage goes, so busy never shows the
+		// claim's pCPUs free in between.
 		hc.noteChange(rev, cpus, 1, usage)
+		hc.refreshPins(cpus)
+		for f := range usage {
+			hc.refreshField(f)
+		}
 	}
-	hc.refresh(gone, fields)
-	if landed {
-		hc.refresh(cpus, usage)
-	}
+	hc.addPending(us, -1)
 }
 
 // addPending adds (sign 1) or takes away (-1) one claim's usage to the
-// pending sums, and returns the pCPUs and fields it touched.
-func (hc *hostCache) addPending(us []numa.CellUsage, sign int) ([]int, map[string]int64) {
-	var cpus []int
-	fields := map[string]int64{}
+// pending sums, and brings busy up to date.
+func (hc *hostCache) addPending(us []numa.CellUsage, sign int) {
 	for _, u := range us {
-		for _, cpu := range u.PinnedCPUs.List() {
+		cpus := u.PinnedCPUs.List()
+		for _, cpu := range cpus {
 			hc.pendingPins[cpu] += sign
 			if hc.pendingPins[cpu] <= 0 {
 				delete(hc.pendingPins, cpu)
 			}
-			cpus = append(cpus, cpu)
 		}
+		hc.refreshPins(cpus)
 		c := hc.topo.Cell(u.Cell)
 		if c == nil {
 			continue
 		}
-		add := func(f string, n int64) {
-			if n == 0 {
-				return
-			}
-			hc.pendingUse[f] += int64(sign) * n
-			if hc.pendingUse[f] == 0 {
-				delete(hc.pendingUse, f)
-			}
-			fields[f] = 0
-		}
-		add(usageField(c.ID, "mem"), u.MemoryMB)
-		add(usageField(c.ID, "shared"), int64(u.SharedCPUs))
+		hc.addPendingField(usageField(c.ID, "mem"), int64(sign)*u.MemoryMB)
+		hc.addPendingField(usageField(c.ID, "shared"), int64(sign*u.SharedCPUs))
 		if u.PageSizeKB != 0 {
-			add(pagesField(c.ID, u.PageSizeKB), u.Pages)
+			hc.addPendingField(pagesField(c.ID, u.PageSizeKB), int64(sign)*u.Pages)
 		}
 	}
-	return cpus, fields
 }
 
-// refresh brings busy's pins of cpus and its counters of fields (the map's
-// keys) up to the observed state plus the pending claims.
-func (hc *hostCache) refresh(cpus []int, fields map[string]int64) {
-	var on, off map[int][]int // cell index -> pCPUs
+func (hc *hostCache) addPendingField(f string, n int64) {
+	if n == 0 {
+		return
+	}
+	hc.pendingUse[f] += n
+	if hc.pendingUse[f] == 0 {
+		delete(hc.pendingUse, f)
+	}
+	hc.refreshField(f)
+}
+
+// refreshPins brings busy's pins of cpus up to the observed state plus the
+// pending claims.
+func (hc *hostCache) refreshPins(cpus []int) {
 	for _, cpu := range cpus {
 		i, ok := hc.cellOf[cpu]
 		if !ok {
 			continue
 		}
-		if hc.pins[cpu].val != 0 || hc.pendingPins[cpu] > 0 {
-			if on == nil {
-				on = map[int][]int{}
-			}
-			on[i] = append(on[i], cpu)
-		} else {
-			if off == nil {
-				off = map[int][]int{}
-			}
-			off[i] = append(off[i], cpu)
-		}
-	}
-	for i, list := range on {
+		want := hc.pins[cpu].val != 0 || hc.pendingPins[cpu] > 0
 		c := &hc.busy.Cells[i]
-		c.PinnedCPUs = c.PinnedCPUs.Union(numa.NewCPUSet(list...))
-	}
-	for i, list := range off {
-		c := &hc.busy.Cells[i]
-		c.PinnedCPUs = c.PinnedCPUs.Difference(numa.NewCPUSet(list...))
-	}
-	for f := range fields {
-		ref, ok := hc.fieldOf[f]
-		if !ok {
-			continue
+		switch has := c.PinnedCPUs.Contains(cpu); {
+		case want && !has:
+			c.PinnedCPUs = c.PinnedCPUs.With(cpu)
+		case !want && has:
+			c.PinnedCPUs = c.PinnedCPUs.Without(cpu)
 		}
-		n := max(0, hc.usage[f].val+hc.pendingUse[f])
-		c := &hc.busy.Cells[ref.cell]
-		switch ref.what {
-		case 'm':
-			c.MemoryUsedMB = n
-		case 's':
-			c.CPUUsage = int(n)
-		case 'p':
-			c.Pages[ref.pool].Used = n
-		}
+	}
+}
+
+// refreshField brings busy's counter f up to the observed value plus the
+// pending claims'.
+func (hc *hostCache) refreshField(f string) {
+	ref, ok := hc.fieldOf[f]
+	if !ok {
+		return
+	}
+	n := max(0, hc.usage[f].val+hc.pendingUse[f])
+	c := &hc.busy.Cells[ref.cell]
+	switch ref.what {
+	case 'm':
+		c.MemoryUsedMB = n
+	case 's':
+		c.CPUUsage = int(n)
+	case 'p':
+		c.Pages[ref.pool].Used = n
 	}
 }
 
@@ -363,23 +357,27 @@ func (l *Ledger) dropCache(name string, hc *hostCache) {
 // parseCPUList parses a script's comma-separated pCPU ids, leaving out
 // anything that is not a cpu id.
 func parseCPUList(s string) []int {
-	if s == "" {
-		return nil
+	var out []int
+	for s != "" {
+		var item string
+		item, s, _ = strings.Cut(s, ",")
+		if id, err := strconv.Atoi(item); err == nil && id >= 0 && id <= numa.MaxCPU {
+			out = append(out, id)
+		}
 	}
-	return cpuIDs(strings.Split(s, ","))
+	return out
 }
 
 // parseCounters parses a script's "field,value,field,value" list of usage
 // counters, leaving out malformed pairs.
 func parseCounters(s string) map[string]int64 {
 	out := map[string]int64{}
-	if s == "" {
-		return out
-	}
-	parts := strings.Split(s, ",")
-	for i := 0; i+1 < len(parts); i += 2 {
-		if n, err := strconv.ParseInt(parts[i+1], 10, 64); err == nil {
-			out[parts[i]] = n
+	for s != "" {
+		var f, v string
+		f, s, _ = strings.Cut(s, ",")
+		v, s, _ = strings.Cut(s, ",")
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out[f] = n
 		}
 	}
 	return out

@@ -2,7 +2,7 @@ package ledger
 
 import (
 	"fmt"
-	"regexp"
+	"strings"
 )
 
 // DefaultKeyPrefix starts every key the ledger writes unless Options says
@@ -11,11 +11,27 @@ const DefaultKeyPrefix = "pinflow"
 
 // Names are restricted so a host or uuid can never carry its own '{' or '}'
 // into a key and move it to another Cluster slot, and so keys stay printable.
-var (
-	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$`)
-	claimRE  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}$`)
-	prefixRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
-)
+// Each starts with a letter or digit; then come up to max-1 more of those
+// or of the punctuation allowed.
+func validName(s string, max int, punct string) bool {
+	if len(s) == 0 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			continue
+		}
+		if i == 0 || strings.IndexByte(punct, c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func validHostOrUUID(s string) bool { return validName(s, 253, "._:-") }
+func validClaimID(s string) bool    { return validName(s, 200, "._:/@+=-") }
+func validPrefix(s string) bool     { return validName(s, 64, "._:-") }
 
 const (
 	nameRule  = "1-253 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
@@ -23,21 +39,21 @@ const (
 )
 
 func checkHostName(h string) error {
-	if !nameRE.MatchString(h) {
+	if !validHostOrUUID(h) {
 		return fmt.Errorf("host name %q: %w: host names are %s", h, ErrInvalid, nameRule)
 	}
 	return nil
 }
 
 func checkUUID(u string) error {
-	if !nameRE.MatchString(u) {
+	if !validHostOrUUID(u) {
 		return fmt.Errorf("instance uuid %q: %w: uuids are %s", u, ErrInvalid, nameRule)
 	}
 	return nil
 }
 
 func checkClaimID(id string) error {
-	if !claimRE.MatchString(id) {
+	if !validClaimID(id) {
 		return fmt.Errorf("claim id %q: %w: claim ids are %s", id, ErrInvalid, claimRule)
 	}
 	return nil

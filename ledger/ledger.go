@@ -45,7 +45,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
 	if l.prefix == "" {
 		l.prefix = DefaultKeyPrefix
 	}
-	if !prefixRE.MatchString(l.prefix) {
+	if !validPrefix(l.prefix) {
 		return nil, fmt.Errorf("ledger: key prefix %q: %w: prefixes are 1-64 characters of letters, digits, '.', '_', ':' and '-'", l.prefix, ErrInvalid)
 	}
 	if l.maxAttempts < 0 {

@@ -216,6 +216,29 @@ func (c CPUSet) Union(o CPUSet) CPUSet {
 	return CPUSet{words: out}
 }
 
+// With returns c ∪ {ids}. It panics on an id outside 0..MaxCPU.
+func (c CPUSet) With(ids ...int) CPUSet {
+	b := cpuSetBuilder{words: append([]uint64(nil), c.words...)}
+	for _, id := range ids {
+		if id < 0 || id > MaxCPU {
+			panic(fmt.Sprintf("numa: cpu id %d out of range 0-%d", id, MaxCPU))
+		}
+		b.add(id)
+	}
+	return b.set()
+}
+
+// Without returns c \ {ids}.
+func (c CPUSet) Without(ids ...int) CPUSet {
+	out := append([]uint64(nil), c.words...)
+	for _, id := range ids {
+		if id >= 0 && id/64 < len(out) {
+			out[id/64] &^= 1 << (id % 64)
+		}
+	}
+	return trim(out)
+}
+
 // Intersection returns c ∩ o.
 func (c CPUSet) Intersection(o CPUSet) CPUSet {
 	n := min(len(c.words), len(o.words))

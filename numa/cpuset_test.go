@@ -122,3 +122,32 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestWithWithout(t *testing.T) {
+	for _, tc := range []struct {
+		set     string
+		with    []int
+		without []int
+		want    string
+	}{
+		{"", []int{3}, nil, "3"},
+		{"0-3", []int{64, 130}, []int{1}, "0,2-3,64,130"},
+		{"0-3,64", nil, []int{64, 999}, "0-3"},
+		{"5", []int{5}, []int{5}, ""},
+	} {
+		c, err := Parse(tc.set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.With(tc.with...).Without(tc.without...)
+		if got.String() != tc.want {
+			t.Errorf("%q.With(%v).Without(%v) = %q, want %q", tc.set, tc.with, tc.without, got, tc.want)
+		}
+		if want, _ := Parse(tc.want); !got.Equal(want) {
+			t.Errorf("%q.With(%v).Without(%v) is not equal to Parse(%q)", tc.set, tc.with, tc.without, tc.want)
+		}
+		if c.String() != func() string { d, _ := Parse(tc.set); return d.String() }() {
+			t.Errorf("With/Without changed their receiver %q", tc.set)
+		}
+	}
+}

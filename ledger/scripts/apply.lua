@@ -22,6 +22,9 @@
 --   counters as field,value pairs), {0} when there is no such claim, {2}
 --   when the token did not match (nothing released).
 local topo, pinsKey, claimsKey, usageKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- Locals: a global lookup per use adds up over a batch.
+local ARGV, call, tonumber, unpack, ipairs, pairs = ARGV, redis.call, tonumber, unpack, ipairs, pairs
+local find, sub, match, gmatch, concat = string.find, string.sub, string.match, string.gmatch, table.concat
 
 -- Lua's unpack takes a few thousand values at most; big batches of big
 -- guests are read and written in slices.
@@ -34,7 +37,7 @@ end
 local function hmget(key, names)
   local out = {}
   each_slice(names, function(...)
-    local got = redis.call('HMGET', key, ...)
+    local got = call('HMGET', key, ...)
     for j = 1, #got do
       out[#out + 1] = got[j]
     end
@@ -50,18 +53,21 @@ local function undo(record)
   if u then
     return u
   end
-  u = {cpus = {}, deltas = {}}
+  u = {cpus = {}, fields = {}, counts = {}}
   -- A plain search (a pattern would be tried at every position): inside a
   -- JSON string a quote is escaped, so only the member itself matches.
-  local at = string.find(record, ',"undo":"', 1, true)
-  if at and string.sub(record, -2) == '"}' then
-    local list, counts
-    u.token, list, counts = string.match(string.sub(record, at + 9, -3), '^([^|]*)|([^|]*)|(.*)$')
-    for cpu in string.gmatch(list, '[^,]+') do
-      u.cpus[#u.cpus + 1] = cpu
+  local at = find(record, ',"undo":"', 1, true)
+  local bar1 = at and find(record, '|', at + 9, true)
+  local bar2 = bar1 and find(record, '|', bar1 + 1, true)
+  if bar2 and sub(record, -2) == '"}' then
+    u.token = sub(record, at + 9, bar1 - 1)
+    local cpus, fields, counts = u.cpus, u.fields, u.counts
+    for cpu in gmatch(sub(record, bar1 + 1, bar2 - 1), '%d+') do
+      cpus[#cpus + 1] = cpu
     end
-    for f, n in string.gmatch(counts, '([^,]+),([^,]+)') do
-      u.deltas[#u.deltas + 1] = {f, tonumber(n)}
+    for f, n in gmatch(sub(record, bar2 + 1, -3), '([^,]+),(%d+)') do
+      fields[#fields + 1] = f
+      counts[#counts + 1] = tonumber(n)
     end
   else
     -- A record without an undo entry predates them: read it from the JSON.
@@ -69,8 +75,8 @@ local function undo(record)
     u.token = claim.token
     for _, cu in ipairs(claim.usage) do
       -- Pinned CPUs are stored in cpuset-list form, e.g. "0-3,8".
-      for part in string.gmatch(cu.pinned_cpus or '', '[^,]+') do
-        local lo, hi = string.match(part, '^(%d+)-(%d+)$')
+      for part in gmatch(cu.pinned_cpus or '', '[^,]+') do
+        local lo, hi = match(part, '^(%d+)-(%d+)$')
         if lo then
           for c = tonumber(lo), tonumber(hi) do
             u.cpus[#u.cpus + 1] = tostring(c)
@@ -82,7 +88,8 @@ local function undo(record)
       local cell = tostring(cu.cell)
       local function add(field, n)
         if n ~= nil and n ~= 0 then
-          u.deltas[#u.deltas + 1] = {field, n}
+          u.fields[#u.fields + 1] = field
+          u.counts[#u.counts + 1] = n
         end
       end
       add(cell .. ':mem', cu.memory_mb)
@@ -114,7 +121,7 @@ end
 -- Read everything the batch can touch, once: each redis.call costs more
 -- than the Lua around it. recs, owners and used hold the host's state as
 -- the operations change it (false: none); dirty says what to write back.
-local t = redis.call('HMGET', topo, 'gen', 'rev')
+local t = call('HMGET', topo, 'gen', 'rev')
 local gen, rev = t[1], tonumber(t[2]) or 0
 local recs, owners, used = {}, {}, {}
 local ids, seen = {}, {}
@@ -154,8 +161,8 @@ for _, o in ipairs(ops) do
     for _, cpu in ipairs(u.cpus) do
       want_cpu(cpu)
     end
-    for _, d in ipairs(u.deltas) do
-      want_field(d[1])
+    for _, f in ipairs(u.fields) do
+      want_field(f)
     end
   end
 end
@@ -248,17 +255,19 @@ local function release(o)
   end
   -- Usage never goes below zero.
   local counters = {}
-  for _, d in ipairs(u.deltas) do
-    local left = math.max(0, used[d[1]] - d[2])
-    used[d[1]] = left
-    dirtyUsage[d[1]] = true
-    counters[#counters + 1] = d[1]
-    counters[#counters + 1] = left
+  for j, f in ipairs(u.fields) do
+    local left = used[f] - u.counts[j]
+    if left < 0 then
+      left = 0
+    end
+    used[f] = left
+    dirtyUsage[f] = true
+    counters[2 * j - 1], counters[2 * j] = f, left
   end
   recs[o.id] = false
   dirtyRecs[o.id] = true
   rev = rev + 1
-  return {1, rev, table.concat(freed, ','), table.concat(counters, ',')}
+  return {1, rev, concat(freed, ','), concat(counters, ',')}
 end
 
 local replies = {}
@@ -283,20 +292,20 @@ local function write(key, dirty, value, counts)
       gone[#gone + 1] = name
     end
   end
-  each_slice(set, function(...) redis.call('HSET', key, ...) end)
-  each_slice(gone, function(...) redis.call('HDEL', key, ...) end)
+  each_slice(set, function(...) call('HSET', key, ...) end)
+  each_slice(gone, function(...) call('HDEL', key, ...) end)
 end
 write(pinsKey, dirtyPins, owners)
 write(usageKey, dirtyUsage, used, true)
 write(claimsKey, dirtyRecs, recs)
 if rev ~= (tonumber(t[2]) or 0) then
-  redis.call('HSET', topo, 'rev', rev)
+  call('HSET', topo, 'rev', rev)
 end
 
 -- Losers get the state as of the end of the batch: the newest there is.
 if #losers > 0 then
-  local pins = table.concat(redis.call('HKEYS', pinsKey), ',')
-  local usage = table.concat(redis.call('HGETALL', usageKey), ',')
+  local pins = concat(call('HKEYS', pinsKey), ',')
+  local usage = concat(call('HGETALL', usageKey), ',')
   for _, reply in ipairs(losers) do
     reply[2], reply[3], reply[4] = rev, pins, usage
   end
