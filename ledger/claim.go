@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pinflow/pinflow/numa"
@@ -244,7 +245,6 @@ type claimCall struct {
 // topology that the field may reach. All of it is computed here so the
 // script decodes no JSON.
 func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
-	rec := c.appendJSON(make([]byte, 0, 1024))
 	type delta struct {
 		n   int64
 		cap string // "" for none
@@ -291,32 +291,37 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	}
 	call.cpus = pinned.List()
 
-	// The undo entry: "token|pCPUs|field,n,field,n", all characters JSON
-	// and Lua patterns take as they are.
-	var undo strings.Builder
-	undo.WriteString(c.Token)
-	undo.WriteByte('|')
+	// The record's last member is the undo entry, so that release finds it
+	// at the end without decoding the JSON; readers ignore it. It is
+	// "token|pCPUs|field,n,field,n": hex, digits, field names and , : |,
+	// which JSON and Lua patterns take as they are.
+	buf := recordBufs.Get().(*[]byte)
+	rec := c.appendJSON((*buf)[:0])
+	rec = append(rec[:len(rec)-1], `,"undo":"`...)
+	rec = append(rec, c.Token...)
+	rec = append(rec, '|')
 	for i, cpu := range call.cpus {
 		if i > 0 {
-			undo.WriteByte(',')
+			rec = append(rec, ',')
 		}
-		undo.WriteString(strconv.Itoa(cpu))
+		rec = strconv.AppendInt(rec, int64(cpu), 10)
 	}
-	undo.WriteByte('|')
+	rec = append(rec, '|')
 	for i, f := range call.fields {
 		if i > 0 {
-			undo.WriteByte(',')
+			rec = append(rec, ',')
 		}
-		undo.WriteString(f)
-		undo.WriteByte(',')
-		undo.WriteString(strconv.FormatInt(deltas[f].n, 10))
+		rec = append(rec, f...)
+		rec = append(rec, ',')
+		rec = strconv.AppendInt(rec, deltas[f].n, 10)
 	}
+	rec = append(rec, `"}`...)
+	record := string(rec)
+	*buf = rec
+	recordBufs.Put(buf)
 
-	// The record's last member is the undo entry, so that release finds it
-	// at the end without decoding the JSON; readers ignore it.
-	rec = append(append(append(rec[:len(rec)-1:len(rec)-1], `,"undo":`...), strconv.Quote(undo.String())...), '}')
 	args := make([]any, 0, 7+len(call.cpus)+3*len(call.fields))
-	args = append(args, "c", c.ID, rec, c.Generation, len(call.cpus))
+	args = append(args, "c", c.ID, record, c.Generation, len(call.cpus))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)
 	}
@@ -327,6 +332,9 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	call.args = args
 	return call, nil
 }
+
+// recordBufs are scratch space for claim records.
+var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 // claimArgs is newClaimCall's argument list alone.
 func claimArgs(h *numa.Host, c *Claim) ([]any, error) {

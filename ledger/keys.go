@@ -66,8 +66,14 @@ type hostKeys struct {
 }
 
 func (l *Ledger) hostKeys(host string) hostKeys {
+	// Made once per host: every claim and release needs them.
+	if k, ok := l.keys.Load(host); ok {
+		return k.(hostKeys)
+	}
 	base := l.prefix + ":host:{" + host + "}:"
-	return hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage"}
+	k := hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage"}
+	l.keys.Store(host, k)
+	return k
 }
 
 // all lists the keys in the order the host scripts take them.

@@ -35,6 +35,7 @@ type Ledger struct {
 	// hosts caches each host's topology and state, so a claim fits without
 	// reading the host first (see hostCache).
 	hosts sync.Map // host name -> *hostCache
+	keys  sync.Map // host name -> hostKeys
 	// batch applies the claims and releases of concurrent callers together.
 	batch *batcher
 }

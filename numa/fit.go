@@ -102,8 +102,10 @@ type cellView struct {
 }
 
 func newCellView(c *Cell) *cellView {
+	n := len(c.Siblings)
+	counts := make([]int, 2*n) // one allocation for both
 	v := &cellView{cell: c, free: c.FreePCPUs(), perCore: c.ThreadsPerCore(),
-		freeInGroup: make([]int, len(c.Siblings)), groupSize: make([]int, len(c.Siblings))}
+		freeInGroup: counts[:n:n], groupSize: counts[n:]}
 	for i, s := range c.Siblings {
 		nf := countIntersection(s, v.free)
 		v.freeInGroup[i], v.groupSize[i] = nf, s.Len()

@@ -29,19 +29,19 @@ local find, sub, match, gmatch, concat = string.find, string.sub, string.match, 
 -- Lua's unpack takes a few thousand values at most; big batches of big
 -- guests are read and written in slices.
 local SLICE = 1000
-local function each_slice(list, fn)
-  for i = 1, #list, SLICE do
-    fn(unpack(list, i, math.min(i + SLICE - 1, #list)))
+local function run(cmd, key, list)
+  if #list <= SLICE then
+    return call(cmd, key, unpack(list))
   end
-end
-local function hmget(key, names)
   local out = {}
-  each_slice(names, function(...)
-    local got = call('HMGET', key, ...)
-    for j = 1, #got do
-      out[#out + 1] = got[j]
+  for i = 1, #list, SLICE do
+    local got = call(cmd, key, unpack(list, i, math.min(i + SLICE - 1, #list)))
+    if type(got) == 'table' then
+      for j = 1, #got do
+        out[#out + 1] = got[j]
+      end
     end
-  end)
+  end
   return out
 end
 
@@ -103,184 +103,193 @@ local function undo(record)
   return u
 end
 
--- Parse the operations.
-local ops, k = {}, 2
-for i = 1, tonumber(ARGV[1]) do
+-- The operations start at ARGV[at[i]] (the claim id); claim[i] says
+-- which kind each is. The code below indexes ARGV directly: every table or
+-- call per operation shows in a batch's time.
+local nops = tonumber(ARGV[1])
+local at, isclaim = {}, {}
+-- recs, owners and used hold the host's state as the operations change
+-- it (false: none); ids, cpus and fields list what to read first.
+local recs, owners, used = {}, {}, {}
+local ids, cpus, fields = {}, {}, {}
+local k = 2
+for i = 1, nops do
+  local id = ARGV[k + 1]
+  at[i] = k + 1
+  if recs[id] == nil then
+    recs[id] = false
+    ids[#ids + 1] = id
+  end
   if ARGV[k] == 'c' then
+    isclaim[i] = true
     local n = tonumber(ARGV[k + 4])
-    local at = k + 5 + n
-    local m = tonumber(ARGV[at])
-    ops[i] = {claim = true, id = ARGV[k + 1], rec = ARGV[k + 2], gen = ARGV[k + 3], cpu = k + 5, n = n, field = at + 1, m = m}
-    k = at + 1 + 3 * m
+    for j = k + 5, k + 4 + n do
+      local cpu = ARGV[j]
+      if owners[cpu] == nil then
+        owners[cpu] = false
+        cpus[#cpus + 1] = cpu
+      end
+    end
+    local mpos = k + 5 + n
+    k = mpos + 1 + 3 * tonumber(ARGV[mpos])
+    for j = mpos + 1, k - 1, 3 do
+      local f = ARGV[j]
+      if used[f] == nil then
+        used[f] = false
+        fields[#fields + 1] = f
+      end
+    end
   else
-    ops[i] = {id = ARGV[k + 1], token = ARGV[k + 2]}
     k = k + 3
   end
 end
 
 -- Read everything the batch can touch, once: each redis.call costs more
--- than the Lua around it. recs, owners and used hold the host's state as
--- the operations change it (false: none); dirty says what to write back.
+-- than the Lua around it.
 local t = call('HMGET', topo, 'gen', 'rev')
-local gen, rev = t[1], tonumber(t[2]) or 0
-local recs, owners, used = {}, {}, {}
-local ids, seen = {}, {}
-for _, o in ipairs(ops) do
-  if not seen[o.id] then
-    seen[o.id] = true
-    ids[#ids + 1] = o.id
-  end
-end
-local got = hmget(claimsKey, ids)
-for j, id in ipairs(ids) do
-  recs[id] = got[j]
-end
-local cpus, fields = {}, {}
-local function want_cpu(cpu)
-  if owners[cpu] == nil then
-    owners[cpu] = false
-    cpus[#cpus + 1] = cpu
-  end
-end
-local function want_field(f)
-  if used[f] == nil then
-    used[f] = false
-    fields[#fields + 1] = f
-  end
-end
-for _, o in ipairs(ops) do
-  if o.claim then
-    for j = o.cpu, o.cpu + o.n - 1 do
-      want_cpu(ARGV[j])
-    end
-    for j = 0, o.m - 1 do
-      want_field(ARGV[o.field + 3 * j])
-    end
-  elseif recs[o.id] then
-    local u = undo(recs[o.id])
+local gen, rev0 = t[1], tonumber(t[2]) or 0
+local rev = rev0
+local got = run('HMGET', claimsKey, ids)
+for j = 1, #ids do
+  local record = got[j]
+  if record then
+    recs[ids[j]] = record
+    -- A release needs what the claim took.
+    local u = undo(record)
     for _, cpu in ipairs(u.cpus) do
-      want_cpu(cpu)
+      if owners[cpu] == nil then
+        owners[cpu] = false
+        cpus[#cpus + 1] = cpu
+      end
     end
     for _, f in ipairs(u.fields) do
-      want_field(f)
+      if used[f] == nil then
+        used[f] = false
+        fields[#fields + 1] = f
+      end
     end
   end
 end
-got = hmget(pinsKey, cpus)
-for j, cpu in ipairs(cpus) do
-  owners[cpu] = got[j]
+if #cpus > 0 then
+  got = run('HMGET', pinsKey, cpus)
+  for j = 1, #cpus do
+    owners[cpus[j]] = got[j]
+  end
 end
-got = hmget(usageKey, fields)
-for j, f in ipairs(fields) do
-  used[f] = tonumber(got[j] or '0')
+if #fields > 0 then
+  got = run('HMGET', usageKey, fields)
+  for j = 1, #fields do
+    used[fields[j]] = tonumber(got[j]) or 0
+  end
 end
 
+-- What changed, to write back: pCPU and usage field names, claim ids.
 local dirtyPins, dirtyUsage, dirtyRecs = {}, {}, {}
 local losers = {}
-
-local function lost(reason, ...)
-  local reply = {reason, 0, '', '', ...}
-  losers[#losers + 1] = reply
-  return reply
-end
-
--- Check everything before changing anything: an operation that fails half
--- way would leave half a claim behind.
-local function claim(o)
-  if recs[o.id] then
-    -- A retried claim gets the first result back.
-    return {'exists', recs[o.id]}
-  end
-  if not gen then
-    return {'nohost'}
-  end
-  -- The caps come from the caller's copy of the topology; they are only
-  -- valid for the generation it fitted against.
-  if gen ~= o.gen then
-    return {'gen', gen}
-  end
-  for j = o.cpu, o.cpu + o.n - 1 do
-    local owner = owners[ARGV[j]]
-    if owner then
-      return lost('taken', ARGV[j], owner)
-    end
-  end
-  for j = 0, o.m - 1 do
-    local at = o.field + 3 * j
-    local cap = ARGV[at + 2]
-    if cap ~= '' and used[ARGV[at]] + tonumber(ARGV[at + 1]) > tonumber(cap) then
-      return lost('full', ARGV[at], tostring(used[ARGV[at]]), ARGV[at + 1], cap)
-    end
-  end
-  for j = o.cpu, o.cpu + o.n - 1 do
-    owners[ARGV[j]] = o.id
-    dirtyPins[ARGV[j]] = true
-  end
-  local reply = {'ok', 0}
-  for j = 0, o.m - 1 do
-    local at = o.field + 3 * j
-    local f = ARGV[at]
-    used[f] = used[f] + tonumber(ARGV[at + 1])
-    dirtyUsage[f] = true
-    reply[j + 3] = used[f]
-  end
-  recs[o.id] = o.rec
-  dirtyRecs[o.id] = true
-  -- rev tells a re-registration that the claims it checked have changed,
-  -- and orders the replies that caches learn the host's state from.
-  rev = rev + 1
-  reply[2] = rev
-  return reply
-end
-
-local function release(o)
-  local record = recs[o.id]
-  if not record then
-    -- Already released, or never made: releasing is idempotent.
-    return {0}
-  end
-  local u = undo(record)
-  if o.token ~= '' and u.token ~= o.token then
-    return {2}
-  end
-  -- Only unpin what this claim owns: a pin is never taken from another
-  -- owner, whatever the record says.
-  local freed = {}
-  for _, cpu in ipairs(u.cpus) do
-    if owners[cpu] == o.id then
-      owners[cpu] = false
-      dirtyPins[cpu] = true
-      freed[#freed + 1] = cpu
-    end
-  end
-  -- Usage never goes below zero.
-  local counters = {}
-  for j, f in ipairs(u.fields) do
-    local left = used[f] - u.counts[j]
-    if left < 0 then
-      left = 0
-    end
-    used[f] = left
-    dirtyUsage[f] = true
-    counters[2 * j - 1], counters[2 * j] = f, left
-  end
-  recs[o.id] = false
-  dirtyRecs[o.id] = true
-  rev = rev + 1
-  return {1, rev, concat(freed, ','), concat(counters, ',')}
-end
-
 local replies = {}
-for i, o in ipairs(ops) do
-  if o.claim then
-    replies[i] = claim(o)
+
+for i = 1, nops do
+  local p = at[i]
+  local id = ARGV[p]
+  local record = recs[id]
+  local reply
+  if isclaim[i] then
+    -- Check everything before changing anything: an operation that
+    -- failed half way would leave half a claim behind.
+    local n = tonumber(ARGV[p + 3])
+    local mpos = p + 4 + n
+    local last = mpos + 3 * tonumber(ARGV[mpos])
+    if record then
+      -- A retried claim gets the first result back.
+      reply = {'exists', record}
+    elseif not gen then
+      reply = {'nohost'}
+    elseif gen ~= ARGV[p + 2] then
+      -- The caps come from the caller's copy of the topology; they are
+      -- only valid for the generation it fitted against.
+      reply = {'gen', gen}
+    else
+      for j = p + 4, mpos - 1 do
+        local owner = owners[ARGV[j]]
+        if owner then
+          reply = {'taken', 0, '', '', ARGV[j], owner}
+          break
+        end
+      end
+      if not reply then
+        for j = mpos + 1, last, 3 do
+          local cap = ARGV[j + 2]
+          if cap ~= '' and used[ARGV[j]] + tonumber(ARGV[j + 1]) > tonumber(cap) then
+            reply = {'full', 0, '', '', ARGV[j], tostring(used[ARGV[j]]), ARGV[j + 1], cap}
+            break
+          end
+        end
+      end
+      if reply then
+        losers[#losers + 1] = reply
+      else
+        for j = p + 4, mpos - 1 do
+          local cpu = ARGV[j]
+          owners[cpu] = id
+          dirtyPins[cpu] = true
+        end
+        -- rev tells a re-registration that the claims it checked have
+        -- changed, and orders the replies caches learn the host from.
+        rev = rev + 1
+        reply = {'ok', rev}
+        for j = mpos + 1, last, 3 do
+          local f = ARGV[j]
+          local v = used[f] + tonumber(ARGV[j + 1])
+          used[f] = v
+          dirtyUsage[f] = true
+          reply[#reply + 1] = v
+        end
+        recs[id] = ARGV[p + 1]
+        dirtyRecs[id] = true
+      end
+    end
+  elseif not record then
+    -- Already released, or never made: releasing is idempotent.
+    reply = {0}
   else
-    replies[i] = release(o)
+    local u = undo(record)
+    local token = ARGV[p + 1]
+    if token ~= '' and u.token ~= token then
+      reply = {2}
+    else
+      -- Only unpin what this claim owns: a pin is never taken from
+      -- another owner, whatever the record says.
+      local freed = {}
+      for _, cpu in ipairs(u.cpus) do
+        if owners[cpu] == id then
+          owners[cpu] = false
+          dirtyPins[cpu] = true
+          freed[#freed + 1] = cpu
+        end
+      end
+      -- Usage never goes below zero.
+      local counters = {}
+      local counts = u.counts
+      for j, f in ipairs(u.fields) do
+        local left = used[f] - counts[j]
+        if left < 0 then
+          left = 0
+        end
+        used[f] = left
+        dirtyUsage[f] = true
+        counters[2 * j - 1], counters[2 * j] = f, left
+      end
+      recs[id] = false
+      dirtyRecs[id] = true
+      rev = rev + 1
+      reply = {1, rev, concat(freed, ','), concat(counters, ',')}
+    end
   end
+  replies[i] = reply
 end
 
--- Write back what changed: one HSET and one HDEL per key. A usage field at
--- zero is removed, so an empty host has no usage key at all.
+-- Write back what changed: at most one HSET and one HDEL per key. A usage
+-- field at zero is removed, so an empty host has no usage key at all.
 local function write(key, dirty, value, counts)
   local set, gone = {}, {}
   for name in pairs(dirty) do
@@ -292,13 +301,17 @@ local function write(key, dirty, value, counts)
       gone[#gone + 1] = name
     end
   end
-  each_slice(set, function(...) call('HSET', key, ...) end)
-  each_slice(gone, function(...) call('HDEL', key, ...) end)
+  if #set > 0 then
+    run('HSET', key, set)
+  end
+  if #gone > 0 then
+    run('HDEL', key, gone)
+  end
 end
 write(pinsKey, dirtyPins, owners)
 write(usageKey, dirtyUsage, used, true)
 write(claimsKey, dirtyRecs, recs)
-if rev ~= (tonumber(t[2]) or 0) then
+if rev ~= rev0 then
   call('HSET', topo, 'rev', rev)
 end
 
