@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -204,11 +205,48 @@ func cpuIDs(keys []string) []int {
 }
 
 // usageField names a usage hash field: "<cell>:mem", "<cell>:shared" or
-// "<cell>:pages:<size KiB>".
-func usageField(cell int, what string) string { return strconv.Itoa(cell) + ":" + what }
+// "<cell>:pages:<size KiB>". Every claim and release names a few, so the
+// names of the usual cells and page sizes are made once.
+func usageField(cell int, what string) string {
+	if cell >= 0 && cell < len(memFields) {
+		switch what {
+		case "mem":
+			return memFields[cell]
+		case "shared":
+			return sharedFields[cell]
+		}
+	}
+	return strconv.Itoa(cell) + ":" + what
+}
 
 func pagesField(cell int, sizeKB int64) string {
-	return strconv.Itoa(cell) + ":pages:" + strconv.FormatInt(sizeKB, 10)
+	key := [2]int64{int64(cell), sizeKB}
+	pageFieldsMu.RLock()
+	f, ok := pageFields[key]
+	pageFieldsMu.RUnlock()
+	if ok {
+		return f
+	}
+	f = strconv.Itoa(cell) + ":pages:" + strconv.FormatInt(sizeKB, 10)
+	pageFieldsMu.Lock()
+	if len(pageFields) < 4096 {
+		pageFields[key] = f
+	}
+	pageFieldsMu.Unlock()
+	return f
+}
+
+var (
+	memFields, sharedFields [64]string
+	pageFieldsMu            sync.RWMutex
+	pageFields              = map[[2]int64]string{}
+)
+
+func init() {
+	for i := range memFields {
+		memFields[i] = strconv.Itoa(i) + ":mem"
+		sharedFields[i] = strconv.Itoa(i) + ":shared"
+	}
 }
 
 // compose applies the ledger's pins and usage counters to a topology.

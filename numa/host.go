@@ -2,7 +2,6 @@ package numa
 
 import (
 	"fmt"
-	"sort"
 )
 
 // Host is a hypervisor host's NUMA topology together with its current usage.
@@ -185,27 +184,42 @@ func (h *Host) Validate() error {
 // first unless the host packs. The sorts are stable, so ties keep the
 // previous order, exactly as Nova's successive sorted() calls.
 func (h *Host) sortedCellOrder(pinned bool) []int {
-	order := make([]int, len(h.Cells))
+	n := len(h.Cells)
+	order := make([]int, n)
+	keys := make([]int64, n)
 	for i := range order {
 		order[i] = i
 	}
 	pack := h.PackCells
 	// Python's sorted(reverse=True) keeps equal elements in their original
-	// order, so a descending sort is a stable sort on the negated key.
-	sortBy := func(key func(*Cell) int64, descending bool) {
-		sort.SliceStable(order, func(a, b int) bool {
-			ka, kb := key(&h.Cells[order[a]]), key(&h.Cells[order[b]])
-			if descending {
-				return ka > kb
+	// order, so a descending sort is a stable sort on the negated key. An
+	// insertion sort is stable, and hosts have a handful of cells.
+	sortBy := func(descending bool) {
+		for i := 1; i < n; i++ {
+			for j := i; j > 0; j-- {
+				ka, kb := keys[order[j-1]], keys[order[j]]
+				if descending {
+					ka, kb = -ka, -kb
+				}
+				if ka <= kb {
+					break
+				}
+				order[j-1], order[j] = order[j], order[j-1]
 			}
-			return ka < kb
-		})
+		}
 	}
-	sortBy(func(c *Cell) int64 { return c.AvailMemoryMB() }, !pack)
-	if pinned {
-		sortBy(func(c *Cell) int64 { return int64(c.FreePCPUs().Len()) }, !pack)
-	} else {
-		sortBy(func(c *Cell) int64 { return int64(c.CPUUsage) }, pack)
+	for i := range h.Cells {
+		keys[i] = h.Cells[i].AvailMemoryMB()
 	}
+	sortBy(!pack)
+	for i := range h.Cells {
+		c := &h.Cells[i]
+		if pinned {
+			keys[i] = int64(c.PCPUs.Len() - countIntersection(c.PCPUs, c.PinnedCPUs))
+		} else {
+			keys[i] = int64(c.CPUUsage)
+		}
+	}
+	sortBy(pinned != pack)
 	return order
 }
