@@ -100,7 +100,11 @@ func BenchmarkClaimRelease(b *testing.B) {
 				b.ReportMetric(float64(p99.Microseconds()), "p99-claim-µs")
 			}
 			if _, ok := ceilings[clients]; !ok {
-				ceilings[clients] = evalshaCeiling(b, rdb, srv.Port, clients)
+				// The best of three runs: on a shared machine a single run
+				// can come out low, which would flatter the ratio.
+				for range 3 {
+					ceilings[clients] = max(ceilings[clients], evalshaCeiling(b, rdb, srv.Port, clients))
+				}
 			}
 			if ceil := ceilings[clients]; ceil > 0 {
 				b.ReportMetric(ceil, "ceiling/s")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -191,41 +190,54 @@ func TestReRegistrationInvalidatesCache(t *testing.T) {
 	}
 }
 
-// TestReleaseRecordWithoutUndo releases a claim whose record has no undo
-// entry, as records written before undo entries existed: the release reads
-// the JSON and frees exactly the same.
+// TestReleaseRecordWithoutUndo releases claims whose records were written
+// before the undo hash: one whose undo entry is the record's last member,
+// and one with no undo entry at all, whose JSON the release reads. Both
+// free exactly what they took, and only with their token.
 func TestReleaseRecordWithoutUndo(t *testing.T) {
 	ctx := context.Background()
 	l, rdb, _ := newLedger(t)
 	register(t, l, "h1", testHost(2, 8))
 	empty := snapshot(t, l, "h1")
-	c, err := l.Claim(ctx, spec("c1", "h1", dedicated(t, 3, 1024, "hw:mem_page_size", "2048")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	k := l.hostKeys("h1")
-	rec, err := rdb.HGet(ctx, k.claims, "c1").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasSuffix(rec, `,"undo":"`+c.Token+`|0,1,2|0:mem,1024,0:pages:2048,512"}`) {
-		t.Errorf("claim record ends %q, want the undo entry of token, pCPUs 0-2, 1024 MiB and 512 2 MiB pages", rec[max(0, len(rec)-80):])
-	}
-	old, err := jsonClaim(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.HSet(ctx, k.claims, "c1", old).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := l.ReleaseIfToken(ctx, "h1", "c1", "0123456789abcdef0123456789abcdef"); err != nil || ok {
-		t.Errorf("ReleaseIfToken(c1, wrong token) of a record without undo entry = %v, %v; want false, nil", ok, err)
-	}
-	if ok, err := l.ReleaseIfToken(ctx, "h1", "c1", c.Token); err != nil || !ok {
-		t.Fatalf("ReleaseIfToken(c1) of a record without undo entry = %v, %v; want true, nil", ok, err)
-	}
-	if diff := diffSnapshots(empty, snapshot(t, l, "h1")); diff != "" {
-		t.Errorf("after releasing a record without undo entry (-empty +after):\n%s", diff)
+	req := dedicated(t, 3, 1024, "hw:mem_page_size", "2048")
+	for _, old := range []string{"undo member", "json"} {
+		c, err := l.Claim(ctx, spec("c1", "h1", req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		entry, err := rdb.HGet(ctx, k.undo, "c1").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := c.Token + "|0,1,2|0:mem,1024,0:pages:2048,512"; entry != want {
+			t.Errorf("undo entry of c1 = %q, want %q: token, pCPUs 0-2, 1024 MiB and 512 2 MiB pages", entry, want)
+		}
+		rec, err := jsonClaim(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored, _ := rdb.HGet(ctx, k.claims, "c1").Result(); stored != rec {
+			t.Errorf("stored record of c1 = %s, want the plain JSON %s", stored, rec)
+		}
+		if old == "undo member" {
+			rec = rec[:len(rec)-1] + `,"undo":"` + entry + `"}`
+		}
+		if err := rdb.HSet(ctx, k.claims, "c1", rec).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.HDel(ctx, k.undo, "c1").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := l.ReleaseIfToken(ctx, "h1", "c1", "0123456789abcdef0123456789abcdef"); err != nil || ok {
+			t.Errorf("%s: ReleaseIfToken(c1, wrong token) = %v, %v; want false, nil", old, ok, err)
+		}
+		if ok, err := l.ReleaseIfToken(ctx, "h1", "c1", c.Token); err != nil || !ok {
+			t.Fatalf("%s: ReleaseIfToken(c1) = %v, %v; want true, nil", old, ok, err)
+		}
+		if diff := diffSnapshots(empty, snapshot(t, l, "h1")); diff != "" {
+			t.Errorf("%s: after the release (-empty +after):\n%s", old, diff)
+		}
 	}
 }
 

@@ -291,37 +291,33 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	}
 	call.cpus = pinned.List()
 
-	// The record's last member is the undo entry, so that release finds it
-	// at the end without decoding the JSON; readers ignore it. It is
-	// "token|pCPUs|field,n,field,n": hex, digits, field names and , : |,
-	// which JSON and Lua patterns take as they are.
+	// The undo entry says what the claim took, "token|pCPUs|field,n,...",
+	// so that a release reads neither the record nor any JSON.
 	buf := recordBufs.Get().(*[]byte)
-	rec := c.appendJSON((*buf)[:0])
-	rec = append(rec[:len(rec)-1], `,"undo":"`...)
-	rec = append(rec, c.Token...)
-	rec = append(rec, '|')
+	e := append((*buf)[:0], c.Token...)
+	e = append(e, '|')
 	for i, cpu := range call.cpus {
 		if i > 0 {
-			rec = append(rec, ',')
+			e = append(e, ',')
 		}
-		rec = strconv.AppendInt(rec, int64(cpu), 10)
+		e = strconv.AppendInt(e, int64(cpu), 10)
 	}
-	rec = append(rec, '|')
+	e = append(e, '|')
 	for i, f := range call.fields {
 		if i > 0 {
-			rec = append(rec, ',')
+			e = append(e, ',')
 		}
-		rec = append(rec, f...)
-		rec = append(rec, ',')
-		rec = strconv.AppendInt(rec, deltas[f].n, 10)
+		e = append(e, f...)
+		e = append(e, ',')
+		e = strconv.AppendInt(e, deltas[f].n, 10)
 	}
-	rec = append(rec, `"}`...)
-	record := string(rec)
-	*buf = rec
+	entry := string(e)
+	record := string(c.appendJSON(e[:0]))
+	*buf = e[:0]
 	recordBufs.Put(buf)
 
-	args := make([]any, 0, 7+len(call.cpus)+3*len(call.fields))
-	args = append(args, "c", c.ID, record, c.Generation, len(call.cpus))
+	args := make([]any, 0, 8+len(call.cpus)+3*len(call.fields))
+	args = append(args, "c", c.ID, record, entry, c.Generation, len(call.cpus))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)
 	}

@@ -9,8 +9,9 @@
 //
 //	<prefix>:host:{h}:topo    hash: topology (JSON, no usage), digest, gen, rev
 //	<prefix>:host:{h}:pins    hash: pCPU -> claim id, the single owner of each pCPU
-//	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON, ending in its undo entry)
+//	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON)
 //	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB> -> count in use
+//	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
 //	<prefix>:inst:{uuid}      hash: one instance record
 //	<prefix>:hosts            set: registered host names
 //
@@ -22,17 +23,25 @@
 //
 // # Claims
 //
-// Claim fits a request on this process's cached view of the host, then one
-// Lua script checks that every chosen pCPU is unowned, strict pages are
-// free, dedicated cells do not overcommit memory and the generation is
-// unchanged, and writes the pins, usage and claim record together. The script is the only judge: a stale view costs a lost race,
+// Claim fits a request on this process's cached view of the host (its
+// last observed state plus its own claims in flight), then the apply
+// script checks that every chosen pCPU is unowned, strict pages are free,
+// dedicated cells do not overcommit memory and the generation is
+// unchanged, and writes the pins, usage, claim record and undo entry
+// together. The script is the only judge: a stale view costs a lost race,
 // whose reply carries the host's state for the retry (bounded), never a
 // wrong claim; a refusal (no fit, a pCPU taken) is only reported after
 // fitting on state read from Redis. A retried claim id returns the first
-// result. Release frees exactly what the claim took, which the record's
-// last member, "undo":"token|pCPUs|field,n,...", says without any JSON to
-// decode; releasing a claim that is gone succeeds. ReleaseIfToken is
-// compare-and-delete on the claim's random token, for reconciliation.
+// result. Release frees exactly what the claim took, which its undo entry
+// says without any JSON to decode (records written before undo entries
+// are read as JSON); releasing a claim that is gone succeeds.
+// ReleaseIfToken is compare-and-delete on the claim's random token, for
+// reconciliation.
+//
+// Concurrent claims and releases of one process on one host go to Redis
+// together, as one apply script (group commit): each is still applied
+// whole or not at all, in order, but the batch shares one round trip and
+// one read and write of each key. Under load a batch carries dozens.
 //
 // # Instance records and crash safety
 //

@@ -319,6 +319,9 @@ type Snapshot struct {
 	Usage []CellLoad `json:"usage"`
 	// Claims are ordered by id.
 	Claims []Claim `json:"claims"`
+	// Undo holds each claim's undo entry, what its release gives back,
+	// for Verify; records older than the entries have none.
+	Undo map[string]string `json:"-"`
 }
 
 // Snapshot reads a host's topology, pins, usage and claims in one atomic
@@ -329,12 +332,13 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 		return nil, fmt.Errorf("ledger: snapshot: %w", err)
 	}
 	k := l.hostKeys(name)
-	var topo, pins, usage, claims *redis.MapStringStringCmd
+	var topo, pins, usage, claims, undo *redis.MapStringStringCmd
 	if _, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		topo = p.HGetAll(ctx, k.topo)
 		pins = p.HGetAll(ctx, k.pins)
 		usage = p.HGetAll(ctx, k.usage)
 		claims = p.HGetAll(ctx, k.claims)
+		undo = p.HGetAll(ctx, k.undo)
 		return nil
 	}); err != nil {
 		return nil, wrap(err)
@@ -343,7 +347,7 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	if t["topology"] == "" {
 		return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, name))
 	}
-	s := &Snapshot{Host: name}
+	s := &Snapshot{Host: name, Undo: undo.Val()}
 	var err error
 	if s.Generation, err = strconv.ParseInt(t["gen"], 10, 64); err != nil {
 		return nil, wrap(fmt.Errorf("stored generation %q is not a number", t["gen"]))

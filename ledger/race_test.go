@@ -163,6 +163,11 @@ func TestVerifyFindsCorruption(t *testing.T) {
 		{"memory counter off", func(p redis.Pipeliner) { p.HIncrBy(ctx, k.usage, "0:mem", 1) }},
 		{"page counter off", func(p redis.Pipeliner) { p.HIncrBy(ctx, k.usage, "0:pages:2048", 3) }},
 		{"usage on a cell without claims", func(p redis.Pipeliner) { p.HSet(ctx, k.usage, "5:mem", 10) }},
+		{"undo entry frees other pCPUs", func(p redis.Pipeliner) { p.HSet(ctx, k.undo, "c1", c1.Token+"|6,7|0:mem,512") }},
+		{"undo entry with another token", func(p redis.Pipeliner) {
+			p.HSet(ctx, k.undo, "c1", "other|"+c1.Usage[0].PinnedCPUs.String()+"|0:mem,512,0:pages:4,"+itoa(int(c1.Usage[0].Pages)))
+		}},
+		{"undo entry of no claim", func(p redis.Pipeliner) { p.HSet(ctx, k.undo, "ghost", "t|6|0:mem,1") }},
 		{"two claims on one pCPU", func(p redis.Pipeliner) {
 			c := *c1
 			c.ID = "c3"
@@ -173,7 +178,7 @@ func TestVerifyFindsCorruption(t *testing.T) {
 		}},
 	} {
 		saved := map[string][]byte{}
-		for _, key := range []string{k.pins, k.usage, k.claims} {
+		for _, key := range []string{k.pins, k.usage, k.claims, k.undo} {
 			d, err := rdb.Dump(ctx, key).Bytes()
 			if err != nil {
 				t.Fatal(err)

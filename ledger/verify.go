@@ -3,12 +3,17 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/pinflow/pinflow/numa"
 )
 
 // Verify checks the snapshot's invariants and returns every violation
 // found: no pCPU in two claims; the pins are exactly the claims' pCPUs,
 // each owned by its claim; every claim's pCPUs are pinnable CPUs of the
-// cell it names; the usage counters are the sums of the claims' usage.
+// cell it names; the usage counters are the sums of the claims' usage;
+// each undo entry belongs to a claim and says what the claim took.
 // The scripts keep these true; Verify is how the audit and the tests see
 // that they did.
 func (s *Snapshot) Verify() error {
@@ -86,5 +91,52 @@ func (s *Snapshot) Verify() error {
 			bad("cell %d usage is %+v without any claim", cell, g)
 		}
 	}
+	byID := make(map[string]*Claim, len(s.Claims))
+	for i := range s.Claims {
+		byID[s.Claims[i].ID] = &s.Claims[i]
+	}
+	for id, entry := range s.Undo {
+		c := byID[id]
+		if c == nil {
+			bad("undo entry %q of %s has no claim record", entry, id)
+			continue
+		}
+		if err := checkUndo(c, entry); err != nil {
+			bad("claim %s: %v", id, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// checkUndo compares an undo entry, "token|pCPUs|field,n,...", with what
+// its claim says it took: a release frees what the entry says.
+func checkUndo(c *Claim, entry string) error {
+	parts := strings.Split(entry, "|")
+	if len(parts) != 3 {
+		return fmt.Errorf("undo entry %q is not token|pCPUs|counters", entry)
+	}
+	if parts[0] != c.Token {
+		return fmt.Errorf("undo entry has token %q, the record %q", parts[0], c.Token)
+	}
+	var cpus numa.CPUSet
+	want := map[string]int64{}
+	for _, u := range c.Usage {
+		cpus = cpus.Union(u.PinnedCPUs)
+		if u.MemoryMB != 0 {
+			want[usageField(u.Cell, "mem")] += u.MemoryMB
+		}
+		if u.SharedCPUs != 0 {
+			want[usageField(u.Cell, "shared")] += int64(u.SharedCPUs)
+		}
+		if u.Pages != 0 && u.PageSizeKB != 0 {
+			want[pagesField(u.Cell, u.PageSizeKB)] += u.Pages
+		}
+	}
+	if got := numa.NewCPUSet(parseCPUList(parts[1])...); !got.Equal(cpus) {
+		return fmt.Errorf("undo entry frees pCPUs %s, the record pins %s", got, cpus)
+	}
+	if got := parseCounters(parts[2]); !maps.Equal(got, want) {
+		return fmt.Errorf("undo entry gives back %v, the record took %v", got, want)
+	}
+	return nil
 }

@@ -3,11 +3,11 @@
 -- script (group commit): its reads and writes are paid once per batch, not
 -- once per operation. Every operation sees the changes of those before it,
 -- exactly as if each were a script of its own.
--- KEYS: topo, pins, claims, usage
+-- KEYS: topo, pins, claims, usage, undo
 -- ARGV: the number of operations, then each operation:
---   'c', claim id, claim record (JSON ending in its undo entry, see below),
---        the topology generation the caller fitted against, n, n pCPU ids,
---        m, then m times: usage field, amount to add, and the cap the field
+--   'c', claim id, claim record (JSON), undo entry (see below), the
+--        topology generation the caller fitted against, n, n pCPU ids, m,
+--        then m times: usage field, amount to add, and the cap the field
 --        may reach or '' for none
 --   'r', claim id, token ('' releases whatever the token)
 -- Returns one reply per operation.
@@ -21,7 +21,12 @@
 --   A release: {1, rev, freed pCPUs, changed counters} (comma-joined, the
 --   counters as field,value pairs), {0} when there is no such claim, {2}
 --   when the token did not match (nothing released).
-local topo, pinsKey, claimsKey, usageKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+--
+-- The undo hash holds, beside each claim record, what the claim took:
+-- "token|pCPUs|field,n,field,n". A release reads that short entry instead
+-- of the record: every string that enters Lua is hashed byte by byte, and
+-- a record is a hundred times longer.
+local topo, pinsKey, claimsKey, usageKey, undoKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 -- Locals: a global lookup per use adds up over a batch.
 local ARGV, call, tonumber, unpack, ipairs, pairs = ARGV, redis.call, tonumber, unpack, ipairs, pairs
 local find, sub, match, gmatch, concat = string.find, string.sub, string.match, string.gmatch, table.concat
@@ -45,92 +50,98 @@ local function run(cmd, key, list)
   return out
 end
 
--- A claim record ends in its undo entry, "undo":"token|pCPUs|field,n,...":
--- what the claim took, so a release decodes no JSON.
-local undone = {}
-local function undo(record)
-  local u = undone[record]
-  if u then
-    return u
+-- parse reads an undo entry, "token|pCPUs|field,n,...", into
+-- {token, cpus, fields, counts}; nil if it is not one.
+local function parse(entry, from, to)
+  local bar1 = find(entry, '|', from, true)
+  local bar2 = bar1 and find(entry, '|', bar1 + 1, true)
+  if not bar2 or bar2 > to then
+    return nil
   end
-  u = {cpus = {}, fields = {}, counts = {}}
-  -- A plain search (a pattern would be tried at every position): inside a
-  -- JSON string a quote is escaped, so only the member itself matches.
-  local at = find(record, ',"undo":"', 1, true)
-  local bar1 = at and find(record, '|', at + 9, true)
-  local bar2 = bar1 and find(record, '|', bar1 + 1, true)
-  if bar2 and sub(record, -2) == '"}' then
-    u.token = sub(record, at + 9, bar1 - 1)
-    local cpus, fields, counts = u.cpus, u.fields, u.counts
-    for cpu in gmatch(sub(record, bar1 + 1, bar2 - 1), '%d+') do
-      cpus[#cpus + 1] = cpu
-    end
-    for f, n in gmatch(sub(record, bar2 + 1, -3), '([^,]+),(%d+)') do
-      fields[#fields + 1] = f
-      counts[#counts + 1] = tonumber(n)
-    end
-  else
-    -- A record without an undo entry predates them: read it from the JSON.
-    local claim = cjson.decode(record)
-    u.token = claim.token
-    for _, cu in ipairs(claim.usage) do
-      -- Pinned CPUs are stored in cpuset-list form, e.g. "0-3,8".
-      for part in gmatch(cu.pinned_cpus or '', '[^,]+') do
-        local lo, hi = match(part, '^(%d+)-(%d+)$')
-        if lo then
-          for c = tonumber(lo), tonumber(hi) do
-            u.cpus[#u.cpus + 1] = tostring(c)
-          end
-        else
-          u.cpus[#u.cpus + 1] = part
-        end
-      end
-      local cell = tostring(cu.cell)
-      local function add(field, n)
-        if n ~= nil and n ~= 0 then
-          u.fields[#u.fields + 1] = field
-          u.counts[#u.counts + 1] = n
-        end
-      end
-      add(cell .. ':mem', cu.memory_mb)
-      add(cell .. ':shared', cu.shared_cpus)
-      if cu.page_size_kb and cu.page_size_kb ~= 0 then
-        add(cell .. ':pages:' .. string.format('%d', cu.page_size_kb), cu.pages)
-      end
-    end
+  local u = {token = sub(entry, from, bar1 - 1), cpus = {}, fields = {}, counts = {}}
+  local cpus, fields, counts = u.cpus, u.fields, u.counts
+  for cpu in gmatch(sub(entry, bar1 + 1, bar2 - 1), '%d+') do
+    cpus[#cpus + 1] = cpu
   end
-  undone[record] = u
+  for f, n in gmatch(sub(entry, bar2 + 1, to), '([^,]+),(%d+)') do
+    fields[#fields + 1] = f
+    counts[#counts + 1] = tonumber(n)
+  end
   return u
 end
 
--- The operations start at ARGV[at[i]] (the claim id); claim[i] says
+-- legacy reads what a claim took from a record written before the undo
+-- hash: from the undo member at its end, or else from its JSON.
+local function legacy(record)
+  -- A plain search (a pattern would be tried at every position): inside a
+  -- JSON string a quote is escaped, so only the member itself matches.
+  local at = find(record, ',"undo":"', 1, true)
+  if at and sub(record, -2) == '"}' then
+    local u = parse(record, at + 9, #record - 2)
+    if u then
+      return u
+    end
+  end
+  local claim = cjson.decode(record)
+  local u = {token = claim.token, cpus = {}, fields = {}, counts = {}}
+  for _, cu in ipairs(claim.usage) do
+    -- Pinned CPUs are stored in cpuset-list form, e.g. "0-3,8".
+    for part in gmatch(cu.pinned_cpus or '', '[^,]+') do
+      local lo, hi = match(part, '^(%d+)-(%d+)$')
+      if lo then
+        for c = tonumber(lo), tonumber(hi) do
+          u.cpus[#u.cpus + 1] = tostring(c)
+        end
+      else
+        u.cpus[#u.cpus + 1] = part
+      end
+    end
+    local cell = tostring(cu.cell)
+    local function add(field, n)
+      if n ~= nil and n ~= 0 then
+        u.fields[#u.fields + 1] = field
+        u.counts[#u.counts + 1] = n
+      end
+    end
+    add(cell .. ':mem', cu.memory_mb)
+    add(cell .. ':shared', cu.shared_cpus)
+    if cu.page_size_kb and cu.page_size_kb ~= 0 then
+      add(cell .. ':pages:' .. string.format('%d', cu.page_size_kb), cu.pages)
+    end
+  end
+  return u
+end
+
+-- The operations start at ARGV[at[i]] (the claim id); isclaim[i] says
 -- which kind each is. The code below indexes ARGV directly: every table or
 -- call per operation shows in a batch's time.
 local nops = tonumber(ARGV[1])
 local at, isclaim = {}, {}
--- recs, owners and used hold the host's state as the operations change
--- it (false: none); ids, cpus and fields list what to read first.
-local recs, owners, used = {}, {}, {}
+-- held maps each claim id to what it holds (its parsed undo entry) or
+-- false, owners each pCPU to its claim or false, used each counter to its
+-- value, all as the operations change them; ids, cpus and fields list what
+-- to read first.
+local held, owners, used = {}, {}, {}
 local ids, cpus, fields = {}, {}, {}
 local k = 2
 for i = 1, nops do
   local id = ARGV[k + 1]
   at[i] = k + 1
-  if recs[id] == nil then
-    recs[id] = false
+  if held[id] == nil then
+    held[id] = false
     ids[#ids + 1] = id
   end
   if ARGV[k] == 'c' then
     isclaim[i] = true
-    local n = tonumber(ARGV[k + 4])
-    for j = k + 5, k + 4 + n do
+    local n = tonumber(ARGV[k + 5])
+    for j = k + 6, k + 5 + n do
       local cpu = ARGV[j]
       if owners[cpu] == nil then
         owners[cpu] = false
         cpus[#cpus + 1] = cpu
       end
     end
-    local mpos = k + 5 + n
+    local mpos = k + 6 + n
     k = mpos + 1 + 3 * tonumber(ARGV[mpos])
     for j = mpos + 1, k - 1, 3 do
       local f = ARGV[j]
@@ -149,13 +160,28 @@ end
 local t = call('HMGET', topo, 'gen', 'rev')
 local gen, rev0 = t[1], tonumber(t[2]) or 0
 local rev = rev0
-local got = run('HMGET', claimsKey, ids)
+local got = run('HMGET', undoKey, ids)
+local missing = {}
 for j = 1, #ids do
-  local record = got[j]
-  if record then
-    recs[ids[j]] = record
-    -- A release needs what the claim took.
-    local u = undo(record)
+  local entry = got[j]
+  if entry then
+    held[ids[j]] = parse(entry, 1, #entry) or {token = '', cpus = {}, fields = {}, counts = {}}
+  else
+    missing[#missing + 1] = ids[j]
+  end
+end
+-- A record without an undo entry was written before there were any.
+if #missing > 0 then
+  got = run('HMGET', claimsKey, missing)
+  for j = 1, #missing do
+    if got[j] then
+      held[missing[j]] = legacy(got[j])
+    end
+  end
+end
+for _, id in ipairs(ids) do
+  local u = held[id]
+  if u then
     for _, cpu in ipairs(u.cpus) do
       if owners[cpu] == nil then
         owners[cpu] = false
@@ -183,33 +209,34 @@ if #fields > 0 then
   end
 end
 
--- What changed, to write back: pCPU and usage field names, claim ids.
-local dirtyPins, dirtyUsage, dirtyRecs = {}, {}, {}
+-- What changed, to write back: pCPUs, usage fields, claim ids.
+local dirtyPins, dirtyUsage, dirtyClaims = {}, {}, {}
+local records, entries = {}, {}
 local losers = {}
 local replies = {}
 
 for i = 1, nops do
   local p = at[i]
   local id = ARGV[p]
-  local record = recs[id]
+  local u = held[id]
   local reply
   if isclaim[i] then
     -- Check everything before changing anything: an operation that
     -- failed half way would leave half a claim behind.
-    local n = tonumber(ARGV[p + 3])
-    local mpos = p + 4 + n
+    local n = tonumber(ARGV[p + 4])
+    local mpos = p + 5 + n
     local last = mpos + 3 * tonumber(ARGV[mpos])
-    if record then
+    if u then
       -- A retried claim gets the first result back.
-      reply = {'exists', record}
+      reply = {'exists', records[id] or call('HGET', claimsKey, id) or ''}
     elseif not gen then
       reply = {'nohost'}
-    elseif gen ~= ARGV[p + 2] then
+    elseif gen ~= ARGV[p + 3] then
       -- The caps come from the caller's copy of the topology; they are
       -- only valid for the generation it fitted against.
       reply = {'gen', gen}
     else
-      for j = p + 4, mpos - 1 do
+      for j = p + 5, mpos - 1 do
         local owner = owners[ARGV[j]]
         if owner then
           reply = {'taken', 0, '', '', ARGV[j], owner}
@@ -228,7 +255,7 @@ for i = 1, nops do
       if reply then
         losers[#losers + 1] = reply
       else
-        for j = p + 4, mpos - 1 do
+        for j = p + 5, mpos - 1 do
           local cpu = ARGV[j]
           owners[cpu] = id
           dirtyPins[cpu] = true
@@ -244,15 +271,18 @@ for i = 1, nops do
           dirtyUsage[f] = true
           reply[#reply + 1] = v
         end
-        recs[id] = ARGV[p + 1]
-        dirtyRecs[id] = true
+        -- Parsed only if a later operation of the batch releases it.
+        held[id] = ARGV[p + 2]
+        records[id], entries[id], dirtyClaims[id] = ARGV[p + 1], ARGV[p + 2], true
       end
     end
-  elseif not record then
+  elseif not u then
     -- Already released, or never made: releasing is idempotent.
     reply = {0}
   else
-    local u = undo(record)
+    if type(u) == 'string' then
+      u = parse(u, 1, #u)
+    end
     local token = ARGV[p + 1]
     if token ~= '' and u.token ~= token then
       reply = {2}
@@ -279,8 +309,7 @@ for i = 1, nops do
         dirtyUsage[f] = true
         counters[2 * j - 1], counters[2 * j] = f, left
       end
-      recs[id] = false
-      dirtyRecs[id] = true
+      held[id], records[id], entries[id], dirtyClaims[id] = false, false, false, true
       rev = rev + 1
       reply = {1, rev, concat(freed, ','), concat(counters, ',')}
     end
@@ -310,7 +339,8 @@ local function write(key, dirty, value, counts)
 end
 write(pinsKey, dirtyPins, owners)
 write(usageKey, dirtyUsage, used, true)
-write(claimsKey, dirtyRecs, recs)
+write(claimsKey, dirtyClaims, records)
+write(undoKey, dirtyClaims, entries)
 if rev ~= rev0 then
   call('HSET', topo, 'rev', rev)
 end
