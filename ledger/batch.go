@@ -97,14 +97,20 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 		scripts[i] = append(scripts[i], o)
 	}
 	if len(scripts) == 1 {
-		res, err := applyScript.Run(ctx, b.rdb, scripts[0][0].keys.all(), applyArgs(scripts[0])...).Result()
+		args := applyArgs(scripts[0])
+		res, err := b.rdb.Do(ctx, args...).Result()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			res, err = b.rdb.Do(ctx, evalInstead(args)...).Result()
+		}
 		deliver(scripts[0], res, err)
 		return
 	}
 	cmds := make([]*redis.Cmd, len(scripts))
+	args := make([][]any, len(scripts))
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ops := range scripts {
-			cmds[i] = applyScript.EvalSha(ctx, p, ops[0].keys.all(), applyArgs(ops)...)
+			args[i] = applyArgs(ops)
+			cmds[i] = p.Do(ctx, args[i]...)
 		}
 		return nil
 	})
@@ -112,25 +118,37 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 		res, err := cmds[i].Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// A server that has not seen the script yet (a restart, a new
-			// cluster node): Run loads it.
-			res, err = applyScript.Run(ctx, b.rdb, ops[0].keys.all(), applyArgs(ops)...).Result()
+			// cluster node): EVAL loads it.
+			res, err = b.rdb.Do(ctx, evalInstead(args[i])...).Result()
 		}
 		deliver(ops, res, err)
 	}
 }
 
-// applyArgs lays out the apply script's arguments for ops on one host.
+// applyArgs lays out one apply script command for ops on one host:
+// EVALSHA, the script's hash, the host's keys, then the operations.
 func applyArgs(ops []*hostOp) []any {
-	n := 1
+	keys := ops[0].keys.all()
+	n := 4 + len(keys)
 	for _, o := range ops {
 		n += len(o.args)
 	}
 	args := make([]any, 0, n)
+	args = append(args, "evalsha", applyScript.Hash(), len(keys))
+	for _, k := range keys {
+		args = append(args, k)
+	}
 	args = append(args, len(ops))
 	for _, o := range ops {
 		args = append(args, o.args...)
 	}
 	return args
+}
+
+// evalInstead turns an EVALSHA command into the EVAL of the same script.
+func evalInstead(args []any) []any {
+	out := append([]any{"eval", applySource}, args[2:]...)
+	return out
 }
 
 // deliver hands each operation its reply, or the script's error to all.

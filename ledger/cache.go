@@ -130,26 +130,32 @@ func (hc *hostCache) observeState(rev int64, pinned []int, usage map[string]int6
 
 // observe records what one release changed as of rev: the pCPUs it freed
 // and the new values of the counters it changed.
-func (hc *hostCache) observe(rev int64, cpus []int, usage map[string]int64) {
+func (hc *hostCache) observe(rev int64, cpus []int, usage []counter) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	hc.noteChange(rev, cpus, 0, usage)
 	hc.refreshPins(cpus)
-	for f := range usage {
-		hc.refreshField(f)
+	for _, c := range usage {
+		hc.refreshField(c.field)
 	}
+}
+
+// counter is one usage counter's value as a script replied it.
+type counter struct {
+	field string
+	val   int64
 }
 
 // noteChange records the pCPUs one script pinned (val 1) or freed (val 0)
 // and the counters it changed, as of rev.
-func (hc *hostCache) noteChange(rev int64, cpus []int, val int64, usage map[string]int64) {
+func (hc *hostCache) noteChange(rev int64, cpus []int, val int64, usage []counter) {
 	hc.top = max(hc.top, rev)
 	for _, cpu := range cpus {
 		note(hc.pins, cpu, val, rev)
 	}
-	for f, v := range usage {
-		if _, ok := hc.usage[f]; ok || rev >= hc.floor {
-			note(hc.usage, f, v, rev)
+	for _, c := range usage {
+		if _, ok := hc.usage[c.field]; ok || rev >= hc.floor {
+			note(hc.usage, c.field, c.val, rev)
 		}
 	}
 }
@@ -199,7 +205,7 @@ func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
 
 // settle ends claim id's pending state when its script replied: with the
 // claim recorded (landed, pinning cpus and setting usage as of rev) or not.
-func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage map[string]int64) {
+func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage []counter) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	us, ok := hc.pending[id]
@@ -212,8 +218,8 @@ func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage
 		// claim's pCPUs free in between.
 		hc.noteChange(rev, cpus, 1, usage)
 		hc.refreshPins(cpus)
-		for f := range usage {
-			hc.refreshField(f)
+		for _, c := range usage {
+			hc.refreshField(c.field)
 		}
 	}
 	hc.addPending(us, -1)
@@ -368,8 +374,23 @@ func parseCPUList(s string) []int {
 	return out
 }
 
+// parseCounterList parses a script's "field,value,field,value" list of
+// usage counters, leaving out malformed pairs.
+func parseCounterList(s string) []counter {
+	var out []counter
+	for s != "" {
+		var f, v string
+		f, s, _ = strings.Cut(s, ",")
+		v, s, _ = strings.Cut(s, ",")
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			out = append(out, counter{f, n})
+		}
+	}
+	return out
+}
+
 // parseCounters parses a script's "field,value,field,value" list of usage
-// counters, leaving out malformed pairs.
+// counters into a map, leaving out malformed pairs.
 func parseCounters(s string) map[string]int64 {
 	out := map[string]int64{}
 	for s != "" {

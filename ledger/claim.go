@@ -223,9 +223,9 @@ func (l *Ledger) applyClaim(ctx context.Context, k hostKeys, hc *hostCache, c *C
 		hc.settle(c.ID, false, 0, nil, nil)
 		return res, nil
 	}
-	counters := make(map[string]int64, len(call.fields))
+	counters := make([]counter, len(call.fields))
 	for i, f := range call.fields {
-		counters[f] = toInt(res[2+i])
+		counters[i] = counter{f, toInt(res[2+i])}
 	}
 	hc.settle(c.ID, true, toInt(res[1]), call.cpus, counters)
 	return res, nil
@@ -483,7 +483,7 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 	if hc := l.cachedHost(host); hc != nil && len(res) == 4 {
 		cpus, _ := res[2].(string)
 		counters, _ := res[3].(string)
-		hc.observe(toInt(res[1]), parseCPUList(cpus), parseCounters(counters))
+		hc.observe(toInt(res[1]), parseCPUList(cpus), parseCounterList(counters))
 	}
 	return true, nil
 }

@@ -10,12 +10,16 @@ import (
 var scriptFS embed.FS
 
 func loadScript(name string) *redis.Script {
+	return redis.NewScript(scriptSource(name))
+}
+
+func scriptSource(name string) string {
 	src, err := scriptFS.ReadFile("scripts/" + name + ".lua")
 	if err != nil {
 		// The scripts are compiled in; a missing one is a build mistake.
 		panic("ledger: script " + name + " is not embedded: " + err.Error())
 	}
-	return redis.NewScript(string(src))
+	return string(src)
 }
 
 // The scripts run with EVALSHA and fall back to EVAL once per server that
@@ -24,6 +28,7 @@ func loadScript(name string) *redis.Script {
 var (
 	readScript       = loadScript("read")
 	applyScript      = loadScript("apply")
+	applySource      = scriptSource("apply")
 	commitScript     = loadScript("commit")
 	registerScript   = loadScript("register")
 	instCreateScript = loadScript("inst_create")

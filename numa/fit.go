@@ -93,8 +93,8 @@ func Fit(h *Host, r *Request) (*Placement, error) {
 type cellView struct {
 	cell        *Cell
 	free        CPUSet
-	freeInGroup []int // free threads per sibling group, in sibling order
-	groupSize   []int
+	freeInGroup []int32 // free threads per sibling group, in sibling order
+	groupSize   []int32
 	perCore     int // threads per core
 	totalFree   int // free threads over all sibling groups
 	fullyFree   int // groups with every thread free
@@ -103,15 +103,15 @@ type cellView struct {
 
 func newCellView(c *Cell) *cellView {
 	n := len(c.Siblings)
-	counts := make([]int, 2*n) // one allocation for both
+	counts := make([]int32, 2*n) // one allocation for both
 	v := &cellView{cell: c, free: c.FreePCPUs(), perCore: c.ThreadsPerCore(),
 		freeInGroup: counts[:n:n], groupSize: counts[n:]}
 	for i, s := range c.Siblings {
 		nf := countIntersection(s, v.free)
-		v.freeInGroup[i], v.groupSize[i] = nf, s.Len()
+		v.freeInGroup[i], v.groupSize[i] = int32(nf), int32(s.Len())
 		v.totalFree += nf
 		v.maxFree = max(v.maxFree, nf)
-		if nf > 0 && nf == v.groupSize[i] {
+		if nf > 0 && int32(nf) == v.groupSize[i] {
 			v.fullyFree++
 		}
 	}
@@ -130,7 +130,7 @@ func countIntersection(a, b CPUSet) int {
 func (v *cellView) groupsWithFree(t int) int {
 	n := 0
 	for _, nf := range v.freeInGroup {
-		if nf >= t {
+		if int(nf) >= t {
 			n++
 		}
 	}
@@ -341,7 +341,7 @@ func (v *cellView) pin(g *GuestCell, reserved int) (map[int]int, CPUSet) {
 			if len(pins) == len(vcpus) {
 				break
 			}
-			if v.freeInGroup[i] >= v.perCore {
+			if int(v.freeInGroup[i]) >= v.perCore {
 				take(s.Min())
 			}
 		}
@@ -354,7 +354,7 @@ func (v *cellView) pin(g *GuestCell, reserved int) (map[int]int, CPUSet) {
 			if len(pins) == len(vcpus) {
 				break
 			}
-			if t > 0 && v.freeInGroup[i] < t {
+			if t > 0 && int(v.freeInGroup[i]) < t {
 				continue
 			}
 			taken := 0
