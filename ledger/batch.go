@@ -12,7 +12,7 @@ const (
 	// maxFlushers bounds the pipelines in flight at once: a few keep the
 	// server busy while the replies of earlier ones are being read; more
 	// only make smaller batches.
-	maxFlushers = 1
+	maxFlushers = 2
 	// maxOpsPerScript bounds one apply script: the server runs nothing
 	// else while a script runs, so a batch stays a few hundred µs long.
 	maxOpsPerScript = 64
@@ -34,7 +34,7 @@ type batcher struct {
 
 // hostOp is one claim or release on one host.
 type hostOp struct {
-	keys  hostKeys
+	keys  *hostKeys
 	args  []any // "c" or "r", then the operation's arguments (see apply.lua)
 	reply []any
 	err   error
@@ -44,7 +44,7 @@ type hostOp struct {
 // run applies one operation in the next batch and returns its reply. A
 // caller whose context ends stops waiting, as with any command, but the
 // operation may still be applied: every operation is idempotent.
-func (b *batcher) run(ctx context.Context, keys hostKeys, args ...any) ([]any, error) {
+func (b *batcher) run(ctx context.Context, keys *hostKeys, args ...any) ([]any, error) {
 	o := &hostOp{keys: keys, args: args, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, o)

@@ -208,13 +208,17 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 
 // applyClaim sends c, placed on hc, to the apply script and settles its
 // pending state in hc with the reply.
-func (l *Ledger) applyClaim(ctx context.Context, k hostKeys, hc *hostCache, c *Claim) ([]any, error) {
+func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *Claim) ([]any, error) {
 	call, err := newClaimCall(hc.topo, c)
 	if err != nil {
 		hc.settle(c.ID, false, 0, nil, nil)
 		return nil, err
 	}
 	res, err := l.batch.run(ctx, k, call.args...)
+	if ctx.Err() == nil {
+		// Not while a cancelled caller's command may still be queued.
+		call.done()
+	}
 	if err != nil {
 		hc.settle(c.ID, false, 0, nil, nil)
 		return nil, err
@@ -235,6 +239,7 @@ func (l *Ledger) applyClaim(ctx context.Context, k hostKeys, hc *hostCache, c *C
 // claim pins and adds to, to update the cache with from the reply.
 type claimCall struct {
 	args   []any
+	buf    *[]byte // the record's buffer
 	cpus   []int
 	fields []string // the usage fields the claim adds to, in argument order
 }
@@ -312,9 +317,10 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 		e = strconv.AppendInt(e, deltas[f].n, 10)
 	}
 	entry := string(e)
-	record := string(c.appendJSON(e[:0]))
-	*buf = e[:0]
-	recordBufs.Put(buf)
+	// The record goes out as the buffer itself; done returns it.
+	record := c.appendJSON(e[:0])
+	*buf = record
+	call.buf = buf
 
 	args := make([]any, 0, 8+len(call.cpus)+3*len(call.fields))
 	args = append(args, "c", c.ID, record, entry, c.Generation, len(call.cpus))
@@ -327,6 +333,15 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	}
 	call.args = args
 	return call, nil
+}
+
+// done gives the record's buffer back, once the command that carries it
+// has been written.
+func (call *claimCall) done() {
+	if call.buf != nil {
+		recordBufs.Put(call.buf)
+		call.buf = nil
+	}
 }
 
 // recordBufs are scratch space for claim records.

@@ -202,7 +202,7 @@ func diffSnapshots(a, b *Snapshot) string { return cmp.Diff(a, b, snapOpts...) }
 
 // applyOne runs the apply script with one operation, bypassing the
 // batcher, and returns its reply as strings.
-func applyOne(ctx context.Context, rdb redis.UniversalClient, k hostKeys, args []any) ([]string, error) {
+func applyOne(ctx context.Context, rdb redis.UniversalClient, k *hostKeys, args []any) ([]string, error) {
 	res, err := applyScript.Run(ctx, rdb, k.all(), append([]any{1}, args...)...).Slice()
 	if err != nil {
 		return nil, err

@@ -65,13 +65,13 @@ type hostKeys struct {
 	topo, pins, claims, usage, undo string
 }
 
-func (l *Ledger) hostKeys(host string) hostKeys {
+func (l *Ledger) hostKeys(host string) *hostKeys {
 	// Made once per host: every claim and release needs them.
 	if k, ok := l.keys.Load(host); ok {
-		return k.(hostKeys)
+		return k.(*hostKeys)
 	}
 	base := l.prefix + ":host:{" + host + "}:"
-	k := hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage", undo: base + "undo"}
+	k := &hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage", undo: base + "undo"}
 	l.keys.Store(host, k)
 	return k
 }
