@@ -38,14 +38,21 @@ type hostOp struct {
 	args  []any // "c" or "r", then the operation's arguments (see apply.lua)
 	reply []any
 	err   error
-	done  chan struct{}
+	done  chan struct{} // receives once the reply or error is set
 }
+
+// hostOps are reused: a busy ledger runs tens of thousands a second.
+var hostOps = sync.Pool{New: func() any { return &hostOp{done: make(chan struct{}, 1)} }}
+
+// argLists are the apply commands' argument lists, reused once replied.
+var argLists = sync.Pool{New: func() any { return new([]any) }}
 
 // run applies one operation in the next batch and returns its reply. A
 // caller whose context ends stops waiting, as with any command, but the
 // operation may still be applied: every operation is idempotent.
 func (b *batcher) run(ctx context.Context, keys *hostKeys, args ...any) ([]any, error) {
-	o := &hostOp{keys: keys, args: args, done: make(chan struct{})}
+	o := hostOps.Get().(*hostOp)
+	o.keys, o.args = keys, args
 	b.mu.Lock()
 	b.queue = append(b.queue, o)
 	start := b.flushers < maxFlushers
@@ -58,8 +65,12 @@ func (b *batcher) run(ctx context.Context, keys *hostKeys, args ...any) ([]any, 
 	}
 	select {
 	case <-o.done:
-		return o.reply, o.err
+		reply, err := o.reply, o.err
+		*o = hostOp{done: o.done}
+		hostOps.Put(o)
+		return reply, err
 	case <-ctx.Done():
+		// The batcher still holds o: it is not reused.
 		return nil, ctx.Err()
 	}
 }
@@ -98,19 +109,20 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 	}
 	if len(scripts) == 1 {
 		args := applyArgs(scripts[0])
-		res, err := b.rdb.Do(ctx, args...).Result()
+		res, err := b.rdb.Do(ctx, *args...).Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			res, err = b.rdb.Do(ctx, evalInstead(args)...).Result()
+			res, err = b.rdb.Do(ctx, evalInstead(*args)...).Result()
 		}
 		deliver(scripts[0], res, err)
+		putArgs(args)
 		return
 	}
 	cmds := make([]*redis.Cmd, len(scripts))
-	args := make([][]any, len(scripts))
+	args := make([]*[]any, len(scripts))
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ops := range scripts {
 			args[i] = applyArgs(ops)
-			cmds[i] = p.Do(ctx, args[i]...)
+			cmds[i] = p.Do(ctx, *args[i]...)
 		}
 		return nil
 	})
@@ -119,30 +131,31 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			// A server that has not seen the script yet (a restart, a new
 			// cluster node): EVAL loads it.
-			res, err = b.rdb.Do(ctx, evalInstead(args[i])...).Result()
+			res, err = b.rdb.Do(ctx, evalInstead(*args[i])...).Result()
 		}
 		deliver(ops, res, err)
+		putArgs(args[i])
 	}
+}
+
+func putArgs(args *[]any) {
+	clear(*args)
+	*args = (*args)[:0]
+	argLists.Put(args)
 }
 
 // applyArgs lays out one apply script command for ops on one host:
 // EVALSHA, the script's hash, the host's keys, then the operations.
-func applyArgs(ops []*hostOp) []any {
-	keys := ops[0].keys.all()
-	n := 4 + len(keys)
-	for _, o := range ops {
-		n += len(o.args)
-	}
-	args := make([]any, 0, n)
-	args = append(args, "evalsha", applyScript.Hash(), len(keys))
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, len(ops))
+func applyArgs(ops []*hostOp) *[]any {
+	k := ops[0].keys
+	p := argLists.Get().(*[]any)
+	// The keys in the order of all().
+	args := append(*p, "evalsha", applyScript.Hash(), 5, k.topo, k.pins, k.claims, k.usage, k.undo, len(ops))
 	for _, o := range ops {
 		args = append(args, o.args...)
 	}
-	return args
+	*p = args
+	return p
 }
 
 // evalInstead turns an EVALSHA command into the EVAL of the same script.
@@ -163,6 +176,6 @@ func deliver(ops []*hostOp, res any, err error) {
 		} else if o.reply, _ = replies[i].([]any); len(o.reply) == 0 {
 			o.err = fmt.Errorf("apply script replied %v for operation %v", replies[i], o.args[0])
 		}
-		close(o.done)
+		o.done <- struct{}{}
 	}
 }
