@@ -240,6 +240,7 @@ func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *
 type claimCall struct {
 	args   []any
 	buf    *[]byte // the record's buffer
+	argBuf *[]any  // args' backing list
 	cpus   []int
 	fields []string // the usage fields the claim adds to, in argument order
 }
@@ -322,8 +323,8 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	*buf = record
 	call.buf = buf
 
-	args := make([]any, 0, 8+len(call.cpus)+3*len(call.fields))
-	args = append(args, "c", c.ID, record, entry, c.Generation, len(call.cpus))
+	call.argBuf = argLists.Get().(*[]any)
+	args := append((*call.argBuf)[:0], "c", c.ID, record, entry, c.Generation, len(call.cpus))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)
 	}
@@ -341,6 +342,11 @@ func (call *claimCall) done() {
 	if call.buf != nil {
 		recordBufs.Put(call.buf)
 		call.buf = nil
+	}
+	if call.argBuf != nil {
+		*call.argBuf = call.args
+		putArgs(call.argBuf)
+		call.argBuf, call.args = nil, nil
 	}
 }
 
