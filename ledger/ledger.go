@@ -42,7 +42,7 @@ type Ledger struct {
 
 // New returns a ledger on rdb, a single-node or cluster client.
 func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
-	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, batch: &batcher{rdb: rdb}}
+	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, batch: newBatcher(rdb)}
 	if l.prefix == "" {
 		l.prefix = DefaultKeyPrefix
 	}
