@@ -93,9 +93,11 @@ func (b *batcher) run(ctx context.Context, keys *hostKeys, args ...any) ([]any, 
 	}
 }
 
-// flush sends what is queued, one pipeline at a time, until the queue is
-// empty. One caller giving up must not fail the others' operations, so ctx
-// has no deadline; it still carries the first caller's values (tracing).
+// flush sends what is queued, one batch at a time, until the queue is
+// empty; while another batch is on the wire it waits for minBatch
+// operations or that batch's reply. One caller giving up must not fail the
+// others' operations, so ctx has no deadline; it still carries the first
+// caller's values (tracing).
 func (b *batcher) flush(ctx context.Context) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
