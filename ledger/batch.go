@@ -17,11 +17,11 @@ const (
 	// maxOpsPerScript bounds one apply script: the server runs nothing
 	// else while a script runs, so a batch stays a few hundred µs long.
 	maxOpsPerScript = 64
-	// minBatch is the fewest operations a batch goes out with while another
-	// is on the wire: that one comes back soon, and a handful of operations
-	// costs the server and the client nearly as much as a full batch. With
-	// nothing on the wire a batch goes at once, so a lone caller never
-	// waits.
+	// minBatch is the fewest operations a batch goes out with while others
+	// are on the wire (fewer when fewer are on the wire: as many as they
+	// carry): those come back soon, and a handful of operations costs the
+	// server and the client nearly as much as a full batch. With nothing
+	// on the wire a batch goes at once, so a lone caller never waits.
 	minBatch = 16
 )
 
@@ -35,11 +35,12 @@ const (
 type batcher struct {
 	rdb redis.UniversalClient
 
-	mu       sync.Mutex
-	more     sync.Cond // signalled when minBatch are queued or a batch returns
-	queue    []*hostOp
-	flushers int // goroutines sending batches
-	onWire   int // batches sent and not yet replied
+	mu        sync.Mutex
+	more      sync.Cond // signalled when a batch is due or one returns
+	queue     []*hostOp
+	flushers  int // goroutines sending batches
+	onWire    int // batches sent and not yet replied
+	opsOnWire int // the operations in them
 }
 
 func newBatcher(rdb redis.UniversalClient) *batcher {
@@ -74,7 +75,7 @@ func (b *batcher) run(ctx context.Context, keys *hostKeys, args ...any) ([]any, 
 	start := b.flushers < maxFlushers
 	if start {
 		b.flushers++
-	} else if len(b.queue) == minBatch {
+	} else if len(b.queue) == min(minBatch, b.opsOnWire) {
 		b.more.Signal()
 	}
 	b.mu.Unlock()
@@ -94,15 +95,15 @@ func (b *batcher) run(ctx context.Context, keys *hostKeys, args ...any) ([]any, 
 }
 
 // flush sends what is queued, one batch at a time, until the queue is
-// empty; while another batch is on the wire it waits for minBatch
-// operations or that batch's reply. One caller giving up must not fail the
+// empty; while other batches are on the wire it waits for minBatch
+// operations (or as many as those carry, if fewer) or for a reply. One caller giving up must not fail the
 // others' operations, so ctx has no deadline; it still carries the first
 // caller's values (tracing).
 func (b *batcher) flush(ctx context.Context) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
-		for len(b.queue) > 0 && len(b.queue) < minBatch && b.onWire > 0 {
+		for len(b.queue) > 0 && b.onWire > 0 && len(b.queue) < min(minBatch, b.opsOnWire) {
 			b.more.Wait()
 		}
 		batch := b.queue
@@ -112,10 +113,12 @@ func (b *batcher) flush(ctx context.Context) {
 			return
 		}
 		b.onWire++
+		b.opsOnWire += len(batch)
 		b.mu.Unlock()
 		b.send(ctx, batch)
 		b.mu.Lock()
 		b.onWire--
+		b.opsOnWire -= len(batch)
 		b.more.Broadcast()
 	}
 }
