@@ -299,47 +299,33 @@ func (hc *hostCache) refreshField(f string) {
 }
 
 // rebuild makes busy anew from the observed state and the pending claims.
-func (hc *hostCache) rebuild() {
+func (hc *hostCache) rebuild() { hc.busy = hc.compose(true) }
+
+// observed returns a new host with the observed state alone.
+func (hc *hostCache) observed() *numa.Host { return hc.compose(false) }
+
+// compose makes a host of the topology and the observed state, plus the
+// pending claims if withPending.
+func (hc *hostCache) compose(withPending bool) *numa.Host {
 	pinned := make([]int, 0, len(hc.pins)+len(hc.pendingPins))
 	for cpu, s := range hc.pins {
 		if s.val != 0 {
 			pinned = append(pinned, cpu)
 		}
 	}
-	for cpu := range hc.pendingPins {
-		pinned = append(pinned, cpu)
-	}
 	usage := make(map[string]int64, len(hc.usage))
 	for f, s := range hc.usage {
 		usage[f] = s.val
 	}
-	for f, n := range hc.pendingUse {
-		usage[f] = max(0, usage[f]+n)
-	}
-	hc.busy = compose(hc.topo, pinned, usage)
-}
-
-// observed returns a new host with the observed state alone.
-func (hc *hostCache) observed() *numa.Host {
-	pinned := make([]int, 0, len(hc.pins))
-	for cpu, s := range hc.pins {
-		if s.val != 0 {
+	if withPending {
+		for cpu := range hc.pendingPins {
 			pinned = append(pinned, cpu)
 		}
-	}
-	usage := make(map[string]int64, len(hc.usage))
-	for f, s := range hc.usage {
-		usage[f] = s.val
+		for f, n := range hc.pendingUse {
+			usage[f] = max(0, usage[f]+n)
+		}
 	}
 	return compose(hc.topo, pinned, usage)
-}
-
-// host returns the host as the cache last observed it, pending claims
-// left out. It is a copy.
-func (hc *hostCache) host() *numa.Host {
-	hc.mu.Lock()
-	defer hc.mu.Unlock()
-	return hc.observed()
 }
 
 // cachedHost returns the cache of a host, or nil if there is none.

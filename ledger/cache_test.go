@@ -278,3 +278,11 @@ func TestRecordMatchesEncodingJSON(t *testing.T) {
 		t.Errorf("record of an empty claim = %s, encoding/json = %s", got, want)
 	}
 }
+
+// host returns the host as the cache last observed it, pending claims
+// left out. It is a copy.
+func (hc *hostCache) host() *numa.Host {
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	return hc.observed()
+}

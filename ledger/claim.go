@@ -353,15 +353,6 @@ func (call *claimCall) done() {
 // recordBufs are scratch space for claim records.
 var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
-// claimArgs is newClaimCall's argument list alone.
-func claimArgs(h *numa.Host, c *Claim) ([]any, error) {
-	call, err := newClaimCall(h, c)
-	if err != nil {
-		return nil, err
-	}
-	return call.args, nil
-}
-
 func boolArg(b bool) int {
 	if b {
 		return 1

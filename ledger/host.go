@@ -31,7 +31,7 @@ func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host)
 	if topo == nil {
 		return 0, wrap(fmt.Errorf("%w: no topology given", ErrInvalid))
 	}
-	stored := withoutUsage(topo)
+	stored := topo.WithoutUsage()
 	if err := stored.Validate(); err != nil {
 		return 0, wrap(fmt.Errorf("%w: %v", ErrInvalid, err))
 	}
@@ -108,18 +108,6 @@ func holdsClaims(topo *numa.Host, records []string) error {
 		}
 	}
 	return nil
-}
-
-func withoutUsage(h *numa.Host) *numa.Host {
-	out := h.Clone()
-	for i := range out.Cells {
-		c := &out.Cells[i]
-		c.PinnedCPUs, c.MemoryUsedMB, c.CPUUsage = numa.CPUSet{}, 0, 0
-		for j := range c.Pages {
-			c.Pages[j].Used = 0
-		}
-	}
-	return out
 }
 
 // hostState is a host as read for fitting.

@@ -217,3 +217,12 @@ func applyOne(ctx context.Context, rdb redis.UniversalClient, k *hostKeys, args 
 	}
 	return out, nil
 }
+
+// claimArgs is newClaimCall's argument list alone.
+func claimArgs(h *numa.Host, c *Claim) ([]any, error) {
+	call, err := newClaimCall(h, c)
+	if err != nil {
+		return nil, err
+	}
+	return call.args, nil
+}

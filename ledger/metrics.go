@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -64,7 +63,7 @@ func observeClaim(ctx context.Context, start time.Time, err error) {
 	default:
 		out = "error"
 	}
-	attrs := attrsOf("outcome", out)
+	attrs := outcomeAttrs[out]
 	meters.claims.Add(ctx, 1, attrs)
 	meters.claimTime.Record(ctx, time.Since(start).Seconds(), attrs)
 }
@@ -72,23 +71,26 @@ func observeClaim(ctx context.Context, start time.Time, err error) {
 // observeLostRace records a claim script that refused for reason (its
 // first reply word) and will be retried.
 func observeLostRace(ctx context.Context, reason string) {
-	meters.conflicts.Add(ctx, 1, attrsOf("reason", reason))
+	attrs, ok := reasonAttrs[reason]
+	if !ok {
+		attrs = oneAttr("reason", reason)
+	}
+	meters.conflicts.Add(ctx, 1, attrs)
 }
 
 // observeRelease records a release call that freed a claim or not.
 func observeRelease(ctx context.Context, op string, freed bool) {
-	meters.releases.Add(ctx, 1, releaseAttrs[op == "release"][freed])
+	meters.releases.Add(ctx, 1, releaseAttrs[op][freed])
 }
 
 // The attribute sets are made once: building one per call costs a claim
 // more than recording it.
 var (
-	setsMu sync.Mutex
-	sets   = map[[2]string]metric.MeasurementOption{}
-
-	releaseAttrs = map[bool]map[bool]metric.MeasurementOption{
-		true:  {true: releaseSet("release", true), false: releaseSet("release", false)},
-		false: {true: releaseSet("release-if-token", true), false: releaseSet("release-if-token", false)},
+	outcomeAttrs = oneAttrs("outcome", "ok", "nofit", "conflict", "invalid", "error")
+	reasonAttrs  = oneAttrs("reason", "taken", "full", "gen")
+	releaseAttrs = map[string]map[bool]metric.MeasurementOption{
+		"release":          {true: releaseSet("release", true), false: releaseSet("release", false)},
+		"release-if-token": {true: releaseSet("release-if-token", true), false: releaseSet("release-if-token", false)},
 	}
 )
 
@@ -96,14 +98,14 @@ func releaseSet(op string, freed bool) metric.MeasurementOption {
 	return metric.WithAttributeSet(attribute.NewSet(attribute.String("op", op), attribute.Bool("freed", freed)))
 }
 
-// attrsOf returns the one-attribute set key=value.
-func attrsOf(key, value string) metric.MeasurementOption {
-	setsMu.Lock()
-	defer setsMu.Unlock()
-	o, ok := sets[[2]string{key, value}]
-	if !ok {
-		o = metric.WithAttributeSet(attribute.NewSet(attribute.String(key, value)))
-		sets[[2]string{key, value}] = o
+func oneAttr(key, value string) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(attribute.String(key, value)))
+}
+
+func oneAttrs(key string, values ...string) map[string]metric.MeasurementOption {
+	out := make(map[string]metric.MeasurementOption, len(values))
+	for _, v := range values {
+		out[v] = oneAttr(key, v)
 	}
-	return o
+	return out
 }

@@ -121,6 +121,20 @@ func (h *Host) Clone() *Host {
 	return &out
 }
 
+// WithoutUsage returns a copy of h with no pins, memory, shared vCPUs or
+// pages in use: the bare topology.
+func (h *Host) WithoutUsage() *Host {
+	out := h.Clone()
+	for i := range out.Cells {
+		c := &out.Cells[i]
+		c.PinnedCPUs, c.MemoryUsedMB, c.CPUUsage = CPUSet{}, 0, 0
+		for j := range c.Pages {
+			c.Pages[j].Used = 0
+		}
+	}
+	return out
+}
+
 // Validate checks that the topology is self-consistent: unique cell ids,
 // sibling groups that are disjoint and inside the cell's CPUs, CPUs that
 // belong to one cell only, usage within capacity. Its error names the first

@@ -27,7 +27,7 @@ func (d *Driver) AddHost(ctx context.Context, host string, topo *numa.Host) erro
 	if err := topo.Validate(); err != nil {
 		return fmt.Errorf("sim: add host %s: %w", host, err)
 	}
-	data, err := json.Marshal(withoutUsage(topo))
+	data, err := json.Marshal(topo.WithoutUsage())
 	if err != nil {
 		return fmt.Errorf("sim: add host %s: %w", host, err)
 	}
@@ -44,19 +44,6 @@ func (d *Driver) AddHost(ctx context.Context, host string, topo *numa.Host) erro
 		return fmt.Errorf("sim: add host %s: %w", host, err)
 	}
 	return nil
-}
-
-// withoutUsage returns a copy of h with its usage cleared.
-func withoutUsage(h *numa.Host) *numa.Host {
-	out := h.Clone()
-	for i := range out.Cells {
-		c := &out.Cells[i]
-		c.PinnedCPUs, c.MemoryUsedMB, c.CPUUsage = numa.CPUSet{}, 0, 0
-		for j := range c.Pages {
-			c.Pages[j].Used = 0
-		}
-	}
-	return out
 }
 
 // RemoveHost forgets host, its latencies and its faults. A host that still
