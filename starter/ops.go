@@ -398,11 +398,26 @@ func busy(a *app, c client.Client, uuid string) error {
 // follow prints a progress line while the operation runs and returns its
 // outcome: nil when it completed, its error otherwise.
 func follow(a *app, c client.Client, stdout io.Writer, of opFlags, run client.WorkflowRun, uuid string, op workflows.Operation) error {
+	var result any
+	err := waitShowingProgress(a.ctx, run, &result, func() string { return progressLine(a.ctx, c, run, op, uuid) })
+	if err != nil {
+		return fmt.Errorf("%s %s failed: %s", op, uuid, rootMessage(err))
+	}
+	if *of.json {
+		return writeJSON(stdout, result)
+	}
+	fmt.Fprintf(stdout, "%s %s completed\n", op, uuid)
+	return nil
+}
+
+// waitShowingProgress waits for run's result into result and meanwhile
+// prints line() to stderr whenever it changes: rewritten in place on a
+// terminal, a line each otherwise. An empty line is not shown.
+func waitShowingProgress(ctx context.Context, run client.WorkflowRun, result any, line func() string) error {
+	done := make(chan error, 1)
+	go func() { done <- run.Get(ctx, result) }()
 	tty := isTerminal(os.Stderr)
 	last := ""
-	done := make(chan error, 1)
-	var result any
-	go func() { done <- run.Get(a.ctx, &result) }()
 	tick := time.NewTicker(300 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -411,37 +426,39 @@ func follow(a *app, c client.Client, stdout io.Writer, of opFlags, run client.Wo
 			if tty && last != "" {
 				fmt.Fprintln(os.Stderr)
 			}
-			if err != nil {
-				return fmt.Errorf("%s %s failed: %s", op, uuid, rootMessage(err))
-			}
-			if *of.json {
-				return writeJSON(stdout, result)
-			}
-			fmt.Fprintf(stdout, "%s %s completed\n", op, uuid)
-			return nil
+			return err
 		case <-tick.C:
-			line := progressLine(a.ctx, c, run, op, uuid)
-			if line == "" || line == last {
+			l := line()
+			if l == "" || l == last {
 				continue
 			}
 			if tty {
-				fmt.Fprintf(os.Stderr, "\r\033[K%s", line)
+				fmt.Fprintf(os.Stderr, "\r\033[K%s", l)
 			} else {
-				fmt.Fprintln(os.Stderr, line)
+				fmt.Fprintln(os.Stderr, l)
 			}
-			last = line
+			last = l
 		}
 	}
 }
 
-// progressLine reads the operation's status query and, while it
-// migrates, the migration's heartbeat progress.
-func progressLine(ctx context.Context, c client.Client, run client.WorkflowRun, op workflows.Operation, uuid string) string {
+// queryStatus asks a running operation for its status.
+func queryStatus(ctx context.Context, c client.Client, run client.WorkflowRun) (workflows.Status, bool) {
 	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var st workflows.Status
 	v, err := c.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.StatusQuery)
 	if err != nil || v.Get(&st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+// progressLine reads the operation's status query and, while it
+// migrates, the migration's heartbeat progress.
+func progressLine(ctx context.Context, c client.Client, run client.WorkflowRun, op workflows.Operation, uuid string) string {
+	st, ok := queryStatus(ctx, c, run)
+	if !ok {
 		return ""
 	}
 	line := fmt.Sprintf("%s %s: %s %d%%", op, shortID(uuid), st.Phase, st.Progress)
@@ -449,6 +466,8 @@ func progressLine(ctx context.Context, c client.Client, run client.WorkflowRun, 
 		line += fmt.Sprintf(" [%s -> %s]", orDash(st.Source), orDash(st.Dest))
 	}
 	if st.Phase == workflows.PhaseRunning {
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		if d, err := c.DescribeWorkflow(qctx, run.GetID(), run.GetRunID()); err == nil {
 			for _, pa := range d.RawResponse.GetPendingActivities() {
 				var p hypervisor.Progress

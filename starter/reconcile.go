@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -117,41 +115,16 @@ func reconcileWorkflowID(now time.Time) string {
 // followReconcile prints the audit's progress to stderr while it runs and
 // returns its result.
 func followReconcile(a *app, c client.Client, run client.WorkflowRun) (*workflows.ReconcileResult, error) {
-	done := make(chan error, 1)
 	var res workflows.ReconcileResult
-	go func() { done <- run.Get(a.ctx, &res) }()
-	tty := isTerminal(os.Stderr)
-	last := ""
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if tty && last != "" {
-				fmt.Fprintln(os.Stderr)
-			}
-			if err != nil {
-				return nil, err
-			}
-			return &res, nil
-		case <-tick.C:
-			var st workflows.Status
-			qctx, cancel := context.WithTimeout(a.ctx, 2*time.Second)
-			v, err := c.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.StatusQuery)
-			cancel()
-			if err != nil || v.Get(&st) != nil {
-				continue
-			}
-			line := fmt.Sprintf("reconcile: %s %d%%: %s", st.Phase, st.Progress, st.Detail)
-			if line == last {
-				continue
-			}
-			if tty {
-				fmt.Fprintf(os.Stderr, "\r\033[K%s", line)
-			} else {
-				fmt.Fprintln(os.Stderr, line)
-			}
-			last = line
+	err := waitShowingProgress(a.ctx, run, &res, func() string {
+		st, ok := queryStatus(a.ctx, c, run)
+		if !ok {
+			return ""
 		}
+		return fmt.Sprintf("reconcile: %s %d%%: %s", st.Phase, st.Progress, st.Detail)
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &res, nil
 }

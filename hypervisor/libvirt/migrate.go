@@ -98,32 +98,24 @@ func fitsHost(dom *libvirtxml.Domain, spec numa.HostSpec) error {
 		cpus = cpus.Union(numa.NewCPUSet(c.CPUs...))
 		nodes = nodes.Union(numa.NewCPUSet(c.ID))
 	}
-	checkCPUs := func(what, set string) error {
-		if set == "" {
+	// within checks that a cpuset or nodeset names only what the host has.
+	within := func(have numa.CPUSet, kind, items, list string) func(what, set string) error {
+		return func(what, set string) error {
+			if set == "" {
+				return nil
+			}
+			s, err := numa.Parse(set)
+			if err != nil {
+				return fmt.Errorf("%s %s %q: %w", what, kind, set, err)
+			}
+			if !s.IsSubsetOf(have) {
+				return fmt.Errorf("%s %s %q names %s %s the host does not have; its %s %s", what, kind, set, items, s.Difference(have), list, have)
+			}
 			return nil
 		}
-		s, err := numa.Parse(set)
-		if err != nil {
-			return fmt.Errorf("%s cpuset %q: %w", what, set, err)
-		}
-		if !s.IsSubsetOf(cpus) {
-			return fmt.Errorf("%s cpuset %q names cpus %s the host does not have; its online cpus are %s", what, set, s.Difference(cpus), cpus)
-		}
-		return nil
 	}
-	checkNodes := func(what, set string) error {
-		if set == "" {
-			return nil
-		}
-		s, err := numa.Parse(set)
-		if err != nil {
-			return fmt.Errorf("%s nodeset %q: %w", what, set, err)
-		}
-		if !s.IsSubsetOf(nodes) {
-			return fmt.Errorf("%s nodeset %q names NUMA nodes %s the host does not have; its nodes are %s", what, set, s.Difference(nodes), nodes)
-		}
-		return nil
-	}
+	checkCPUs := within(cpus, "cpuset", "cpus", "online cpus are")
+	checkNodes := within(nodes, "nodeset", "NUMA nodes", "nodes are")
 	var errs []error
 	if dom.VCPU != nil {
 		errs = append(errs, checkCPUs("<vcpu>", dom.VCPU.CPUSet))
