@@ -92,6 +92,19 @@ func migrationDoc(uuid, destXML string) (string, *domainDoc, error) {
 	return u, doc, nil
 }
 
+// checkDestination checks that the destination XML's placement fits
+// dst's topology.
+func (d *Driver) checkDestination(ctx context.Context, dst string, doc *domainDoc) error {
+	topo, err := d.topology(ctx, dst)
+	if err != nil {
+		return err
+	}
+	if err := checkPlacement(topo, doc); err != nil {
+		return fmt.Errorf("destination xml: %w", err)
+	}
+	return nil
+}
+
 // PrepareMigration checks that dst can take domain uuid with destXML: the
 // host exists, the XML names the domain and pins it to CPUs and nodes dst
 // has, and dst does not hold the domain already (unless as the incoming
@@ -103,12 +116,8 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 	if err != nil {
 		return fail(err)
 	}
-	topo, err := d.topology(ctx, dst)
-	if err != nil {
+	if err := d.checkDestination(ctx, dst, doc); err != nil {
 		return fail(err)
-	}
-	if err := checkPlacement(topo, doc); err != nil {
-		return fail(fmt.Errorf("destination xml: %w", err))
 	}
 	if err := d.pace(ctx, dst, OpPrepare); err != nil {
 		return fail(err)
@@ -170,12 +179,8 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 	if err := d.checkHost(ctx, src); err != nil {
 		return fail(err)
 	}
-	topo, err := d.topology(ctx, dst)
-	if err != nil {
+	if err := d.checkDestination(ctx, dst, doc); err != nil {
 		return fail(err)
-	}
-	if err := checkPlacement(topo, doc); err != nil {
-		return fail(fmt.Errorf("destination xml: %w", err))
 	}
 	srcDom, err := d.domain(ctx, src, u)
 	if err != nil {
