@@ -219,13 +219,10 @@ func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *
 		// Not while a cancelled caller's command may still be queued.
 		call.done()
 	}
-	if err != nil {
+	// A reply is never empty (the batcher makes that an error).
+	if err != nil || res[0] != "ok" || len(res) != 2+len(call.fields) {
 		hc.settle(c.ID, false, 0, nil, nil)
-		return nil, err
-	}
-	if status, _ := res[0].(string); status != "ok" || len(res) != 2+len(call.fields) {
-		hc.settle(c.ID, false, 0, nil, nil)
-		return res, nil
+		return res, err
 	}
 	counters := make([]counter, len(call.fields))
 	for i, f := range call.fields {
@@ -246,7 +243,7 @@ type claimCall struct {
 }
 
 // newClaimCall lays out a claim's apply arguments from c's usage on h:
-// the record with its undo entry, the pCPUs, then each usage field with the
+// the record and its undo entry, the pCPUs, then each usage field with the
 // amount to add and, where the ledger must not overcommit, the cap from h's
 // topology that the field may reach. All of it is computed here so the
 // script decodes no JSON.
