@@ -62,6 +62,17 @@ down:
 demo: deps build
 	./deploy/demo.sh
 
+# A long randomized run of every operation with cancels, terminations,
+# hypervisor faults and latencies, worker kill -9 every half minute, Redis
+# restarts and an audit every second; prints what ran and fails on any
+# double pin or final mismatch. make test runs a short one.
+SOAK_OPS ?= 10000
+SOAK_MINUTES ?= 150
+.PHONY: soak
+soak: deps
+	PINFLOW_SOAK_OPS=$(SOAK_OPS) PINFLOW_SOAK_HOSTS=8 PINFLOW_SOAK_GUESTS=40 PINFLOW_SOAK_MINUTES=$(SOAK_MINUTES) \
+		$(GO) test ./internal/e2e -run '^TestSoak$$' -count 1 -v -timeout 4h
+
 clean:
 	rm -rf $(BIN)/pinflow $(BIN)/pinflow-worker
 

@@ -12,13 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"go.temporal.io/sdk/activity"
-
 	"github.com/pinflow/pinflow/domain"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/xmlpatch"
 )
 
 // Activities holds what the steps need. Workflows refer to its methods
@@ -35,6 +32,19 @@ type Activities struct {
 	// Grace is the audit's default grace period: younger claims are not
 	// judged.
 	Grace time.Duration
+	// MinGrace is the least time a claim's owner must have been closed
+	// before the audit frees the claim, whatever grace an audit asks for.
+	MinGrace time.Duration
+	// Settler finishes, under an instance's own workflow id, an operation
+	// whose guest already runs on its new claim (see AuditHost); nil
+	// leaves such claims kept and reported.
+	Settler Settler
+	// ShutdownTimeout is how long Offload waits for the guest to power
+	// itself off before destroying it; 0 destroys at once.
+	ShutdownTimeout time.Duration
+	// FenceLease is how long a fenced hypervisor step may take to act
+	// after its fence; 0 takes DefaultFenceLease.
+	FenceLease time.Duration
 }
 
 // LoadInstance returns the instance record.
@@ -54,7 +64,10 @@ func info(inst *ledger.Instance) InstanceInfo {
 // CreateInstance records a new guest, building and spawning. Creating the
 // same guest again is a retry and succeeds.
 func (a *Activities) CreateInstance(ctx context.Context, in CreateInstanceInput) (InstanceInfo, error) {
-	inst, err := a.Ledger.CreateInstance(ctx, in.UUID, in.Name, in.Flavor, ledger.VMBuilding)
+	inst, err := a.Ledger.CreateInstance(ctx, in.UUID, in.Name, in.Flavor, ledger.VMBuilding, in.Creator)
+	if errors.Is(err, ledger.ErrExists) {
+		return InstanceInfo{}, BadState(fmt.Sprintf("instance %s exists already; a boot creates a new instance, so give it a new uuid", in.UUID))
+	}
 	if err != nil {
 		return InstanceInfo{}, classify(err)
 	}
@@ -152,78 +165,22 @@ func (a *Activities) Claim(ctx context.Context, in ClaimInput) (ClaimResult, err
 	if err != nil {
 		return ClaimResult{}, classify(err)
 	}
-	return ClaimResult{Host: c.Host, ClaimID: c.ID, Placement: *c.Placement}, nil
+	return ClaimResult{Host: c.Host, ClaimID: c.ID, Token: c.Token, State: c.State, Placement: *c.Placement}, nil
 }
 
 // ReleaseClaim frees a claim; a claim already released, or none at all, is
-// no error.
+// no error. With OnlyPending (every compensation) it frees the claim only
+// while it is pending: a claim that became an instance's resident claim
+// is never a compensation's to free.
 func (a *Activities) ReleaseClaim(ctx context.Context, in ReleaseInput) error {
 	if in.ClaimID == "" {
 		return nil
 	}
+	if in.OnlyPending {
+		_, err := a.Ledger.ReleasePending(ctx, in.Host, in.ClaimID)
+		return classify(err)
+	}
 	return classify(a.Ledger.Release(ctx, in.Host, in.ClaimID))
-}
-
-// PrepareMigration rewrites the guest's domain XML, as the source
-// hypervisor has it, for the destination placement, and has the
-// destination check it can take the guest. It returns the destination XML.
-func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationInput) (string, error) {
-	dom, err := a.Driver.Lookup(ctx, in.Source, in.UUID)
-	if err != nil {
-		return "", classify(err)
-	}
-	destXML, err := xmlpatch.Patch(dom.XML, &in.Placement)
-	if err != nil {
-		return "", classify(err)
-	}
-	if err := a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML); err != nil {
-		return "", classify(err)
-	}
-	return destXML, nil
-}
-
-// Migrate live-migrates the guest, heartbeating its progress; a cancelled
-// workflow cancels it through the heartbeat, and the driver then aborts,
-// leaving the guest on its source.
-func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
-	every := a.ProgressEvery
-	if every <= 0 {
-		every = time.Second
-	}
-	progress := make(chan hypervisor.Progress, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- a.Driver.Migrate(ctx, in.Source, in.Dest, in.UUID, in.DestXML, func(p hypervisor.Progress) {
-			select {
-			case <-progress:
-			default:
-			}
-			progress <- p
-		})
-	}()
-	last := hypervisor.Progress{Phase: "starting"}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err != nil && ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return classify(err)
-		case p := <-progress:
-			last = p
-		case <-tick.C:
-			activity.RecordHeartbeat(ctx, last)
-		}
-	}
-}
-
-// RollbackMigration undoes a failed or cancelled migration on the
-// hypervisors: the guest runs on its source and the destination holds no
-// trace of it.
-func (a *Activities) RollbackMigration(ctx context.Context, in MigrateInput) error {
-	return classify(a.Driver.Rollback(ctx, in.Source, in.Dest, in.UUID))
 }
 
 // CommitMigration makes a finished migration durable in three idempotent
@@ -246,26 +203,6 @@ func (a *Activities) CommitMigration(ctx context.Context, in CommitMigrationInpu
 	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}))
 }
 
-// Offload powers the guest off, keeps its domain XML in its record for a
-// later unshelve, and removes it from the host.
-func (a *Activities) Offload(ctx context.Context, in DomainInput) error {
-	if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-		return classify(err)
-	}
-	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
-	switch {
-	case errors.Is(err, hypervisor.ErrNotFound):
-		// A retry after the undefine below: the XML is saved already.
-		return nil
-	case err != nil:
-		return classify(err)
-	}
-	if err := a.Ledger.SetDomainXML(ctx, in.UUID, dom.XML); err != nil {
-		return classify(err)
-	}
-	return classify(a.Driver.Undefine(ctx, in.Host, in.UUID))
-}
-
 // ClearInstanceHost detaches the instance from its host, node, placement
 // and claim, after (never before) that claim's release, and sets its vm
 // state and clears its task state.
@@ -280,39 +217,6 @@ func (a *Activities) ClearInstanceHost(ctx context.Context, in ClearHostInput) e
 		}
 	}
 	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: ledger.TaskNone}))
-}
-
-// Spawn defines and starts the guest on the host with its domain XML
-// patched for the placement: the XML it had when it was shelved, or a new
-// one for a boot. It returns the XML it defined.
-func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
-	inst, err := a.Ledger.Instance(ctx, in.UUID)
-	if err != nil {
-		return "", classify(err)
-	}
-	base := inst.DomainXML
-	if base == "" {
-		req, err := inst.Request.Request()
-		if err != nil {
-			return "", classify(err)
-		}
-		if base, err = domain.New(inst.Name, inst.UUID, req, &in.Placement, a.Domain); err != nil {
-			return "", classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
-		}
-	}
-	xml := base
-	if in.Placement.HasNUMA() {
-		if xml, err = xmlpatch.Patch(base, &in.Placement); err != nil {
-			return "", classify(err)
-		}
-	}
-	if err := a.Driver.Define(ctx, in.Host, xml); err != nil {
-		return "", classify(err)
-	}
-	if err := a.Driver.Start(ctx, in.Host, in.UUID); err != nil {
-		return "", classify(err)
-	}
-	return xml, nil
 }
 
 // DestroyDomain powers the guest off and removes it from the host; a guest

@@ -59,6 +59,14 @@ const (
 	KeptChanged = "changed"
 	// KeptDoubt: an error kept the audit from deciding; see Errors.
 	KeptDoubt = "doubt"
+	// KeptInUse: no operation will finish the claim, but a domain of its
+	// own instance on the host uses its pCPUs; freeing them would hand
+	// them to a second guest. Reported as DriftClaimInUse.
+	KeptInUse = "in-use"
+	// KeptSettling: as KeptInUse, where the guest runs pinned to exactly
+	// the claim and nowhere else: the audit started Settle, which makes
+	// the claim the instance's resident claim.
+	KeptSettling = "settling"
 )
 
 // Kinds of drift between the ledger and a hypervisor.
@@ -75,6 +83,9 @@ const (
 	DriftClaimWithoutDomain = "claim-without-domain"
 	// DriftUnreadableDomain: a domain's XML could not be read for its pins.
 	DriftUnreadableDomain = "unreadable-domain"
+	// DriftClaimInUse: a claim no operation will finish is used by a
+	// domain of its instance; the audit keeps it (KeptInUse, KeptSettling).
+	DriftClaimInUse = "claim-in-use"
 )
 
 // AuditHostInput asks for an audit of one host.
@@ -197,18 +208,24 @@ func (a *Activities) ListHosts(ctx context.Context) ([]string, error) {
 // It walks the ledger's claims, never a list of workflows (visibility is
 // eventually consistent), and asks the OwnerChecker about each claim
 // older than the grace period. It keeps every claim whose owner runs with
-// the claim's first run id, and every claim it cannot decide on. It frees,
-// with compare-and-delete on the token it read, a pending claim whose
-// owner is closed (for at least the grace period), replaced or unknown,
-// and a committed claim that its instance record does not name while no
-// workflow of the instance is open. Drift against the hypervisor is only
+// the claim's first run id, and every claim it cannot decide on. A
+// candidate is a pending claim whose owner is closed (for at least the
+// grace period, and never less than MinGrace), replaced or unknown, or a
+// committed claim that its instance record does not name while no
+// workflow of the instance is open. Before freeing a candidate it reads
+// the claim and the record again (Temporal's answer is newer than the
+// snapshot), looks at the instance's domain on the host and keeps the
+// claim if that domain uses any of its pCPUs (starting Settle when the
+// guest runs pinned to exactly the claim), and frees with a
+// compare-and-delete on the token and state it judged, which a running
+// fence lease also refuses. Other drift against the hypervisor is only
 // reported (see the workflows package documentation for why).
 //
 // Only the host being unknown fails the activity; every other error is
 // reported in the result and keeps what it touches.
 func (a *Activities) AuditHost(ctx context.Context, in AuditHostInput) (HostAudit, error) {
 	start := time.Now()
-	au := &audit{a: a, res: HostAudit{Host: in.Host, DryRun: in.DryRun}, grace: a.Grace}
+	au := &audit{a: a, res: HostAudit{Host: in.Host, DryRun: in.DryRun}, grace: a.Grace, minGrace: a.MinGrace}
 	if in.Grace != nil {
 		au.grace = *in.Grace
 	}
@@ -226,6 +243,7 @@ func (a *Activities) AuditHost(ctx context.Context, in AuditHostInput) (HostAudi
 	if domErr != nil {
 		au.fail("domains of %s: %v", in.Host, domErr)
 	}
+	au.pinnable = pinnable(snap.Topology)
 	now := time.Now()
 	freed := map[string]bool{}
 	for i := range snap.Claims {
@@ -236,6 +254,11 @@ func (a *Activities) AuditHost(ctx context.Context, in AuditHostInput) (HostAudi
 	}
 	if domErr == nil {
 		au.drift(ctx, snap, doms, freed)
+	} else {
+		for _, d := range au.inUse {
+			au.res.Tally.Drift.Add(d.Kind, 1)
+			au.res.Drift = append(au.res.Drift, d)
+		}
 	}
 	au.res.Duration = time.Since(start)
 	au.res.Tally.Errors = len(au.res.Errors)
@@ -248,6 +271,12 @@ type audit struct {
 	a     *Activities
 	res   HostAudit
 	grace time.Duration
+	// minGrace is the least time a closed owner must have been closed.
+	minGrace time.Duration
+	pinnable numa.CPUSet
+	// inUse are the claims kept because their instance's domain uses
+	// them, reported as drift.
+	inUse []Drift
 	// resident holds, per instance whose claim on this host its record
 	// names, the digest of the domain XML pinflow defined for it.
 	resident map[string]string
@@ -301,8 +330,9 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 	}
 	// The claim's own chain is closed. Its last activity attempts may
 	// still be in flight (termination does not stop them), so it must
-	// have been closed for the grace period too.
-	if au.grace > 0 && owner.State != OwnerNotFound && time.Since(owner.Since) < au.grace {
+	// have been closed for the grace period too, and never less than the
+	// minimum grace.
+	if wait := max(au.grace, au.minGrace); wait > 0 && owner.State != OwnerNotFound && time.Since(owner.Since) < wait {
 		au.keep(KeptRecentlyClosed)
 		return ""
 	}
@@ -335,14 +365,28 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 			reason = FreedInstanceGone
 		}
 	}
+	// Temporal's answer is newer than the snapshot: the owner may have
+	// committed and attached the claim, and closed, since. Decide on the
+	// claim and record as they are now.
+	if kept := au.recheck(ctx, c); kept != "" {
+		au.keep(kept)
+		return ""
+	}
+	// Defence in depth: whatever the workflows say, pCPUs a domain of the
+	// claim's own instance uses on this host are not freed.
+	if kept := au.guarded(ctx, c); kept != "" {
+		au.keep(kept)
+		return ""
+	}
 	if !au.res.DryRun {
-		ok, err := au.a.Ledger.ReleaseIfToken(ctx, c.Host, c.ID, c.Token)
+		ok, err := au.a.Ledger.ReleaseIfUnchanged(ctx, c.Host, c.ID, c.Token, c.State)
 		if err != nil {
 			au.fail("claim %s: release: %v", c.ID, err)
 			au.keep(KeptDoubt)
 			return ""
 		}
 		if !ok {
+			// Made again, committed, or under a fence lease meanwhile.
 			au.keep(KeptChanged)
 			return ""
 		}
@@ -351,6 +395,76 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 	au.res.Freed = append(au.res.Freed, FreedClaim{ClaimID: c.ID, Instance: c.InstanceUUID, Kind: c.Kind, State: c.State,
 		Owner: c.OwnerWorkflowID, CPUs: claimCPUs(c).String(), Reason: reason})
 	return c.ID
+}
+
+// recheck reads the claim and, for a committed one, its instance record
+// again, and returns why the claim is kept ("" when it may go).
+func (au *audit) recheck(ctx context.Context, c *ledger.Claim) string {
+	now, err := au.a.Ledger.GetClaim(ctx, c.Host, c.ID)
+	switch {
+	case errors.Is(err, ledger.ErrUnknownClaim):
+		return KeptChanged
+	case err != nil:
+		au.fail("claim %s: read again: %v", c.ID, err)
+		return KeptDoubt
+	case now.Token != c.Token || now.State != c.State:
+		return KeptChanged
+	}
+	home, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
+	switch {
+	case errors.Is(err, ledger.ErrUnknownInstance):
+		return ""
+	case err != nil:
+		au.fail("claim %s: instance record: %v", c.ID, err)
+		return KeptDoubt
+	case home.Host == c.Host && home.ClaimID == c.ID:
+		return KeptResident
+	}
+	return ""
+}
+
+// guarded looks at the claim's instance on the host and returns why the
+// claim is kept ("" when no domain of the instance uses its pCPUs). A
+// guest that runs pinned to exactly the claim, and nowhere else, had its
+// operation interrupted after it started there: the audit starts Settle
+// to finish that operation forwards.
+func (au *audit) guarded(ctx context.Context, c *ledger.Claim) string {
+	dom, err := au.a.Driver.Lookup(ctx, c.Host, c.InstanceUUID)
+	switch {
+	case errors.Is(err, hypervisor.ErrNotFound):
+		return ""
+	case err != nil:
+		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
+		return KeptDoubt
+	case dom.State == hypervisor.StateShutoff:
+		// A shut-off domain uses no pCPU; only an operation, which
+		// claims first, starts it again.
+		return ""
+	}
+	want := claimCPUs(c)
+	pins, err := xmlpatch.Read(dom.XML)
+	if err != nil {
+		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
+		return KeptDoubt
+	}
+	used := pins.HostCPUs().Intersection(au.pinnable)
+	if !used.Intersects(want) {
+		return ""
+	}
+	d := Drift{Kind: DriftClaimInUse, Instance: c.InstanceUUID, ClaimID: c.ID, CPUs: used.Intersection(want).String(),
+		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its pCPUs %s", c.State, c.ID, dom.Name, dom.State, used.Intersection(want))}
+	kept := KeptInUse
+	if dom.State == hypervisor.StateRunning && used.Equal(want) && au.a.Settler != nil && !au.res.DryRun {
+		err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: c.Host, ClaimID: c.ID})
+		if err != nil {
+			d.Detail += fmt.Sprintf("; settling it failed to start: %v", err)
+		} else {
+			d.Detail += "; settling it as the instance's resident claim"
+			kept = KeptSettling
+		}
+	}
+	au.inUse = append(au.inUse, d)
+	return kept
 }
 
 // InstanceWorkflowPrefix starts the workflow id every operation on one
@@ -447,6 +561,7 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 		found = append(found, Drift{Kind: DriftClaimWithoutDomain, Instance: c.InstanceUUID, ClaimID: c.ID,
 			CPUs: claimCPUs(c).String(), Detail: fmt.Sprintf("committed claim %s has no domain on %s", c.ID, snap.Host)})
 	}
+	found = append(found, au.inUse...)
 	for i := range found {
 		f := &found[i]
 		au.res.Tally.Drift.Add(f.Kind, 1)

@@ -84,6 +84,9 @@ type CreateInstanceInput struct {
 	UUID   string `json:"uuid"`
 	Name   string `json:"name"`
 	Flavor Flavor `json:"flavor"`
+	// Creator is the creating workflow's first run id: a record another
+	// operation created is refused, a retry of the same one is not.
+	Creator string `json:"creator,omitempty"`
 }
 
 // ChooseHostInput asks for a host for a guest.
@@ -105,15 +108,21 @@ type ClaimInput struct {
 
 // ClaimResult is the claim made.
 type ClaimResult struct {
-	Host      string         `json:"host"`
-	ClaimID   string         `json:"claim_id"`
-	Placement numa.Placement `json:"placement"`
+	Host    string `json:"host"`
+	ClaimID string `json:"claim_id"`
+	// Token is the claim's random token: fenced hypervisor steps prove
+	// with it that the claim they act for is still the one made.
+	Token     string            `json:"token,omitempty"`
+	State     ledger.ClaimState `json:"state,omitempty"`
+	Placement numa.Placement    `json:"placement"`
 }
 
 // ReleaseInput names a claim to release.
 type ReleaseInput struct {
 	Host    string `json:"host"`
 	ClaimID string `json:"claim_id"`
+	// OnlyPending releases the claim only while it is pending.
+	OnlyPending bool `json:"only_pending,omitempty"`
 }
 
 // TaskStateInput sets an instance's task state and, when VMState is set,
@@ -144,6 +153,19 @@ type MigrateInput struct {
 	Source  string `json:"source"`
 	Dest    string `json:"dest"`
 	DestXML string `json:"dest_xml,omitempty"`
+	// DestClaimID and DestToken name the destination claim the migration
+	// acts for; the driver's fence checks it before the switchover. Empty
+	// in runs recorded before fences: no fence.
+	DestClaimID string `json:"dest_claim_id,omitempty"`
+	DestToken   string `json:"dest_token,omitempty"`
+}
+
+// RollbackResult says where a migration's rollback left the guest.
+type RollbackResult struct {
+	// OnDest: the migration had completed, the guest runs on the
+	// destination only, and nothing was rolled back; the operation must
+	// finish forwards.
+	OnDest bool `json:"on_dest,omitempty"`
 }
 
 // CommitMigrationInput makes a finished migration's destination claim the
@@ -172,6 +194,11 @@ type SpawnInput struct {
 	UUID      string         `json:"uuid"`
 	Host      string         `json:"host"`
 	Placement numa.Placement `json:"placement"`
+	// ClaimID and Token name the claim the guest is spawned on; Spawn
+	// fences on it right before it defines and starts the guest. Empty
+	// in runs recorded before fences: no fence.
+	ClaimID string `json:"claim_id,omitempty"`
+	Token   string `json:"token,omitempty"`
 }
 
 // AttachInput makes a spawned guest's claim resident and its record point

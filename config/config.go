@@ -52,7 +52,23 @@ type Config struct {
 	// Driver is the hypervisor driver: sim or libvirt.
 	Driver string `envconfig:"DRIVER" default:"sim"`
 	Reconcile
+	Steps
 	Operations
+}
+
+// Steps configures how the workflows' hypervisor steps behave.
+type Steps struct {
+	// ShutdownTimeout is how long a shelve-offload waits for the guest to
+	// power itself off before it destroys it.
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"60s"`
+	// FenceLease is how long a hypervisor step that passed its fence may
+	// take to act (start a guest, switch a migration over); the audit
+	// cannot free the claim meanwhile.
+	FenceLease time.Duration `envconfig:"FENCE_LEASE" default:"60s"`
+	// WorkerStopTimeout is how long a stopping worker lets running
+	// activities finish; a live migration is handed to the next attempt
+	// instead of being aborted.
+	WorkerStopTimeout time.Duration `envconfig:"WORKER_STOP_TIMEOUT" default:"30s"`
 }
 
 // Temporal is how to reach the Temporal frontend.
@@ -83,6 +99,10 @@ type Reconcile struct {
 	Grace time.Duration `envconfig:"RECONCILE_GRACE" default:"2m"`
 	// Concurrency bounds how many hosts are audited at once.
 	Concurrency int `envconfig:"RECONCILE_CONCURRENCY" default:"8"`
+	// MinGrace is the least time an owner must have been closed before
+	// the audit frees its claim, whatever grace an audit asks for: the
+	// owner's last activity attempts may still be writing.
+	MinGrace time.Duration `envconfig:"RECONCILE_MIN_GRACE" default:"10s"`
 }
 
 // Load reads the configuration from the environment.
@@ -93,6 +113,10 @@ func Load() (*Config, error) {
 	}
 	if c.Driver != "sim" && c.Driver != "libvirt" {
 		return nil, fmt.Errorf("config: %s_DRIVER %q: allowed are sim or libvirt", Prefix, c.Driver)
+	}
+	if c.ShutdownTimeout < 0 || c.FenceLease <= 0 || c.WorkerStopTimeout < 0 || c.MinGrace < 0 {
+		return nil, fmt.Errorf("config: %s_SHUTDOWN_TIMEOUT %s, %s_FENCE_LEASE %s, %s_WORKER_STOP_TIMEOUT %s, %s_RECONCILE_MIN_GRACE %s: the lease must be positive, the others 0 or more",
+			Prefix, c.ShutdownTimeout, Prefix, c.FenceLease, Prefix, c.WorkerStopTimeout, Prefix, c.MinGrace)
 	}
 	if err := c.Operations.check(); err != nil {
 		return nil, err

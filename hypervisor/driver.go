@@ -51,6 +51,22 @@ type Progress struct {
 	Phase         string `json:"phase"`
 }
 
+// MigrateRequest is one live migration.
+type MigrateRequest struct {
+	UUID    string
+	Source  string
+	Dest    string
+	DestXML string
+	// Fence says whether the operation that asked for the migration still
+	// wants it (the destination claim it acts for still exists with its
+	// token); nil means no fence.
+	Fence func(ctx context.Context) error
+}
+
+// ErrFenced: the operation a hypervisor step acts for no longer holds
+// the claim the step needs; the step did not take effect.
+var ErrFenced = errors.New("fenced: the claim this step acts for is gone or changed")
+
 // Driver manages the guests of a set of hosts, addressed by host name.
 // Every method is safe to call again after an unknown outcome: defining an
 // existing domain with the same XML, stopping a stopped one, undefining a
@@ -62,7 +78,12 @@ type Driver interface {
 	Define(ctx context.Context, host, xml string) error
 	// Start boots a defined domain; starting a running one succeeds.
 	Start(ctx context.Context, host, uuid string) error
-	// Stop powers a domain off; stopping a stopped one succeeds.
+	// Shutdown asks the guest to power itself off (an ACPI power button
+	// press) and returns without waiting; the domain is shut off once the
+	// guest has done so. A shut-off domain succeeds at once.
+	Shutdown(ctx context.Context, host, uuid string) error
+	// Stop powers a domain off at once (destroy); stopping a stopped one
+	// succeeds.
 	Stop(ctx context.Context, host, uuid string) error
 	// Undefine removes a stopped domain's definition; a missing one succeeds.
 	Undefine(ctx context.Context, host, uuid string) error
@@ -73,11 +94,15 @@ type Driver interface {
 	// PrepareMigration checks that dst can take the domain with destXML
 	// before any data moves.
 	PrepareMigration(ctx context.Context, dst, uuid, destXML string) error
-	// Migrate live-migrates the running domain uuid from src to dst with
-	// destXML as its definition there, calling progress as it goes. It
-	// returns when the guest runs on dst only. Cancelling ctx aborts the
-	// migration and leaves the guest running on src.
-	Migrate(ctx context.Context, src, dst, uuid, destXML string, progress func(Progress)) error
+	// Migrate live-migrates the running domain req.UUID from req.Source to
+	// req.Dest with req.DestXML as its definition there, calling progress
+	// as it goes. It returns when the guest runs on the destination only.
+	// Cancelling ctx aborts the migration and leaves the guest running on
+	// its source, unless the migration had passed its point of no return:
+	// then it completes and Migrate returns nil. req.Fence, when set, is
+	// called before the migration starts and as close before its point of
+	// no return as the hypervisor allows; its error aborts the migration.
+	Migrate(ctx context.Context, req MigrateRequest, progress func(Progress)) error
 	// Rollback undoes a failed or aborted migration: the guest runs on src,
 	// and dst holds no trace of it.
 	Rollback(ctx context.Context, src, dst, uuid string) error

@@ -179,8 +179,8 @@ func putArgs(args *[]any) {
 func applyArgs(ops []*hostOp) *[]any {
 	k := ops[0].keys
 	p := argLists.Get().(*[]any)
-	// The keys in the order of all().
-	args := append(*p, "evalsha", applyScript.Hash(), 5, k.topo, k.pins, k.claims, k.usage, k.undo, len(ops))
+	// The keys in the order of all(), and the leases.
+	args := append(*p, "evalsha", applyScript.Hash(), 6, k.topo, k.pins, k.claims, k.usage, k.undo, k.lease, len(ops))
 	for _, o := range ops {
 		args = append(args, o.args...)
 	}

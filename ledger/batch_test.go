@@ -40,15 +40,16 @@ func TestBatchOperationsSeeEachOther(t *testing.T) {
 	_, claim2 := claim("c2")
 	_, claim3 := claim("c3")
 	ops := [][]any{
-		claim1,              // ok
-		claim1,              // the same id again: exists, with c1's record
-		{"r", "c1", "nope"}, // wrong token: nothing released
-		{"r", "c1", ""},     // released
-		{"r", "c1", ""},     // already released
-		claim2,              // ok: c1's pCPUs are free again
-		claim3,              // taken by c2
-		{"r", "c2", "tok-c2"},
-		claim3, // ok now
+		claim1,                  // ok
+		claim1,                  // the same id again: exists, with c1's record
+		{"r", "c1", "nope", ""}, // wrong token: nothing released
+		{"r", "c1", "", ""},     // released
+		{"r", "c1", "", ""},     // already released
+		claim2,                  // ok: c1's pCPUs are free again
+		claim3,                  // taken by c2
+		{"r", "c2", "tok-c2", "unchanged:committed"}, // c2 is pending: kept
+		{"r", "c2", "tok-c2", "pending"},             // released
+		claim3,                                       // ok now
 	}
 	args := []any{len(ops)}
 	for _, op := range ops {
@@ -63,7 +64,7 @@ func TestBatchOperationsSeeEachOther(t *testing.T) {
 		reply := r.([]any)
 		got = append(got, fmt.Sprint(reply[0]))
 	}
-	want := []string{"ok", "exists", "2", "1", "0", "ok", "taken", "1", "ok"}
+	want := []string{"ok", "exists", "2", "1", "0", "ok", "taken", "3", "1", "ok"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("apply replies = %v, want %v", got, want)
 	}
@@ -71,7 +72,7 @@ func TestBatchOperationsSeeEachOther(t *testing.T) {
 		t.Errorf("exists reply carries %s, want c1's record", rec)
 	}
 	// The revisions count the changes: c1, its release, c2, c2's release, c3.
-	if rev := toInt(res[8].([]any)[1]); rev != 5 {
+	if rev := toInt(res[9].([]any)[1]); rev != 5 {
 		t.Errorf("last claim's revision = %d, want 5", rev)
 	}
 	s := snapshot(t, l, "h1")

@@ -229,11 +229,11 @@ func TestReleaseRecordWithoutUndo(t *testing.T) {
 		if err := rdb.HDel(ctx, k.undo, "c1").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := l.ReleaseIfToken(ctx, "h1", "c1", "0123456789abcdef0123456789abcdef"); err != nil || ok {
-			t.Errorf("%s: ReleaseIfToken(c1, wrong token) = %v, %v; want false, nil", old, ok, err)
+		if ok, err := l.ReleaseIfUnchanged(ctx, "h1", "c1", "0123456789abcdef0123456789abcdef", StatePending); err != nil || ok {
+			t.Errorf("%s: ReleaseIfUnchanged(c1, wrong token) = %v, %v; want false, nil", old, ok, err)
 		}
-		if ok, err := l.ReleaseIfToken(ctx, "h1", "c1", c.Token); err != nil || !ok {
-			t.Fatalf("%s: ReleaseIfToken(c1) = %v, %v; want true, nil", old, ok, err)
+		if ok, err := l.ReleaseIfUnchanged(ctx, "h1", "c1", c.Token, StatePending); err != nil || !ok {
+			t.Fatalf("%s: ReleaseIfUnchanged(c1) = %v, %v; want true, nil", old, ok, err)
 		}
 		if diff := diffSnapshots(empty, snapshot(t, l, "h1")); diff != "" {
 			t.Errorf("%s: after the release (-empty +after):\n%s", old, diff)

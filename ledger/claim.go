@@ -64,8 +64,9 @@ type Claim struct {
 	// when that workflow is no longer running.
 	OwnerWorkflowID string `json:"owner_workflow_id"`
 	OwnerRunID      string `json:"owner_run_id"`
-	// Token is random; ReleaseIfToken frees the claim only with it, so a
-	// reconciler's decision cannot free a claim made again meanwhile.
+	// Token is random; ReleaseIfUnchanged and Fence accept the claim only
+	// with it, so a decision on a claim, or a step acting for one, cannot
+	// reach a claim made again meanwhile.
 	Token     string    `json:"token"`
 	CreatedAt time.Time `json:"created_at"`
 	// Generation is the host topology generation the claim was made on.
@@ -458,21 +459,33 @@ func (l *Ledger) Commit(ctx context.Context, host, claimID string) (*Claim, erro
 // Releasing an unknown or already released claim succeeds and changes
 // nothing: a delete after an aborted claim must not fail.
 func (l *Ledger) Release(ctx context.Context, host, claimID string) error {
-	_, err := l.release(ctx, "release", host, claimID, "")
+	_, err := l.release(ctx, "release", host, claimID, "", "")
 	return err
 }
 
-// ReleaseIfToken releases the claim only if its token is token, and says
-// whether it did: compare-and-delete for reconciliation, which decided on
-// a claim it read earlier and must not free a claim made again since.
-func (l *Ledger) ReleaseIfToken(ctx context.Context, host, claimID, token string) (bool, error) {
-	if token == "" {
-		return false, fmt.Errorf("ledger: release-if-token %s on %s: %w: empty token; use Release to release whatever the token", claimID, host, ErrInvalid)
-	}
-	return l.release(ctx, "release-if-token", host, claimID, token)
+// ReleasePending releases the claim only while it is pending, and says
+// whether it did: a compensation undoes a claim its operation made, and
+// must not free one that became an instance's resident claim (a Temporal
+// Reset replays a run with the same claim ids). An unknown claim is no
+// error and nothing to release.
+func (l *Ledger) ReleasePending(ctx context.Context, host, claimID string) (bool, error) {
+	return l.release(ctx, "release-pending", host, claimID, "", "pending")
 }
 
-func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (bool, error) {
+// ReleaseIfUnchanged releases the claim only if it still has token and
+// state and no fence lease runs on it, and says whether it did: the
+// audit's compare-and-delete. The audit decided on the claim as it read
+// it; a claim made again, committed meanwhile, or guarded by a hypervisor
+// step that passed its fence (Fence) is kept.
+func (l *Ledger) ReleaseIfUnchanged(ctx context.Context, host, claimID, token string, state ClaimState) (bool, error) {
+	if token == "" || (state != StatePending && state != StateCommitted) {
+		return false, fmt.Errorf("ledger: release-if-unchanged %s on %s: %w: token %q and state %q: a token and the state pending or committed are needed",
+			claimID, host, ErrInvalid, token, state)
+	}
+	return l.release(ctx, "release-if-unchanged", host, claimID, token, "unchanged:"+string(state))
+}
+
+func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond string) (bool, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: %s %s on %s: %w", op, claimID, host, err) }
 	if err := checkHostName(host); err != nil {
 		return false, wrap(err)
@@ -480,7 +493,7 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 	if err := checkClaimID(claimID); err != nil {
 		return false, wrap(err)
 	}
-	res, err := l.batch.run(ctx, l.hostKeys(host), "r", claimID, token)
+	res, err := l.batch.run(ctx, l.hostKeys(host), "r", claimID, token, cond)
 	if err != nil {
 		return false, wrap(err)
 	}
@@ -495,6 +508,41 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token string) (
 		hc.observe(toInt(res[1]), parseCPUList(cpus), parseCounterList(counters))
 	}
 	return true, nil
+}
+
+// Fence renews the fence lease of a claim for length, if the claim still
+// exists with token, and returns when the lease ends by the server's
+// clock. A hypervisor step that acts for a claim (starting a guest on its
+// pCPUs, switching a migration over to them) calls Fence right before it
+// and must finish within length: while the lease runs, ReleaseIfUnchanged
+// refuses the claim, so the audit cannot free pCPUs that a step which
+// passed its fence is about to use, and a step whose claim was freed
+// (its workflow ended long ago) is refused here instead of taking
+// effect. A gone claim is ErrUnknownClaim, one made again with another
+// token ErrConflict.
+func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length time.Duration) (time.Time, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: fence %s on %s: %w", claimID, host, err) }
+	if err := checkHostName(host); err != nil {
+		return time.Time{}, wrap(err)
+	}
+	if err := checkClaimID(claimID); err != nil {
+		return time.Time{}, wrap(err)
+	}
+	if token == "" || length <= 0 {
+		return time.Time{}, wrap(fmt.Errorf("%w: token %q and lease %s: a token and a positive lease are needed", ErrInvalid, token, length))
+	}
+	k := l.hostKeys(host)
+	res, err := fenceScript.Run(ctx, l.rdb, []string{k.claims, k.undo, k.lease}, claimID, token, length.Milliseconds()).Slice()
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	switch res[0] {
+	case "ok":
+		return time.UnixMilli(toInt(res[1])), nil
+	case "gone":
+		return time.Time{}, wrap(fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID))
+	}
+	return time.Time{}, wrap(fmt.Errorf("%w: claim %q was made again with another token", ErrConflict, claimID))
 }
 
 // Claims lists a host's claims by id. A host never registered, or with no

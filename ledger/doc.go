@@ -12,6 +12,7 @@
 //	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON)
 //	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB> -> count in use
 //	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
+//	<prefix>:host:{h}:lease   hash: claim id -> token|end of its fence lease (ms, server clock)
 //	<prefix>:inst:{uuid}      hash: one instance record
 //	<prefix>:hosts            set: registered host names
 //
@@ -35,8 +36,26 @@
 // result. Release frees exactly what the claim took, which its undo entry
 // says without any JSON to decode (records written before undo entries
 // are read as JSON); releasing a claim that is gone succeeds.
-// ReleaseIfToken is compare-and-delete on the claim's random token, for
-// reconciliation.
+// ReleasePending frees only a pending claim, for compensations: a claim
+// that became an instance's resident claim is never an undo's to free.
+// ReleaseIfUnchanged is the audit's compare-and-delete: it frees only a
+// claim that still has the token and state the audit judged, and no
+// running fence lease.
+//
+// # Fences
+//
+// A hypervisor step that acts on a claim's pCPUs (starting a guest,
+// switching a migration over) calls Fence right before it acts. Fence
+// checks that the claim exists with the token the step was given and
+// renews the claim's lease, measured by the Redis server's clock. While
+// the lease runs, ReleaseIfUnchanged refuses the claim. So an attempt
+// that outlived its workflow is refused at its fence once the audit has
+// freed the claim, and the audit cannot free a claim between a passed
+// fence and the act it guards, provided the act ends within the lease
+// (the activities give the act half the lease as its deadline). A
+// hypervisor that completes an act after its caller's deadline can
+// break that proviso; the audit's last defence is that it never frees
+// pCPUs a domain of the claim's own instance is using.
 //
 // Concurrent claims and releases of one process on one host go to Redis
 // together, as one apply script (group commit): each is still applied
@@ -55,7 +74,7 @@
 //     AttachInstance (which refuses a claim that is not committed), then
 //     SetState. A crash after Claim leaves a pending claim owned by the
 //     workflow: its retry gets the same claim back, and if the workflow
-//     died the reconciliation audit frees it with ReleaseIfToken once the
+//     died the reconciliation audit frees it with ReleaseIfUnchanged once the
 //     owner is closed. A crash after Commit leaves a committed claim the
 //     instance does not name yet: the retry attaches; the audit frees it
 //     only when no workflow for the instance is open.

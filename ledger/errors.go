@@ -15,6 +15,8 @@ var (
 	// ErrInvalid: the input is malformed or does not belong on the host;
 	// nothing was changed.
 	ErrInvalid = errors.New("invalid input")
+	// ErrExists: the instance exists already, made by another operation.
+	ErrExists = errors.New("instance exists")
 	// ErrConflict: the ledger's state forbids the change (a pCPU owned by
 	// another claim, a claim id reused for another instance, a race lost
 	// too often, a step run out of order); nothing was changed.

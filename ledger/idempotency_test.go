@@ -149,23 +149,23 @@ func TestReleaseIdempotent(t *testing.T) {
 		t.Errorf("Release(never-made) changed the ledger (-before +after):\n%s", diff)
 	}
 
-	ok, err := l.ReleaseIfToken(ctx, "h1", "c2", "0123456789abcdef0123456789abcdef")
+	ok, err := l.ReleaseIfUnchanged(ctx, "h1", "c2", "0123456789abcdef0123456789abcdef", StatePending)
 	if err != nil || ok {
-		t.Errorf("ReleaseIfToken(c2, stale token) = %v, %v; want false, nil", ok, err)
+		t.Errorf("ReleaseIfUnchanged(c2, stale token) = %v, %v; want false, nil", ok, err)
 	}
 	if diff := cmp.Diff(after, snapshot(t, l, "h1"), snapOpts...); diff != "" {
-		t.Errorf("ReleaseIfToken with a stale token changed the ledger (-before +after):\n%s", diff)
+		t.Errorf("ReleaseIfUnchanged with a stale token changed the ledger (-before +after):\n%s", diff)
 	}
-	if _, err := l.ReleaseIfToken(ctx, "h1", "c2", ""); !errors.Is(err, ErrInvalid) {
-		t.Errorf("ReleaseIfToken(c2, empty token) error = %v, want ErrInvalid", err)
+	if _, err := l.ReleaseIfUnchanged(ctx, "h1", "c2", "", StatePending); !errors.Is(err, ErrInvalid) {
+		t.Errorf("ReleaseIfUnchanged(c2, empty token) error = %v, want ErrInvalid", err)
 	}
-	ok, err = l.ReleaseIfToken(ctx, "h1", "c2", kept.Token)
+	ok, err = l.ReleaseIfUnchanged(ctx, "h1", "c2", kept.Token, StatePending)
 	if err != nil || !ok {
-		t.Errorf("ReleaseIfToken(c2, its token) = %v, %v; want true, nil", ok, err)
+		t.Errorf("ReleaseIfUnchanged(c2, its token) = %v, %v; want true, nil", ok, err)
 	}
-	ok, err = l.ReleaseIfToken(ctx, "h1", "c2", kept.Token)
+	ok, err = l.ReleaseIfUnchanged(ctx, "h1", "c2", kept.Token, StatePending)
 	if err != nil || ok {
-		t.Errorf("ReleaseIfToken(c2) again = %v, %v; want false, nil", ok, err)
+		t.Errorf("ReleaseIfUnchanged(c2) again = %v, %v; want false, nil", ok, err)
 	}
 	if diff := cmp.Diff(empty, snapshot(t, l, "h1"), snapOpts...); diff != "" {
 		t.Errorf("ledger after releasing everything differs from the empty one (-empty +after):\n%s", diff)

@@ -94,9 +94,13 @@ type Instance struct {
 }
 
 // CreateInstance records a new instance, not on any host, in vmState
-// (usually building) with no task. Creating it again with the same name
-// and flavor is a retry and changes nothing; with another, ErrConflict.
-func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor Flavor, vmState VMState) (*Instance, error) {
+// (usually building) with no task. creator names the operation that
+// creates it (its workflow's first run id): creating it again for the
+// same creator, name and flavor is a retry and changes nothing; for
+// another creator it is ErrExists (a second boot of one uuid must not
+// spawn a second copy), and with another name or flavor ErrConflict. An
+// empty creator skips the creator check.
+func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor Flavor, vmState VMState, creator string) (*Instance, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: create instance %s: %w", uuid, err) }
 	if err := checkUUID(uuid); err != nil {
 		return nil, wrap(err)
@@ -114,12 +118,15 @@ func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor F
 	if err != nil {
 		return nil, wrap(err)
 	}
-	res, err := instCreateScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, uuid, name, req, string(vmState), "", l.timestamp()).StringSlice()
+	res, err := instCreateScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, uuid, name, req, string(vmState), "", l.timestamp(), creator).StringSlice()
 	if err != nil {
 		return nil, wrap(err)
 	}
-	if res[0] == "conflict" {
+	switch res[0] {
+	case "conflict":
 		return nil, wrap(fmt.Errorf("%w: instance exists as %q with flavor %s", ErrConflict, res[1], res[2]))
+	case "other":
+		return nil, wrap(fmt.Errorf("%w: instance %s was created by another operation and is %s", ErrExists, uuid, res[1]))
 	}
 	return l.Instance(ctx, uuid)
 }

@@ -13,7 +13,7 @@ var flavor = Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:c
 func TestCreateInstance(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
-	in, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding)
+	in, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, "")
 	if err != nil {
 		t.Fatalf("CreateInstance(u1): %v", err)
 	}
@@ -24,9 +24,19 @@ func TestCreateInstance(t *testing.T) {
 	if in.UpdatedAt.IsZero() {
 		t.Errorf("CreateInstance(u1) updated_at is zero")
 	}
-	again, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding)
+	again, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, "")
 	if err != nil || !cmp.Equal(in, again) {
 		t.Errorf("CreateInstance(u1) again = %+v, %v; want the first record, nil", again, err)
+	}
+	// A second operation on the same uuid is not a retry of the first.
+	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, VMBuilding, "run-1"); err != nil {
+		t.Fatalf("CreateInstance(u9, run-1): %v", err)
+	}
+	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, VMBuilding, "run-1"); err != nil {
+		t.Errorf("CreateInstance(u9, run-1) retried: %v", err)
+	}
+	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, VMBuilding, "run-2"); !errors.Is(err, ErrExists) {
+		t.Errorf("CreateInstance(u9, run-2) error = %v, want ErrExists", err)
 	}
 	for _, tc := range []struct {
 		name, uuid, vmName string
@@ -42,7 +52,7 @@ func TestCreateInstance(t *testing.T) {
 		{"empty name", "u2", "", flavor, VMBuilding, ErrInvalid},
 		{"bad uuid", "u{2}", "vm-2", flavor, VMBuilding, ErrInvalid},
 	} {
-		if _, err := l.CreateInstance(ctx, tc.uuid, tc.vmName, tc.flavor, tc.vm); !errors.Is(err, tc.want) {
+		if _, err := l.CreateInstance(ctx, tc.uuid, tc.vmName, tc.flavor, tc.vm, ""); !errors.Is(err, tc.want) {
 			t.Errorf("CreateInstance(%s) error = %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -57,7 +67,7 @@ func TestCreateInstance(t *testing.T) {
 func TestSetState(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMShelvedOffloaded); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMShelvedOffloaded, ""); err != nil {
 		t.Fatal(err)
 	}
 	unshelving := Transition{FromVM: []VMState{VMShelvedOffloaded}, FromTask: []TaskState{TaskNone}, Task: TaskUnshelving}
@@ -97,7 +107,7 @@ func TestAttachDetachDelete(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
 	register(t, l, "h1", testHost(2, 4))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	r, err := flavor.Request()
@@ -205,7 +215,7 @@ func TestMigrationMovesAttachment(t *testing.T) {
 	l, _, _ := newLedger(t)
 	register(t, l, "src", testHost(1, 4))
 	register(t, l, "dst", testHost(1, 4))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := flavor.Request()
@@ -251,7 +261,7 @@ func TestHome(t *testing.T) {
 	if _, err := l.Home(ctx, "u-none"); !errors.Is(err, ErrUnknownInstance) {
 		t.Errorf("Home(unknown) error = %v, want ErrUnknownInstance", err)
 	}
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	if h, err := l.Home(ctx, "u1"); err != nil || h != (Home{}) {

@@ -62,7 +62,7 @@ func checkClaimID(id string) error {
 // hostKeys are one host's keys. The {host} hash tag puts all of them in one
 // Redis Cluster slot, which is what lets one script change them together.
 type hostKeys struct {
-	topo, pins, claims, usage, undo string
+	topo, pins, claims, usage, undo, lease string
 }
 
 func (l *Ledger) hostKeys(host string) *hostKeys {
@@ -71,13 +71,14 @@ func (l *Ledger) hostKeys(host string) *hostKeys {
 		return k.(*hostKeys)
 	}
 	base := l.prefix + ":host:{" + host + "}:"
-	k := &hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage", undo: base + "undo"}
+	k := &hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage", undo: base + "undo",
+		lease: base + "lease"}
 	l.keys.Store(host, k)
 	return k
 }
 
 // all lists the keys in the order the host scripts take them.
-func (k hostKeys) all() []string { return []string{k.topo, k.pins, k.claims, k.usage, k.undo} }
+func (k hostKeys) all() []string { return []string{k.topo, k.pins, k.claims, k.usage, k.undo, k.lease} }
 
 func (l *Ledger) instKey(uuid string) string { return l.prefix + ":inst:{" + uuid + "}" }
 

@@ -30,6 +30,7 @@ var (
 	applyScript      = loadScript("apply")
 	applySource      = scriptSource("apply")
 	commitScript     = loadScript("commit")
+	fenceScript      = loadScript("fence")
 	registerScript   = loadScript("register")
 	instCreateScript = loadScript("inst_create")
 	instStateScript  = loadScript("inst_state")

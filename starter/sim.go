@@ -49,7 +49,7 @@ func simOpen(ctx context.Context) (*sim.Driver, func(), error) {
 // simParseOp reads --op for command cmd.
 func simParseOp(cmd, s string) (sim.Op, error) {
 	if s == "" {
-		return "", fmt.Errorf("%s: --op is required; allowed: define, start (or spawn), stop, undefine, prepare, migrate: %w", cmd, errUsage)
+		return "", fmt.Errorf("%s: --op is required; allowed: define, start (or spawn), shutdown, stop, undefine, prepare, migrate: %w", cmd, errUsage)
 	}
 	op, err := sim.ParseOp(s)
 	if err != nil {

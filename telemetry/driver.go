@@ -76,6 +76,14 @@ func (d *TracedDriver) Stop(ctx context.Context, host, uuid string) error {
 	return err
 }
 
+// Shutdown implements hypervisor.Driver.
+func (d *TracedDriver) Shutdown(ctx context.Context, host, uuid string) error {
+	ctx, span := d.start(ctx, "Shutdown", AttrHost.String(host), AttrInstance.String(uuid))
+	err := d.Next.Shutdown(ctx, host, uuid)
+	end(span, err)
+	return err
+}
+
 // Undefine implements hypervisor.Driver.
 func (d *TracedDriver) Undefine(ctx context.Context, host, uuid string) error {
 	ctx, span := d.start(ctx, "Undefine", AttrHost.String(host), AttrInstance.String(uuid))
@@ -111,13 +119,13 @@ func (d *TracedDriver) PrepareMigration(ctx context.Context, dst, uuid, destXML 
 
 // Migrate implements hypervisor.Driver. Progress reports become span
 // events when the phase changes, not on every report.
-func (d *TracedDriver) Migrate(ctx context.Context, src, dst, uuid, destXML string, progress func(hypervisor.Progress)) error {
-	ctx, span := d.start(ctx, "Migrate", AttrHost.String(src), AttrDest.String(dst), AttrInstance.String(uuid))
+func (d *TracedDriver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
+	ctx, span := d.start(ctx, "Migrate", AttrHost.String(req.Source), AttrDest.String(req.Dest), AttrInstance.String(req.UUID))
 	var (
 		mu    sync.Mutex
 		phase string
 	)
-	err := d.Next.Migrate(ctx, src, dst, uuid, destXML, func(p hypervisor.Progress) {
+	err := d.Next.Migrate(ctx, req, func(p hypervisor.Progress) {
 		mu.Lock()
 		if p.Phase != phase {
 			phase = p.Phase

@@ -66,12 +66,16 @@ func run() error {
 		return err
 	}
 
-	w := worker.New(tc, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()}})
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Reconcile} {
+	w := worker.New(tc, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()},
+		WorkerStopTimeout: cfg.WorkerStopTimeout})
+	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete,
+		workflows.Reconcile, workflows.Settle} {
 		w.RegisterWorkflow(wf)
 	}
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions,
-		Owners: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace})
+		Owners: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
+		Settler:         workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue},
+		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
 		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver,
 		"traces", cfg.Traces, "metrics", cfg.Metrics, "health", cfg.HealthAddr)

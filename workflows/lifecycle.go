@@ -34,6 +34,10 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 	}
 	var inst activities.InstanceInfo
 	create := activities.CreateInstanceInput{UUID: in.UUID, Name: in.Name, Flavor: in.Flavor}
+	if r.fenced() {
+		// Booting an existing uuid again is refused, not a second copy.
+		create.Creator = firstRunID(ctx)
+	}
 	if err := workflow.ExecuteActivity(r.short(ctx, "create instance "+in.Name), a.CreateInstance, create).Get(ctx, &inst); err != nil {
 		return nil, r.fail(err)
 	}
@@ -76,6 +80,9 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	}
 	r.setHosts(inst.Host, "")
 	r.step()
+	// A delete only goes forwards: a cancel must not leave a guest half
+	// destroyed.
+	ctx = r.commit(ctx)
 	r.phase(PhaseDeleting, "")
 	if err := workflow.ExecuteActivity(r.short(ctx, "task state deleting"), a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskDeleting}).Get(ctx, nil); err != nil {

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 
 	"go.temporal.io/sdk/workflow"
@@ -72,7 +73,7 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	destClaim := claimID(ctx, "migration-dest")
 	r.onFailure("release the destination claim", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(r.short(ctx, "release claim on "+dst), a.ReleaseClaim,
-			activities.ReleaseInput{Host: dst, ClaimID: destClaim}).Get(ctx, nil)
+			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
 	})
 	var claim activities.ClaimResult
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindMigrationDest,
@@ -84,28 +85,54 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	r.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
 
 	r.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
-	move := activities.MigrateInput{UUID: in.UUID, Source: src, Dest: dst}
+	move := activities.MigrateInput{UUID: in.UUID, Source: src, Dest: dst, DestClaimID: destClaim, DestToken: claim.Token}
 	r.onFailure("roll the hypervisor back", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(r.driver(ctx, "roll back the migration"), a.RollbackMigration, move).Get(ctx, nil)
+		// The rollback looks where the guest runs first: a migration that
+		// completed is finished forwards, never undone.
+		var rb activities.RollbackResult
+		if err := workflow.ExecuteActivity(r.driver(ctx, "roll back the migration"), a.RollbackMigration, move).Get(ctx, &rb); err != nil {
+			return err
+		}
+		if rb.OnDest {
+			return errRolledForward
+		}
+		return nil
 	})
+	// failed compensates, and says whether the guest turned out to run on
+	// the destination already, so that the operation commits instead.
+	failed := func(cause error) (bool, error) {
+		err := r.fail(cause)
+		return errors.Is(err, errRolledForward), err
+	}
 	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement}
+	prepared := true
 	if err := workflow.ExecuteActivity(r.attempt(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, &move.DestXML); err != nil {
-		return nil, r.fail(err)
+		forward, err := failed(err)
+		if !forward {
+			return nil, err
+		}
+		prepared = false
 	}
 	r.step()
 
-	r.phase(PhaseRunning, "migrating")
-	migrateCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatEvery, RetryPolicy: driverRetry,
-		WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", in.UUID, src, dst),
-	})
-	if err := workflow.ExecuteActivity(migrateCtx, a.Migrate, move).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+	if prepared {
+		r.phase(PhaseRunning, "migrating")
+		migrateCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: driverRetry,
+			WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", in.UUID, src, dst),
+		})
+		// A successful migration is authoritative, even when a cancel
+		// arrived while it ran: the guest runs on dst.
+		if err := workflow.ExecuteActivity(migrateCtx, a.Migrate, move).Get(ctx, nil); err != nil {
+			if forward, err := failed(err); !forward {
+				return nil, err
+			}
+		}
 	}
 	r.step()
 
 	// The guest now runs on dst: from here the operation only goes forwards.
-	r.commit()
+	ctx = r.commit(ctx)
 	r.phase(PhaseCommitting, "making the destination claim resident")
 	commit := activities.CommitMigrationInput{UUID: in.UUID, Source: src, Dest: dst, SourceClaimID: inst.ClaimID,
 		DestClaimID: destClaim, Placement: claim.Placement, DestXML: move.DestXML}

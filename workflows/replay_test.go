@@ -1,30 +1,71 @@
 package workflows
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // TestReplay replays the golden histories recorded on a real server (see
 // internal/e2e TestHistoriesReplay) against the current workflow code: a
-// change that would break running workflows fails here.
+// change that would break running workflows fails here. v0 holds
+// histories recorded before the fencing change, v1 after it. Every
+// history is also replayed cut short before each of its workflow tasks:
+// that is the history of the same workflow still open at that step,
+// which a new worker must be able to pick up.
 func TestReplay(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "history", "*.json"))
+	for _, version := range []string{"v0", "v1"} {
+		files, err := filepath.Glob(filepath.Join("testdata", "history", version, "*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(files) < 7 {
+			t.Fatalf("found %d golden histories of %s, want one per workflow path (7 or more)", len(files), version)
+		}
+		replayer := worker.NewWorkflowReplayer()
+		for _, wf := range []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Settle} {
+			replayer.RegisterWorkflow(wf)
+		}
+		for _, f := range files {
+			h := readHistory(t, f)
+			for _, cut := range openPoints(h) {
+				open := &historypb.History{Events: h.Events[:cut]}
+				if err := replayer.ReplayWorkflowHistory(nil, open); err != nil {
+					t.Errorf("replay %s/%s open after event %d of %d: %v", version, filepath.Base(f), cut, len(h.Events), err)
+				}
+			}
+		}
+	}
+}
+
+// openPoints returns the lengths at which the history is one of a
+// workflow still open: before each workflow task after the first, and
+// whole.
+func openPoints(h *historypb.History) []int {
+	var cuts []int
+	for i, ev := range h.Events {
+		if i > 1 && ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED {
+			cuts = append(cuts, i)
+		}
+	}
+	return append(cuts, len(h.Events))
+}
+
+func readHistory(t *testing.T, path string) *historypb.History {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 7 {
-		t.Fatalf("found %d golden histories, want one per workflow path (7)", len(files))
+	h := &historypb.History{}
+	if err := protojson.Unmarshal(data, h); err != nil {
+		t.Fatal(fmt.Errorf("%s: %w", path, err))
 	}
-	replayer := worker.NewWorkflowReplayer()
-	for _, wf := range []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete} {
-		replayer.RegisterWorkflow(wf)
-	}
-	for _, f := range files {
-		if err := replayer.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
-			t.Errorf("replay %s: %v", filepath.Base(f), err)
-		}
-	}
+	return h
 }

@@ -3,12 +3,22 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+)
+
+// fencingChange names the change that made hypervisor steps waited for
+// and fenced and the end of each operation forward-only; runs started
+// before it (version DefaultVersion) keep the command sequence they
+// were recorded with.
+const (
+	fencingChange  = "fencing"
+	fencingVersion = 1
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -21,9 +31,11 @@ const (
 	ledgerTimeout  = 30 * time.Second
 	driverTimeout  = 10 * time.Minute
 	migrateTimeout = 6 * time.Hour
-	// heartbeatEvery is the migrate step's heartbeat timeout: a worker that
-	// dies mid-migration is noticed this long after its last heartbeat.
-	heartbeatEvery = 10 * time.Second
+	// heartbeatTimeout is the hypervisor steps' heartbeat timeout: a worker
+	// that dies in a step is noticed this long after its last heartbeat,
+	// and a cancel reaches the step within about as long (the SDK sends
+	// heartbeats at most every 0.8 of it).
+	heartbeatTimeout = 5 * time.Second
 )
 
 // retry is for steps that must eventually succeed: ledger and record
@@ -55,11 +67,13 @@ var driverRetry = &temporal.RetryPolicy{
 // here shares: phases shown in the UI and the status query, activity
 // options, and the compensation stack.
 type run struct {
-	ctx    workflow.Context
-	status Status
-	steps  int // total steps, for Progress
-	done   int
-	undo   []compensation
+	ctx workflow.Context
+	// version is the run's fencingChange version (see newRun).
+	version workflow.Version
+	status  Status
+	steps   int // total steps, for Progress
+	done    int
+	undo    []compensation
 }
 
 type compensation struct {
@@ -69,6 +83,7 @@ type compensation struct {
 
 func newRun(ctx workflow.Context, op Operation, uuid string, steps int) (*run, error) {
 	r := &run{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
+	r.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return r.status, nil }); err != nil {
 		return nil, err
 	}
@@ -151,12 +166,22 @@ func (r *run) driver(ctx workflow.Context, summary string) workflow.Context {
 }
 
 // attempt returns a context for a hypervisor step that may fail the
-// operation: it is tried driverAttempts times.
+// operation: it is tried driverAttempts times. It heartbeats, so a cancel
+// reaches it, and the workflow waits for it to end before compensating:
+// compensations that ran while the step still acted would undo a step
+// that then takes effect.
 func (r *run) attempt(ctx workflow.Context, summary string) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: driverTimeout, RetryPolicy: driverRetry, Summary: summary,
-	})
+	opts := workflow.ActivityOptions{StartToCloseTimeout: driverTimeout, RetryPolicy: driverRetry, Summary: summary}
+	if r.fenced() {
+		opts.HeartbeatTimeout, opts.WaitForCancellation = heartbeatTimeout, true
+	}
+	return workflow.WithActivityOptions(ctx, opts)
 }
+
+// fenced says whether the run has the fencing change: waited-for
+// hypervisor steps, fences, a forward-only end and compensations that
+// stop at the first that fails. Runs started before it replay as they ran.
+func (r *run) fenced() bool { return r.version >= fencingVersion }
 
 // onFailure registers a compensation before the step it undoes runs: the
 // step may have taken effect even when it reports an error.
@@ -164,9 +189,23 @@ func (r *run) onFailure(summary string, do func(ctx workflow.Context) error) {
 	r.undo = append(r.undo, compensation{summary: summary, do: do})
 }
 
-// commit drops the compensations: past this point the operation finishes
-// forwards.
-func (r *run) commit() { r.undo = nil }
+// commit drops the compensations and returns the context for the rest of
+// the operation: past this point it only goes forwards, so the rest runs
+// in a disconnected context that a cancel cannot stop.
+func (r *run) commit(ctx workflow.Context) workflow.Context {
+	r.undo = nil
+	if !r.fenced() {
+		return ctx
+	}
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	return ctx
+}
+
+// errRolledForward is what a compensation returns when it finds the step
+// it undoes complete and past undoing (a migration that switched over):
+// the remaining compensations do not run, and the operation finishes
+// forwards instead.
+var errRolledForward = errors.New("the step had completed; finishing forwards")
 
 // fail runs the compensations in reverse order in a disconnected context
 // (so a cancelled workflow still compensates), records the error phase and
@@ -179,8 +218,22 @@ func (r *run) fail(cause error) error {
 	var errs []error
 	for i := len(r.undo) - 1; i >= 0; i-- {
 		c := r.undo[i]
-		if err := c.do(ctx); err != nil {
+		err := c.do(ctx)
+		// Decided by the recorded result of the compensation, so runs of
+		// any version replay it as they ran.
+		if errors.Is(err, errRolledForward) {
+			r.undo = nil
+			return errRolledForward
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("compensation %q: %w", c.summary, err))
+			if r.fenced() {
+				// What the failed compensation did not undo may still
+				// need what the earlier steps hold (a guest not rolled
+				// back still runs on the destination claim): keep them.
+				errs = append(errs, fmt.Errorf("kept for an operator: %s", r.remaining(i)))
+				break
+			}
 		}
 	}
 	r.undo = nil
@@ -192,14 +245,37 @@ func (r *run) fail(cause error) error {
 	return cause
 }
 
+// remaining names the compensations below index i, which a failed
+// compensation left undone.
+func (r *run) remaining(i int) string {
+	var names []string
+	for j := i - 1; j >= 0; j-- {
+		names = append(names, r.undo[j].summary)
+	}
+	if len(names) == 0 {
+		return "nothing"
+	}
+	return strings.Join(names, ", ")
+}
+
 // claimID is the id of a claim this run makes; it stays the same when the
 // claiming activity is retried and differs between runs.
 func claimID(ctx workflow.Context, kind string) string {
-	return kind + "-" + workflow.GetInfo(ctx).FirstRunID
+	return kind + "-" + firstRunID(ctx)
+}
+
+// firstRunID is the run's chain's first run id: the same across retries
+// and continue-as-new. (The test environment leaves it empty.)
+func firstRunID(ctx workflow.Context) string {
+	info := workflow.GetInfo(ctx)
+	if info.FirstRunID != "" {
+		return info.FirstRunID
+	}
+	return info.WorkflowExecution.RunID
 }
 
 // owner names this run as a claim's owner.
 func owner(ctx workflow.Context) activities.Owner {
 	info := workflow.GetInfo(ctx)
-	return activities.Owner{WorkflowID: info.WorkflowExecution.ID, FirstRunID: info.FirstRunID}
+	return activities.Owner{WorkflowID: info.WorkflowExecution.ID, FirstRunID: firstRunID(ctx)}
 }

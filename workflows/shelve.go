@@ -48,13 +48,20 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 
 	r.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
 	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
+	if r.fenced() {
+		// An offload that did not finish leaves the guest running on its
+		// resident claim, as before.
+		r.onFailure("run the guest again", func(ctx workflow.Context) error {
+			return workflow.ExecuteActivity(r.driver(ctx, "run the guest on "+inst.Host+" again"), a.RestoreDomain, dom).Get(ctx, nil)
+		})
+	}
 	if err := workflow.ExecuteActivity(r.attempt(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {
 		return nil, r.fail(err)
 	}
 	r.step()
 
 	// The guest is off its host: finish forwards.
-	r.commit()
+	ctx = r.commit(ctx)
 	r.phase(PhaseReleasing, "releasing the claim on "+inst.Host)
 	if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
 		activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
@@ -137,7 +144,7 @@ func placeAndSpawn(ctx workflow.Context, r *run, inst activities.InstanceInfo, h
 	id := claimID(ctx, string(kind))
 	r.onFailure("release the claim and clear host data", func(ctx workflow.Context) error {
 		if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+host), a.ReleaseClaim,
-			activities.ReleaseInput{Host: host, ClaimID: id}).Get(ctx, nil); err != nil {
+			activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil); err != nil {
 			return err
 		}
 		clear := activities.ClearHostInput{UUID: inst.UUID, VMState: inst.VMState, OnlyClaimID: id}
@@ -157,13 +164,15 @@ func placeAndSpawn(ctx workflow.Context, r *run, inst activities.InstanceInfo, h
 		return workflow.ExecuteActivity(r.driver(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
 	})
 	var xml string
-	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement}
+	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token}
 	if err := workflow.ExecuteActivity(r.attempt(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, &xml); err != nil {
 		return "", nil, err
 	}
 	r.step()
 
-	r.commit()
+	// A spawn that succeeded is authoritative, even when a cancel arrived
+	// while it ran: the guest runs on the claim.
+	ctx = r.commit(ctx)
 	r.phase(PhaseCommitting, "making the claim resident")
 	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id, Placement: claim.Placement, DomainXML: xml}
 	if err := workflow.ExecuteActivity(r.short(ctx, "commit the claim"), a.Attach, attach).Get(ctx, nil); err != nil {

@@ -8,7 +8,38 @@
 // one guest can never interleave. Each step that changes the world registers
 // its compensation before it runs; a failure or a cancellation before the
 // commit point runs the compensations in reverse order, in a disconnected
-// context so that cancellation compensates too.
+// context so that cancellation compensates too. A compensation that fails
+// stops the unwinding: what it did not undo may still need the resources
+// the earlier steps hold (a guest that was not rolled back still runs on
+// its destination claim), so they are kept and reported. A compensation
+// releases only a pending claim.
+//
+// # Interruptions
+//
+// Hypervisor steps that have a compensation heartbeat and are waited
+// for: a cancel reaches the step through its context, and the workflow
+// compensates only once the step has ended. The commit point is the
+// hypervisor's success (the guest runs on the destination, the new guest
+// started, the old one is off its host); a success is authoritative even
+// when a cancel arrived meanwhile, and everything after it runs in a
+// disconnected context, retried until done. A migration's rollback looks
+// first where the guest runs, and finishes a migration that completed
+// forwards instead of undoing it.
+//
+// Steps that act on a claim's pCPUs fence on it (see package activities):
+// an attempt that outlived its workflow, which termination and timeouts
+// allow, cannot start a guest or switch a migration over onto pCPUs the
+// audit freed. A terminated workflow runs no compensation at all; the
+// audit frees what it left pending, keeps what its guest uses, and starts
+// Settle to finish forwards a move whose guest already runs on its new
+// claim.
+//
+// # Versions
+//
+// These behaviours came with the change named fencingChange: runs
+// started before it replay and continue with the command sequence they
+// were recorded with (workflow.GetVersion), and the golden histories of
+// both versions, cut at every workflow task, replay in the tests.
 //
 // # Reconciliation
 //
@@ -105,6 +136,7 @@ const (
 	OpUnshelve      Operation = "unshelve"
 	OpDelete        Operation = "delete"
 	OpReconcile     Operation = "reconcile"
+	OpSettle        Operation = "settle"
 )
 
 // Phase is where an operation stands, as shown in PinflowPhase and the

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -104,7 +105,7 @@ func TestLiveMigrationCompensations(t *testing.T) {
 			h.on("release", a.ReleaseClaim, nil)
 			if tt.failAt != "claim" {
 				h.on("prepare", a.PrepareMigration, fail("prepare", "<domain/>", nil)...)
-				h.on("rollback", a.RollbackMigration, nil)
+				h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 			}
 			if tt.failAt == "migrate" {
 				h.on("migrate", a.Migrate, fail("migrate", nil)...)
@@ -128,7 +129,7 @@ func TestLiveMigrationCancelledWhileMigratingCompensates(t *testing.T) {
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
 	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
 	h.on("migrate", a.Migrate, nil).After(time.Hour)
-	h.on("rollback", a.RollbackMigration, nil)
+	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Minute)
 	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
@@ -190,11 +191,12 @@ func TestShelveOffloadPowerOffFailureKeepsTheClaim(t *testing.T) {
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("offload", a.Offload, failed("hypervisor refused", activities.ErrTypeRejected))
+	h.on("restore", a.RestoreDomain, nil)
 	h.env.ExecuteWorkflow(ShelveOffload, ShelveOffloadInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err == nil {
 		t.Fatal("ShelveOffload succeeded, want the offload error")
 	}
-	if got, want := h.sequence(), "load,task,offload,task"; got != want {
+	if got, want := h.sequence(), "load,task,offload,restore,task"; got != want {
 		t.Errorf("steps = %s, want %s (no release: the guest still runs)", got, want)
 	}
 }
@@ -342,5 +344,67 @@ func TestStatusQuery(t *testing.T) {
 	}
 	if during.Phase != PhaseRunning || during.Source != "a" || during.Dest != "b" || during.Progress == 0 {
 		t.Errorf("status during the migration = %+v, want phase running from a to b with progress", during)
+	}
+}
+
+// TestLiveMigrationRollbackFindsGuestMigrated: a Migrate whose attempts
+// all failed although the guest switched over; the rollback looks, finds
+// the guest on the destination, and the operation commits.
+func TestLiveMigrationRollbackFindsGuestMigrated(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("migrate", a.Migrate, failed("destination unreachable", activities.ErrTypeRejected))
+	h.on("rollback", a.RollbackMigration, activities.RollbackResult{OnDest: true}, nil)
+	h.on("commit", a.CommitMigration, nil)
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("LiveMigration error = %v, want success: the guest runs on b", err)
+	}
+	if got, want := h.sequence(), "load,task,claim,prepare,migrate,rollback,commit"; got != want {
+		t.Errorf("steps = %s, want %s (the destination claim is never released)", got, want)
+	}
+}
+
+// TestLiveMigrationFailedRollbackKeepsTheDestination: a rollback that
+// fails leaves the destination claim and the task state for an operator:
+// the guest may still run there.
+func TestLiveMigrationFailedRollbackKeepsTheDestination(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("migrate", a.Migrate, failed("connection reset", activities.ErrTypeRejected))
+	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, failed("domain not found anywhere", activities.ErrTypeRejected))
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	err := h.env.GetWorkflowError()
+	if err == nil || !strings.Contains(err.Error(), "kept for an operator: release the destination claim, clear the task state") {
+		t.Fatalf("LiveMigration error = %v, want the rollback's failure and what was kept", err)
+	}
+	if got, want := h.sequence(), "load,task,claim,prepare,migrate,rollback"; got != want {
+		t.Errorf("steps = %s, want %s", got, want)
+	}
+}
+
+// TestBootNamesItsCreator: the record is created for this run only, so a
+// second boot of the same uuid is refused instead of spawning a copy.
+func TestBootNamesItsCreator(t *testing.T) {
+	h := newHarness(t)
+	var creator string
+	h.env.OnActivity(a.CreateInstance, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CreateInstanceInput) (activities.InstanceInfo, error) {
+			creator = in.Creator
+			return activities.InstanceInfo{}, failed("instance exists already", activities.ErrTypeBadState)
+		})
+	h.env.ExecuteWorkflow(Boot, BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
+	var appErr *temporal.ApplicationError
+	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeBadState {
+		t.Fatalf("Boot error = %v, want BadState", err)
+	}
+	if creator == "" {
+		t.Errorf("Boot created the record with no creator")
 	}
 }

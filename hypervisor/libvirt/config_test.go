@@ -185,12 +185,13 @@ func TestHostResolution(t *testing.T) {
 		"Capabilities": func() error { _, err := d.Capabilities(ctx, "nowhere"); return err },
 		"Define":       func() error { return d.Define(ctx, "nowhere", testDomainXML) },
 		"Start":        func() error { return d.Start(ctx, "nowhere", testUUID) },
+		"Shutdown":     func() error { return d.Shutdown(ctx, "nowhere", testUUID) },
 		"Stop":         func() error { return d.Stop(ctx, "nowhere", testUUID) },
 		"Undefine":     func() error { return d.Undefine(ctx, "nowhere", testUUID) },
 		"Lookup":       func() error { _, err := d.Lookup(ctx, "nowhere", testUUID); return err },
 		"Domains":      func() error { _, err := d.Domains(ctx, "nowhere"); return err },
 		"Prepare":      func() error { return d.PrepareMigration(ctx, "nowhere", testUUID, testDomainXML) },
-		"Migrate":      func() error { return d.Migrate(ctx, "nowhere", "h1", testUUID, testDomainXML, nil) },
+		"Migrate":      func() error { return d.Migrate(ctx, migration("nowhere", "h1", testUUID, testDomainXML), nil) },
 		"Rollback":     func() error { return d.Rollback(ctx, "nowhere", "h1", testUUID) },
 	}
 	for name, f := range calls {

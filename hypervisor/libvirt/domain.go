@@ -179,6 +179,55 @@ func (c *conn) start(ctx context.Context, uuid string) error {
 	return c.errorf(err, "start domain %s (%s)", uuid, dom.Name)
 }
 
+// Shutdown asks the guest to power off by pressing its ACPI power button
+// (libvirt's shutdown in ACPI mode, or the hypervisor's default mode where
+// ACPI is not supported) and returns without waiting: the domain is shut
+// off once the guest has powered itself off. A guest that ignores ACPI, as
+// one without an operating system does, keeps running; Stop powers it off.
+// A shut-off domain succeeds at once; a missing one is an error wrapping
+// hypervisor.ErrNotFound.
+func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
+	c, err := d.connect(ctx, host)
+	if err != nil {
+		return err
+	}
+	return c.shutdown(ctx, uuid)
+}
+
+func (c *conn) shutdown(ctx context.Context, uuid string) error {
+	dom, err := c.lookup(ctx, uuid)
+	if err != nil {
+		return err
+	}
+	st, err := c.state(ctx, dom)
+	if err != nil {
+		return err
+	}
+	if st == hypervisor.StateShutoff {
+		return nil
+	}
+	press := func(mode golibvirt.DomainShutdownFlagValues) error {
+		return do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainShutdownFlags(dom, mode) })
+	}
+	err = press(golibvirt.DomainShutdownAcpiPowerBtn)
+	switch libvirtCode(err) {
+	case golibvirt.ErrArgumentUnsupported, golibvirt.ErrNoSupport, golibvirt.ErrOperationUnsupported:
+		// A hypervisor without the ACPI mode; its default is the nearest.
+		err = press(golibvirt.DomainShutdownDefault)
+	}
+	if err == nil {
+		return nil
+	}
+	// It may have shut off between the state check and the call; libvirt
+	// then says the operation is invalid.
+	if libvirtCode(err) == golibvirt.ErrOperationInvalid {
+		if now, serr := c.state(ctx, dom); serr == nil && now == hypervisor.StateShutoff {
+			return nil
+		}
+	}
+	return c.errorf(err, "shut down domain %s (%s)", uuid, dom.Name)
+}
+
 // Stop powers a domain off at once (libvirt's destroy); a shut-off domain
 // is left alone. A missing domain is an error wrapping
 // hypervisor.ErrNotFound.

@@ -7,6 +7,28 @@
 // Host names map to libvirt URIs through, in this order, hosts registered
 // at run time (Register), the static Config.Hosts, and Config.Resolve. One
 // connection per host is kept and dialled again after it fails.
+//
+// # Fencing a migration
+//
+// Migrate calls MigrateRequest.Fence, when set, right before it asks the
+// source libvirtd to start the migration (DomainMigratePerform3Params), and
+// then at every poll of the job's progress, every Config.ProgressInterval,
+// until that call returns. A fence that fails before the start means no
+// migration was started. A fence that fails at a poll makes Migrate abort
+// the job exactly as a cancelled ctx does (DomainAbortJob until the call
+// returns): the guest keeps running on the source, the destination keeps
+// nothing, and the error wraps hypervisor.ErrFenced and the fence's error.
+//
+// That is all the fence guarantees. libvirt has no hook right before its
+// switchover, so a fence failure can only abort a job that is still
+// copying memory. A fence that would fail only after the last poll (up to
+// one ProgressInterval before the switchover), or whose abort reaches
+// libvirt once the switchover has begun, does not stop the migration: it
+// completes, and Migrate returns nil with the guest on the destination.
+// Covering that window is the job of the caller's lease on the claim the
+// fence checks. Nor does a retried Migrate fence a migration that an
+// earlier call left running and that it waits for instead of starting its
+// own.
 package libvirt
 
 import (

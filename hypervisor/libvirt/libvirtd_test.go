@@ -107,6 +107,11 @@ func repin(t *testing.T, domainXML string, vcpuPins [2]string, emulator, nodeset
 	return out
 }
 
+// migration is an unfenced migration of uuid from src to dst with destXML.
+func migration(src, dst, uuid, destXML string) hypervisor.MigrateRequest {
+	return hypervisor.MigrateRequest{UUID: uuid, Source: src, Dest: dst, DestXML: destXML}
+}
+
 func opContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	t.Cleanup(cancel)
@@ -462,7 +467,7 @@ func TestMigration(t *testing.T) {
 			t.Fatalf("PrepareMigration(dst, %s): %v", g.name, err)
 		}
 		var reports []hypervisor.Progress
-		if err := e.d.Migrate(ctx, "src", "dst", g.uuid, destXML, func(p hypervisor.Progress) { reports = append(reports, p) }); err != nil {
+		if err := e.d.Migrate(ctx, migration("src", "dst", g.uuid, destXML), func(p hypervisor.Progress) { reports = append(reports, p) }); err != nil {
 			t.Fatalf("Migrate(src, dst, %s): %v", g.name, err)
 		}
 		e.runsOn(t, "dst", g, destPins, destEmulator)
@@ -481,7 +486,7 @@ func TestMigration(t *testing.T) {
 		}
 
 		// A worker that crashed after the migration retries it.
-		if err := e.d.Migrate(ctx, "src", "dst", g.uuid, destXML, nil); err != nil {
+		if err := e.d.Migrate(ctx, migration("src", "dst", g.uuid, destXML), nil); err != nil {
 			t.Errorf("Migrate(src, dst, %s) again after it completed = %v, want nil", g.name, err)
 		}
 		if err := e.d.PrepareMigration(ctx, "dst", g.uuid, destXML); err != nil {
@@ -497,7 +502,7 @@ func TestMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 		back := repin(t, dst.XML, g.vcpuPins, g.emulator, "0")
-		if err := e.d.Migrate(ctx, "dst", "src", g.uuid, back, nil); err != nil {
+		if err := e.d.Migrate(ctx, migration("dst", "src", g.uuid, back), nil); err != nil {
 			t.Fatalf("Migrate(dst, src, %s): %v", g.name, err)
 		}
 		e.runsOn(t, "src", g, g.vcpuPins, g.emulator)
@@ -561,7 +566,7 @@ func TestMigration(t *testing.T) {
 			if tt.wantPrepare != "" && (!errors.Is(err, hypervisor.ErrRejected) || !strings.Contains(err.Error(), tt.wantPrepare)) {
 				t.Errorf("PrepareMigration(dst, %s with %s) = %v; want ErrRejected containing %q", g.name, tt.name, err, tt.wantPrepare)
 			}
-			err = e.d.Migrate(ctx, "src", "dst", g.uuid, destXML, nil)
+			err = e.d.Migrate(ctx, migration("src", "dst", g.uuid, destXML), nil)
 			t.Logf("Migrate(src, dst, %s with %s) = %v", g.name, tt.name, err)
 			if !errors.Is(err, hypervisor.ErrRejected) || !strings.Contains(err.Error(), tt.wantMigrate) {
 				t.Errorf("Migrate(src, dst, %s with %s) = %v; want ErrRejected containing %q", g.name, tt.name, err, tt.wantMigrate)
@@ -615,7 +620,7 @@ func TestMigration(t *testing.T) {
 			}
 		}
 		var phases []string
-		if err := e.d.Migrate(ctx, "src", "dst", g.uuid, destXML, func(p hypervisor.Progress) { phases = append(phases, p.Phase) }); err != nil {
+		if err := e.d.Migrate(ctx, migration("src", "dst", g.uuid, destXML), func(p hypervisor.Progress) { phases = append(phases, p.Phase) }); err != nil {
 			t.Fatalf("Migrate(src, dst, %s) while an earlier migration runs = %v, want nil", g.name, err)
 		}
 		t.Logf("progress phases of the retry: %v", phases)
@@ -645,7 +650,7 @@ func TestMigration(t *testing.T) {
 		// Cancel at the first progress report, while libvirt has the
 		// migration job running.
 		var reports []hypervisor.Progress
-		err = e.d.Migrate(ctx, "src", "dst", g.uuid, destXML, func(p hypervisor.Progress) {
+		err = e.d.Migrate(ctx, migration("src", "dst", g.uuid, destXML), func(p hypervisor.Progress) {
 			reports = append(reports, p)
 			cancel()
 		})
@@ -666,6 +671,82 @@ func TestMigration(t *testing.T) {
 			}
 		}
 		e.runsOn(t, "src", g, g.vcpuPins, g.emulator)
+	})
+
+	t.Run("a fence failing before the start leaves the guest on the source", func(t *testing.T) {
+		g := newGuest(19)
+		e.boot(t, "src", g)
+		ctx := opContext(t)
+		src, err := e.d.Lookup(ctx, "src", g.uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := e.hosts["src"].QEMUPid(g.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		destXML := repin(t, src.XML, [2]string{"1", "1"}, "1", "0")
+		calls := 0
+		req := migration("src", "dst", g.uuid, destXML)
+		req.Fence = func(context.Context) error { calls++; return errClaimGone }
+		var reports []hypervisor.Progress
+		err = e.d.Migrate(ctx, req, func(p hypervisor.Progress) { reports = append(reports, p) })
+		if !errors.Is(err, hypervisor.ErrFenced) || !errors.Is(err, errClaimGone) || !strings.HasPrefix(err.Error(), "libvirt: migrate ") {
+			t.Fatalf("Migrate(src, dst, %s) with a failing fence = %v; want a 'libvirt: migrate' error wrapping ErrFenced and the fence's error", g.name, err)
+		}
+		if calls != 1 || len(reports) != 0 {
+			t.Errorf("Migrate with a failing fence: %d fence calls, progress %+v; want 1 call and no progress", calls, reports)
+		}
+		e.runsOn(t, "src", g, g.vcpuPins, g.emulator)
+		if now, err := e.hosts["src"].QEMUPid(g.name); err != nil || now != pid {
+			t.Errorf("after the fenced migration the guest's QEMU pid on src is %d (%v), want %d: it must keep running", now, err, pid)
+		}
+		// Nothing was left behind that blocks the migration.
+		if err := e.d.Migrate(ctx, migration("src", "dst", g.uuid, destXML), nil); err != nil {
+			t.Fatalf("Migrate(src, dst, %s) after a fenced attempt = %v, want nil", g.name, err)
+		}
+		e.runsOn(t, "dst", g, [2]string{"1", "1"}, "1")
+	})
+
+	t.Run("a fence failing while copying aborts the job", func(t *testing.T) {
+		g := newGuest(20)
+		e.boot(t, "src", g)
+		src, err := e.d.Lookup(opContext(t), "src", g.uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := e.hosts["src"].QEMUPid(g.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		destXML := repin(t, src.XML, [2]string{"1", "1"}, "1", "0")
+		// The claim holds at the start and is gone at the first poll,
+		// while libvirt has the migration job running, as in the cancel
+		// test.
+		calls := 0
+		req := migration("src", "dst", g.uuid, destXML)
+		req.Fence = func(context.Context) error {
+			if calls++; calls > 1 {
+				return errClaimGone
+			}
+			return nil
+		}
+		var reports []hypervisor.Progress
+		err = e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) { reports = append(reports, p) })
+		t.Logf("Migrate fenced while copying = %v; progress %+v", err, reports)
+		if !errors.Is(err, hypervisor.ErrFenced) || !errors.Is(err, errClaimGone) || errors.Is(err, context.Canceled) {
+			t.Fatalf("Migrate(src, dst, %s) whose fence fails at the first poll = %v; want ErrFenced and the fence's error", g.name, err)
+		}
+		if calls != 2 {
+			t.Errorf("Migrate whose fence fails at the first poll called it %d times, want 2", calls)
+		}
+		if len(reports) == 0 || reports[len(reports)-1].Phase != PhaseAborting {
+			t.Errorf("Migrate fenced while copying: progress %+v; want the last report in phase %s", reports, PhaseAborting)
+		}
+		e.runsOn(t, "src", g, g.vcpuPins, g.emulator)
+		if now, err := e.hosts["src"].QEMUPid(g.name); err != nil || now != pid {
+			t.Errorf("after the fenced migration the guest's QEMU pid on src is %d (%v), want %d: it must keep running", now, err, pid)
+		}
 	})
 
 	t.Run("rollback cleans the destination and resumes the source", func(t *testing.T) {
@@ -713,12 +794,12 @@ func TestMigration(t *testing.T) {
 			wantErr string
 			wantIs  error
 		}{
-			{"same host", e.d.Migrate(ctx, "src", "src", g.uuid, g.xml(), nil), "same host", nil},
-			{"other uuid in the XML", e.d.Migrate(ctx, "src", "dst", g.uuid, other.xml(), nil), "destination XML has uuid " + other.uuid, hypervisor.ErrRejected},
+			{"same host", e.d.Migrate(ctx, migration("src", "src", g.uuid, g.xml()), nil), "same host", nil},
+			{"other uuid in the XML", e.d.Migrate(ctx, migration("src", "dst", g.uuid, other.xml()), nil), "destination XML has uuid " + other.uuid, hypervisor.ErrRejected},
 			{"prepare with another uuid", e.d.PrepareMigration(ctx, "dst", g.uuid, other.xml()), "destination XML has uuid " + other.uuid, hypervisor.ErrRejected},
-			{"domain on neither host", e.d.Migrate(ctx, "src", "dst", other.uuid, other.xml(), nil), "neither on", hypervisor.ErrNotFound},
+			{"domain on neither host", e.d.Migrate(ctx, migration("src", "dst", other.uuid, other.xml()), nil), "neither on", hypervisor.ErrNotFound},
 			{"rollback of a domain on neither host", e.d.Rollback(ctx, "src", "dst", other.uuid), "neither on", hypervisor.ErrNotFound},
-			{"unknown destination", e.d.Migrate(ctx, "src", "nowhere", g.uuid, g.xml(), nil), `"nowhere"`, hypervisor.ErrUnknownHost},
+			{"unknown destination", e.d.Migrate(ctx, migration("src", "nowhere", g.uuid, g.xml()), nil), `"nowhere"`, hypervisor.ErrUnknownHost},
 		}
 		for _, tt := range tests {
 			if tt.err == nil || !strings.Contains(tt.err.Error(), tt.wantErr) || (tt.wantIs != nil && !errors.Is(tt.err, tt.wantIs)) {
@@ -727,6 +808,74 @@ func TestMigration(t *testing.T) {
 		}
 		e.runsOn(t, "src", g, g.vcpuPins, g.emulator)
 	})
+}
+
+var errClaimGone = errors.New("claim gone")
+
+func TestShutdown(t *testing.T) {
+	h := testenv.StartLibvirtHost(t, "down")
+	d := newTestDriver(t, h)
+	g := newGuest(4)
+	ctx := opContext(t)
+	state := func(step string) hypervisor.State {
+		t.Helper()
+		dom, err := d.Lookup(ctx, "down", g.uuid)
+		if err != nil {
+			t.Fatalf("after %s: Lookup(down, %s): %v", step, g.uuid, err)
+		}
+		return dom.State
+	}
+	if err := d.Define(ctx, "down", g.xml()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		d.Stop(ctx, "down", g.uuid)
+		d.Undefine(ctx, "down", g.uuid)
+	})
+	if err := d.Shutdown(ctx, "down", g.uuid); err != nil {
+		t.Errorf("Shutdown(down, %s) while shut off = %v, want nil", g.uuid, err)
+	}
+	if err := d.Start(ctx, "down", g.uuid); err != nil {
+		t.Fatal(err)
+	}
+	pid, err := h.QEMUPid(g.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test guest boots no operating system, so nothing in it answers
+	// the ACPI power button: libvirt accepts the request, and the guest
+	// ignores it and keeps running, as such a guest does on a real host.
+	if err := d.Shutdown(ctx, "down", g.uuid); err != nil {
+		t.Fatalf("Shutdown(down, %s) = %v, want nil", g.uuid, err)
+	}
+	if st := state("Shutdown"); st != hypervisor.StateRunning {
+		t.Errorf("after Shutdown of a guest without an OS: state %s, want running (it ignores ACPI)", st)
+	}
+	// Not just slow: a while later it still runs, in the same QEMU.
+	time.Sleep(time.Second)
+	if st := state("Shutdown and a pause"); st != hypervisor.StateRunning {
+		t.Errorf("a second after Shutdown of a guest without an OS: state %s, want running", st)
+	}
+	if now, err := h.QEMUPid(g.name); err != nil || now != pid {
+		t.Errorf("after Shutdown the guest's QEMU pid is %d (%v), want %d", now, err, pid)
+	}
+	if err := d.Stop(ctx, "down", g.uuid); err != nil {
+		t.Fatalf("Stop(down, %s) after an ignored Shutdown = %v", g.uuid, err)
+	}
+	if st := state("Stop"); st != hypervisor.StateShutoff {
+		t.Errorf("after Stop following an ignored Shutdown: state %s, want shutoff", st)
+	}
+	if err := d.Shutdown(ctx, "down", g.uuid); err != nil {
+		t.Errorf("Shutdown(down, %s) after Stop = %v, want nil", g.uuid, err)
+	}
+	if err := d.Undefine(ctx, "down", g.uuid); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Shutdown(ctx, "down", g.uuid); !errors.Is(err, hypervisor.ErrNotFound) || !strings.Contains(err.Error(), g.uuid) {
+		t.Errorf("Shutdown(down, %s) after Undefine = %v; want ErrNotFound naming the domain", g.uuid, err)
+	}
 }
 
 func TestReconnectAfterDaemonRestart(t *testing.T) {

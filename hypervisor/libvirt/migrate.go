@@ -147,10 +147,11 @@ func fitsHost(dom *libvirtxml.Domain, spec numa.HostSpec) error {
 	return nil
 }
 
-// Migrate live-migrates the running domain uuid from src to dst, peer to
-// peer: the source libvirtd connects to dst's URI itself and QEMU sends
-// memory to dst's migrate URI. destXML becomes the domain's live and
-// persistent definition on dst, and the source keeps no definition.
+// Migrate live-migrates the running domain req.UUID from req.Source to
+// req.Dest, peer to peer: the source libvirtd connects to the
+// destination's URI itself and QEMU sends memory to the destination's
+// migrate URI. req.DestXML becomes the domain's live and persistent
+// definition on the destination, and the source keeps no definition.
 // progress, when not nil, is called from this goroutine with the source's
 // job statistics every ProgressInterval and once at the end.
 //
@@ -159,10 +160,13 @@ func fitsHost(dom *libvirtxml.Domain, spec numa.HostSpec) error {
 // running from an earlier call is waited for. Cancelling ctx aborts the
 // migration and returns once libvirt has ended it, with the guest running
 // on src; if the migration had already passed the point of no return, it
-// completes and Migrate returns nil. A destination that refuses destXML
-// (a CPU or NUMA node it does not have, changed guest NUMA cells) gives an
-// error wrapping hypervisor.ErrRejected, and the guest stays on src.
-func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, progress func(hypervisor.Progress)) error {
+// completes and Migrate returns nil. A failing req.Fence does the same,
+// and the error wraps hypervisor.ErrFenced; see the package documentation
+// for when it is called. A destination that refuses destXML (a CPU or NUMA
+// node it does not have, changed guest NUMA cells) gives an error wrapping
+// hypervisor.ErrRejected, and the guest stays on src.
+func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
+	src, dst, uuid, destXML := req.Source, req.Dest, req.UUID, req.DestXML
 	if progress == nil {
 		progress = func(hypervisor.Progress) {}
 	}
@@ -222,13 +226,17 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 		}
 	}
 	dconnuri := golibvirt.OptString{dc.hc.URI}
+	// The last moment before anything moves.
+	if err := fence(ctx, req, "before the start"); err != nil {
+		return fail(err)
+	}
 	result := make(chan error, 1)
 	go func() {
 		_, err := sc.l.DomainMigratePerform3Params(dom, dconnuri, params, nil, migrateFlags)
 		result <- err
 	}()
 
-	last, migErr, cancelled, err := d.follow(ctx, sc, dom, result, progress)
+	last, migErr, stopped, err := d.follow(ctx, sc, dom, req, result, progress)
 	if err != nil {
 		return fail(err)
 	}
@@ -246,8 +254,8 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 				return fail(fmt.Errorf("%w; and afterwards: %w", oneLine{migErr}, err))
 			}
 		}
-		if cancelled {
-			return fail(fmt.Errorf("cancelled; the guest stays on the source: %w", ctx.Err()))
+		if stopped != nil {
+			return fail(stopped)
 		}
 		if sentinel := rejectedMigration(migErr); sentinel != nil {
 			return fail(fmt.Errorf("%w: %w", sentinel, oneLine{migErr}))
@@ -321,25 +329,37 @@ func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string, progress
 }
 
 // follow reports progress until the migration call returns, aborting the
-// job when ctx ends. It returns the last progress, the migration's own
-// error, whether it was cancelled, and an error when the migration did not
-// end within the abort timeout.
-func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, result <-chan error,
-	progress func(hypervisor.Progress)) (last hypervisor.Progress, migErr error, cancelled bool, err error) {
+// job when ctx ends or req.Fence fails at a poll. It returns the last
+// progress, the migration's own error, why the job was aborted (nil when
+// it was not), and an error when the migration did not end within the
+// abort timeout.
+func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest,
+	result <-chan error, progress func(hypervisor.Progress)) (last hypervisor.Progress, migErr, stopped, err error) {
 	last = hypervisor.Progress{Phase: PhaseSetup}
 	bg := context.WithoutCancel(ctx)
 	tick := time.NewTicker(d.cfg.ProgressInterval)
 	defer tick.Stop()
+	stop := func(why error) (hypervisor.Progress, error, error, error) {
+		last.Phase = PhaseAborting
+		progress(last)
+		migErr, err := d.abort(bg, sc, dom, result)
+		return last, migErr, why, err
+	}
+	cancelled := func() error { return fmt.Errorf("cancelled; the guest stays on the source: %w", ctx.Err()) }
 	for {
 		select {
 		case migErr = <-result:
-			return last, migErr, false, nil
+			return last, migErr, nil, nil
 		case <-ctx.Done():
-			last.Phase = PhaseAborting
-			progress(last)
-			migErr, err = d.abort(bg, sc, dom, result)
-			return last, migErr, true, err
+			return stop(cancelled())
 		case <-tick.C:
+			if ferr := fence(ctx, req, "at a progress poll"); ferr != nil {
+				if ctx.Err() != nil {
+					// The fence failed for the cancellation; say so.
+					return stop(cancelled())
+				}
+				return stop(fmt.Errorf("aborted; the guest stays on the source: %w", ferr))
+			}
 			job, err := sc.job(bg, dom)
 			if err != nil || !job.active {
 				continue // between libvirt's phases, or just ended
@@ -348,6 +368,18 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, res
 			progress(last)
 		}
 	}
+}
+
+// fence asks req.Fence whether the migration may go on; its error, at
+// point, wraps hypervisor.ErrFenced and the fence's own error.
+func fence(ctx context.Context, req hypervisor.MigrateRequest, point string) error {
+	if req.Fence == nil {
+		return nil
+	}
+	if err := req.Fence(ctx); err != nil {
+		return fmt.Errorf("%w (checked %s): %w", hypervisor.ErrFenced, point, err)
+	}
+	return nil
 }
 
 // abort asks libvirt to abort the domain's job until the migration call
@@ -367,7 +399,7 @@ func (d *Driver) abort(ctx context.Context, sc *conn, dom golibvirt.Domain, resu
 		case migErr := <-result:
 			return migErr, nil
 		case <-deadline.C:
-			return nil, fmt.Errorf("cancelled, but the migration did not end within %v of the abort; roll it back", d.cfg.AbortTimeout)
+			return nil, fmt.Errorf("aborted, but the migration did not end within %v of the abort; roll it back", d.cfg.AbortTimeout)
 		case <-tick.C:
 		}
 	}

@@ -13,10 +13,14 @@ type Op string
 
 // The operations with a latency and faults. Lookup, Domains, Capabilities
 // and Rollback have neither: reads are instant, and a rollback is what
-// repairs an injected failure.
+// repairs an injected failure. Shutdown is the odd one: its latency is how
+// long the guest takes to power off after Shutdown has returned, and its
+// fault is a guest that ignores the request, as a guest may ignore an ACPI
+// power button.
 const (
 	OpDefine   Op = "define"
 	OpStart    Op = "start"
+	OpShutdown Op = "shutdown"
 	OpStop     Op = "stop"
 	OpUndefine Op = "undefine"
 	OpPrepare  Op = "prepare"
@@ -25,7 +29,7 @@ const (
 
 // Ops lists every Op in the order operators read them.
 func Ops() []Op {
-	return []Op{OpDefine, OpStart, OpStop, OpUndefine, OpPrepare, OpMigrate}
+	return []Op{OpDefine, OpStart, OpShutdown, OpStop, OpUndefine, OpPrepare, OpMigrate}
 }
 
 // opAliases are other names operators type for an Op.
@@ -102,17 +106,28 @@ type Config struct {
 	FailRates map[string]string `envconfig:"SIM_FAIL_RATES"`
 	// Seed seeds the draws of rate faults; 0 picks a random seed.
 	Seed uint64 `envconfig:"SIM_SEED"`
+	// StaleMigration is how long a migration may copy without progress
+	// before it counts as dead (the worker driving it died) and the next
+	// call that reads the guest rolls it back, leaving the guest on its
+	// source. At least 1s, since a live migration makes progress every
+	// 250ms and a slow Redis delays that; 0 means 10s, the default.
+	StaleMigration time.Duration `envconfig:"SIM_STALE_MIGRATION" default:"10s"`
 }
+
+// minStaleMigration is the least Config.StaleMigration, well above the
+// 250ms between two progress steps of a live migration.
+const minStaleMigration = time.Second
 
 // Options validates the configuration and turns it into driver options.
 // Its errors name the variable, the bad value and what is allowed.
 func (c Config) Options() (Options, error) {
 	o := Options{
-		Prefix:    c.KeyPrefix,
-		Latency:   c.Latency,
-		OpLatency: map[Op]time.Duration{},
-		FailRate:  map[Op]float64{},
-		Seed:      c.Seed,
+		Prefix:         c.KeyPrefix,
+		Latency:        c.Latency,
+		OpLatency:      map[Op]time.Duration{},
+		FailRate:       map[Op]float64{},
+		Seed:           c.Seed,
+		StaleMigration: c.StaleMigration,
 	}
 	if strings.ContainsAny(c.KeyPrefix, "{}") {
 		return Options{}, fmt.Errorf("sim: PINFLOW_SIM_KEY_PREFIX %q: must not contain braces, which Redis reads as hash tags", c.KeyPrefix)
@@ -130,6 +145,10 @@ func (c Config) Options() (Options, error) {
 			return Options{}, fmt.Errorf("sim: PINFLOW_SIM_LATENCIES: %s:%q: must be a duration of 0 or more, like 500ms or 2s", name, c.Latencies[name])
 		}
 		o.OpLatency[op] = l
+	}
+	if c.StaleMigration != 0 && c.StaleMigration < minStaleMigration {
+		return Options{}, fmt.Errorf("sim: PINFLOW_SIM_STALE_MIGRATION %s: must be at least %s, well above the %s between a migration's progress steps (or 0 for the default, %s)",
+			c.StaleMigration, minStaleMigration, stepInterval, DefaultStaleMigration)
 	}
 	if c.MigrateSeconds < 0 {
 		return Options{}, fmt.Errorf("sim: PINFLOW_SIM_MIGRATE_SECONDS %g: must be 0 or more", c.MigrateSeconds)

@@ -2,8 +2,11 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -33,18 +36,20 @@ func (d *Driver) Define(ctx context.Context, host, domainXML string) error {
 	if err := d.claimHome(ctx, host, doc.UUID); err != nil {
 		return fail(err)
 	}
-	code, _, err := d.run(ctx, defineScript, d.domKeys(host, doc.UUID), doc.UUID, doc.Name, domainXML)
+	code, rest, err := d.runOnDomain(ctx, defineScript, host, doc.UUID, doc.UUID, doc.Name, domainXML)
 	if err != nil {
 		return fail(err)
 	}
-	return d.codeErr(code, nil, host, doc.UUID, fail)
+	return d.codeErr(code, rest, host, doc.UUID, fail)
 }
 
 // claimHome makes host the domain's home. The home held by another host
 // moves only when that host no longer has the domain (a definition whose
-// undefine was interrupted, say).
+// undefine was interrupted, say). A dead migration of the domain is
+// aborted first.
 func (d *Driver) claimHome(ctx context.Context, host, uuid string) error {
-	for range 3 {
+	reaped := false
+	for range 4 {
 		code, rest, err := d.run(ctx, claimHomeScript, []string{d.homeKey(uuid), d.migrationKey(uuid)}, host)
 		if err != nil {
 			return err
@@ -53,6 +58,16 @@ func (d *Driver) claimHome(ctx context.Context, host, uuid string) error {
 		case "OK":
 			return nil
 		case "MIGRATING":
+			if !reaped {
+				reaped = true
+				changed, err := d.reap(ctx, uuid, nil)
+				if err != nil {
+					return err
+				}
+				if changed {
+					continue
+				}
+			}
 			return fmt.Errorf("the domain is migrating from %s to %s; roll the migration back first: %w", rest[0], rest[1], hypervisor.ErrRejected)
 		}
 		other := rest[0]
@@ -88,6 +103,8 @@ func (d *Driver) codeErr(code string, rest []string, host, uuid string, fail fun
 		return fail(fmt.Errorf("the domain is %s; stop it first: %w", rest[0], hypervisor.ErrRejected))
 	case "NOTRUNNING":
 		return fail(fmt.Errorf("the domain is %s, and only a running domain migrates: %w", rest[0], hypervisor.ErrRejected))
+	case "SHUTTINGDOWN":
+		return fail(errShuttingDown)
 	case "EXISTS":
 		return fail(fmt.Errorf("the domain is already defined on %s (%s): %w", host, rest[0], hypervisor.ErrRejected))
 	}
@@ -151,12 +168,57 @@ func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 	if err := d.pace(ctx, host, OpStop); err != nil {
 		return fail(err)
 	}
-	code, rest, err := d.run(ctx, stopScript, d.domKeys(host, u))
+	code, rest, err := d.runOnDomain(ctx, stopScript, host, u)
 	if err != nil {
 		return fail(err)
 	}
 	return d.codeErr(code, rest, host, u, fail)
 }
+
+// Shutdown asks the guest to power off, as an ACPI power button press
+// does, and returns without waiting: the domain is shut off once the
+// shutdown latency of host has passed (at once when it is 0). A shutdown
+// fault on host, when due, is a guest that ignores the request: Shutdown
+// still returns nil and the guest keeps running (Stop powers it off). A
+// shut-off domain succeeds at once; a domain migrating away is rejected, as
+// Stop rejects it.
+//
+// The pending shutdown is stored as its due time in the domain's hash, and
+// every read and every script that looks at the domain's state treats a
+// domain past that time as shut off (a script also records it as such), so
+// no timer has to outlive the call. Stop, and a Rollback that restarts the
+// domain, cancel a pending shutdown; Start leaves it pending, and Migrate
+// rejects a domain that is shutting down.
+func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
+	fail := func(err error) error { return fmt.Errorf("sim: shutdown %s on %s: %w", uuid, host, err) }
+	u, err := normUUID(uuid)
+	if err != nil {
+		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
+	}
+	if err := d.checkHost(ctx, host); err != nil {
+		return fail(err)
+	}
+	// The latency is the guest's, not the call's: it becomes the due time
+	// instead of a wait, which is why Shutdown does not pace.
+	latency, err := d.latencyOf(ctx, host, OpShutdown)
+	if err != nil {
+		return fail(err)
+	}
+	ignored := "0"
+	if err := d.inject(ctx, host, OpShutdown); errors.Is(err, ErrInjected) {
+		ignored = "1"
+	} else if err != nil {
+		return fail(err)
+	}
+	code, rest, err := d.runOnDomain(ctx, shutdownScript, host, u, latency.Milliseconds(), ignored)
+	if err != nil {
+		return fail(err)
+	}
+	return d.codeErr(code, rest, host, u, fail)
+}
+
+// errShuttingDown rejects a migration of a guest that is powering off.
+var errShuttingDown = fmt.Errorf("the guest is shutting down (Shutdown was called), and only a running domain migrates: %w", hypervisor.ErrRejected)
 
 // Undefine removes a stopped domain's definition; a missing one succeeds,
 // a running or paused one is rejected (stop it first).
@@ -173,7 +235,7 @@ func (d *Driver) Undefine(ctx context.Context, host, uuid string) error {
 	if err := d.pace(ctx, host, OpUndefine); err != nil {
 		return fail(err)
 	}
-	code, rest, err := d.run(ctx, undefineScript, d.domKeys(host, u), u)
+	code, rest, err := d.runOnDomain(ctx, undefineScript, host, u, u)
 	if err != nil {
 		return fail(err)
 	}
@@ -193,7 +255,9 @@ func (d *Driver) checkHostOnly(ctx context.Context, host string, fail func(error
 	return nil
 }
 
-// Lookup returns one domain, or an error wrapping ErrNotFound.
+// Lookup returns one domain, or an error wrapping ErrNotFound. A domain
+// held by a dead migration is read after that migration's abort (see
+// Migrate): the incoming side of one is not found.
 func (d *Driver) Lookup(ctx context.Context, host, uuid string) (*hypervisor.Domain, error) {
 	u, err := normUUID(uuid)
 	if err != nil {
@@ -211,57 +275,129 @@ func (d *Driver) Lookup(ctx context.Context, host, uuid string) (*hypervisor.Dom
 
 // lookup reads domain u (a normalised UUID) of host.
 func (d *Driver) lookup(ctx context.Context, host, u string) (*hypervisor.Domain, error) {
-	pipe := d.rdb.Pipeline()
-	exists := pipe.Exists(ctx, d.topoKey(host))
-	fields := pipe.HGetAll(ctx, d.domKey(host, u))
-	if _, err := pipe.Exec(ctx); err != nil {
+	known, m, now, err := d.readDomain(ctx, host, u)
+	if err != nil {
 		return nil, err
 	}
-	if exists.Val() == 0 {
+	if !known {
 		return nil, unknownHost(host)
 	}
-	m := fields.Val()
 	if len(m) == 0 {
 		return nil, fmt.Errorf("%w", hypervisor.ErrNotFound)
 	}
-	return domainOf(m), nil
+	return domainOf(m, now), nil
 }
 
-func domainOf(m map[string]string) *hypervisor.Domain {
-	return &hypervisor.Domain{UUID: m["uuid"], Name: m["name"], State: hypervisor.State(m["state"]), XML: m["xml"]}
+// readDomain reads whether host is known, the hash of its domain u (empty
+// when there is none) and Redis's time. A domain carrying a migration mark
+// is read again after the migration's abort if it is dead.
+func (d *Driver) readDomain(ctx context.Context, host, u string) (bool, map[string]string, time.Time, error) {
+	for reaped := false; ; reaped = true {
+		pipe := d.rdb.Pipeline()
+		exists := pipe.Exists(ctx, d.topoKey(host))
+		fields := pipe.HGetAll(ctx, d.domKey(host, u))
+		now := pipe.Time(ctx)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return false, nil, time.Time{}, err
+		}
+		m := fields.Val()
+		if mk, marked := markOf(host, m); marked && !reaped {
+			changed, err := d.reap(ctx, u, &mk)
+			if err != nil {
+				return false, nil, time.Time{}, err
+			}
+			if changed {
+				continue
+			}
+		}
+		return exists.Val() == 1, m, now.Val(), nil
+	}
+}
+
+// domainOf is the domain stored in hash m as it is at now, Redis's time:
+// shut off once a pending shutdown is due, even if no script has recorded
+// that yet.
+func domainOf(m map[string]string, now time.Time) *hypervisor.Domain {
+	st := hypervisor.State(m["state"])
+	if due, pending := shutdownDue(m); pending && !now.Before(due) {
+		st = hypervisor.StateShutoff
+	}
+	return &hypervisor.Domain{UUID: m["uuid"], Name: m["name"], State: st, XML: m["xml"]}
+}
+
+// shutdownDue returns when the pending shutdown stored in hash m is due,
+// if there is one.
+func shutdownDue(m map[string]string) (time.Time, bool) {
+	ms, err := strconv.ParseInt(m["shutdown_due"], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
 }
 
 // Domains lists every domain on host, with its XML, by name then UUID. The
 // paused destination of an in-flight migration is listed too, as libvirt
-// lists it.
+// lists it, unless that migration is dead: Domains aborts dead migrations
+// that mark domains of host before it lists them (see Migrate).
 func (d *Driver) Domains(ctx context.Context, host string) ([]hypervisor.Domain, error) {
 	fail := func(err error) error { return fmt.Errorf("sim: domains of %s: %w", host, err) }
+	for reaped := false; ; reaped = true {
+		out, marks, err := d.domains(ctx, host)
+		if err != nil {
+			return nil, fail(err)
+		}
+		if len(marks) > 0 && !reaped {
+			changed, err := d.reapEach(ctx, marks)
+			if err != nil {
+				return nil, fail(err)
+			}
+			if changed {
+				continue
+			}
+		}
+		return out, nil
+	}
+}
+
+// domains reads every domain on host, sorted, and the migration marks of
+// those that carry one, by UUID.
+func (d *Driver) domains(ctx context.Context, host string) ([]hypervisor.Domain, map[string]mark, error) {
 	pipe := d.rdb.Pipeline()
 	exists := pipe.Exists(ctx, d.topoKey(host))
 	members := pipe.SMembers(ctx, d.domainsKey(host))
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fail(err)
+		return nil, nil, err
 	}
 	if exists.Val() == 0 {
-		return nil, fail(unknownHost(host))
+		return nil, nil, unknownHost(host)
 	}
 	uuids := members.Val()
 	out := make([]hypervisor.Domain, 0, len(uuids))
 	if len(uuids) == 0 {
-		return out, nil
+		return out, nil, nil
 	}
 	pipe = d.rdb.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, len(uuids))
 	for i, u := range uuids {
 		cmds[i] = pipe.HGetAll(ctx, d.domKey(host, u))
 	}
+	now := pipe.Time(ctx)
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fail(err)
+		return nil, nil, err
 	}
-	for _, c := range cmds {
+	var marks map[string]mark
+	for i, c := range cmds {
 		// A domain undefined between the two reads is gone.
-		if m := c.Val(); len(m) > 0 {
-			out = append(out, *domainOf(m))
+		m := c.Val()
+		if len(m) == 0 {
+			continue
+		}
+		out = append(out, *domainOf(m, now.Val()))
+		if mk, marked := markOf(host, m); marked {
+			if marks == nil {
+				marks = map[string]mark{}
+			}
+			marks[uuids[i]] = mk
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -270,5 +406,5 @@ func (d *Driver) Domains(ctx context.Context, host string) ([]hypervisor.Domain,
 		}
 		return out[i].UUID < out[j].UUID
 	})
-	return out, nil
+	return out, marks, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -97,13 +98,14 @@ func TestUnknownHost(t *testing.T) {
 		"Capabilities": func() error { _, err := e.d.Capabilities(e.ctx, "nope"); return err },
 		"Define":       func() error { return e.d.Define(e.ctx, "nope", x) },
 		"Start":        func() error { return e.d.Start(e.ctx, "nope", uuidA) },
+		"Shutdown":     func() error { return e.d.Shutdown(e.ctx, "nope", uuidA) },
 		"Stop":         func() error { return e.d.Stop(e.ctx, "nope", uuidA) },
 		"Undefine":     func() error { return e.d.Undefine(e.ctx, "nope", uuidA) },
 		"Lookup":       func() error { _, err := e.d.Lookup(e.ctx, "nope", uuidA); return err },
 		"Domains":      func() error { _, err := e.d.Domains(e.ctx, "nope"); return err },
 		"Prepare":      func() error { return e.d.PrepareMigration(e.ctx, "nope", uuidA, x) },
-		"MigrateSrc":   func() error { return e.d.Migrate(e.ctx, "nope", "h2", uuidA, x, nil) },
-		"MigrateDst":   func() error { return e.d.Migrate(e.ctx, "h1", "nope", uuidA, x, nil) },
+		"MigrateSrc":   func() error { return e.d.Migrate(e.ctx, migrateReq("nope", "h2", uuidA, x), nil) },
+		"MigrateDst":   func() error { return e.d.Migrate(e.ctx, migrateReq("h1", "nope", uuidA, x), nil) },
 		"Rollback":     func() error { return e.d.Rollback(e.ctx, "h1", "nope", uuidA) },
 		"SetLatency":   func() error { return e.d.SetLatency(e.ctx, "nope", OpStart, 0) },
 		"SetFault":     func() error { return e.d.SetFault(e.ctx, "nope", OpStart, Fault{Times: 1}) },
@@ -316,5 +318,170 @@ func TestMemoryBytes(t *testing.T) {
 		if got := d.memoryBytes(); got != tt.want {
 			t.Errorf("memoryBytes(<memory unit=%q>%s) = %d, want %d", tt.unit, tt.value, got, tt.want)
 		}
+	}
+}
+
+// state returns the state Lookup reports for uuid on host.
+func (e *env) state(host, uuid string) hypervisor.State {
+	e.t.Helper()
+	dom, err := e.d.Lookup(e.ctx, host, uuid)
+	if err != nil {
+		e.t.Fatalf("Lookup(%s, %s): %v", host, uuid, err)
+	}
+	return dom.State
+}
+
+// waitShutoff polls until uuid is shut off on host, for a generous while.
+func (e *env) waitShutoff(host, uuid string) {
+	e.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if e.state(host, uuid) == hypervisor.StateShutoff {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("domain %s on %s still %s long after its shutdown was due", uuid, host, e.state(host, uuid))
+		}
+	}
+}
+
+func TestShutdownWithoutLatency(t *testing.T) {
+	e := newEnv(t, Options{})
+	x := e.running("h1", uuidA, "a", 2, 0)
+	for i := range 2 {
+		if err := e.d.Shutdown(e.ctx, "h1", uuidA); err != nil {
+			t.Fatalf("Shutdown #%d of a domain with no shutdown latency: %v, want nil", i+1, err)
+		}
+		if diff := cmp.Diff(map[string]where{"h1": {hypervisor.StateShutoff, x}}, e.placement(e.d, uuidA)); diff != "" {
+			t.Errorf("after Shutdown #%d with no latency, placement mismatch (-want +got):\n%s", i+1, diff)
+		}
+	}
+	if err := e.d.Undefine(e.ctx, "h1", uuidA); err != nil {
+		t.Errorf("Undefine after Shutdown: %v, want nil", err)
+	}
+	for _, id := range []string{uuidA, "not-a-uuid"} {
+		if err := e.d.Shutdown(e.ctx, "h1", id); !errors.Is(err, hypervisor.ErrNotFound) || !strings.HasPrefix(err.Error(), "sim: shutdown ") {
+			t.Errorf("Shutdown(h1, %s) of a missing domain: %v, want a 'sim: shutdown' error wrapping ErrNotFound", id, err)
+		}
+	}
+}
+
+func TestShutdownTakesItsLatency(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetLatency(e.ctx, "h1", OpShutdown, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Shutdown(e.ctx, "h1", uuidA); err != nil {
+		t.Fatalf("Shutdown with a 1s latency: %v, want nil", err)
+	}
+	// Shutdown returned before the guest powered off.
+	if got := e.state("h1", uuidA); got != hypervisor.StateRunning {
+		t.Fatalf("right after Shutdown with a 1s latency the domain is %s, want running", got)
+	}
+	// Meanwhile the guest is still running: it cannot be undefined or
+	// migrated, and starting it changes nothing.
+	if err := e.d.Undefine(e.ctx, "h1", uuidA); !errors.Is(err, hypervisor.ErrRejected) {
+		t.Errorf("Undefine while shutting down: %v, want ErrRejected", err)
+	}
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1)), nil); !errors.Is(err, hypervisor.ErrRejected) || !strings.Contains(err.Error(), "shutting down") {
+		t.Errorf("Migrate while shutting down: %v, want ErrRejected saying it is shutting down", err)
+	}
+	if err := e.d.Start(e.ctx, "h1", uuidA); err != nil {
+		t.Errorf("Start while shutting down: %v, want nil", err)
+	}
+	// A second request does not postpone the first.
+	if err := e.d.SetLatency(e.ctx, "h1", OpShutdown, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Shutdown(e.ctx, "h1", uuidA); err != nil {
+		t.Errorf("second Shutdown while shutting down: %v, want nil", err)
+	}
+	e.waitShutoff("h1", uuidA)
+	doms, err := e.d.Domains(e.ctx, "h1")
+	if err != nil || len(doms) != 1 || doms[0].State != hypervisor.StateShutoff {
+		t.Errorf("Domains(h1) after the shutdown = %+v, %v; want the domain shut off", doms, err)
+	}
+	// The scripts see the shutdown too: the domain starts again and stays
+	// up, and once stopped it undefines.
+	if err := e.d.Start(e.ctx, "h1", uuidA); err != nil {
+		t.Fatalf("Start after the shutdown: %v", err)
+	}
+	if got := e.state("h1", uuidA); got != hypervisor.StateRunning {
+		t.Errorf("after Start following a shutdown the domain is %s, want running", got)
+	}
+	if err := e.d.Stop(e.ctx, "h1", uuidA); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Undefine(e.ctx, "h1", uuidA); err != nil {
+		t.Errorf("Undefine after the shutdown: %v, want nil", err)
+	}
+}
+
+func TestShutdownUndefineSeesDueShutdown(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetLatency(e.ctx, "h1", OpShutdown, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Shutdown(e.ctx, "h1", uuidA); err != nil {
+		t.Fatal(err)
+	}
+	// Undefine is the first call after the due time: its script, not an
+	// earlier read, finds the guest shut off.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		err := e.d.Undefine(e.ctx, "h1", uuidA)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, hypervisor.ErrRejected) || time.Now().After(deadline) {
+			t.Fatalf("Undefine after Shutdown: %v; want ErrRejected until the shutdown is due, then nil", err)
+		}
+	}
+	if _, err := e.d.Lookup(e.ctx, "h1", uuidA); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Lookup after Undefine: %v, want ErrNotFound", err)
+	}
+}
+
+func TestShutdownStopCancelsPending(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetLatency(e.ctx, "h1", OpShutdown, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Shutdown(e.ctx, "h1", uuidA); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Stop(e.ctx, "h1", uuidA); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Start(e.ctx, "h1", uuidA); err != nil {
+		t.Fatal(err)
+	}
+	// Stop dropped the pending shutdown, so none is left to power the
+	// restarted guest off.
+	if n, err := e.rdb.HExists(e.ctx, e.d.domKey("h1", uuidA), "shutdown_due").Result(); err != nil || n {
+		t.Errorf("after Shutdown, Stop, Start: shutdown_due present=%v (%v), want none", n, err)
+	}
+}
+
+func TestShutdownIgnoredByGuest(t *testing.T) {
+	e := newEnv(t, Options{})
+	x := e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetFault(e.ctx, "h1", OpShutdown, Fault{Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// With no latency the guest would be off at once; the fault makes it
+	// ignore the request, which is still accepted.
+	if err := e.d.Shutdown(e.ctx, "h1", uuidA); err != nil {
+		t.Fatalf("Shutdown with a shutdown fault: %v, want nil (the request is accepted and ignored)", err)
+	}
+	if diff := cmp.Diff(map[string]where{"h1": {hypervisor.StateRunning, x}}, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after an ignored Shutdown, placement mismatch (-want +got):\n%s", diff)
+	}
+	if err := e.d.Stop(e.ctx, "h1", uuidA); err != nil {
+		t.Fatalf("Stop after an ignored Shutdown: %v", err)
+	}
+	if got := e.state("h1", uuidA); got != hypervisor.StateShutoff {
+		t.Errorf("after Stop following an ignored Shutdown the domain is %s, want shutoff", got)
 	}
 }

@@ -58,6 +58,11 @@ func domainXML(uuid, name string, cpu, node int) string {
 `, name, uuid, cpu, node, name)
 }
 
+// migrateReq is an unfenced migration of uuid from src to dst with destXML.
+func migrateReq(src, dst, uuid, destXML string) hypervisor.MigrateRequest {
+	return hypervisor.MigrateRequest{UUID: uuid, Source: src, Dest: dst, DestXML: destXML}
+}
+
 // env is a driver on a fresh redis-server with hosts h1 and h2.
 type env struct {
 	t   *testing.T

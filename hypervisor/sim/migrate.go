@@ -16,6 +16,9 @@ const (
 	phaseSwitchover = "switchover"
 	phaseCompleted  = "completed"
 	phaseRollback   = "rollback"
+	// phaseAborting: the migration was declared dead and is being
+	// aborted; see reap.
+	phaseAborting = "aborting"
 )
 
 // Progress phases reported by Migrate.
@@ -47,17 +50,29 @@ type migration struct {
 // neither completed nor forgotten.
 func (m *migration) inFlight() bool { return m != nil && m.phase != phaseCompleted }
 
-// record reads the migration record of domain u; nil when there is none.
+// record reads the migration record of domain u, after aborting the
+// migration if it is dead; nil when there is none.
 func (d *Driver) record(ctx context.Context, u string) (*migration, error) {
-	f, err := d.rdb.HGetAll(ctx, d.migrationKey(u)).Result()
-	if err != nil {
-		return nil, err
+	for reaped := false; ; reaped = true {
+		f, err := d.rdb.HGetAll(ctx, d.migrationKey(u)).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(f) == 0 {
+			return nil, nil
+		}
+		if p := f["phase"]; !reaped && (p == phaseCopying || p == phaseAborting) {
+			changed, err := d.reap(ctx, u, nil)
+			if err != nil {
+				return nil, err
+			}
+			if changed {
+				continue
+			}
+		}
+		return &migration{src: f["src"], dst: f["dst"], destXML: f["dest_xml"], srcXML: f["src_xml"],
+			name: f["name"], token: f["token"], phase: f["phase"]}, nil
 	}
-	if len(f) == 0 {
-		return nil, nil
-	}
-	return &migration{src: f["src"], dst: f["dst"], destXML: f["dest_xml"], srcXML: f["src_xml"],
-		name: f["name"], token: f["token"], phase: f["phase"]}, nil
 }
 
 // domState is a domain as stored, with its migration marks.
@@ -65,15 +80,23 @@ type domState struct {
 	hypervisor.Domain
 	incoming  bool
 	migration string
+	// shuttingDown: a shutdown is pending and not due yet.
+	shuttingDown bool
 }
 
-// domain reads domain u of host; nil when the host has no such domain.
+// domain reads domain u of host, after aborting a dead migration that
+// marks it; nil when the host has no such domain.
 func (d *Driver) domain(ctx context.Context, host, u string) (*domState, error) {
-	f, err := d.rdb.HGetAll(ctx, d.domKey(host, u)).Result()
-	if err != nil || len(f) == 0 {
+	_, f, now, err := d.readDomain(ctx, host, u)
+	if err != nil {
 		return nil, err
 	}
-	return &domState{Domain: *domainOf(f), incoming: f["incoming"] == "1", migration: f["migration"]}, nil
+	if len(f) == 0 {
+		return nil, nil
+	}
+	due, pending := shutdownDue(f)
+	return &domState{Domain: *domainOf(f, now), incoming: f["incoming"] == "1", migration: f["migration"],
+		shuttingDown: pending && now.Before(due)}, nil
 }
 
 // migrationDoc parses destXML and checks that it names domain uuid.
@@ -139,12 +162,14 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 	return fail(fmt.Errorf("the domain is already defined on %s (%s): %w", dst, dom.State, hypervisor.ErrRejected))
 }
 
-// Migrate moves the running domain uuid from src to dst, where destXML
-// becomes its definition, calling progress with a rising Percent. Its
-// total duration is the migrate latency of src, and the migrate fault of
-// src, when due, fails it half-way. Cancelling ctx, or an injected fault,
-// aborts it: the domain keeps running on src, dst holds no trace of it,
-// and the error wraps ctx's error or ErrInjected.
+// Migrate moves the running domain req.UUID from req.Source to req.Dest,
+// where req.DestXML becomes its definition, calling progress with a rising
+// Percent. Its total duration is the migrate latency of the source, and
+// the migrate fault of the source, when due, fails it half-way. Cancelling
+// ctx, an injected fault, or a failing req.Fence aborts it: the domain
+// keeps running on the source, the destination holds no trace of it, and
+// the error wraps ctx's error, ErrInjected, or hypervisor.ErrFenced and
+// the fence's error.
 //
 // The steps, each atomic on one Redis slot and idempotent:
 //
@@ -159,12 +184,34 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 //  8. phase completed; the record expires after Options.CompletedTTL, so
 //     that a Rollback meanwhile can restore the source.
 //
+// req.Fence is called right before step 1, so a fenced attempt changes
+// nothing, and right before step 5, the point of no return, so a fence
+// that fails during the copy aborts it. Between that call and the
+// switchover script there is no fence: the caller's lease covers that
+// window, as it covers the same window of a real hypervisor.
+//
 // A retry after a crash finds: a record in phase copying (steps 1-4) and
 // restarts the migration, replacing the marks of the lost attempt; a record
-// in phase switchover (steps 5-7) and finishes 6-8; or the domain running
-// on dst with destXML and gone from src, and succeeds at once. Faults and
-// latency apply only to an attempt that (re)starts copying.
-func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, progress func(hypervisor.Progress)) error {
+// in phase switchover (steps 5-7) and finishes 6-8 without calling Fence,
+// since it is past the point of no return; or the domain running on dst
+// with destXML and gone from src, and succeeds at once. Faults and latency
+// apply only to an attempt that (re)starts copying.
+//
+// Without a retry, a migration whose attempt died during the copy is dead
+// once its record has not been touched (step 1, and every step of 4) for
+// Options.StaleMigration, by Redis's clock. The next call that reads the
+// domain where the migration marks it (Lookup or Domains of either host,
+// Migrate, Rollback, PrepareMigration, and Define, Start, Stop, Shutdown
+// or Undefine refused by the mark) aborts it first, as the attempt's own
+// abort would: the domain runs on the source, unmarked, the destination
+// holds no trace of it, and the record is gone, so another migration of
+// the guest may start. Declaring it dead is one script on the record
+// (phase aborting, decided by the first caller to find it stale); an
+// attempt that was only slow and comes back after that fails at its next
+// step or at its switchover, with an error, and changes nothing. A
+// migration past its switchover is never aborted: a retry finishes it.
+func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
+	src, dst, uuid, destXML := req.Source, req.Dest, req.UUID, req.DestXML
 	fail := func(err error) error { return fmt.Errorf("sim: migrate %s from %s to %s: %w", uuid, src, dst, err) }
 	if progress == nil {
 		progress = func(hypervisor.Progress) {}
@@ -226,12 +273,19 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 		return fail(fmt.Errorf("the domain is not on %s: %w", src, hypervisor.ErrNotFound))
 	case srcDom.incoming || srcDom.State != hypervisor.StateRunning:
 		return fail(fmt.Errorf("the domain is %s on %s, and only a running domain migrates: %w", srcDom.State, src, hypervisor.ErrRejected))
+	case srcDom.shuttingDown:
+		return fail(errShuttingDown)
 	case dstDom != nil && !dstDom.incoming:
 		return fail(fmt.Errorf("the domain is already defined on %s (%s): %w", dst, dstDom.State, hypervisor.ErrRejected))
 	}
 
 	latency, err := d.latencyOf(ctx, src, OpMigrate)
 	if err != nil {
+		return fail(err)
+	}
+	// Before the fault is drawn, so that a fenced attempt uses up no
+	// counted fault either.
+	if err := fence(ctx, req, "before the start"); err != nil {
 		return fail(err)
 	}
 	// The fault is drawn now and strikes half-way, as a real migration
@@ -246,6 +300,9 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 	started := time.Now().UTC().Format(time.RFC3339Nano)
 	if _, _, err := d.run(ctx, beginScript, []string{d.homeKey(u), d.migrationKey(u)},
 		src, dst, destXML, rec.srcXML, rec.name, rec.token, started); err != nil {
+		return fail(err)
+	}
+	if err := d.crashAt("begun"); err != nil {
 		return fail(err)
 	}
 	abort := func(cause error) error { return fail(d.abort(ctx, src, dst, u, rec.token, cause)) }
@@ -266,6 +323,15 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 	if err := d.crashAt("incoming"); err != nil {
 		return fail(err)
 	}
+	// Each step touches the record: an attempt that stops touching it
+	// for Options.StaleMigration is dead (see reap).
+	touch := func() error {
+		code, _, err := d.run(ctx, touchScript, []string{d.migrationKey(u)}, rec.token)
+		if err != nil {
+			return err
+		}
+		return d.ownerErr(code)
+	}
 
 	// Step 4. Sleeping to deadlines spread over the whole latency, not a
 	// rounded step, makes the migration last the latency exactly.
@@ -280,6 +346,9 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 			return abort(err)
 		}
 		slept = next
+		if err := touch(); err != nil {
+			return abort(err)
+		}
 		if injected != nil && i == (steps+1)/2 {
 			return abort(injected)
 		}
@@ -287,8 +356,14 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 		processed := total / 100 * uint64(pct)
 		progress(hypervisor.Progress{Percent: pct, DataTotal: total, DataProcessed: processed,
 			DataRemaining: total - processed, Phase: ProgressCopying})
+		if err := d.crashAt("copying"); err != nil {
+			return fail(err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
+		return abort(err)
+	}
+	if err := fence(ctx, req, "before the switchover"); err != nil {
 		return abort(err)
 	}
 
@@ -297,8 +372,8 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 	if err != nil {
 		return abort(err)
 	}
-	if code != "OK" {
-		return abort(errors.New("another attempt or a rollback took this migration over"))
+	if err := d.ownerErr(code); err != nil {
+		return abort(err)
 	}
 	if err := d.crashAt("switchover"); err != nil {
 		return fail(err)
@@ -307,6 +382,34 @@ func (d *Driver) Migrate(ctx context.Context, src, dst, uuid, destXML string, pr
 		return fail(err)
 	}
 	progress(done)
+	return nil
+}
+
+// ownerErr turns the answer of a script that an attempt runs on its own
+// record (see ownedLua) into the reason the attempt must stop, or nil.
+func (d *Driver) ownerErr(code string) error {
+	switch code {
+	case "OK":
+		return nil
+	case "SUPERSEDED":
+		return errors.New("another attempt or a rollback took this migration over")
+	case "DEAD":
+		return fmt.Errorf("this attempt made no progress for over %s, so another caller took this migration over to abort it as dead", d.stale)
+	case "GONE":
+		return fmt.Errorf("a rollback, or the abort of this migration as dead (no progress for over %s), took this migration over", d.stale)
+	}
+	return fmt.Errorf("unexpected script answer %q", code)
+}
+
+// fence asks req.Fence whether the migration may go on; its error, at
+// point, wraps hypervisor.ErrFenced and the fence's own error.
+func fence(ctx context.Context, req hypervisor.MigrateRequest, point string) error {
+	if req.Fence == nil {
+		return nil
+	}
+	if err := req.Fence(ctx); err != nil {
+		return fmt.Errorf("%w (checked %s): %w", hypervisor.ErrFenced, point, err)
+	}
 	return nil
 }
 

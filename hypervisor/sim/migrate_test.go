@@ -78,7 +78,7 @@ func TestMigrateMovesDomain(t *testing.T) {
 	}
 	var log progressLog
 	begin := time.Now()
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), log.add); err != nil {
 		t.Fatalf("Migrate(h1 -> h2): %v", err)
 	}
 	if took := time.Since(begin); took < latency {
@@ -101,7 +101,7 @@ func TestMigrateMovesDomain(t *testing.T) {
 		t.Errorf("Define(h1) of the migrated domain: %v, want ErrRejected", err)
 	}
 	back := domainXML(uuidA, "a", 3, 0)
-	if err := e.d.Migrate(e.ctx, "h2", "h1", uuidA, back, nil); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h2", "h1", uuidA, back), nil); err != nil {
 		t.Fatalf("Migrate(h2 -> h1) back: %v", err)
 	}
 	want = map[string]where{"h1": {hypervisor.StateRunning, back}}
@@ -119,7 +119,7 @@ func TestMigrateLongLatencyReportsEvery250ms(t *testing.T) {
 	}
 	var log progressLog
 	rec.drain()
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), log.add); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1)), log.add); err != nil {
 		t.Fatal(err)
 	}
 	waits := rec.drain()
@@ -142,7 +142,7 @@ func TestMigrateCancelLeavesSource(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	var log progressLog
-	err := e.d.Migrate(ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), func(p hypervisor.Progress) {
+	err := e.d.Migrate(ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1)), func(p hypervisor.Progress) {
 		log.add(p)
 		if p.Percent >= 30 {
 			cancel()
@@ -166,7 +166,7 @@ func TestMigrateCancelLeavesSource(t *testing.T) {
 	if err := e.d.SetLatency(e.ctx, "", OpMigrate, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), nil); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1)), nil); err != nil {
 		t.Errorf("Migrate after a cancelled one: %v, want nil", err)
 	}
 }
@@ -179,7 +179,7 @@ func TestMigrateInjectedFailureLeavesSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log progressLog
-	err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add)
+	err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), log.add)
 	if !errors.Is(err, ErrInjected) {
 		t.Fatalf("Migrate with a migrate fault on h1: %v, want ErrInjected", err)
 	}
@@ -200,7 +200,7 @@ func TestMigrateInjectedFailureLeavesSource(t *testing.T) {
 	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
 		t.Errorf("after Rollback, placement mismatch (-want +got):\n%s", diff)
 	}
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); err != nil {
 		t.Errorf("Migrate after the fault was spent: %v, want nil", err)
 	}
 }
@@ -229,7 +229,7 @@ func TestMigrateRejects(t *testing.T) {
 		{"bad xml", "h1", "h2", uuidA, "<domain>", hypervisor.ErrRejected, "destination domain xml"},
 	}
 	for _, tt := range tests {
-		err := e.d.Migrate(e.ctx, tt.src, tt.dst, tt.id, tt.xml, nil)
+		err := e.d.Migrate(e.ctx, migrateReq(tt.src, tt.dst, tt.id, tt.xml), nil)
 		if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.wantIn) {
 			t.Errorf("Migrate(%s): %v, want %v containing %q", tt.name, err, tt.want, tt.wantIn)
 		}
@@ -281,7 +281,7 @@ func crashOnce(d *Driver, point string) {
 }
 
 func TestMigrateCrashThenRetryOrRollback(t *testing.T) {
-	points := []string{"incoming", "switchover", "promoted"}
+	points := []string{"begun", "incoming", "copying", "switchover", "promoted"}
 	src := domainXML(uuidA, "a", 2, 0)
 	dest := domainXML(uuidA, "a", 6, 1)
 	onSource := map[string]where{"h1": {hypervisor.StateRunning, src}}
@@ -292,12 +292,12 @@ func TestMigrateCrashThenRetryOrRollback(t *testing.T) {
 				e := newEnv(t, Options{})
 				e.running("h1", uuidA, "a", 2, 0)
 				crashOnce(e.d, point)
-				if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); !errors.Is(err, errCrash) {
+				if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); !errors.Is(err, errCrash) {
 					t.Fatalf("Migrate crashing at %s: %v, want the crash", point, err)
 				}
 				// A new worker picks the activity up.
 				d := e.restart(Options{})
-				if point == "incoming" {
+				if point == "incoming" || point == "copying" {
 					// The same migration, retried, may prepare again.
 					if err := d.PrepareMigration(e.ctx, "h2", uuidA, dest); err != nil {
 						t.Errorf("PrepareMigration after a crash at %s: %v, want nil", point, err)
@@ -307,7 +307,7 @@ func TestMigrateCrashThenRetryOrRollback(t *testing.T) {
 				switch then {
 				case "retry":
 					var log progressLog
-					if err := d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add); err != nil {
+					if err := d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), log.add); err != nil {
 						t.Fatalf("Migrate retried after a crash at %s: %v", point, err)
 					}
 					if seen := log.all(); len(seen) == 0 || seen[len(seen)-1].Percent != 100 {
@@ -346,7 +346,7 @@ func TestMigrateResultLost(t *testing.T) {
 	e := newEnv(t, Options{})
 	e.running("h1", uuidA, "a", 2, 0)
 	dest := domainXML(uuidA, "a", 6, 1)
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); err != nil {
 		t.Fatal(err)
 	}
 	// A fault now must not fail the retry of a migration that is done.
@@ -354,7 +354,7 @@ func TestMigrateResultLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log progressLog
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, log.add); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), log.add); err != nil {
 		t.Errorf("Migrate retried after it completed: %v, want nil", err)
 	}
 	if seen := log.all(); len(seen) != 1 || seen[0].Percent != 100 {
@@ -364,11 +364,11 @@ func TestMigrateResultLost(t *testing.T) {
 	if err := e.rdb.Del(e.ctx, e.d.migrationKey(uuidA)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); err != nil {
 		t.Errorf("Migrate retried after it completed and its record expired: %v, want nil", err)
 	}
 	// With another destination XML it is not the same migration.
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 7, 1), nil); !errors.Is(err, hypervisor.ErrNotFound) {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 7, 1)), nil); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("Migrate with another XML after completion: %v, want ErrNotFound (not on h1)", err)
 	}
 	want := map[string]where{"h2": {hypervisor.StateRunning, dest}}
@@ -387,7 +387,7 @@ func TestMigrateResultLost(t *testing.T) {
 func TestRollbackAfterCompletedMigration(t *testing.T) {
 	e := newEnv(t, Options{})
 	src := e.running("h1", uuidA, "a", 2, 0)
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), nil); err != nil {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1)), nil); err != nil {
 		t.Fatal(err)
 	}
 	// The workflow failed after the migration, before its commit: the
@@ -442,7 +442,7 @@ func TestRollbackWhileMigrating(t *testing.T) {
 	other := e.restart(Options{})
 	var rollbackErr error
 	rolledBack := false
-	err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1), func(hypervisor.Progress) {
+	err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1)), func(hypervisor.Progress) {
 		if !rolledBack {
 			rolledBack = true
 			rollbackErr = other.Rollback(e.ctx, "h1", "h2", uuidA)
@@ -475,7 +475,7 @@ func TestMigrationInFlightBlocks(t *testing.T) {
 	}
 	dest := domainXML(uuidA, "a", 6, 1)
 	crashOnce(e.d, "incoming")
-	if err := e.d.Migrate(e.ctx, "h1", "h2", uuidA, dest, nil); !errors.Is(err, errCrash) {
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); !errors.Is(err, errCrash) {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -484,10 +484,12 @@ func TestMigrationInFlightBlocks(t *testing.T) {
 		wantIn string
 	}{
 		{"stop source", func() error { return e.d.Stop(e.ctx, "h1", uuidA) }, "migrating away from h1"},
+		{"shut source down", func() error { return e.d.Shutdown(e.ctx, "h1", uuidA) }, "migrating away from h1"},
+		{"shut incoming down", func() error { return e.d.Shutdown(e.ctx, "h2", uuidA) }, "destination of an in-flight migration"},
 		{"start incoming", func() error { return e.d.Start(e.ctx, "h2", uuidA) }, "destination of an in-flight migration"},
 		{"undefine incoming", func() error { return e.d.Undefine(e.ctx, "h2", uuidA) }, "destination of an in-flight migration"},
 		{"define on other host", func() error { return e.d.Define(e.ctx, "h3", dest) }, "migrating from h1 to h2"},
-		{"migrate elsewhere", func() error { return e.d.Migrate(e.ctx, "h1", "h3", uuidA, dest, nil) }, "in flight"},
+		{"migrate elsewhere", func() error { return e.d.Migrate(e.ctx, migrateReq("h1", "h3", uuidA, dest), nil) }, "in flight"},
 		{"rollback elsewhere", func() error { return e.d.Rollback(e.ctx, "h1", "h3", uuidA) }, "in flight is from h1 to h2"},
 	}
 	for _, tt := range tests {
@@ -523,7 +525,7 @@ func TestConcurrentMigrations(t *testing.T) {
 	for _, m := range moves {
 		wg.Go(func() {
 			var log progressLog
-			if err := m.d.Migrate(e.ctx, m.src, m.dst, m.uuid, m.xml, log.add); err != nil {
+			if err := m.d.Migrate(e.ctx, migrateReq(m.src, m.dst, m.uuid, m.xml), log.add); err != nil {
 				t.Errorf("Migrate(%s, %s -> %s): %v", m.uuid, m.src, m.dst, err)
 				return
 			}
@@ -612,7 +614,7 @@ func TestRedisCluster(t *testing.T) {
 		if err := d.Start(ctx, src, u); err != nil {
 			t.Fatalf("Start(%s) on a cluster: %v", src, err)
 		}
-		err := d.Migrate(ctx, src, dst, u, domainXML(u, "g", 6, 1), nil)
+		err := d.Migrate(ctx, migrateReq(src, dst, u, domainXML(u, "g", 6, 1)), nil)
 		if src == "h3" {
 			if !errors.Is(err, ErrInjected) {
 				t.Fatalf("Migrate from h3 with a fault on a cluster: %v, want ErrInjected", err)
@@ -620,7 +622,7 @@ func TestRedisCluster(t *testing.T) {
 			if err := d.Rollback(ctx, src, dst, u); err != nil {
 				t.Fatalf("Rollback on a cluster: %v", err)
 			}
-			err = d.Migrate(ctx, src, dst, u, domainXML(u, "g", 6, 1), nil)
+			err = d.Migrate(ctx, migrateReq(src, dst, u, domainXML(u, "g", 6, 1)), nil)
 		}
 		if err != nil {
 			t.Fatalf("Migrate(%s -> %s) on a cluster: %v", src, dst, err)
@@ -630,7 +632,199 @@ func TestRedisCluster(t *testing.T) {
 			t.Errorf("Domains(%s) on a cluster = %+v, %v; want the migrated domain running", dst, doms, err)
 		}
 	}
+	// A shutdown with a latency reads Redis's clock in scripts and reads.
+	if err := d.SetLatency(ctx, "", OpShutdown, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Shutdown(ctx, "h2", uuidA); err != nil {
+		t.Fatalf("Shutdown on a cluster: %v", err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dom, err := d.Lookup(ctx, "h2", uuidA)
+		if err == nil && dom.State == hypervisor.StateShutoff {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("Lookup(h2) on a cluster after Shutdown = %+v, %v; want it shut off soon", dom, err)
+		}
+	}
+	if err := d.Undefine(ctx, "h2", uuidA); err != nil {
+		t.Errorf("Undefine(h2) on a cluster after Shutdown: %v", err)
+	}
 	if _, err := d.Settings(ctx); err != nil {
 		t.Errorf("Settings on a cluster: %v", err)
+	}
+}
+
+var errClaimGone = errors.New("claim gone")
+
+// fenceLog is a Fence that fails once failing is set, counting its calls;
+// it is safe for concurrent use.
+type fenceLog struct {
+	mu      sync.Mutex
+	calls   int
+	failing bool
+}
+
+func (f *fenceLog) fence(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.failing {
+		return errClaimGone
+	}
+	return nil
+}
+
+func (f *fenceLog) fail() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing = true
+}
+
+func (f *fenceLog) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// checkFenced fails unless err is a migrate error wrapping ErrFenced and
+// the fence's own error.
+func checkFenced(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, hypervisor.ErrFenced) || !errors.Is(err, errClaimGone) || !strings.HasPrefix(err.Error(), "sim: migrate ") {
+		t.Errorf("%s: %v, want a 'sim: migrate' error wrapping ErrFenced and the fence's error", what, err)
+	}
+}
+
+func TestMigrateFencedBeforeStart(t *testing.T) {
+	e := newEnv(t, Options{})
+	src := e.running("h1", uuidA, "a", 2, 0)
+	// A counted fault shows whether the fenced attempt drew one.
+	if err := e.d.SetFault(e.ctx, "h1", OpMigrate, Fault{Times: 1}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.d.Settings(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fenceLog{failing: true}
+	req := migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1))
+	req.Fence = f.fence
+	var log progressLog
+	err = e.d.Migrate(e.ctx, req, log.add)
+	checkFenced(t, "Migrate with a failing fence", err)
+	if n := f.count(); n != 1 {
+		t.Errorf("Migrate with a failing fence called it %d times, want 1", n)
+	}
+	if seen := log.all(); len(seen) != 0 {
+		t.Errorf("Migrate fenced before the start reported progress %v, want none", seen)
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, src}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after a Migrate fenced before the start, placement mismatch (-want +got):\n%s", diff)
+	}
+	if rec := e.migrationRecord(uuidA); len(rec) != 0 {
+		t.Errorf("after a Migrate fenced before the start, migration record %v, want none", rec)
+	}
+	after, err := e.d.Settings(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("a Migrate fenced before the start changed the settings (-before +after):\n%s", diff)
+	}
+	// The source is not marked: it stops.
+	if err := e.d.Stop(e.ctx, "h1", uuidA); err != nil {
+		t.Errorf("Stop(h1) after a fenced Migrate: %v, want nil", err)
+	}
+}
+
+func TestMigrateFencedDuringCopy(t *testing.T) {
+	// Instant sleeps: the copy runs all its steps at once.
+	e := newEnv(t, Options{Sleep: func(ctx context.Context, _ time.Duration) error { return ctx.Err() }})
+	src := e.running("h1", uuidA, "a", 2, 0)
+	if err := e.d.SetLatency(e.ctx, "", OpMigrate, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	f := &fenceLog{}
+	req := migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1))
+	req.Fence = f.fence
+	var log progressLog
+	var during []hypervisor.Domain
+	failed := false
+	err := e.d.Migrate(e.ctx, req, func(p hypervisor.Progress) {
+		log.add(p)
+		if p.Percent >= 30 && !failed {
+			// The claim goes while memory is copied; the copy goes on.
+			failed = true
+			f.fail()
+			var err error
+			if during, err = e.d.Domains(e.ctx, "h2"); err != nil {
+				t.Errorf("Domains(h2) during the copy: %v", err)
+			}
+		}
+	})
+	checkFenced(t, "Migrate whose fence fails during the copy", err)
+	if n := f.count(); n != 2 {
+		t.Errorf("Migrate whose fence fails during the copy called it %d times, want 2 (before the start, before the switchover)", n)
+	}
+	if len(during) != 1 || during[0].State != hypervisor.StatePaused {
+		t.Errorf("Domains(h2) during the copy = %+v, want the paused incoming domain", during)
+	}
+	seen := log.all()
+	if last := seen[len(seen)-1]; last.Percent != 99 || last.Phase != ProgressCopying {
+		t.Errorf("Migrate fenced at the switchover: last progress %+v, want the end of the copy (99%%, %s)", last, ProgressCopying)
+	}
+	want := map[string]where{"h1": {hypervisor.StateRunning, src}}
+	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after a Migrate fenced at the switchover, placement mismatch (-want +got):\n%s", diff)
+	}
+	if doms, err := e.d.Domains(e.ctx, "h2"); err != nil || len(doms) != 0 {
+		t.Errorf("Domains(h2) after a Migrate fenced at the switchover = %+v, %v; want none", doms, err)
+	}
+	if rec := e.migrationRecord(uuidA); len(rec) != 0 {
+		t.Errorf("after a Migrate fenced at the switchover, migration record %v, want none", rec)
+	}
+	// The domain's home is still h1: h2 cannot define it.
+	if err := e.d.Define(e.ctx, "h2", domainXML(uuidA, "a", 6, 1)); !errors.Is(err, hypervisor.ErrRejected) {
+		t.Errorf("Define(h2) after a Migrate fenced at the switchover: %v, want ErrRejected (the domain lives on h1)", err)
+	}
+	// Nothing blocks a new, unfenced attempt.
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, domainXML(uuidA, "a", 6, 1)), nil); err != nil {
+		t.Errorf("Migrate after a fenced one: %v, want nil", err)
+	}
+}
+
+func TestMigrateRetryPastSwitchoverNotFenced(t *testing.T) {
+	e := newEnv(t, Options{})
+	e.running("h1", uuidA, "a", 2, 0)
+	dest := domainXML(uuidA, "a", 6, 1)
+	crashOnce(e.d, "switchover")
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); !errors.Is(err, errCrash) {
+		t.Fatalf("Migrate crashing at the switchover: %v, want the crash", err)
+	}
+	// The claim is gone by the time the activity is retried, but the
+	// migration is past its point of no return: it finishes.
+	f := &fenceLog{failing: true}
+	req := migrateReq("h1", "h2", uuidA, dest)
+	req.Fence = f.fence
+	d := e.restart(Options{})
+	if err := d.Migrate(e.ctx, req, nil); err != nil {
+		t.Fatalf("Migrate retried past the switchover with a failing fence: %v, want nil", err)
+	}
+	// So does a retry of the completed migration.
+	if err := d.Migrate(e.ctx, req, nil); err != nil {
+		t.Errorf("Migrate retried after completion with a failing fence: %v, want nil", err)
+	}
+	if n := f.count(); n != 0 {
+		t.Errorf("Migrate retried past the switchover called the fence %d times, want 0", n)
+	}
+	want := map[string]where{"h2": {hypervisor.StateRunning, dest}}
+	if diff := cmp.Diff(want, e.placement(d, uuidA)); diff != "" {
+		t.Errorf("after the retry past the switchover, placement mismatch (-want +got):\n%s", diff)
+	}
+	if rec := e.migrationRecord(uuidA); rec["phase"] != phaseCompleted {
+		t.Errorf("after the retry past the switchover, record phase %q, want %q", rec["phase"], phaseCompleted)
 	}
 }

@@ -9,7 +9,33 @@ import (
 
 // Every script touches the keys of one hash tag (one host, or one domain)
 // and answers a table whose first element is a status code; the Go side
-// turns codes into errors.
+// turns codes into errors. A refusal because of a migration mark (INCOMING,
+// MIGRATING) carries the mark's token, so that the caller can abort a dead
+// migration holding the domain and try again (see reap).
+
+// clockLua starts the scripts that need the time: now() is Redis's clock
+// in ms, the one clock every worker shares.
+const clockLua = `
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
+// settleLua starts the scripts that read a domain's run state. A guest
+// shutdown is stored as the time it completes (shutdown_due, in ms of
+// Redis's clock) rather than run by a timer, which a worker could die
+// before firing; settle(k) applies a shutdown that is due to the domain in
+// key k, so that no script acts on a state that is over.
+const settleLua = clockLua + `
+local function settle(k)
+  local due = redis.call('HGET', k, 'shutdown_due')
+  if due and now() >= tonumber(due) then
+    redis.call('HSET', k, 'state', 'shutoff')
+    redis.call('HDEL', k, 'shutdown_due')
+  end
+end
+`
 
 // Host keys: KEYS[1] topo. ARGV[1] topology JSON.
 var addHostScript = redis.NewScript(`
@@ -33,7 +59,8 @@ return {'OK'}
 // KEYS topo, domains, dom. ARGV uuid, name, xml.
 var defineScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
-if redis.call('HGET', KEYS[3], 'incoming') == '1' then return {'INCOMING'} end
+local g = redis.call('HMGET', KEYS[3], 'incoming', 'migration')
+if g[1] == '1' then return {'INCOMING', g[2] or ''} end
 if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('HSET', KEYS[3], 'uuid', ARGV[1], 'state', 'shutoff')
   redis.call('SADD', KEYS[2], ARGV[1])
@@ -42,9 +69,12 @@ redis.call('HSET', KEYS[3], 'name', ARGV[2], 'xml', ARGV[3])
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom. ARGV xml the placement was checked against.
-var startScript = redis.NewScript(`
+// KEYS topo, domains, dom. ARGV xml the placement was checked against. A
+// running domain whose shutdown is pending stays as it is: the guest is
+// powering off, as a real one would after Start found it running.
+var startScript = redis.NewScript(settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+settle(KEYS[3])
 local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'xml')
 if not f[1] then return {'NOTFOUND'} end
 if f[2] == '1' then return {'INCOMING'} end
@@ -59,21 +89,46 @@ var stopScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
 local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'migration')
 if not f[1] then return {'NOTFOUND'} end
-if f[2] == '1' then return {'INCOMING'} end
-if f[3] and f[3] ~= '' then return {'MIGRATING'} end
+if f[2] == '1' then return {'INCOMING', f[3] or ''} end
+if f[3] and f[3] ~= '' then return {'MIGRATING', f[3]} end
 redis.call('HSET', KEYS[3], 'state', 'shutoff')
+redis.call('HDEL', KEYS[3], 'shutdown_due')
+return {'OK'}
+`)
+
+// KEYS topo, domains, dom. ARGV latency in ms, ignored ("1": the guest
+// ignores the request). A latency of 0 shuts the domain off now; otherwise
+// it is due then, or earlier if an earlier request is pending.
+var shutdownScript = redis.NewScript(settleLua + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+settle(KEYS[3])
+local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'migration', 'shutdown_due')
+if not f[1] then return {'NOTFOUND'} end
+if f[2] == '1' then return {'INCOMING', f[3] or ''} end
+if f[3] and f[3] ~= '' then return {'MIGRATING', f[3]} end
+if f[1] == 'shutoff' or ARGV[2] == '1' then return {'OK'} end
+local ms = tonumber(ARGV[1])
+if ms <= 0 then
+  redis.call('HSET', KEYS[3], 'state', 'shutoff')
+  redis.call('HDEL', KEYS[3], 'shutdown_due')
+  return {'OK'}
+end
+local due = now() + ms
+if f[4] and tonumber(f[4]) <= due then return {'OK'} end
+redis.call('HSET', KEYS[3], 'shutdown_due', string.format('%d', due))
 return {'OK'}
 `)
 
 // KEYS topo, domains, dom. ARGV uuid.
-var undefineScript = redis.NewScript(`
+var undefineScript = redis.NewScript(settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
-local f = redis.call('HMGET', KEYS[3], 'state', 'incoming')
+settle(KEYS[3])
+local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'migration')
 if not f[1] then
   redis.call('SREM', KEYS[2], ARGV[1])
   return {'OK'}
 end
-if f[2] == '1' then return {'INCOMING'} end
+if f[2] == '1' then return {'INCOMING', f[3] or ''} end
 if f[1] ~= 'shutoff' then return {'ACTIVE', f[1]} end
 redis.call('DEL', KEYS[3])
 redis.call('SREM', KEYS[2], ARGV[1])
@@ -152,23 +207,27 @@ return {'OK'}
 // Migration steps, in the order Migrate runs them.
 
 // KEYS home, migration. ARGV src, dst, dest_xml, src_xml, name, token,
-// started. Step 1: the record (phase copying), home = src.
-var beginScript = redis.NewScript(`
+// started. Step 1: the record (phase copying, touched now), home = src.
+var beginScript = redis.NewScript(clockLua + `
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'src', ARGV[1], 'dst', ARGV[2], 'dest_xml', ARGV[3], 'src_xml', ARGV[4],
-  'name', ARGV[5], 'token', ARGV[6], 'phase', 'copying', 'started', ARGV[7])
+  'name', ARGV[5], 'token', ARGV[6], 'phase', 'copying', 'started', ARGV[7],
+  'touched', string.format('%d', now()))
 redis.call('SET', KEYS[1], ARGV[1])
 return {'OK'}
 `)
 
 // KEYS topo, domains, dom (source). ARGV token. Step 2: the source domain
-// must run; it is marked as migrating, which Stop refuses.
-var markSourceScript = redis.NewScript(`
+// must run, and not be shutting down; it is marked as migrating, which Stop
+// and Shutdown refuse. So a marked domain never has a shutdown pending.
+var markSourceScript = redis.NewScript(settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
-local f = redis.call('HMGET', KEYS[3], 'state', 'incoming')
+settle(KEYS[3])
+local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'shutdown_due')
 if not f[1] then return {'NOTFOUND'} end
 if f[2] == '1' then return {'INCOMING'} end
 if f[1] ~= 'running' then return {'NOTRUNNING', f[1]} end
+if f[3] then return {'SHUTTINGDOWN'} end
 redis.call('HSET', KEYS[3], 'migration', ARGV[1])
 return {'OK'}
 `)
@@ -188,17 +247,42 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return {'OK'}
 `)
 
-// KEYS home, migration. ARGV token, dst. Step 4, the point of no return:
+// ownedLua starts the scripts of an attempt that must still own its
+// record: owner(k, token) is nil when the record in k is in phase copying
+// under token, else why not: GONE (no record: a rollback or the abort of a
+// dead migration ended it), DEAD (this attempt was declared dead and is
+// being aborted) or SUPERSEDED (another attempt or a rollback holds it).
+const ownedLua = `
+local function owner(k, token)
+  local m = redis.call('HMGET', k, 'token', 'phase')
+  if not m[2] then return 'GONE' end
+  if m[1] ~= token then return 'SUPERSEDED' end
+  if m[2] == 'aborting' then return 'DEAD' end
+  if m[2] ~= 'copying' then return 'SUPERSEDED' end
+  return nil
+end
+`
+
+// KEYS migration. ARGV token. Step 4, at every step of the copy: the
+// attempt shows it is alive (touched now), if it still owns the record.
+var touchScript = redis.NewScript(clockLua + ownedLua + `
+local why = owner(KEYS[1], ARGV[1])
+if why then return {why} end
+redis.call('HSET', KEYS[1], 'touched', string.format('%d', now()))
+return {'OK'}
+`)
+
+// KEYS home, migration. ARGV token, dst. Step 5, the point of no return:
 // phase switchover, home = dst, if this attempt still owns the record.
-var switchoverScript = redis.NewScript(`
-local m = redis.call('HMGET', KEYS[2], 'token', 'phase')
-if m[1] ~= ARGV[1] or m[2] ~= 'copying' then return {'SUPERSEDED'} end
+var switchoverScript = redis.NewScript(ownedLua + `
+local why = owner(KEYS[2], ARGV[1])
+if why then return {why} end
 redis.call('HSET', KEYS[2], 'phase', 'switchover')
 redis.call('SET', KEYS[1], ARGV[2])
 return {'OK'}
 `)
 
-// KEYS dom (destination). ARGV token, dest_xml. Step 5: the incoming
+// KEYS dom (destination). ARGV token, dest_xml. Step 6: the incoming
 // domain runs; done already when it runs with dest_xml.
 var promoteScript = redis.NewScript(`
 local f = redis.call('HMGET', KEYS[1], 'state', 'incoming', 'migration', 'xml')
@@ -211,7 +295,7 @@ if f[1] == 'running' and f[2] ~= '1' and (not f[3] or f[3] == '') and f[4] == AR
 return {'SUPERSEDED'}
 `)
 
-// KEYS domains, dom (source). ARGV uuid, token. Step 6: the source domain
+// KEYS domains, dom (source). ARGV uuid, token. Step 7: the source domain
 // goes, if this migration still holds it; done already when it is gone.
 var removeSourceScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[2]) == 0 then
@@ -224,7 +308,7 @@ redis.call('SREM', KEYS[1], ARGV[1])
 return {'OK'}
 `)
 
-// KEYS migration. ARGV token, ttl ms. Step 7: phase completed; the record
+// KEYS migration. ARGV token, ttl ms. Step 8: phase completed; the record
 // expires after the ttl.
 var completeScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return {'SUPERSEDED'} end
@@ -233,7 +317,9 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {'OK'}
 `)
 
-// Aborting an attempt undoes its own steps only, recognised by its token.
+// Aborting an attempt undoes its own steps only, recognised by its token;
+// so does the abort of a dead migration (see reap), with the dead attempt's
+// token.
 
 // KEYS domains, dom (destination). ARGV uuid, token.
 var abortIncomingScript = redis.NewScript(`
@@ -254,8 +340,34 @@ return {'OK'}
 // KEYS migration. ARGV token.
 var abortRecordScript = redis.NewScript(`
 local m = redis.call('HMGET', KEYS[1], 'token', 'phase')
-if m[1] == ARGV[1] and m[2] == 'copying' then redis.call('DEL', KEYS[1]) end
+if m[1] == ARGV[1] and (m[2] == 'copying' or m[2] == 'aborting') then redis.call('DEL', KEYS[1]) end
 return {'OK'}
+`)
+
+// KEYS migration. ARGV bound in ms. The verdict on a migration whose
+// attempt may have died: one in phase copying whose attempt last touched
+// it more than the bound ago is dead, and enters phase aborting, which no
+// attempt can touch or switch over any more; the one call that makes that
+// change decides, so concurrent callers cannot disagree. Answers DEAD,
+// token, src, dst for a dead migration (one already aborting included: the
+// caller that declared it may have died before its cleanup), NONE when no
+// migration is in flight, LIVE otherwise (copying and touched lately, or
+// past its switchover, or rolling back). A record without touched, written
+// before it existed, starts its clock now.
+var staleScript = redis.NewScript(clockLua + `
+local m = redis.call('HMGET', KEYS[1], 'token', 'phase', 'src', 'dst', 'touched')
+if not m[2] or m[2] == 'completed' then return {'NONE'} end
+if m[2] == 'copying' then
+  if not m[5] then
+    redis.call('HSET', KEYS[1], 'touched', string.format('%d', now()))
+    return {'LIVE'}
+  end
+  if now() - tonumber(m[5]) <= tonumber(ARGV[1]) then return {'LIVE'} end
+  redis.call('HSET', KEYS[1], 'phase', 'aborting')
+  m[2] = 'aborting'
+end
+if m[2] == 'aborting' then return {'DEAD', m[1], m[3], m[4]} end
+return {'LIVE'}
 `)
 
 // Rollback steps, in order.
@@ -278,7 +390,7 @@ var rollbackSourceScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('HSET', KEYS[3], 'state', 'running')
-  redis.call('HDEL', KEYS[3], 'migration', 'incoming')
+  redis.call('HDEL', KEYS[3], 'migration', 'incoming', 'shutdown_due')
   return {'OK'}
 end
 if ARGV[3] == '' then return {'NOTFOUND'} end
@@ -306,7 +418,45 @@ return {'OK'}
 // run runs a script and returns its status code and the rest of its
 // answer.
 func (d *Driver) run(ctx context.Context, s *redis.Script, keys []string, args ...any) (string, []string, error) {
-	res, err := s.Run(ctx, d.rdb, keys, args...).Slice()
+	return answer(s.Run(ctx, d.rdb, keys, args...))
+}
+
+// runEach runs s once per element of keys, with args, in one pipeline, and
+// returns each run's answer as run does. A script missing from Redis's
+// cache (after a restart, or on a new cluster node) is run again on its
+// own, which loads it.
+func (d *Driver) runEach(ctx context.Context, s *redis.Script, keys [][]string, args ...any) ([]scriptAnswer, error) {
+	pipe := d.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = s.EvalSha(ctx, pipe, k, args...)
+	}
+	// Exec's error is the first command's; each is looked at below.
+	_, _ = pipe.Exec(ctx)
+	out := make([]scriptAnswer, len(keys))
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			c = s.Run(ctx, d.rdb, keys[i], args...)
+		}
+		code, rest, err := answer(c)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = scriptAnswer{code, rest}
+	}
+	return out, nil
+}
+
+// scriptAnswer is one answer of runEach.
+type scriptAnswer struct {
+	code string
+	rest []string
+}
+
+// answer reads a script's answer: a table of strings whose first element
+// is a status code.
+func answer(c *redis.Cmd) (string, []string, error) {
+	res, err := c.Slice()
 	if err != nil {
 		return "", nil, err
 	}

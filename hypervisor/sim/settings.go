@@ -14,7 +14,8 @@ import (
 // SetLatency sets how long op takes on host, or on every host when host is
 // "". It overrides the configured defaults until ClearLatency; a per-host
 // latency overrides the all-hosts one. For migrate it is the total
-// duration of a migration, applied on the source host.
+// duration of a migration, applied on the source host; for shutdown, how
+// long the guest takes to power off after Shutdown has returned.
 func (d *Driver) SetLatency(ctx context.Context, host string, op Op, l time.Duration) error {
 	if err := op.check(); err != nil {
 		return fmt.Errorf("sim: set latency: %w", err)
@@ -61,7 +62,9 @@ func (d *Driver) storeLatency(ctx context.Context, host string, op Op, value str
 // with probability f.Rate. It replaces the host's previous fault for op
 // and overrides the configured rate; SetFault with the zero Fault stops
 // failures, ClearFault returns to the configured rate. Migrate faults
-// apply on the source host, prepare faults on the destination.
+// apply on the source host, prepare faults on the destination. A shutdown
+// fault does not fail Shutdown: the guest ignores the request and keeps
+// running, as a guest may ignore an ACPI power button.
 func (d *Driver) SetFault(ctx context.Context, host string, op Op, f Fault) error {
 	if err := op.check(); err != nil {
 		return fmt.Errorf("sim: set fault: %w", err)

@@ -33,7 +33,7 @@ func TestParseOp(t *testing.T) {
 		if (err != nil) != tt.err || got != tt.want {
 			t.Errorf("ParseOp(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.err)
 		}
-		if err != nil && !strings.Contains(err.Error(), "must be one of define, start, stop, undefine, prepare, migrate") {
+		if err != nil && !strings.Contains(err.Error(), "must be one of define, start, shutdown, stop, undefine, prepare, migrate") {
 			t.Errorf("ParseOp(%q) error %q, want it to list the allowed operations", tt.in, err)
 		}
 	}
@@ -66,7 +66,7 @@ func opCalls() []opCall {
 		{OpStart, define, func(e *env) error { return e.d.Start(e.ctx, "h1", uuidA) }, shutoff},
 		{OpStop, start, func(e *env) error { return e.d.Stop(e.ctx, "h1", uuidA) }, running},
 		{OpUndefine, define, func(e *env) error { return e.d.Undefine(e.ctx, "h1", uuidA) }, shutoff},
-		{OpMigrate, start, func(e *env) error { return e.d.Migrate(e.ctx, "h1", "h2", uuidA, xa2, nil) }, running},
+		{OpMigrate, start, func(e *env) error { return e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, xa2), nil) }, running},
 	}
 }
 
@@ -360,7 +360,7 @@ func TestSettings(t *testing.T) {
 	}
 	want := &Settings{
 		Defaults: map[Op]time.Duration{
-			OpDefine: time.Second, OpStart: time.Second, OpStop: time.Second, OpUndefine: time.Second,
+			OpDefine: time.Second, OpStart: time.Second, OpShutdown: time.Second, OpStop: time.Second, OpUndefine: time.Second,
 			OpPrepare: time.Second, OpMigrate: 10 * time.Second,
 		},
 		DefaultRates: map[Op]float64{OpMigrate: 0.1},
@@ -382,7 +382,7 @@ func TestConfigOptions(t *testing.T) {
 		want   Options
 		wantIn string
 	}{
-		{"defaults", nil, Options{Prefix: "pinflow:sim", OpLatency: map[Op]time.Duration{}, FailRate: map[Op]float64{}}, ""},
+		{"defaults", nil, Options{Prefix: "pinflow:sim", OpLatency: map[Op]time.Duration{}, FailRate: map[Op]float64{}, StaleMigration: 10 * time.Second}, ""},
 		{"all set", map[string]string{
 			"PINFLOW_SIM_KEY_PREFIX":      "demo:sim",
 			"PINFLOW_SIM_LATENCY":         "200ms",
@@ -390,17 +390,22 @@ func TestConfigOptions(t *testing.T) {
 			"PINFLOW_SIM_MIGRATE_SECONDS": "7.5",
 			"PINFLOW_SIM_FAIL_RATES":      "migrate:0.1",
 			"PINFLOW_SIM_SEED":            "9",
+			"PINFLOW_SIM_STALE_MIGRATION": "1m",
 		}, Options{
 			Prefix: "demo:sim", Latency: 200 * time.Millisecond,
 			OpLatency: map[Op]time.Duration{OpStart: 2 * time.Second, OpStop: time.Second, OpMigrate: 7500 * time.Millisecond},
-			FailRate:  map[Op]float64{OpMigrate: 0.1}, Seed: 9,
+			FailRate:  map[Op]float64{OpMigrate: 0.1}, Seed: 9, StaleMigration: time.Minute,
 		}, ""},
+		{"stale migration 0 is the default", map[string]string{"PINFLOW_SIM_STALE_MIGRATION": "0"},
+			Options{Prefix: "pinflow:sim", OpLatency: map[Op]time.Duration{}, FailRate: map[Op]float64{}}, ""},
 		{"negative latency", map[string]string{"PINFLOW_SIM_LATENCY": "-1s"}, Options{}, "PINFLOW_SIM_LATENCY -1s: must be 0 or more"},
 		{"unknown op", map[string]string{"PINFLOW_SIM_LATENCIES": "reboot:1s"}, Options{}, `PINFLOW_SIM_LATENCIES: operation "reboot": must be one of`},
 		{"bad duration", map[string]string{"PINFLOW_SIM_LATENCIES": "start:soon"}, Options{}, `start:"soon": must be a duration`},
 		{"rate above 1", map[string]string{"PINFLOW_SIM_FAIL_RATES": "migrate:2"}, Options{}, `migrate:"2": must be a number between 0 and 1`},
 		{"negative migrate seconds", map[string]string{"PINFLOW_SIM_MIGRATE_SECONDS": "-3"}, Options{}, "PINFLOW_SIM_MIGRATE_SECONDS -3: must be 0 or more"},
 		{"braces in prefix", map[string]string{"PINFLOW_SIM_KEY_PREFIX": "a{b}"}, Options{}, "must not contain braces"},
+		{"stale migration too short", map[string]string{"PINFLOW_SIM_STALE_MIGRATION": "300ms"}, Options{}, "PINFLOW_SIM_STALE_MIGRATION 300ms: must be at least 1s"},
+		{"negative stale migration", map[string]string{"PINFLOW_SIM_STALE_MIGRATION": "-5s"}, Options{}, "PINFLOW_SIM_STALE_MIGRATION -5s: must be at least 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

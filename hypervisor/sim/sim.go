@@ -12,15 +12,20 @@
 //	P:host:{h}:topo         string the host's numa.Host as JSON, usage cleared
 //	P:host:{h}:domains      set    UUIDs of the domains on h
 //	P:host:{h}:dom:u        hash   uuid, name, state, xml; migration (token of
-//	                               the migration holding it) and incoming ("1"
-//	                               on the destination of a migration)
+//	                               the migration holding it), incoming ("1"
+//	                               on the destination of a migration) and
+//	                               shutdown_due (when a pending guest
+//	                               shutdown completes, in ms of Redis's
+//	                               clock; see Shutdown)
 //	P:host:{h}:latency      hash   op -> latency on h (run time)
 //	P:host:{h}:faults       hash   "op:times" -> calls left to fail,
 //	                               "op:rate" -> failure probability
 //	P:dom:{u}:home          string the host the domain lives on
 //	P:dom:{u}:migration     hash   src, dst, dest_xml, src_xml, name, token,
 //	                               phase (copying, switchover, completed,
-//	                               rollback), started
+//	                               rollback, aborting), started, touched
+//	                               (when the attempt last made progress,
+//	                               in ms of Redis's clock)
 //
 // Every key of one host carries the hash tag {h}, and every key of one
 // domain the tag {u}, so each Lua script touches one Redis Cluster slot. A
@@ -28,6 +33,18 @@
 // orders its steps so that each is atomic and idempotent on its own, and so
 // that a crash between any two of them leaves a state that a retried
 // Migrate or a Rollback finishes (see Migrate).
+//
+// # Dead migrations
+//
+// A migration is driven by the call to Migrate, as a real one is by its
+// client. When the worker running that call dies during the copy and no
+// retry comes, the migration is dead once it has made no progress for
+// Options.StaleMigration, and the sim aborts it by itself, as libvirt fails
+// a migration whose client disconnected: the next call that reads the
+// domain where a migration marks it (Lookup, Domains, Migrate, Rollback,
+// PrepareMigration, and the lifecycle calls refused by the mark) first
+// rolls it back, so that the guest runs on the source alone. A migration
+// past its switchover is never aborted; a retried Migrate finishes it.
 package sim
 
 import (
@@ -47,6 +64,11 @@ const DefaultPrefix = "pinflow:sim"
 // DefaultCompletedTTL is how long a completed migration's record is kept
 // when Options.CompletedTTL is zero.
 const DefaultCompletedTTL = 24 * time.Hour
+
+// DefaultStaleMigration is how long a copying migration may make no
+// progress before it is dead, when Options.StaleMigration is zero. A live
+// one makes progress every 250ms at most, unless Redis is slow to answer.
+const DefaultStaleMigration = 10 * time.Second
 
 // ErrInjected marks a failure injected with SetFault or a configured fault
 // rate, so tests and demos can tell it from a real one.
@@ -75,6 +97,12 @@ type Options struct {
 	// its commit) can restore the source definition. DefaultCompletedTTL
 	// when zero.
 	CompletedTTL time.Duration
+	// StaleMigration is how long a migration may copy without making
+	// progress before it is dead (its worker died) and the next read of
+	// the domain aborts it; see Migrate. It must be well above the longest
+	// gap between two progress steps, 250ms plus Redis's delays.
+	// DefaultStaleMigration when zero.
+	StaleMigration time.Duration
 }
 
 // Driver is the simulated hypervisor. It implements hypervisor.Driver and
@@ -87,13 +115,15 @@ type Driver struct {
 	failRate     map[Op]float64
 	sleep        func(ctx context.Context, d time.Duration) error
 	completedTTL time.Duration
+	stale        time.Duration
 
 	mu  sync.Mutex // guards rng
 	rng *rand.Rand
 
 	// crash, when set (by tests), is called at the named points of a
-	// migration; a non-nil result makes Migrate return at once without
-	// cleaning up, as a worker that died there would.
+	// migration, or of the abort of a dead one; a non-nil result makes the
+	// call return at once without cleaning up, as a worker that died there
+	// would.
 	crash func(point string) error
 }
 
@@ -108,6 +138,7 @@ func New(rdb redis.UniversalClient, opts Options) *Driver {
 		failRate:     map[Op]float64{},
 		sleep:        opts.Sleep,
 		completedTTL: opts.CompletedTTL,
+		stale:        opts.StaleMigration,
 	}
 	if d.prefix == "" {
 		d.prefix = DefaultPrefix
@@ -123,6 +154,9 @@ func New(rdb redis.UniversalClient, opts Options) *Driver {
 	}
 	if d.completedTTL <= 0 {
 		d.completedTTL = DefaultCompletedTTL
+	}
+	if d.stale <= 0 {
+		d.stale = DefaultStaleMigration
 	}
 	seed := opts.Seed
 	if seed == 0 {

@@ -32,11 +32,11 @@ type timedDriver struct {
 	migrate map[string]time.Duration
 }
 
-func (d *timedDriver) Migrate(ctx context.Context, src, dst, uuid, xml string, progress func(hypervisor.Progress)) error {
+func (d *timedDriver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
 	start := time.Now()
-	err := d.Driver.Migrate(ctx, src, dst, uuid, xml, progress)
+	err := d.Driver.Migrate(ctx, req, progress)
 	d.mu.Lock()
-	d.migrate[uuid] += time.Since(start)
+	d.migrate[req.UUID] += time.Since(start)
 	d.mu.Unlock()
 	return err
 }

@@ -45,10 +45,10 @@ func TestHistoriesReplay(t *testing.T) {
 	record(vmA, "delete")
 
 	replayer := worker.NewWorkflowReplayer()
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete} {
+	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Settle} {
 		replayer.RegisterWorkflow(wf)
 	}
-	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history")
+	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v1")
 	for i, h := range recorded {
 		if err := replayer.ReplayWorkflowHistory(nil, h); err != nil {
 			t.Errorf("replay of the %s history: %v", names[i], err)

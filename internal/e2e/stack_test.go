@@ -55,6 +55,7 @@ type stack struct {
 	worker   string
 	env      []string
 	temporal *testenv.Temporal
+	redis    *testenv.Redis
 	redisURL string
 	workers  []*exec.Cmd
 	logs     []*bytes.Buffer
@@ -64,19 +65,29 @@ type stack struct {
 // variables (PINFLOW_DRIVER=libvirt, ...).
 func newStack(t *testing.T, env ...string) *stack {
 	t.Helper()
+	return newStackWith(t, nil, env...)
+}
+
+// newStackWith is newStack with options for its Redis server.
+func newStackWith(t *testing.T, redisOpts []testenv.RedisOption, env ...string) *stack {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the end-to-end tests start Redis, Temporal and workers; skipped with -short")
 	}
 	cli, worker := binaries(t)
-	redis := testenv.StartRedis(t)
+	redis := testenv.StartRedis(t, redisOpts...)
 	temporal := testenv.StartTemporal(t)
-	s := &stack{t: t, cli: cli, worker: worker, temporal: temporal, redisURL: redis.URL()}
+	s := &stack{t: t, cli: cli, worker: worker, temporal: temporal, redis: redis, redisURL: redis.URL()}
 	s.env = append(os.Environ(),
 		"PINFLOW_REDIS_URL="+redis.URL(),
 		"PINFLOW_TEMPORAL_ADDRESS="+temporal.Address,
 		"PINFLOW_TEMPORAL_NAMESPACE="+temporal.Namespace,
 		"PINFLOW_TEMPORAL_TASK_QUEUE=e2e-"+strings.ReplaceAll(t.Name(), "/", "-"),
 		"PINFLOW_DRIVER=sim",
+		// Short enough for tests to wait out, long enough to matter.
+		"PINFLOW_RECONCILE_MIN_GRACE=2s",
+		"PINFLOW_FENCE_LEASE=10s",
+		"PINFLOW_SHUTDOWN_TIMEOUT=2s",
 	)
 	s.env = append(s.env, env...)
 	s.startWorker()

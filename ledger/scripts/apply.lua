@@ -3,13 +3,18 @@
 -- script (group commit): its reads and writes are paid once per batch, not
 -- once per operation. Every operation sees the changes of those before it,
 -- exactly as if each were a script of its own.
--- KEYS: topo, pins, claims, usage, undo
+-- KEYS: topo, pins, claims, usage, undo, lease
 -- ARGV: the number of operations, then each operation:
 --   'c', claim id, claim record (JSON), undo entry (see below), the
 --        topology generation the caller fitted against, n, n pCPU ids, m,
 --        then m times: usage field, amount to add, and the cap the field
 --        may reach or '' for none
---   'r', claim id, token ('' releases whatever the token)
+--   'r', claim id, token ('' releases whatever the token), condition:
+--        '' none; 'pending' only a pending claim (a compensation must
+--        never free a claim that became resident); or 'unchanged:STATE'
+--        only a claim in STATE whose fence lease has run out (the audit
+--        decided on the claim as it was, and a fenced hypervisor step may
+--        be acting for it right now)
 -- Returns one reply per operation.
 --   A claim: {'ok', rev, the m fields' new values}, {'exists', record},
 --   {'nohost'}, {'gen', current}, or why it lost a race followed by the
@@ -20,13 +25,14 @@
 --   as of rev (the end of this script).
 --   A release: {1, rev, freed pCPUs, changed counters} (comma-joined, the
 --   counters as field,value pairs), {0} when there is no such claim, {2}
---   when the token did not match (nothing released).
+--   when the token did not match, {3} when the condition did not hold
+--   (nothing released).
 --
 -- The undo hash holds, beside each claim record, what the claim took:
 -- "token|pCPUs|field,n,field,n". A release reads that short entry instead
 -- of the record: every string that enters Lua is hashed byte by byte, and
 -- a record is a hundred times longer.
-local topo, pinsKey, claimsKey, usageKey, undoKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local topo, pinsKey, claimsKey, usageKey, undoKey, leaseKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 -- Locals: a global lookup per use adds up over a batch.
 local ARGV, call, tonumber, unpack, ipairs, pairs = ARGV, redis.call, tonumber, unpack, ipairs, pairs
 local find, sub, match, gmatch, concat = string.find, string.sub, string.match, string.gmatch, table.concat
@@ -151,7 +157,7 @@ for i = 1, nops do
       end
     end
   else
-    k = k + 3
+    k = k + 4
   end
 end
 
@@ -214,6 +220,41 @@ local dirtyPins, dirtyUsage, dirtyClaims = {}, {}, {}
 local records, entries = {}, {}
 local losers = {}
 local replies = {}
+local leasesGone = {}
+
+-- state reads a claim's state from its record, which starts with it.
+local function state(id)
+  local rec = records[id]
+  if rec == nil then
+    rec = call('HGET', claimsKey, id)
+  end
+  if not rec then
+    return nil
+  end
+  return match(rec, '^{"state":"(%a+)"')
+end
+
+-- holds says whether a release's condition holds for claim id.
+local function holds(id, cond)
+  if cond == 'pending' then
+    return state(id) == 'pending'
+  end
+  local want = match(cond, '^unchanged:(%a+)$')
+  if not want or state(id) ~= want then
+    return false
+  end
+  local lease = call('HGET', leaseKey, id)
+  if lease then
+    local until_ms = tonumber(match(lease, '|(%d+)$'))
+    local t = call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if until_ms and until_ms > now then
+      return false
+    end
+  end
+  return true
+end
+
 
 for i = 1, nops do
   local p = at[i]
@@ -283,9 +324,11 @@ for i = 1, nops do
     if type(u) == 'string' then
       u = parse(u, 1, #u)
     end
-    local token = ARGV[p + 1]
+    local token, cond = ARGV[p + 1], ARGV[p + 2]
     if token ~= '' and u.token ~= token then
       reply = {2}
+    elseif cond ~= '' and not holds(id, cond) then
+      reply = {3}
     else
       -- Only unpin what this claim owns: a pin is never taken from
       -- another owner, whatever the record says.
@@ -310,6 +353,7 @@ for i = 1, nops do
         counters[2 * j - 1], counters[2 * j] = f, left
       end
       held[id], records[id], entries[id], dirtyClaims[id] = false, false, false, true
+      leasesGone[#leasesGone + 1] = id
       rev = rev + 1
       reply = {1, rev, concat(freed, ','), concat(counters, ',')}
     end
@@ -341,6 +385,9 @@ write(pinsKey, dirtyPins, owners)
 write(usageKey, dirtyUsage, used, true)
 write(claimsKey, dirtyClaims, records)
 write(undoKey, dirtyClaims, entries)
+if #leasesGone > 0 then
+  run('HDEL', leaseKey, leasesGone)
+end
 if rev ~= rev0 then
   call('HSET', topo, 'rev', rev)
 end

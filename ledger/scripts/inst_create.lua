@@ -1,10 +1,17 @@
--- Creates an instance record unless it exists. Creating it again with the
--- same name and request is a retry and succeeds without changing it.
+-- Creates an instance record unless it exists. Creating it again for the
+-- same creator, name and request is a retry and succeeds without changing
+-- it; another creator is refused (a record made before creators were
+-- recorded has none and is judged by name and request alone).
 -- KEYS: instance
--- ARGV: uuid, name, request JSON, vm_state, task_state, updated_at
--- Returns {'ok'}, {'exists'} or {'conflict', name, request}.
-local cur = redis.call('HMGET', KEYS[1], 'name', 'request')
+-- ARGV: uuid, name, request JSON, vm_state, task_state, updated_at,
+-- creator ('' skips the creator check)
+-- Returns {'ok'}, {'exists'}, {'other', vm_state} or
+-- {'conflict', name, request}.
+local cur = redis.call('HMGET', KEYS[1], 'name', 'request', 'created_by', 'vm_state')
 if cur[1] then
+  if ARGV[7] ~= '' and cur[3] and cur[3] ~= ARGV[7] then
+    return {'other', cur[4] or ''}
+  end
   if cur[1] == ARGV[2] and cur[2] == ARGV[3] then
     return {'exists'}
   end
@@ -12,5 +19,6 @@ if cur[1] then
 end
 redis.call('HSET', KEYS[1], 'uuid', ARGV[1], 'name', ARGV[2], 'request', ARGV[3],
   'vm_state', ARGV[4], 'task_state', ARGV[5], 'host', '', 'node', '',
-  'placement', '', 'claim_id', '', 'domain_xml', '', 'updated_at', ARGV[6])
+  'placement', '', 'claim_id', '', 'domain_xml', '', 'updated_at', ARGV[6],
+  'created_by', ARGV[7])
 return {'ok'}

@@ -1,0 +1,364 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// The hypervisor steps that have a compensation (prepare, migrate, spawn,
+// offload) heartbeat, so that a workflow's cancel reaches their context
+// and the workflow, which waits for them, compensates only once they have
+// ended. A step that acts on a claim's pCPUs fences first: it renews the
+// claim's fence lease (ledger.Fence) right before it acts, and is refused
+// if the claim is gone or was made again. An attempt that outlived its
+// workflow (terminated, timed out, partitioned away) therefore cannot
+// start a guest or switch a migration over onto pCPUs the audit has freed,
+// and the audit cannot free them between the fence and the act.
+
+// DefaultFenceLease is how long a fenced step may take to act after its
+// fence unless Activities.FenceLease says otherwise.
+const DefaultFenceLease = time.Minute
+
+// ErrTypeFenced is the error type of a step its fence refused: the
+// claim it acts for is gone. Retrying cannot bring the claim back.
+const ErrTypeFenced = "Fenced"
+
+func (a *Activities) lease() time.Duration {
+	if a.FenceLease > 0 {
+		return a.FenceLease
+	}
+	return DefaultFenceLease
+}
+
+// fence renews the lease of the claim a step acts for and returns a
+// context that ends with the lease: the step must act before then. An
+// empty claim id (a run recorded before fences) is not fenced.
+func (a *Activities) fence(ctx context.Context, host, claimID, token string) (context.Context, context.CancelFunc, error) {
+	if claimID == "" {
+		return ctx, func() {}, nil
+	}
+	until, err := a.Ledger.Fence(ctx, host, claimID, token, a.lease())
+	if errors.Is(err, ledger.ErrUnknownClaim) || errors.Is(err, ledger.ErrConflict) {
+		return nil, nil, fenced(err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	// Half the lease: the lease ends by Redis' clock, the deadline by
+	// ours, and the hypervisor call needs time to return.
+	ctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(until)/2))
+	return ctx, cancel, nil
+}
+
+func fenced(err error) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%v: %v", hypervisor.ErrFenced, err), ErrTypeFenced, err)
+}
+
+// heartbeating runs step while heartbeating every ProgressEvery, so that a
+// cancel of the workflow reaches step's context. Outside an activity (a
+// direct call in a test) it just runs step.
+func (a *Activities) heartbeating(ctx context.Context, step func(ctx context.Context) error) error {
+	if !activity.IsActivity(ctx) {
+		return step(ctx)
+	}
+	done := make(chan error, 1)
+	go func() { done <- step(ctx) }()
+	tick := time.NewTicker(a.beat())
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			activity.RecordHeartbeat(ctx)
+		}
+	}
+}
+
+func (a *Activities) beat() time.Duration {
+	if a.ProgressEvery > 0 {
+		return a.ProgressEvery
+	}
+	return time.Second
+}
+
+// PrepareMigration rewrites the guest's domain XML, as the source
+// hypervisor has it, for the destination placement, and has the
+// destination check it can take the guest. It returns the destination XML.
+func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationInput) (string, error) {
+	var destXML string
+	err := a.heartbeating(ctx, func(ctx context.Context) error {
+		dom, err := a.Driver.Lookup(ctx, in.Source, in.UUID)
+		if err != nil {
+			return classify(err)
+		}
+		if destXML, err = xmlpatch.Patch(dom.XML, &in.Placement); err != nil {
+			return classify(err)
+		}
+		return classify(a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML))
+	})
+	return destXML, err
+}
+
+// Migrate live-migrates the guest, heartbeating its progress. A cancel of
+// the workflow cancels it through the heartbeat and the driver aborts,
+// leaving the guest on its source; a migration past its point of no
+// return completes, and its success is the workflow's to commit. The
+// driver fences on the destination claim before it starts and before the
+// switchover, renewing the lease with every heartbeat.
+//
+// A worker that stops (a rolling restart) does not abort the migration:
+// the attempt ends with a retryable error and the hypervisor goes on, and
+// the next attempt, on another worker, follows it to its end.
+func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
+	// The driver's context ends on a cancel or timeout of this attempt,
+	// but not when the worker stops.
+	driverCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	var stopping <-chan struct{}
+	if activity.IsActivity(ctx) {
+		stopping = activity.GetWorkerStopChannel(ctx)
+	}
+	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: in.DestXML}
+	if in.DestClaimID != "" {
+		req.Fence = func(ctx context.Context) error {
+			_, err := a.Ledger.Fence(ctx, in.Dest, in.DestClaimID, in.DestToken, a.lease())
+			if errors.Is(err, ledger.ErrUnknownClaim) || errors.Is(err, ledger.ErrConflict) {
+				return fmt.Errorf("%w: %w", hypervisor.ErrFenced, err)
+			}
+			return err
+		}
+	}
+	progress := make(chan hypervisor.Progress, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Driver.Migrate(driverCtx, req, func(p hypervisor.Progress) {
+			select {
+			case <-progress:
+			default:
+			}
+			progress <- p
+		})
+	}()
+	last := hypervisor.Progress{Phase: "starting"}
+	tick := time.NewTicker(a.beat())
+	defer tick.Stop()
+	attempt := ctx
+	for {
+		select {
+		case err := <-done:
+			if errors.Is(err, hypervisor.ErrFenced) {
+				return fenced(err)
+			}
+			if err != nil && attempt.Err() != nil {
+				return attempt.Err()
+			}
+			return classify(err)
+		case <-stopping:
+			// Leave the hypervisor to it; the next attempt follows it.
+			return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", "WorkerStopping")
+		case <-ctx.Done():
+			select {
+			case <-stopping:
+				return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", "WorkerStopping")
+			default:
+			}
+			// Cancelled or timed out: abort, and report what the driver
+			// says (a migration past its point of no return completes).
+			abort()
+			ctx = context.WithoutCancel(ctx)
+		case p := <-progress:
+			last = p
+		case <-tick.C:
+			if activity.IsActivity(ctx) {
+				activity.RecordHeartbeat(ctx, last)
+			}
+			if req.Fence != nil {
+				// Keep the lease running while the migration does: the
+				// audit cannot free the claim under it. A failed renewal
+				// is left to the driver's own fence.
+				_ = req.Fence(driverCtx)
+			}
+		}
+	}
+}
+
+// RollbackMigration undoes a failed or cancelled migration on the
+// hypervisors: the guest runs on its source and the destination holds no
+// trace of it. It looks first: a guest that runs on the destination only
+// completed its migration, and nothing is undone (OnDest); the workflow
+// then commits. A running guest is never destroyed to roll back.
+func (a *Activities) RollbackMigration(ctx context.Context, in MigrateInput) (RollbackResult, error) {
+	onDest, err := a.migratedAlready(ctx, in)
+	if err != nil || onDest {
+		return RollbackResult{OnDest: onDest}, err
+	}
+	err = a.Driver.Rollback(ctx, in.Source, in.Dest, in.UUID)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		// The guest is on neither host and no migration of it between them
+		// is recorded: it never left, because it was never there (a record
+		// that an interrupted operation left behind its guest). There is
+		// nothing to roll back.
+		return RollbackResult{}, nil
+	}
+	return RollbackResult{}, classify(err)
+}
+
+// migratedAlready says whether the guest runs on the migration's
+// destination and not on its source.
+func (a *Activities) migratedAlready(ctx context.Context, in MigrateInput) (bool, error) {
+	dst, err := a.Driver.Lookup(ctx, in.Dest, in.UUID)
+	switch {
+	case errors.Is(err, hypervisor.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, classify(err)
+	case dst.State != hypervisor.StateRunning:
+		return false, nil
+	}
+	src, err := a.Driver.Lookup(ctx, in.Source, in.UUID)
+	switch {
+	case errors.Is(err, hypervisor.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, classify(err)
+	}
+	return src.State != hypervisor.StateRunning, nil
+}
+
+// Offload asks the guest to power itself off, waits up to ShutdownTimeout
+// for it, then powers it off for good, keeps its domain XML in its record
+// for a later unshelve, and removes it from the host.
+func (a *Activities) Offload(ctx context.Context, in DomainInput) error {
+	return a.heartbeating(ctx, func(ctx context.Context) error {
+		if err := a.shutdown(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return classify(err)
+		}
+		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return classify(err)
+		}
+		dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
+		switch {
+		case errors.Is(err, hypervisor.ErrNotFound):
+			// A retry after the undefine below: the XML is saved already.
+			return nil
+		case err != nil:
+			return classify(err)
+		}
+		if err := a.Ledger.SetDomainXML(ctx, in.UUID, dom.XML); err != nil {
+			return classify(err)
+		}
+		return classify(a.Driver.Undefine(ctx, in.Host, in.UUID))
+	})
+}
+
+// shutdown asks the guest to power off and waits until it has, or until
+// ShutdownTimeout has passed; the caller destroys what is still running.
+func (a *Activities) shutdown(ctx context.Context, host, uuid string) error {
+	if a.ShutdownTimeout <= 0 {
+		return nil
+	}
+	if err := a.Driver.Shutdown(ctx, host, uuid); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(a.ShutdownTimeout)
+	poll := min(a.ShutdownTimeout/10, 500*time.Millisecond)
+	for {
+		dom, err := a.Driver.Lookup(ctx, host, uuid)
+		if err != nil {
+			return err
+		}
+		if dom.State == hypervisor.StateShutoff || !time.Now().Before(deadline) {
+			return nil
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// RestoreDomain runs the guest on its host again after an offload that
+// did not finish: started if it was powered off, defined again from its
+// record's domain XML if it was removed. The claim it runs on is still
+// its resident claim, since an offload releases it only once done.
+func (a *Activities) RestoreDomain(ctx context.Context, in DomainInput) error {
+	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
+	switch {
+	case errors.Is(err, hypervisor.ErrNotFound):
+		inst, err := a.Ledger.Instance(ctx, in.UUID)
+		if err != nil {
+			return classify(err)
+		}
+		if inst.DomainXML == "" {
+			return BadState(fmt.Sprintf("instance %s is gone from %s and its record keeps no domain XML to define it again", in.UUID, in.Host))
+		}
+		if err := a.Driver.Define(ctx, in.Host, inst.DomainXML); err != nil {
+			return classify(err)
+		}
+	case err != nil:
+		return classify(err)
+	case dom.State == hypervisor.StateRunning:
+		return nil
+	}
+	return classify(a.Driver.Start(ctx, in.Host, in.UUID))
+}
+
+// Spawn defines and starts the guest on the host with its domain XML
+// patched for the placement: the XML it had when it was shelved, or a new
+// one for a boot. It fences on the claim right before each of the two, so
+// an attempt whose claim was freed starts nothing. It returns the XML it
+// defined.
+func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
+	inst, err := a.Ledger.Instance(ctx, in.UUID)
+	if err != nil {
+		return "", classify(err)
+	}
+	base := inst.DomainXML
+	if base == "" {
+		req, err := inst.Request.Request()
+		if err != nil {
+			return "", classify(err)
+		}
+		if base, err = domain.New(inst.Name, inst.UUID, req, &in.Placement, a.Domain); err != nil {
+			return "", classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
+		}
+	}
+	xml := base
+	if in.Placement.HasNUMA() {
+		if xml, err = xmlpatch.Patch(base, &in.Placement); err != nil {
+			return "", classify(err)
+		}
+	}
+	err = a.heartbeating(ctx, func(ctx context.Context) error {
+		for _, act := range []func(ctx context.Context) error{
+			func(ctx context.Context) error { return a.Driver.Define(ctx, in.Host, xml) },
+			func(ctx context.Context) error { return a.Driver.Start(ctx, in.Host, in.UUID) },
+		} {
+			fctx, cancel, err := a.fence(ctx, in.Host, in.ClaimID, in.Token)
+			if err != nil {
+				return err
+			}
+			err = act(fctx)
+			cancel()
+			if err != nil {
+				return classify(err)
+			}
+		}
+		return nil
+	})
+	return xml, err
+}

@@ -1,0 +1,176 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// Settler starts the workflow that finishes an interrupted operation
+// forwards (workflows.Settle) under the instance's own workflow id, so
+// it can never run beside another operation on the guest. Starting it
+// while another workflow of the instance is open fails, and the audit
+// then keeps the claim for that workflow to settle.
+type Settler interface {
+	StartSettle(ctx context.Context, in SettleInput) error
+}
+
+// SettleInput names a claim whose instance already runs on it, with no
+// operation left to say so.
+type SettleInput struct {
+	UUID    string `json:"uuid"`
+	Host    string `json:"host"`
+	ClaimID string `json:"claim_id"`
+}
+
+// SettleResult says what SettleClaim did.
+type SettleResult struct {
+	// Settled: the claim is the instance's resident claim now.
+	Settled bool `json:"settled"`
+	// Why nothing was settled, when not.
+	Reason string `json:"reason,omitempty"`
+	// The claim the record named before and that was released, if any.
+	PreviousHost    string `json:"previous_host,omitempty"`
+	PreviousClaimID string `json:"previous_claim_id,omitempty"`
+}
+
+// SettleClaim makes in.ClaimID the instance's resident claim when the
+// hypervisors say, without doubt, that the guest already runs on it: the
+// only running domain of the instance is on in.Host, pinned to exactly
+// the claim's pCPUs. It then commits the claim, points the record at it
+// with the running domain's XML, removes a shut-off leftover of the guest
+// from the host the record named, releases the claim the record named,
+// and marks the instance active. This is the end of a migration, boot or
+// unshelve whose workflow was terminated after the guest started. An
+// instance with no record any more was deleted: its guest is destroyed
+// and the claim released instead (finishDelete). Every step is
+// idempotent; anything less than certain changes nothing and says why.
+func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleResult, error) {
+	inst, err := a.Ledger.Instance(ctx, in.UUID)
+	if errors.Is(err, ledger.ErrUnknownInstance) {
+		return a.finishDelete(ctx, in)
+	}
+	if err != nil {
+		return SettleResult{}, classify(err)
+	}
+	res := SettleResult{}
+	if inst.Host != in.Host || inst.ClaimID != in.ClaimID {
+		claim, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
+		if errors.Is(err, ledger.ErrUnknownClaim) {
+			return SettleResult{Reason: fmt.Sprintf("claim %s is gone from %s", in.ClaimID, in.Host)}, nil
+		}
+		if err != nil {
+			return SettleResult{}, classify(err)
+		}
+		if claim.InstanceUUID != in.UUID {
+			return SettleResult{}, BadRequest(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
+		}
+		topo, err := a.Ledger.Host(ctx, in.Host)
+		if err != nil {
+			return SettleResult{}, classify(err)
+		}
+		dom, why, err := a.runsOn(ctx, in.Host, in.UUID, topo, claim)
+		if err != nil || why != "" {
+			return SettleResult{Reason: why}, err
+		}
+		if inst.Host != "" && inst.Host != in.Host {
+			other, err := a.Driver.Lookup(ctx, inst.Host, in.UUID)
+			switch {
+			case errors.Is(err, hypervisor.ErrNotFound):
+			case err != nil:
+				return SettleResult{}, classify(err)
+			case other.State != hypervisor.StateShutoff:
+				return SettleResult{Reason: fmt.Sprintf("the guest is also %s on %s, where its record says it lives", other.State, inst.Host)}, nil
+			default:
+				// The source's shut-off copy that a migration leaves
+				// until it confirms: the guest lives on in.Host now.
+				if err := a.Driver.Undefine(ctx, inst.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+					return SettleResult{}, classify(err)
+				}
+			}
+		}
+		if _, err := a.Ledger.Commit(ctx, in.Host, in.ClaimID); err != nil {
+			return SettleResult{}, classify(err)
+		}
+		if err := a.Ledger.AttachInstance(ctx, in.UUID, in.Host, in.ClaimID, dom.XML); err != nil {
+			return SettleResult{}, classify(err)
+		}
+		if inst.ClaimID != "" {
+			res.PreviousHost, res.PreviousClaimID = inst.Host, inst.ClaimID
+		}
+	}
+	if res.PreviousClaimID != "" {
+		if err := a.Ledger.Release(ctx, res.PreviousHost, res.PreviousClaimID); err != nil {
+			return SettleResult{}, classify(err)
+		}
+	}
+	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}); err != nil {
+		return SettleResult{}, classify(err)
+	}
+	res.Settled = true
+	return res, nil
+}
+
+// finishDelete removes the guest of a deleted instance from in.Host and
+// releases its claim there: the record goes only in a Delete, and a claim
+// is made only after the record, so a claim without a record belongs to a
+// guest an operator deleted while an interrupted operation had started it
+// (a delete runs where the record says the guest is, and an interrupted
+// boot never said).
+func (a *Activities) finishDelete(ctx context.Context, in SettleInput) (SettleResult, error) {
+	claim, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
+	if errors.Is(err, ledger.ErrUnknownClaim) {
+		return SettleResult{Settled: true, Reason: "the instance was deleted; its claim is gone"}, nil
+	}
+	if err != nil {
+		return SettleResult{}, classify(err)
+	}
+	if claim.InstanceUUID != in.UUID {
+		return SettleResult{}, BadRequest(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
+	}
+	if err := a.DestroyDomain(ctx, DomainInput{UUID: in.UUID, Host: in.Host}); err != nil {
+		return SettleResult{}, err
+	}
+	if err := a.Ledger.Release(ctx, in.Host, in.ClaimID); err != nil {
+		return SettleResult{}, classify(err)
+	}
+	return SettleResult{Settled: true, Reason: "the instance was deleted: its guest destroyed and its claim released"}, nil
+}
+
+// runsOn looks at the instance's domain on host and says why it is not
+// running pinned to exactly claim's pCPUs ("" when it is).
+func (a *Activities) runsOn(ctx context.Context, host, uuid string, topo *numa.Host, claim *ledger.Claim) (*hypervisor.Domain, string, error) {
+	dom, err := a.Driver.Lookup(ctx, host, uuid)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		return nil, fmt.Sprintf("the guest has no domain on %s", host), nil
+	}
+	if err != nil {
+		return nil, "", classify(err)
+	}
+	if dom.State != hypervisor.StateRunning {
+		return nil, fmt.Sprintf("the guest is %s on %s", dom.State, host), nil
+	}
+	pins, err := xmlpatch.Read(dom.XML)
+	if err != nil {
+		return nil, fmt.Sprintf("the guest's domain XML on %s cannot be read: %v", host, err), nil
+	}
+	used, want := pins.HostCPUs().Intersection(pinnable(topo)), claimCPUs(claim)
+	if !used.Equal(want) {
+		return nil, fmt.Sprintf("the guest runs on %s pinned to %s, and the claim holds %s", host, orNone(used), orNone(want)), nil
+	}
+	return dom, "", nil
+}
+
+// pinnable is every pCPU of the host a claim can pin.
+func pinnable(h *numa.Host) numa.CPUSet {
+	var s numa.CPUSet
+	for _, c := range h.Cells {
+		s = s.Union(c.PCPUs)
+	}
+	return s
+}

@@ -1,0 +1,176 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// waitClosed waits until the guest's workflow has closed and returns the
+// guest as pinflow shows it.
+func (s *stack) waitClosed(uuid string) guest {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_ = s.temporal.Client.GetWorkflow(ctx, workflows.InstanceWorkflowID(uuid), "").Get(ctx, nil)
+	return s.guest(uuid)
+}
+
+// noDoublePins fails the test if any pCPU of the hosts is used by two
+// running domains.
+func (s *stack) noDoublePins(hosts ...string) {
+	s.t.Helper()
+	led, rdb, err := ledger.Open(context.Background(), ledger.Config{URL: s.redisURL})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer rdb.Close()
+	c := &chaos{s: s, t: s.t, led: led, drv: sim.New(rdb, sim.Options{})}
+	for _, h := range hosts {
+		clash, err := c.doublePins(context.Background(), h)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if clash != "" {
+			s.t.Errorf("host %s: two running guests on one pCPU: %s", h, clash)
+		}
+	}
+}
+
+// TestCancelAtSwitchover is the first double pin of wave one: a cancel
+// that reaches a live migration around its switchover. Whatever the
+// timing, the guest ends on exactly one host, on exactly its record's
+// claim, the audit frees nothing it uses, and a new guest on the
+// destination gets other pCPUs.
+func TestCancelAtSwitchover(t *testing.T) {
+	for _, at := range []time.Duration{1500 * time.Millisecond, 2800 * time.Millisecond, 3200 * time.Millisecond} {
+		t.Run(at.String(), func(t *testing.T) {
+			s, vmA, _ := twoHosts(t)
+			s.ok("sim", "latency", "--op", "migrate", "--seconds", "3")
+			s.ok("migrate", vmA, "--dest", "b")
+			s.waitDestClaim("b", vmA)
+			time.Sleep(at)
+			s.run("cancel", vmA)
+			g := s.waitClosed(vmA)
+			host := hostOf(g)
+			if host != "a" && host != "b" || g.TaskState != nil {
+				t.Fatalf("after the cancel A is on %q with task %v, want a or b and no task", host, g.TaskState)
+			}
+			s.checkAgreement(vmA, host)
+			time.Sleep(2500 * time.Millisecond) // the minimum grace
+			res := s.reconcile("--grace", "0")
+			if n := res.Total.Freed.Total(); n != 0 {
+				t.Errorf("the audit after the cancel freed %d claims: %+v", n, res.Hosts)
+			}
+			s.run("boot", "--name", "C", "--host", "b", "--vcpus", "2", "--memory-mb", "1024", "--spec", "hw:cpu_policy=dedicated", "--wait")
+			s.noDoublePins("a", "b")
+			s.checkAgreement(vmA, host)
+		})
+	}
+}
+
+// TestCancelDuringSpawn is the second: a cancel while the spawn's start
+// is slow. The workflow waits for the spawn attempt to end before it
+// compensates, so no guest is left running on pCPUs the ledger has
+// freed, and the next boot on the host shares nothing.
+func TestCancelDuringSpawn(t *testing.T) {
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "2", "--memory-mb", "8192")
+	// The cancel reaches the step within a heartbeat timeout (5 s), well
+	// inside the start's 10 s.
+	s.ok("sim", "latency", "--op", "start", "--seconds", "10")
+	out := s.ok("boot", "--name", "A", "--host", "a", "--vcpus", "2", "--memory-mb", "1024", "--spec", "hw:cpu_policy=dedicated", "--json")
+	uuid := jsonField(t, out, "uuid")
+	time.Sleep(1500 * time.Millisecond)
+	s.ok("cancel", uuid)
+	g := s.waitClosed(uuid)
+	if g.VMState != "error" || hostOf(g) != "" {
+		t.Errorf("after the cancel A is %s on %q, want error on no host", g.VMState, hostOf(g))
+	}
+	if got := s.pinned("a"); got != "" {
+		t.Errorf("after the cancel a has %q pinned, want nothing", got)
+	}
+	s.ok("sim", "latency", "--op", "start", "--seconds", "0")
+	b := s.boot("B", "a", 2)
+	s.noDoublePins("a")
+	s.checkAgreement(b, "a")
+	s.ok("delete", uuid, "--wait")
+	s.checkAgreement(b, "a")
+}
+
+// TestAuditRacesCommits is the third: audits with no grace every few
+// milliseconds while guests boot and migrate. No claim of an operation
+// that ran to its end may be freed, whenever the audit looks.
+func TestAuditRacesCommits(t *testing.T) {
+	s, vmA, vmB := twoHosts(t)
+	s.ok("host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	stop := make(chan struct{})
+	freed := make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				freed <- n
+				return
+			default:
+			}
+			res := s.reconcile("--grace", "0")
+			n += res.Total.Freed.Total()
+		}
+	}()
+	for range 3 {
+		s.ok("migrate", vmA, "--dest", "c", "--wait")
+		s.ok("migrate", vmB, "--dest", "a", "--wait")
+		s.ok("migrate", vmA, "--dest", "b", "--wait")
+		s.ok("migrate", vmB, "--dest", "c", "--wait")
+		s.ok("migrate", vmA, "--dest", "a", "--wait")
+		s.ok("migrate", vmB, "--dest", "b", "--wait")
+	}
+	close(stop)
+	if n := <-freed; n != 0 {
+		t.Errorf("audits racing completed migrations freed %d claims, want none", n)
+	}
+	s.checkAgreement(vmA, "a")
+	s.checkAgreement(vmB, "b")
+	s.noDoublePins("a", "b", "c")
+}
+
+// TestGracefulWorkerStopHandsOver stops the worker gracefully (a rolling
+// restart) in the middle of a migration: the migration is not aborted;
+// the next worker follows it to its end.
+func TestGracefulWorkerStopHandsOver(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "4")
+	s.ok("migrate", vmA, "--dest", "b")
+	s.waitDestClaim("b", vmA)
+	time.Sleep(time.Second)
+	old := s.workers[len(s.workers)-1]
+	if err := old.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = old.Wait()
+	s.startWorker()
+	g := s.waitClosed(vmA)
+	if hostOf(g) != "b" {
+		t.Fatalf("after a graceful worker stop A is on %q, want b: the migration must not be aborted", hostOf(g))
+	}
+	s.checkAgreement(vmA, "b")
+}
+
+func jsonField(t *testing.T, out, field string) string {
+	t.Helper()
+	key := `"` + field + `":`
+	i := strings.Index(out, key)
+	if i < 0 {
+		t.Fatalf("no %s in %s", field, out)
+	}
+	rest := strings.TrimLeft(out[i+len(key):], ` "`)
+	return rest[:strings.IndexAny(rest, `",}`)]
+}

@@ -1,0 +1,592 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/workflows"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// chaos is one run of guests operated on, interrupted and audited at
+// once, with the hypervisors sampled for double pins all along.
+type chaos struct {
+	s      *stack
+	t      *testing.T
+	ctx    context.Context
+	tc     client.Client
+	queue  string
+	led    *ledger.Ledger
+	drv    *sim.Driver
+	hosts  []string
+	seed   uint64
+	slots  int
+	ops    int
+	window time.Duration // no new operation after this
+	// interrupt picks what happens to an operation: "" lets it run,
+	// "cancel", "terminate".
+	interrupt func(rng *rand.Rand) string
+	// killEvery, when set, kills the worker with SIGKILL this often and
+	// starts a new one.
+	killEvery time.Duration
+	// restartRedisEvery, when set, restarts Redis cleanly this often.
+	restartRedisEvery time.Duration
+
+	mu         sync.Mutex
+	uuids      []string
+	outcomes   map[string]int
+	violations []string
+	samples    atomic.Int64
+	audits     atomic.Int64
+	freed      atomic.Int64
+	kills      atomic.Int64
+	restarts   atomic.Int64
+	started    atomic.Int64
+	unreadable atomic.Int64
+}
+
+// newChaos starts a stack with hosts h0.. of two cells of cores pCPUs
+// each; a durable Redis (an fsync per write) when it is to be restarted.
+func newChaos(t *testing.T, hosts, cores int, durable bool) *chaos {
+	var opts []testenv.RedisOption
+	if durable {
+		opts = append(opts, testenv.AppendOnly())
+	}
+	s := newStackWith(t, opts)
+	c := &chaos{s: s, t: t, tc: s.temporal.Client, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
+		outcomes: map[string]int{}, seed: uint64(time.Now().UnixNano())}
+	if v := os.Getenv("PINFLOW_CHAOS_SEED"); v != "" {
+		fmt.Sscan(v, &c.seed)
+	}
+	t.Logf("seed %d (PINFLOW_CHAOS_SEED repeats it)", c.seed)
+	for i := range hosts {
+		h := fmt.Sprintf("h%d", i)
+		c.hosts = append(c.hosts, h)
+		s.ok("host", "add", h, "--cells", "2", "--cores", fmt.Sprint(cores), "--memory-mb", "16384")
+	}
+	ropts, err := redis.ParseURL(s.redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ropts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	if c.led, err = ledger.New(rdb, ledger.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	c.drv = sim.New(rdb, sim.Options{})
+	return c
+}
+
+// slow gives every hypervisor step a latency and a few faults, so that
+// interruptions land inside steps and in retry backoffs.
+func (c *chaos) slow(ctx context.Context) {
+	c.t.Helper()
+	lat := map[sim.Op]time.Duration{sim.OpDefine: 150 * time.Millisecond, sim.OpStart: 300 * time.Millisecond,
+		sim.OpStop: 150 * time.Millisecond, sim.OpShutdown: 400 * time.Millisecond, sim.OpUndefine: 100 * time.Millisecond,
+		sim.OpPrepare: 150 * time.Millisecond, sim.OpMigrate: 1500 * time.Millisecond}
+	for op, l := range lat {
+		if err := c.drv.SetLatency(ctx, "", op, l); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	for _, h := range c.hosts {
+		for op, rate := range map[sim.Op]float64{sim.OpMigrate: 0.1, sim.OpStart: 0.1, sim.OpPrepare: 0.05} {
+			if err := c.drv.SetFault(ctx, h, op, sim.Fault{Rate: rate}); err != nil {
+				c.t.Fatal(err)
+			}
+		}
+	}
+}
+
+func (c *chaos) report(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.violations) < 30 {
+		c.violations = append(c.violations, fmt.Sprintf(format, args...))
+	}
+}
+
+// doublePins returns the pCPUs that two running domains of a host use.
+func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
+	doms, err := c.drv.Domains(ctx, host)
+	if err != nil {
+		return "", err
+	}
+	topo, err := c.led.Host(ctx, host)
+	if err != nil {
+		return "", err
+	}
+	var pinnable numa.CPUSet
+	for _, cell := range topo.Cells {
+		pinnable = pinnable.Union(cell.PCPUs)
+	}
+	owner := map[int]string{}
+	var clashes []string
+	for _, d := range doms {
+		if d.State != hypervisor.StateRunning {
+			continue
+		}
+		pins, err := xmlpatch.Read(d.XML)
+		if err != nil {
+			return "", fmt.Errorf("domain %s on %s: %w", d.UUID, host, err)
+		}
+		for _, cpu := range pins.HostCPUs().Intersection(pinnable).List() {
+			if other, ok := owner[cpu]; ok && other != d.UUID {
+				clashes = append(clashes, fmt.Sprintf("pCPU %d: %s and %s", cpu, other, d.UUID))
+			}
+			owner[cpu] = d.UUID
+		}
+	}
+	return strings.Join(clashes, "; "), nil
+}
+
+// sample checks, every 50 ms until stop, that no pCPU of any host is used
+// by two running domains and that every host's ledger verifies.
+func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		for _, h := range c.hosts {
+			clash, err := c.doublePins(ctx, h)
+			if err != nil {
+				// Redis restarting: this sample sees nothing.
+				c.unreadable.Add(1)
+				continue
+			}
+			if clash != "" {
+				c.report("sample %d: two running guests on one pCPU of %s: %s", c.samples.Load(), h, clash)
+			}
+			snap, err := c.led.Snapshot(ctx, h)
+			if err != nil {
+				c.unreadable.Add(1)
+				continue
+			}
+			if err := snap.Verify(); err != nil {
+				c.report("sample %d: %v", c.samples.Load(), err)
+			}
+		}
+		c.samples.Add(1)
+	}
+}
+
+// audit runs one audit of every host with no grace and counts what it
+// freed.
+func (c *chaos) audit(ctx context.Context, id string) error {
+	zero := time.Duration(0)
+	run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue},
+		workflows.Reconcile, workflows.ReconcileInput{Grace: &zero})
+	if err != nil {
+		return err
+	}
+	var res workflows.ReconcileResult
+	if err := run.Get(ctx, &res); err != nil {
+		return err
+	}
+	c.audits.Add(1)
+	for _, h := range res.Hosts {
+		c.freed.Add(int64(len(h.Freed)))
+	}
+	return nil
+}
+
+// operate runs one guest's operations one after the other, interrupting
+// some, until the operation budget or the window is spent.
+func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, deadline time.Time) {
+	rng := rand.New(rand.NewPCG(c.seed, uint64(slot)))
+	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	uuid := ""
+	for n := 0; started.Add(1) <= int64(c.ops) && time.Now().Before(deadline); n++ {
+		var op workflows.Operation
+		var wf, in any
+		var inst *ledger.Instance
+		if uuid != "" {
+			got, err := c.led.Instance(ctx, uuid)
+			switch {
+			case err == nil:
+				inst = got
+			case !errors.Is(err, ledger.ErrUnknownInstance):
+				time.Sleep(500 * time.Millisecond) // Redis restarting
+				continue
+			}
+		}
+		switch {
+		case inst == nil || inst.VMState == ledger.VMDeleted:
+			uuid = fmt.Sprintf("c4a0%04x-0000-4000-8000-%012x", slot, n)
+			c.mu.Lock()
+			c.uuids = append(c.uuids, uuid)
+			c.mu.Unlock()
+			op, wf, in = workflows.OpBoot, workflows.Boot, workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
+		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 5:
+			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
+		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 6:
+			op, wf, in = workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}
+		case inst.VMState == ledger.VMShelvedOffloaded && rng.IntN(10) < 7:
+			op, wf, in = workflows.OpUnshelve, workflows.Unshelve, workflows.UnshelveInput{UUID: uuid}
+		default:
+			op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
+		}
+		id := workflows.InstanceWorkflowID(uuid)
+		run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: id, TaskQueue: c.queue,
+			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+			WorkflowExecutionErrorWhenAlreadyStarted: true,
+		}, wf, in)
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &already) {
+			// The audit settles the guest: wait for it.
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			c.report("start %s of %s: %v", op, uuid, err)
+			return
+		}
+		how := c.interrupt(rng)
+		if how != "" {
+			// Anywhere in the operation: before, inside or after any step.
+			time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Second))))
+			switch how {
+			case "cancel":
+				err = c.tc.CancelWorkflow(ctx, id, run.GetRunID())
+			case "terminate":
+				err = c.tc.TerminateWorkflow(ctx, id, run.GetRunID(), "chaos")
+			}
+			var nf *serviceerror.NotFound
+			if err != nil && !errors.As(err, &nf) && !strings.Contains(err.Error(), "already completed") {
+				c.report("%s %s of %s: %v", how, op, uuid, err)
+			}
+		}
+		outcome := "ok"
+		if err := run.Get(ctx, nil); err != nil {
+			outcome = "failed"
+			var canceled interface{ Error() string }
+			if errors.As(err, &canceled) && strings.Contains(err.Error(), "canceled") {
+				outcome = "cancelled"
+			}
+			if strings.Contains(err.Error(), "terminated") {
+				outcome = "terminated"
+			}
+		}
+		c.mu.Lock()
+		c.outcomes[string(op)+" "+how+"->"+outcome]++
+		c.mu.Unlock()
+	}
+}
+
+// run operates, interrupts, audits and samples, then lets everything
+// settle and checks the end state.
+func (c *chaos) run() {
+	t := c.t
+	ctx, cancel := context.WithTimeout(context.Background(), c.window+5*time.Minute)
+	defer cancel()
+	c.ctx = ctx
+	c.slow(ctx)
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() { defer bg.Done(); c.sample(ctx, stop) }()
+	go func() {
+		defer bg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Second):
+			}
+			if err := c.audit(ctx, fmt.Sprintf("chaos-audit-%d", i)); err != nil {
+				c.report("audit %d: %v", i, err)
+			}
+		}
+	}()
+	if c.killEvery > 0 {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(c.killEvery):
+				}
+				c.s.killWorker()
+				c.s.startWorker()
+				c.kills.Add(1)
+			}
+		}()
+	}
+	if c.restartRedisEvery > 0 {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(c.restartRedisEvery):
+				}
+				c.s.redis.Restart(c.t)
+				c.restarts.Add(1)
+			}
+		}()
+	}
+	deadline := time.Now().Add(c.window)
+	var ops sync.WaitGroup
+	for slot := range c.slots {
+		ops.Add(1)
+		go func() { defer ops.Done(); c.operate(ctx, slot, &c.started, deadline) }()
+	}
+	ops.Wait()
+	close(stop)
+	bg.Wait()
+
+	// Let what the interruptions left behind settle: activity attempts of
+	// terminated workflows end, fence leases (10 s here) and the minimum
+	// grace (2 s) run out, and the audit frees or settles. Settles run
+	// under the guests' workflow ids; wait for them too.
+	time.Sleep(12 * time.Second)
+	for i := range 3 {
+		if err := c.audit(ctx, fmt.Sprintf("chaos-final-%d", i)); err != nil {
+			t.Fatalf("final audit: %v", err)
+		}
+		c.waitIdle(ctx)
+	}
+	c.summary()
+	for _, v := range c.violations {
+		t.Error(v)
+	}
+	if c.audits.Load() < 5 || c.samples.Load() < 50 {
+		t.Errorf("only %d audits and %d samples ran alongside the operations; the test proves little", c.audits.Load(), c.samples.Load())
+	}
+	c.checkEnd(ctx)
+}
+
+// summary logs the run's figures: operations by kind, interruption and
+// outcome, audits, freed claims, samples, kills, restarts, violations.
+func (c *chaos) summary() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keys := make([]string, 0, len(c.outcomes))
+	total := 0
+	for k, n := range c.outcomes {
+		keys = append(keys, k)
+		total += n
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "\n  %-40s %d", k, c.outcomes[k])
+	}
+	c.t.Logf("%d operations on %d guests over %d hosts:%s", total, len(c.uuids), len(c.hosts), b.String())
+	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting); %d worker kills; %d Redis restarts; %d violations",
+		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.kills.Load(), c.restarts.Load(), len(c.violations))
+}
+
+// waitIdle waits until no workflow of any guest is open.
+func (c *chaos) waitIdle(ctx context.Context) {
+	c.t.Helper()
+	for _, u := range c.uuids {
+		for {
+			d, err := c.tc.DescribeWorkflow(ctx, workflows.InstanceWorkflowID(u), "")
+			if err != nil || d.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				break
+			}
+			if ctx.Err() != nil {
+				c.t.Fatalf("guest %s still has a workflow open", u)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// checkEnd checks the settled state: no pCPU used by two running guests,
+// every running guest pinned exactly to the committed claim its record
+// names on its host, and no claim that no record names.
+func (c *chaos) checkEnd(ctx context.Context) {
+	t := c.t
+	named := map[string]string{} // host/claim -> uuid
+	records := map[string]*ledger.Instance{}
+	for _, u := range c.uuids {
+		inst, err := c.led.Instance(ctx, u)
+		if errors.Is(err, ledger.ErrUnknownInstance) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		records[u] = inst
+		if inst.Host != "" {
+			named[inst.Host+"/"+inst.ClaimID] = u
+		}
+	}
+	running := map[string][]string{}
+	for _, h := range c.hosts {
+		if clash, err := c.doublePins(ctx, h); err != nil || clash != "" {
+			t.Errorf("at the end, host %s: %s %v", h, clash, err)
+		}
+		snap, err := c.led.Snapshot(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := snap.Verify(); err != nil {
+			t.Error(err)
+		}
+		claims := map[string]ledger.Claim{}
+		for _, cl := range snap.Claims {
+			claims[cl.ID] = cl
+			if named[h+"/"+cl.ID] == "" {
+				t.Errorf("host %s holds %s claim %s of %s (%s) that no record names", h, cl.State, cl.ID, cl.InstanceUUID, cl.Kind)
+			}
+		}
+		doms, err := c.drv.Domains(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range doms {
+			if d.State != hypervisor.StateRunning {
+				continue
+			}
+			running[d.UUID] = append(running[d.UUID], h)
+			inst := records[d.UUID]
+			if inst == nil || inst.Host != h {
+				t.Errorf("guest %s runs on %s, but its record says host %q", d.UUID, h, recordHost(inst))
+				continue
+			}
+			cl, ok := claims[inst.ClaimID]
+			if !ok || cl.State != ledger.StateCommitted {
+				t.Errorf("guest %s runs on %s on claim %s, which is not committed there", d.UUID, h, inst.ClaimID)
+				continue
+			}
+			pins, err := xmlpatch.Read(d.XML)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want numa.CPUSet
+			for _, u := range cl.Usage {
+				want = want.Union(u.PinnedCPUs)
+			}
+			if got := pins.HostCPUs().Intersection(want.Union(pinnableOf(snap))); !got.Equal(want) {
+				t.Errorf("guest %s on %s is pinned to %s, its claim %s holds %s", d.UUID, h, got, cl.ID, want)
+			}
+		}
+	}
+	var twice []string
+	for u, hs := range running {
+		if len(hs) > 1 {
+			twice = append(twice, fmt.Sprintf("%s on %v", u, hs))
+		}
+	}
+	sort.Strings(twice)
+	for _, s := range twice {
+		t.Errorf("guest runs on two hosts: %s", s)
+	}
+}
+
+func pinnableOf(s *ledger.Snapshot) numa.CPUSet {
+	var p numa.CPUSet
+	for _, c := range s.Topology.Cells {
+		p = p.Union(c.PCPUs)
+	}
+	return p
+}
+
+func recordHost(inst *ledger.Instance) string {
+	if inst == nil {
+		return "(no record)"
+	}
+	return inst.Host
+}
+
+// TestInterruptedOperations cancels and terminates boots, migrations,
+// offloads, unshelves and deletes at random points of slow, faulty
+// hypervisor steps while an audit with no grace runs every second. No
+// pCPU may ever be used by two running guests, and once everything has
+// settled every running guest sits on exactly its record's committed
+// claim and no claim is left that no record names.
+func TestInterruptedOperations(t *testing.T) {
+	c := newChaos(t, 4, 3, false)
+	c.slots, c.ops, c.window = 8, 80, 60*time.Second
+	c.interrupt = func(rng *rand.Rand) string {
+		switch n := rng.IntN(10); {
+		case n < 4:
+			return "cancel"
+		case n < 7:
+			return "terminate"
+		}
+		return ""
+	}
+	c.run()
+}
+
+// TestWorkerKilledUnderInterruptions kills the worker every few seconds
+// while operations are cancelled at random points, with the same checks.
+func TestWorkerKilledUnderInterruptions(t *testing.T) {
+	c := newChaos(t, 4, 3, false)
+	c.slots, c.ops, c.window = 6, 48, 45*time.Second
+	c.killEvery = 7 * time.Second
+	c.interrupt = func(rng *rand.Rand) string {
+		if rng.IntN(10) < 4 {
+			return "cancel"
+		}
+		return ""
+	}
+	c.run()
+}
+
+// TestSoak is everything at once, for long: boots, migrations, offloads,
+// unshelves and deletes on many guests, a third of them cancelled or
+// terminated at random points, hypervisor faults and latencies, the
+// worker killed with SIGKILL and Redis restarted now and then, an audit
+// every second, with the same checks. `make soak` runs it long
+// (PINFLOW_SOAK_OPS=10000 on 8 hosts and 40 guests); make test runs a
+// short one.
+func TestSoak(t *testing.T) {
+	ops, hosts, guests := envInt("PINFLOW_SOAK_OPS", 160), envInt("PINFLOW_SOAK_HOSTS", 8), envInt("PINFLOW_SOAK_GUESTS", 16)
+	window := time.Duration(envInt("PINFLOW_SOAK_MINUTES", 2)) * time.Minute
+	c := newChaos(t, hosts, 6, true)
+	c.slots, c.ops, c.window = guests, ops, window
+	c.killEvery = time.Duration(envInt("PINFLOW_SOAK_KILL_SECONDS", 30)) * time.Second
+	c.restartRedisEvery = time.Duration(envInt("PINFLOW_SOAK_REDIS_SECONDS", 45)) * time.Second
+	c.interrupt = func(rng *rand.Rand) string {
+		switch n := rng.IntN(6); n {
+		case 0:
+			return "cancel"
+		case 1:
+			return "terminate"
+		}
+		return ""
+	}
+	c.run()
+}
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		var n int
+		if _, err := fmt.Sscan(v, &n); err == nil && n > 0 {
+			return n
+		}
+	}
+	return def
+}

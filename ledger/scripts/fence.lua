@@ -1,0 +1,28 @@
+-- Renews the fence lease of a claim for a hypervisor step that acts for
+-- it, if the claim still exists with the caller's token. While the lease
+-- runs, the audit's compare-and-delete refuses to free the claim, so a
+-- step that passed its fence cannot be overtaken by a release.
+-- KEYS: claims, undo, lease
+-- ARGV: claim id, token, lease length in milliseconds
+-- Returns {'ok', lease end in ms of the server's clock}, {'gone'} or
+-- {'token'} (the claim was made again by someone else).
+local entry = redis.call('HGET', KEYS[2], ARGV[1])
+local token
+if entry then
+  token = string.match(entry, '^([^|]*)|')
+else
+  -- A record written before undo entries existed.
+  local rec = redis.call('HGET', KEYS[1], ARGV[1])
+  if not rec then
+    return {'gone'}
+  end
+  token = cjson.decode(rec).token
+end
+if token ~= ARGV[2] then
+  return {'token'}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local until_ms = now + tonumber(ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. '|' .. until_ms)
+return {'ok', until_ms}

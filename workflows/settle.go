@@ -1,0 +1,68 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+)
+
+// SettleResult says what Settle did.
+type SettleResult = activities.SettleResult
+
+// Settle finishes forwards an operation that was interrupted after its
+// guest started on a new claim (a terminated migration, boot or
+// unshelve): when the hypervisors say without doubt that the guest runs
+// there, the claim becomes the instance's resident claim and the one its
+// record named is released. The audit starts it, under the instance's
+// workflow id, so it never runs beside another operation on the guest.
+func Settle(ctx workflow.Context, in activities.SettleInput) (*SettleResult, error) {
+	r, err := newRun(ctx, OpSettle, in.UUID, 1)
+	if err != nil {
+		return nil, err
+	}
+	r.setHosts("", in.Host)
+	r.phase(PhaseCommitting, fmt.Sprintf("making claim %s on %s resident", in.ClaimID, in.Host))
+	ctx = r.commit(ctx)
+	var res SettleResult
+	if err := workflow.ExecuteActivity(r.short(ctx, "settle claim "+in.ClaimID), a.SettleClaim, in).Get(ctx, &res); err != nil {
+		return nil, r.fail(err)
+	}
+	r.step()
+	detail := "settled"
+	if !res.Settled {
+		detail = "left as it is: " + res.Reason
+	}
+	r.phase(PhaseCompleted, detail)
+	return &res, nil
+}
+
+// Settler starts Settle workflows for the audit (activities.Settler).
+type Settler struct {
+	Client    client.Client
+	TaskQueue string
+}
+
+// StartSettle starts Settle for in under the instance's workflow id; it
+// fails while another workflow of the instance is open.
+func (s Settler) StartSettle(ctx context.Context, in activities.SettleInput) error {
+	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                                       InstanceWorkflowID(in.UUID),
+		TaskQueue:                                s.TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(AttrOperation.ValueSet(string(OpSettle)),
+			AttrInstance.ValueSet(in.UUID), AttrPhase.ValueSet(string(PhaseStarted))),
+		StaticSummary: fmt.Sprintf("settle %s on claim %s of %s", in.UUID, in.ClaimID, in.Host),
+	}, Settle, in)
+	if err != nil {
+		return fmt.Errorf("workflows: start settle of %s: %w", in.UUID, err)
+	}
+	return nil
+}
