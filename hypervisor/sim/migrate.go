@@ -173,10 +173,12 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 //
 // The steps, each atomic on one Redis slot and idempotent:
 //
-//  1. the migration record (phase copying, a fresh token), home = src;
+//  1. the migration record (phase copying, a fresh token, touched now),
+//     home = src;
 //  2. the source domain, which must run, is marked with the token;
 //  3. the destination gets the domain, paused and marked as incoming;
-//  4. the memory copy: latency and progress, checking ctx at every step;
+//  4. the memory copy: latency and progress, touching the record and
+//     checking ctx at every step;
 //  5. switchover: phase switchover and home = dst, if the record still
 //     carries this attempt's token; past this point ctx is ignored;
 //  6. the destination domain runs with destXML;
@@ -202,14 +204,15 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 // Options.StaleMigration, by Redis's clock. The next call that reads the
 // domain where the migration marks it (Lookup or Domains of either host,
 // Migrate, Rollback, PrepareMigration, and Define, Start, Stop, Shutdown
-// or Undefine refused by the mark) aborts it first, as the attempt's own
-// abort would: the domain runs on the source, unmarked, the destination
-// holds no trace of it, and the record is gone, so another migration of
-// the guest may start. Declaring it dead is one script on the record
-// (phase aborting, decided by the first caller to find it stale); an
-// attempt that was only slow and comes back after that fails at its next
-// step or at its switchover, with an error, and changes nothing. A
-// migration past its switchover is never aborted: a retry finishes it.
+// or Undefine where the mark would refuse them) aborts it first, as the
+// attempt's own abort would: the domain runs on the source, unmarked, the
+// destination holds no trace of it, and the record is gone, so another
+// migration of the guest may start. Declaring it dead is one script on
+// the record (phase aborting, decided by the first caller to find it
+// stale); an attempt that was only slow and comes back after that fails
+// at its next step or at its switchover, with an error, and changes
+// nothing. A migration past its switchover is never aborted: a retry
+// finishes it.
 func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
 	src, dst, uuid, destXML := req.Source, req.Dest, req.UUID, req.DestXML
 	fail := func(err error) error { return fmt.Errorf("sim: migrate %s from %s to %s: %w", uuid, src, dst, err) }

@@ -563,12 +563,12 @@ func TestWorkerKilledUnderInterruptions(t *testing.T) {
 // (PINFLOW_SOAK_OPS=10000 on 8 hosts and 40 guests); make test runs a
 // short one.
 func TestSoak(t *testing.T) {
-	ops, hosts, guests := envInt("PINFLOW_SOAK_OPS", 160), envInt("PINFLOW_SOAK_HOSTS", 8), envInt("PINFLOW_SOAK_GUESTS", 16)
+	ops, hosts, guests := envInt("PINFLOW_SOAK_OPS", 240), envInt("PINFLOW_SOAK_HOSTS", 8), envInt("PINFLOW_SOAK_GUESTS", 16)
 	window := time.Duration(envInt("PINFLOW_SOAK_MINUTES", 2)) * time.Minute
 	c := newChaos(t, hosts, 6, true)
 	c.slots, c.ops, c.window = guests, ops, window
-	c.killEvery = time.Duration(envInt("PINFLOW_SOAK_KILL_SECONDS", 30)) * time.Second
-	c.restartRedisEvery = time.Duration(envInt("PINFLOW_SOAK_REDIS_SECONDS", 45)) * time.Second
+	c.killEvery = time.Duration(envInt("PINFLOW_SOAK_KILL_SECONDS", 10)) * time.Second
+	c.restartRedisEvery = time.Duration(envInt("PINFLOW_SOAK_REDIS_SECONDS", 15)) * time.Second
 	c.interrupt = func(rng *rand.Rand) string {
 		switch n := rng.IntN(6); n {
 		case 0:
