@@ -135,7 +135,7 @@ func parseDomain(doc string) (*domain, error) {
 	}
 	if mem != nil {
 		unit, _ := mem.attr("unit")
-		b, err := scaled(strings.TrimSpace(mem.textContent()), unit)
+		b, err := ScaledBytes(strings.TrimSpace(mem.textContent()), unit)
 		if err != nil {
 			return nil, malformed("<memory>: %v", err)
 		}
@@ -173,7 +173,7 @@ func (d *domain) readCells(one func(*node, string) (*node, error)) error {
 		}
 		mem, _ := c.attr("memory")
 		unit, _ := c.attr("unit")
-		if gc.bytes, err = scaled(mem, unit); err != nil {
+		if gc.bytes, err = ScaledBytes(mem, unit); err != nil {
 			return malformed("<cell id='%d'> memory: %v", gc.id, err)
 		}
 		d.cells = append(d.cells, gc)
@@ -236,8 +236,11 @@ var units = map[string]uint64{
 	"eb": 1000 * 1000 * 1000 * 1000 * 1000 * 1000, "e": 1 << 60, "eib": 1 << 60,
 }
 
-// scaled converts a libvirt memory amount to bytes; the default unit is KiB.
-func scaled(value, unit string) (uint64, error) {
+// ScaledBytes converts a libvirt scaled integer, a memory amount and its
+// unit attribute as in <memory unit='MiB'>512</memory>, to bytes. An empty
+// unit is KiB, libvirt's default; units are case-insensitive. Its error
+// names the bad value or unit and what is allowed.
+func ScaledBytes(value, unit string) (uint64, error) {
 	n, err := strconv.ParseUint(strings.TrimSpace(value), 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a whole number of %s", value, unitName(unit))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
 )
 
 // ParseCapabilities reads the NUMA topology of libvirt's capabilities XML
@@ -99,21 +101,8 @@ func ParseCapabilities(capsXML string, online numa.CPUSet) (numa.HostSpec, error
 // toKiB converts a libvirt size with its unit attribute to KiB; libvirt
 // writes capabilities in KiB, but the schema allows other units.
 func toKiB(n uint64, unit string) (uint64, error) {
-	switch strings.ToLower(unit) {
-	case "", "k", "kib":
-		return n, nil
-	case "b", "bytes":
-		return n / 1024, nil
-	case "kb":
-		return n * 1000 / 1024, nil
-	case "m", "mib":
-		return n << 10, nil
-	case "g", "gib":
-		return n << 20, nil
-	case "t", "tib":
-		return n << 30, nil
-	}
-	return 0, fmt.Errorf("unit %q is not supported; want B, KiB, MiB, GiB or TiB", unit)
+	b, err := xmlpatch.ScaledBytes(strconv.FormatUint(n, 10), unit)
+	return b / 1024, err
 }
 
 // Capabilities returns the host's NUMA topology from libvirt's capabilities

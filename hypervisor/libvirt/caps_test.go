@@ -1,13 +1,15 @@
 package libvirt
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"libvirt.org/go/libvirtxml"
 
+	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -120,35 +122,34 @@ func TestParseCapabilitiesErrors(t *testing.T) {
 	}
 }
 
-func TestFitsHost(t *testing.T) {
-	spec := numa.HostSpec{Cells: []numa.CellSpec{{ID: 0, CPUs: []int{0, 1}, MemoryMB: 1024}}}
+// TestCheckDestXML: a destination XML for another domain, or whose pins
+// do not read, is refused before any host is asked; one that reads gives
+// its pins for hypervisor.PinsFit.
+func TestCheckDestXML(t *testing.T) {
+	const domain = `<domain type='qemu'><name>t</name><uuid>` + testUUID + `</uuid><vcpu>2</vcpu>%s</domain>`
 	tests := []struct {
 		name, xml, wantErr string
 	}{
-		{"fits", `<domain><vcpu cpuset='0-1'>2</vcpu><cputune><vcpupin vcpu='0' cpuset='1'/><emulatorpin cpuset='0'/></cputune><numatune><memory mode='strict' nodeset='0'/><memnode cellid='0' mode='strict' nodeset='0'/></numatune></domain>`, ""},
-		{"vcpupin to a missing cpu", `<domain><cputune><vcpupin vcpu='1' cpuset='5'/></cputune></domain>`, `<vcpupin vcpu='1'> cpuset "5" names cpus 5 the host does not have; its online cpus are 0-1`},
-		{"emulatorpin to a missing cpu", `<domain><cputune><emulatorpin cpuset='0-2'/></cputune></domain>`, `<emulatorpin> cpuset "0-2" names cpus 2`},
-		{"iothreadpin to a missing cpu", `<domain><cputune><iothreadpin iothread='1' cpuset='7'/></cputune></domain>`, `<iothreadpin iothread='1'> cpuset "7"`},
-		{"vcpu cpuset", `<domain><vcpu cpuset='3'>1</vcpu></domain>`, `<vcpu> cpuset "3"`},
-		{"memory on a missing node", `<domain><numatune><memory mode='strict' nodeset='1'/></numatune></domain>`, `<numatune><memory> nodeset "1" names NUMA nodes 1 the host does not have; its nodes are 0`},
-		{"memnode on a missing node", `<domain><numatune><memnode cellid='1' mode='strict' nodeset='0-1'/></numatune></domain>`, `<memnode cellid='1'> nodeset "0-1"`},
-		{"bad cpuset", `<domain><cputune><vcpupin vcpu='0' cpuset='x'/></cputune></domain>`, `cpuset "x"`},
+		{"pins read", fmt.Sprintf(domain, `<cputune><vcpupin vcpu='1' cpuset='5'/></cputune>`), ""},
+		{"bad cpuset", fmt.Sprintf(domain, `<cputune><vcpupin vcpu='0' cpuset='x'/></cputune>`), `cpuset='x'`},
+		{"vcpupin past the vcpus", fmt.Sprintf(domain, `<cputune><vcpupin vcpu='2' cpuset='0'/></cputune>`), `vcpu='2'`},
+		{"another domain", strings.Replace(fmt.Sprintf(domain, ""), testUUID, "a1b2c3d4-0000-4000-8000-0000000000bb", 1), "destination XML has uuid a1b2c3d4-0000-4000-8000-0000000000bb"},
+		{"not xml", "<domain", "does not parse"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var dom libvirtxml.Domain
-			if err := dom.Unmarshal(tt.xml); err != nil {
-				t.Fatal(err)
-			}
-			err := fitsHost(&dom, spec)
+			pins, err := checkDestXML(testUUID, tt.xml)
 			if tt.wantErr == "" {
 				if err != nil {
-					t.Fatalf("fitsHost(%s) = %v, want nil", tt.xml, err)
+					t.Fatalf("checkDestXML(%s) = %v, want nil", tt.xml, err)
+				}
+				if got := pins.VCPUPins[1].String(); got != "5" {
+					t.Errorf("checkDestXML(%s) pins of vCPU 1 = %q, want \"5\"", tt.xml, got)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("fitsHost(%s) = %v, want an error containing %q", tt.xml, err, tt.wantErr)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !errors.Is(err, hypervisor.ErrRejected) {
+				t.Fatalf("checkDestXML(%s) = %v; want ErrRejected containing %q", tt.xml, err, tt.wantErr)
 			}
 		})
 	}

@@ -220,21 +220,3 @@ func TestDialFailureNamesHostAndURI(t *testing.T) {
 		t.Errorf("Lookup on a host without a daemon: error = %v; want neither ErrNotFound nor ErrRejected", err)
 	}
 }
-
-func TestParseUUID(t *testing.T) {
-	tests := []struct {
-		in, want string
-		ok       bool
-	}{
-		{"a1b2c3d4-0000-4000-8000-000000000001", "a1b2c3d4-0000-4000-8000-000000000001", true},
-		{"A1B2C3D4000040008000000000000001", "a1b2c3d4-0000-4000-8000-000000000001", true},
-		{"a1b2c3d4-0000-4000-8000-00000000001", "", false},
-		{"not-a-uuid", "", false},
-	}
-	for _, tt := range tests {
-		u, err := parseUUID(tt.in)
-		if (err == nil) != tt.ok || (tt.ok && formatUUID(u) != tt.want) {
-			t.Errorf("parseUUID(%q) = %s, %v; want %s (ok=%v)", tt.in, formatUUID(u), err, tt.want, tt.ok)
-		}
-	}
-}

@@ -2,13 +2,13 @@ package libvirt
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/xml"
 	"errors"
 	"fmt"
 	"strings"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	"github.com/google/uuid"
 
 	"github.com/pinflow/pinflow/hypervisor"
 )
@@ -32,39 +32,20 @@ func parseIdentity(domainXML string) (identity, error) {
 	if id.UUID == "" {
 		return identity{}, fmt.Errorf("domain XML has no <uuid>; pinflow addresses domains by UUID")
 	}
-	if _, err := parseUUID(id.UUID); err != nil {
+	if _, err := hypervisor.ParseUUID(id.UUID); err != nil {
 		return identity{}, err
 	}
 	return id, nil
 }
 
-// parseUUID reads a UUID in libvirt's accepted forms: 32 hex digits,
-// optionally with dashes.
-func parseUUID(s string) (golibvirt.UUID, error) {
-	var u golibvirt.UUID
-	digits := strings.ReplaceAll(strings.TrimSpace(s), "-", "")
-	b, err := hex.DecodeString(digits)
-	if err != nil || len(b) != len(u) {
-		return u, fmt.Errorf("uuid %q is invalid; want 32 hex digits such as 6f1c1a2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b", s)
-	}
-	copy(u[:], b)
-	return u, nil
-}
-
-// formatUUID writes a UUID in the canonical 8-4-4-4-12 form.
-func formatUUID(u golibvirt.UUID) string {
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
 // lookup finds a domain by UUID; its error wraps hypervisor.ErrNotFound
 // when the host has no such domain.
 func (c *conn) lookup(ctx context.Context, uuid string) (golibvirt.Domain, error) {
-	u, err := parseUUID(uuid)
+	u, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		return golibvirt.Domain{}, fmt.Errorf("libvirt: %s: %w", c.where(), err)
 	}
-	dom, err := call(ctx, c, func(l *golibvirt.Libvirt) (golibvirt.Domain, error) { return l.DomainLookupByUUID(u) })
+	dom, err := call(ctx, c, func(l *golibvirt.Libvirt) (golibvirt.Domain, error) { return l.DomainLookupByUUID(golibvirt.UUID(u)) })
 	if err != nil {
 		return golibvirt.Domain{}, c.errorf(err, "look up domain %s", uuid)
 	}
@@ -80,7 +61,7 @@ func (c *conn) state(ctx context.Context, dom golibvirt.Domain) (hypervisor.Stat
 		return golibvirt.DomainState(s), err
 	})
 	if err != nil {
-		return "", c.errorf(err, "get the state of domain %s", formatUUID(dom.UUID))
+		return "", c.errorf(err, "get the state of domain %s", uuid.UUID(dom.UUID).String())
 	}
 	switch st {
 	case golibvirt.DomainShutoff:
@@ -112,9 +93,9 @@ func (c *conn) describe(ctx context.Context, dom golibvirt.Domain) (*hypervisor.
 		return l.DomainGetXMLDesc(dom, golibvirt.DomainXMLMigratable)
 	})
 	if err != nil {
-		return nil, c.errorf(err, "get the XML of domain %s", formatUUID(dom.UUID))
+		return nil, c.errorf(err, "get the XML of domain %s", uuid.UUID(dom.UUID).String())
 	}
-	return &hypervisor.Domain{UUID: formatUUID(dom.UUID), Name: dom.Name, State: st, XML: x}, nil
+	return &hypervisor.Domain{UUID: uuid.UUID(dom.UUID).String(), Name: dom.Name, State: st, XML: x}, nil
 }
 
 // Define makes a persistent domain from domainXML, or updates the

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
-	"libvirt.org/go/libvirtxml"
+	"github.com/google/uuid"
 
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
 )
 
 // Progress phases reported by Migrate.
@@ -30,25 +31,25 @@ const (
 const migrateFlags = golibvirt.MigrateLive | golibvirt.MigratePeer2peer | golibvirt.MigratePersistDest |
 	golibvirt.MigrateUndefineSource | golibvirt.MigrateAbortOnError
 
-// checkDestXML checks that destXML is a domain XML for uuid that libvirtxml
-// reads, and returns it parsed.
-func checkDestXML(uuid, destXML string) (*libvirtxml.Domain, error) {
+// checkDestXML checks that destXML is a domain XML for uuid whose pinning
+// xmlpatch reads, and returns its pins.
+func checkDestXML(uuid, destXML string) (*xmlpatch.Pins, error) {
 	id, err := parseIdentity(destXML)
 	if err != nil {
 		return nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
 	}
-	want, err := parseUUID(uuid)
+	want, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		return nil, err
 	}
-	if got, _ := parseUUID(id.UUID); got != want {
+	if got, _ := hypervisor.ParseUUID(id.UUID); got != want {
 		return nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
 	}
-	var dom libvirtxml.Domain
-	if err := dom.Unmarshal(destXML); err != nil {
+	pins, err := xmlpatch.Read(destXML)
+	if err != nil {
 		return nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
 	}
-	return &dom, nil
+	return pins, nil
 }
 
 // PrepareMigration checks, before any data moves, that dst answers, that
@@ -57,7 +58,7 @@ func checkDestXML(uuid, destXML string) (*libvirtxml.Domain, error) {
 // already. A domain already running on dst is accepted: it is the outcome
 // of an earlier attempt of the same migration, which Migrate confirms.
 func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string) error {
-	dom, err := checkDestXML(uuid, destXML)
+	pins, err := checkDestXML(uuid, destXML)
 	if err != nil {
 		return fmt.Errorf("libvirt: prepare migration of %s to host %s: %w", uuid, dst, err)
 	}
@@ -81,68 +82,15 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 	if err != nil {
 		return err
 	}
-	if err := fitsHost(dom, spec); err != nil {
-		return fmt.Errorf("libvirt: prepare migration of %s to %s: %w: %w", uuid, c.where(), hypervisor.ErrRejected, err)
+	// libvirt itself finds a CPU or node the host lacks only when QEMU
+	// starts on the destination, after the memory copy.
+	var cpus, nodes numa.CPUSet
+	for _, cell := range spec.Cells {
+		cpus = cpus.Union(numa.NewCPUSet(cell.CPUs...))
+		nodes = nodes.With(cell.ID)
 	}
-	return nil
-}
-
-// fitsHost checks the host resources a domain's pinning names: CPUs in
-// <vcpu cpuset>, <vcpupin>, <emulatorpin> and <iothreadpin> must be online
-// CPUs of the host, and <numatune> node sets must be host NUMA cells.
-// libvirt itself only finds these out when QEMU starts on the destination.
-func fitsHost(dom *libvirtxml.Domain, spec numa.HostSpec) error {
-	var cpus numa.CPUSet
-	var nodes numa.CPUSet
-	for _, c := range spec.Cells {
-		cpus = cpus.Union(numa.NewCPUSet(c.CPUs...))
-		nodes = nodes.Union(numa.NewCPUSet(c.ID))
-	}
-	// within checks that a cpuset or nodeset names only what the host has.
-	within := func(have numa.CPUSet, kind, items, list string) func(what, set string) error {
-		return func(what, set string) error {
-			if set == "" {
-				return nil
-			}
-			s, err := numa.Parse(set)
-			if err != nil {
-				return fmt.Errorf("%s %s %q: %w", what, kind, set, err)
-			}
-			if !s.IsSubsetOf(have) {
-				return fmt.Errorf("%s %s %q names %s %s the host does not have; its %s %s", what, kind, set, items, s.Difference(have), list, have)
-			}
-			return nil
-		}
-	}
-	checkCPUs := within(cpus, "cpuset", "cpus", "online cpus are")
-	checkNodes := within(nodes, "nodeset", "NUMA nodes", "nodes are")
-	var errs []error
-	if dom.VCPU != nil {
-		errs = append(errs, checkCPUs("<vcpu>", dom.VCPU.CPUSet))
-	}
-	if t := dom.CPUTune; t != nil {
-		for _, p := range t.VCPUPin {
-			errs = append(errs, checkCPUs(fmt.Sprintf("<vcpupin vcpu='%d'>", p.VCPU), p.CPUSet))
-		}
-		if t.EmulatorPin != nil {
-			errs = append(errs, checkCPUs("<emulatorpin>", t.EmulatorPin.CPUSet))
-		}
-		for _, p := range t.IOThreadPin {
-			errs = append(errs, checkCPUs(fmt.Sprintf("<iothreadpin iothread='%d'>", p.IOThread), p.CPUSet))
-		}
-	}
-	if t := dom.NUMATune; t != nil {
-		if t.Memory != nil {
-			errs = append(errs, checkNodes("<numatune><memory>", t.Memory.Nodeset))
-		}
-		for _, m := range t.MemNodes {
-			errs = append(errs, checkNodes(fmt.Sprintf("<memnode cellid='%d'>", m.CellID), m.Nodeset))
-		}
-	}
-	for _, err := range errs {
-		if err != nil {
-			return err // the first, to keep the error one line
-		}
+	if err := hypervisor.PinsFit(pins, cpus, nodes); err != nil {
+		return fmt.Errorf("libvirt: prepare migration of %s to %s: %w", uuid, c.where(), err)
 	}
 	return nil
 }
@@ -484,7 +432,7 @@ func (c *conn) job(ctx context.Context, dom golibvirt.Domain) (job, error) {
 		return job{}, nil // the domain is not running, so it has no job
 	}
 	if err != nil {
-		return job{}, c.errorf(err, "get the job statistics of domain %s", formatUUID(dom.UUID))
+		return job{}, c.errorf(err, "get the job statistics of domain %s", uuid.UUID(dom.UUID).String())
 	}
 	j := job{active: isActiveJob(s.typ)}
 	j.operation, j.progress = jobProgress(s.params)
@@ -527,7 +475,7 @@ func (c *conn) jobInfo(ctx context.Context, dom golibvirt.Domain) (job, error) {
 		return job{}, nil
 	}
 	if err != nil {
-		return job{}, c.errorf(err, "get the job of domain %s", formatUUID(dom.UUID))
+		return job{}, c.errorf(err, "get the job of domain %s", uuid.UUID(dom.UUID).String())
 	}
 	// Without statistics the operation is unknown; an active job is taken
 	// to be the migration, which is what this driver starts.

@@ -116,10 +116,11 @@ func (d *Driver) codeErr(code string, rest []string, host, uuid string, fail fun
 // it. An injected failure leaves the domain shut off.
 func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: start %s on %s: %w", uuid, host, err) }
-	u, err := normUUID(uuid)
+	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
 	}
+	u := id.String()
 	topo, err := d.topology(ctx, host)
 	if err != nil {
 		return fail(err)
@@ -135,11 +136,7 @@ func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 			return fail(err)
 		}
 		if dom.State != hypervisor.StateRunning {
-			doc, err := parseDomain(dom.XML)
-			if err != nil {
-				return fail(err)
-			}
-			if err := checkPlacement(topo, doc); err != nil {
+			if err := checkPins(topo, dom.XML); err != nil {
 				return fail(err)
 			}
 		}
@@ -158,10 +155,11 @@ func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 // away is not stopped: roll the migration back first.
 func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: stop %s on %s: %w", uuid, host, err) }
-	u, err := normUUID(uuid)
+	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
 	}
+	u := id.String()
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
@@ -191,10 +189,11 @@ func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 // rejects a domain that is shutting down.
 func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: shutdown %s on %s: %w", uuid, host, err) }
-	u, err := normUUID(uuid)
+	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
 	}
+	u := id.String()
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
@@ -224,11 +223,12 @@ var errShuttingDown = fmt.Errorf("the guest is shutting down (Shutdown was calle
 // a running or paused one is rejected (stop it first).
 func (d *Driver) Undefine(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: undefine %s on %s: %w", uuid, host, err) }
-	u, err := normUUID(uuid)
+	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		// No domain has a malformed UUID, so there is nothing to remove.
 		return d.checkHostOnly(ctx, host, fail)
 	}
+	u := id.String()
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
@@ -259,13 +259,14 @@ func (d *Driver) checkHostOnly(ctx context.Context, host string, fail func(error
 // held by a dead migration is read after that migration's abort (see
 // Migrate): the incoming side of one is not found.
 func (d *Driver) Lookup(ctx context.Context, host, uuid string) (*hypervisor.Domain, error) {
-	u, err := normUUID(uuid)
+	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		if err := d.checkHost(ctx, host); err != nil {
 			return nil, fmt.Errorf("sim: lookup %s on %s: %w", uuid, host, err)
 		}
 		return nil, fmt.Errorf("sim: lookup on %s: %v: %w", host, err, hypervisor.ErrNotFound)
 	}
+	u := id.String()
 	dom, err := d.lookup(ctx, host, u)
 	if err != nil {
 		return nil, fmt.Errorf("sim: lookup %s on %s: %w", u, host, err)

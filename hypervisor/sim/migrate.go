@@ -105,24 +105,24 @@ func migrationDoc(uuid, destXML string) (string, *domainDoc, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("destination %w", err)
 	}
-	u, err := normUUID(uuid)
+	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		return "", nil, fmt.Errorf("%v: %w", err, hypervisor.ErrRejected)
 	}
+	u := id.String()
 	if doc.UUID != u {
 		return "", nil, fmt.Errorf("the destination xml names domain %s, not %s: %w", doc.UUID, u, hypervisor.ErrRejected)
 	}
 	return u, doc, nil
 }
 
-// checkDestination checks that the destination XML's placement fits
-// dst's topology.
-func (d *Driver) checkDestination(ctx context.Context, dst string, doc *domainDoc) error {
+// checkDestination checks that the pins of destXML fit dst's topology.
+func (d *Driver) checkDestination(ctx context.Context, dst, destXML string) error {
 	topo, err := d.topology(ctx, dst)
 	if err != nil {
 		return err
 	}
-	if err := checkPlacement(topo, doc); err != nil {
+	if err := checkPins(topo, destXML); err != nil {
 		return fmt.Errorf("destination xml: %w", err)
 	}
 	return nil
@@ -135,11 +135,11 @@ func (d *Driver) checkDestination(ctx context.Context, dst string, doc *domainDo
 // dst apply.
 func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: prepare migration of %s to %s: %w", uuid, dst, err) }
-	u, doc, err := migrationDoc(uuid, destXML)
+	u, _, err := migrationDoc(uuid, destXML)
 	if err != nil {
 		return fail(err)
 	}
-	if err := d.checkDestination(ctx, dst, doc); err != nil {
+	if err := d.checkDestination(ctx, dst, destXML); err != nil {
 		return fail(err)
 	}
 	if err := d.pace(ctx, dst, OpPrepare); err != nil {
@@ -214,178 +214,237 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 // nothing. A migration past its switchover is never aborted: a retry
 // finishes it.
 func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
-	src, dst, uuid, destXML := req.Source, req.Dest, req.UUID, req.DestXML
-	fail := func(err error) error { return fmt.Errorf("sim: migrate %s from %s to %s: %w", uuid, src, dst, err) }
 	if progress == nil {
 		progress = func(hypervisor.Progress) {}
 	}
-	u, doc, err := migrationDoc(uuid, destXML)
-	if err != nil {
-		return fail(err)
+	if err := d.migrate(ctx, req, progress); err != nil {
+		return fmt.Errorf("sim: migrate %s from %s to %s: %w", req.UUID, req.Source, req.Dest, err)
 	}
-	if src == dst {
-		return fail(fmt.Errorf("source and destination are the same host; a migration needs two: %w", hypervisor.ErrRejected))
-	}
-	if err := d.checkHost(ctx, src); err != nil {
-		return fail(err)
-	}
-	if err := d.checkDestination(ctx, dst, doc); err != nil {
-		return fail(err)
-	}
-	srcDom, err := d.domain(ctx, src, u)
-	if err != nil {
-		return fail(err)
-	}
-	dstDom, err := d.domain(ctx, dst, u)
-	if err != nil {
-		return fail(err)
-	}
-	rec, err := d.record(ctx, u)
-	if err != nil {
-		return fail(err)
-	}
-	total := doc.memoryBytes()
-	done := hypervisor.Progress{Percent: 100, DataTotal: total, DataProcessed: total, Phase: ProgressCompleted}
+	return nil
+}
 
+// attempt is one call of Migrate: the migration it asks for, and what its
+// steps share.
+type attempt struct {
+	req      hypervisor.MigrateRequest
+	u        string // the domain's UUID, normalised
+	name     string // the domain's name in the destination XML
+	total    uint64 // the guest's memory in bytes, the data the copy moves
+	progress func(hypervisor.Progress)
+
+	// Set by begin.
+	rec      *migration    // this attempt's record
+	latency  time.Duration // how long the copy takes
+	injected error         // a fault that strikes half-way through the copy
+}
+
+// completed is the progress reported once the guest runs on the
+// destination only.
+func (a *attempt) completed() hypervisor.Progress {
+	return hypervisor.Progress{Percent: 100, DataTotal: a.total, DataProcessed: a.total, Phase: ProgressCompleted}
+}
+
+// migrate is Migrate, with errors that do not yet say which migration
+// failed. Its steps: locate the domain (or what a lost attempt left),
+// begin a new attempt, copy the memory, switch over.
+func (d *Driver) migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
+	u, doc, err := migrationDoc(req.UUID, req.DestXML)
+	if err != nil {
+		return err
+	}
+	if req.Source == req.Dest {
+		return fmt.Errorf("source and destination are the same host; a migration needs two: %w", hypervisor.ErrRejected)
+	}
+	if err := d.checkHost(ctx, req.Source); err != nil {
+		return err
+	}
+	if err := d.checkDestination(ctx, req.Dest, req.DestXML); err != nil {
+		return err
+	}
+	a := &attempt{req: req, u: u, name: doc.Name, total: doc.memoryBytes(), progress: progress}
+	srcDom, done, err := d.locate(ctx, a)
+	if err != nil {
+		return err
+	}
+	if !done {
+		if err := d.begin(ctx, a, srcDom); err != nil {
+			return err
+		}
+		if err := d.copyMemory(ctx, a); err != nil {
+			return err
+		}
+		if err := d.switchOver(ctx, a); err != nil {
+			return err
+		}
+	}
+	a.progress(a.completed())
+	return nil
+}
+
+// locate finds where the domain is and what an earlier attempt left. It
+// finishes an attempt lost past its switchover and recognises one that
+// completed (done, in both cases); it refuses a domain that cannot migrate
+// from here; otherwise it returns the running source domain a new attempt
+// starts from.
+func (d *Driver) locate(ctx context.Context, a *attempt) (srcDom *domState, done bool, err error) {
+	src, dst := a.req.Source, a.req.Dest
+	if srcDom, err = d.domain(ctx, src, a.u); err != nil {
+		return nil, false, err
+	}
+	dstDom, err := d.domain(ctx, dst, a.u)
+	if err != nil {
+		return nil, false, err
+	}
+	rec, err := d.record(ctx, a.u)
+	if err != nil {
+		return nil, false, err
+	}
 	if rec.inFlight() {
 		if rec.src != src || rec.dst != dst {
-			return fail(fmt.Errorf("a migration from %s to %s is in flight (%s); roll it back first", rec.src, rec.dst, rec.phase))
+			return nil, false, fmt.Errorf("a migration from %s to %s is in flight (%s); roll it back first", rec.src, rec.dst, rec.phase)
 		}
 		switch rec.phase {
 		case phaseSwitchover:
 			// Past the point of no return: finish what the lost attempt
 			// started (each step is a no-op if it was done).
-			if err := d.finish(ctx, src, dst, u, rec); err != nil {
-				return fail(err)
+			if err := d.finish(ctx, src, dst, a.u, rec); err != nil {
+				return nil, false, err
 			}
-			progress(done)
-			return nil
+			return nil, true, nil
 		case phaseRollback:
-			return fail(fmt.Errorf("a rollback of this migration was interrupted; run Rollback again first"))
+			return nil, false, fmt.Errorf("a rollback of this migration was interrupted; run Rollback again first")
 		}
 	}
 	// A previous attempt completed and its answer was lost.
 	if srcDom == nil && dstDom != nil && !dstDom.incoming && dstDom.migration == "" &&
-		dstDom.State == hypervisor.StateRunning && dstDom.XML == destXML {
-		progress(done)
-		return nil
+		dstDom.State == hypervisor.StateRunning && dstDom.XML == a.req.DestXML {
+		return nil, true, nil
 	}
-
 	switch {
 	case srcDom == nil:
-		return fail(fmt.Errorf("the domain is not on %s: %w", src, hypervisor.ErrNotFound))
+		return nil, false, fmt.Errorf("the domain is not on %s: %w", src, hypervisor.ErrNotFound)
 	case srcDom.incoming || srcDom.State != hypervisor.StateRunning:
-		return fail(fmt.Errorf("the domain is %s on %s, and only a running domain migrates: %w", srcDom.State, src, hypervisor.ErrRejected))
+		return nil, false, fmt.Errorf("the domain is %s on %s, and only a running domain migrates: %w", srcDom.State, src, hypervisor.ErrRejected)
 	case srcDom.shuttingDown:
-		return fail(errShuttingDown)
+		return nil, false, errShuttingDown
 	case dstDom != nil && !dstDom.incoming:
-		return fail(fmt.Errorf("the domain is already defined on %s (%s): %w", dst, dstDom.State, hypervisor.ErrRejected))
+		return nil, false, fmt.Errorf("the domain is already defined on %s (%s): %w", dst, dstDom.State, hypervisor.ErrRejected)
 	}
+	return srcDom, false, nil
+}
 
+// begin starts a new attempt from srcDom: it reads the migrate latency of
+// the source, calls the fence, draws the migrate fault, and runs steps 1-3.
+// A failure after step 1 aborts the attempt.
+func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error {
+	src, dst, u := a.req.Source, a.req.Dest, a.u
 	latency, err := d.latencyOf(ctx, src, OpMigrate)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	// Before the fault is drawn, so that a fenced attempt uses up no
 	// counted fault either.
-	if err := fence(ctx, req, "before the start"); err != nil {
-		return fail(err)
+	if err := fence(ctx, a.req, "before the start"); err != nil {
+		return err
 	}
 	// The fault is drawn now and strikes half-way, as a real migration
 	// fails after moving some data.
 	injected := d.inject(ctx, src, OpMigrate)
 	if injected != nil && !errors.Is(injected, ErrInjected) {
-		return fail(injected)
+		return injected
 	}
-	rec = &migration{src: src, dst: dst, destXML: destXML, srcXML: srcDom.XML, name: doc.Name, token: rand.Text(), phase: phaseCopying}
+	a.latency, a.injected = latency, injected
+	a.rec = &migration{src: src, dst: dst, destXML: a.req.DestXML, srcXML: srcDom.XML, name: a.name, token: rand.Text(), phase: phaseCopying}
 
-	// Steps 1-3.
 	started := time.Now().UTC().Format(time.RFC3339Nano)
 	if _, _, err := d.run(ctx, beginScript, []string{d.homeKey(u), d.migrationKey(u)},
-		src, dst, destXML, rec.srcXML, rec.name, rec.token, started); err != nil {
-		return fail(err)
+		src, dst, a.req.DestXML, a.rec.srcXML, a.rec.name, a.rec.token, started); err != nil {
+		return err
 	}
 	if err := d.crashAt("begun"); err != nil {
-		return fail(err)
+		return err
 	}
-	abort := func(cause error) error { return fail(d.abort(ctx, src, dst, u, rec.token, cause)) }
-	code, rest, err := d.run(ctx, markSourceScript, d.domKeys(src, u), rec.token)
+	code, rest, err := d.run(ctx, markSourceScript, d.domKeys(src, u), a.rec.token)
 	if err != nil {
-		return abort(err)
+		return d.abort(ctx, a, err)
 	}
 	if err := d.codeErr(code, rest, src, u, func(e error) error { return e }); err != nil {
-		return abort(err)
+		return d.abort(ctx, a, err)
 	}
-	code, rest, err = d.run(ctx, incomingScript, d.domKeys(dst, u), u, doc.Name, destXML, rec.token)
+	code, rest, err = d.run(ctx, incomingScript, d.domKeys(dst, u), u, a.name, a.req.DestXML, a.rec.token)
 	if err != nil {
-		return abort(err)
+		return d.abort(ctx, a, err)
 	}
 	if err := d.codeErr(code, rest, dst, u, func(e error) error { return e }); err != nil {
-		return abort(err)
+		return d.abort(ctx, a, err)
 	}
-	if err := d.crashAt("incoming"); err != nil {
-		return fail(err)
-	}
-	// Each step touches the record: an attempt that stops touching it
-	// for Options.StaleMigration is dead (see reap).
+	return d.crashAt("incoming")
+}
+
+// copyMemory is step 4: it lasts the attempt's latency, in steps that each
+// touch the record (an attempt that stops touching it for
+// Options.StaleMigration is dead, see reap), check ctx and report
+// progress. The injected fault strikes half-way. A failure aborts the
+// attempt.
+func (d *Driver) copyMemory(ctx context.Context, a *attempt) error {
 	touch := func() error {
-		code, _, err := d.run(ctx, touchScript, []string{d.migrationKey(u)}, rec.token)
+		code, _, err := d.run(ctx, touchScript, []string{d.migrationKey(a.u)}, a.rec.token)
 		if err != nil {
 			return err
 		}
 		return d.ownerErr(code)
 	}
-
-	// Step 4. Sleeping to deadlines spread over the whole latency, not a
-	// rounded step, makes the migration last the latency exactly.
+	// Sleeping to deadlines spread over the whole latency, not a rounded
+	// step, makes the migration last the latency exactly.
 	steps := minSteps
-	if latency > minSteps*stepInterval {
-		steps = int(latency / stepInterval)
+	if a.latency > minSteps*stepInterval {
+		steps = int(a.latency / stepInterval)
 	}
 	var slept time.Duration
 	for i := 1; i <= steps; i++ {
-		next := time.Duration(int64(latency) * int64(i) / int64(steps))
+		next := time.Duration(int64(a.latency) * int64(i) / int64(steps))
 		if err := d.sleep(ctx, next-slept); err != nil {
-			return abort(err)
+			return d.abort(ctx, a, err)
 		}
 		slept = next
 		if err := touch(); err != nil {
-			return abort(err)
+			return d.abort(ctx, a, err)
 		}
-		if injected != nil && i == (steps+1)/2 {
-			return abort(injected)
+		if a.injected != nil && i == (steps+1)/2 {
+			return d.abort(ctx, a, a.injected)
 		}
 		pct := min(99, i*100/steps)
-		processed := total / 100 * uint64(pct)
-		progress(hypervisor.Progress{Percent: pct, DataTotal: total, DataProcessed: processed,
-			DataRemaining: total - processed, Phase: ProgressCopying})
+		processed := a.total / 100 * uint64(pct)
+		a.progress(hypervisor.Progress{Percent: pct, DataTotal: a.total, DataProcessed: processed,
+			DataRemaining: a.total - processed, Phase: ProgressCopying})
 		if err := d.crashAt("copying"); err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return abort(err)
-	}
-	if err := fence(ctx, req, "before the switchover"); err != nil {
-		return abort(err)
-	}
+	return nil
+}
 
-	// Step 5.
-	code, _, err = d.run(ctx, switchoverScript, []string{d.homeKey(u), d.migrationKey(u)}, rec.token, dst)
+// switchOver passes the point of no return, step 5, after a last look at
+// ctx and the fence (a failure there aborts the attempt), and then
+// finishes the migration, steps 6-8.
+func (d *Driver) switchOver(ctx context.Context, a *attempt) error {
+	if err := ctx.Err(); err != nil {
+		return d.abort(ctx, a, err)
+	}
+	if err := fence(ctx, a.req, "before the switchover"); err != nil {
+		return d.abort(ctx, a, err)
+	}
+	code, _, err := d.run(ctx, switchoverScript, []string{d.homeKey(a.u), d.migrationKey(a.u)}, a.rec.token, a.req.Dest)
 	if err != nil {
-		return abort(err)
+		return d.abort(ctx, a, err)
 	}
 	if err := d.ownerErr(code); err != nil {
-		return abort(err)
+		return d.abort(ctx, a, err)
 	}
 	if err := d.crashAt("switchover"); err != nil {
-		return fail(err)
+		return err
 	}
-	if err := d.finish(ctx, src, dst, u, rec); err != nil {
-		return fail(err)
-	}
-	progress(done)
-	return nil
+	return d.finish(ctx, a.req.Source, a.req.Dest, a.u, a.rec)
 }
 
 // ownerErr turns the answer of a script that an attempt runs on its own
@@ -450,7 +509,8 @@ func (d *Driver) finish(ctx context.Context, src, dst, u string, rec *migration)
 
 // abort undoes an attempt's own steps 1-3, in reverse, and returns cause,
 // with the cleanup's failure when there is one (Rollback repairs it).
-func (d *Driver) abort(ctx context.Context, src, dst, u, token string, cause error) error {
+func (d *Driver) abort(ctx context.Context, a *attempt, cause error) error {
+	src, dst, u, token := a.req.Source, a.req.Dest, a.u, a.rec.token
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	var errs []error
@@ -493,10 +553,11 @@ func (d *Driver) crashAt(point string) error {
 // and is its home; 3. dst's copy goes; 4. the record goes.
 func (d *Driver) Rollback(ctx context.Context, src, dst, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: rollback %s from %s to %s: %w", uuid, src, dst, err) }
-	u, err := normUUID(uuid)
+	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
 		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
 	}
+	u := id.String()
 	if src == dst {
 		return fail(fmt.Errorf("source and destination are the same host; a migration has two: %w", hypervisor.ErrRejected))
 	}

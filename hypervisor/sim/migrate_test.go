@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -66,23 +67,52 @@ func checkRising(t *testing.T, what string, seen []hypervisor.Progress, minRepor
 }
 
 func TestMigrateMovesDomain(t *testing.T) {
-	e := newEnv(t, Options{})
+	// steps records the migration's waits and progress reports in order.
+	var mu sync.Mutex
+	var steps []string
+	step := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		steps = append(steps, s)
+	}
+	e := newEnv(t, Options{Sleep: func(ctx context.Context, d time.Duration) error {
+		step("wait " + d.String())
+		return sleepCtx(ctx, d)
+	}})
 	e.running("h1", uuidA, "a", 2, 0)
 	dest := domainXML(uuidA, "a", 6, 1)
-	const latency = 600 * time.Millisecond
-	if err := e.d.SetLatency(e.ctx, "h1", OpMigrate, latency); err != nil {
+	if err := e.d.SetLatency(e.ctx, "h1", OpMigrate, 600*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.d.PrepareMigration(e.ctx, "h2", uuidA, dest); err != nil {
 		t.Fatalf("PrepareMigration: %v", err)
 	}
 	var log progressLog
-	begin := time.Now()
-	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), log.add); err != nil {
+	mu.Lock()
+	steps = nil
+	mu.Unlock()
+	report := func(p hypervisor.Progress) {
+		log.add(p)
+		step(fmt.Sprintf("progress %d%% %s", p.Percent, p.Phase))
+	}
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), report); err != nil {
 		t.Fatalf("Migrate(h1 -> h2): %v", err)
 	}
-	if took := time.Since(begin); took < latency {
-		t.Errorf("Migrate with a %s latency took %s, want at least that", latency, took)
+	// The copy lasts the whole latency, in minSteps waits that each end
+	// with a report, and the migration completes after the last of them.
+	wantSteps := []string{
+		"wait 60ms", "progress 10% copying", "wait 60ms", "progress 20% copying",
+		"wait 60ms", "progress 30% copying", "wait 60ms", "progress 40% copying",
+		"wait 60ms", "progress 50% copying", "wait 60ms", "progress 60% copying",
+		"wait 60ms", "progress 70% copying", "wait 60ms", "progress 80% copying",
+		"wait 60ms", "progress 90% copying", "wait 60ms", "progress 99% copying",
+		"progress 100% completed",
+	}
+	mu.Lock()
+	got := append([]string(nil), steps...)
+	mu.Unlock()
+	if diff := cmp.Diff(wantSteps, got); diff != "" {
+		t.Errorf("Migrate with a 600ms latency: waits and reports mismatch (-want +got):\n%s", diff)
 	}
 	checkRising(t, "Migrate", log.all(), minSteps+1)
 	want := map[string]where{"h2": {hypervisor.StateRunning, dest}}
@@ -224,7 +254,7 @@ func TestMigrateRejects(t *testing.T) {
 		// migration whose answer was lost.
 		{"missing domain", "h2", "h1", uuidA, domainXML(uuidA, "a", 3, 0), hypervisor.ErrNotFound, "not on h2"},
 		{"uuid mismatch", "h1", "h2", uuidA, domainXML(uuidB, "a", 6, 1), hypervisor.ErrRejected, "names domain " + uuidB},
-		{"pins outside destination", "h1", "h2", uuidA, domainXML(uuidA, "a", 9, 1), hypervisor.ErrRejected, "cpus 9 are not on the host"},
+		{"pins outside destination", "h1", "h2", uuidA, domainXML(uuidA, "a", 9, 1), hypervisor.ErrRejected, "names cpus 9 the host does not have"},
 		{"same host", "h1", "h1", uuidA, dest, hypervisor.ErrRejected, "same host"},
 		{"bad xml", "h1", "h2", uuidA, "<domain>", hypervisor.ErrRejected, "destination domain xml"},
 	}

@@ -278,16 +278,12 @@ func TestLatencyResolution(t *testing.T) {
 				}
 			}
 			rec.drain()
-			begin := time.Now()
 			if err := e.d.Start(e.ctx, "h1", uuidA); err != nil {
 				t.Fatal(err)
 			}
-			took := time.Since(begin)
+			// Start waits the resolved latency once, through Options.Sleep.
 			if diff := cmp.Diff([]time.Duration{tt.want}, rec.drain()); diff != "" {
 				t.Errorf("Start with %s: waits mismatch (-want +got):\n%s", tt.name, diff)
-			}
-			if took < tt.want {
-				t.Errorf("Start with %s took %s, want at least %s", tt.name, took, tt.want)
 			}
 		})
 	}

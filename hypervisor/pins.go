@@ -1,0 +1,60 @@
+package hypervisor
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// PinsFit checks that every host CPU and NUMA node a domain's pins name is
+// one the host has: the CPUs of <vcpu cpuset>, <vcpupin>, <emulatorpin>
+// and <iothreadpin> must be among cpus, the host's online CPUs, and the
+// node sets of <numatune> among nodes, its NUMA node ids. A real host
+// finds these out only when QEMU starts on it, so drivers check them
+// before a start or a migration. The error wraps ErrRejected and names the
+// first element that does not fit (in the order above; vCPUs, threads and
+// guest cells in ascending order), what it names that the host lacks, and
+// what the host has.
+func PinsFit(p *xmlpatch.Pins, cpus, nodes numa.CPUSet) error {
+	within := func(have numa.CPUSet, kind, items, list string) func(what string, set numa.CPUSet) error {
+		return func(what string, set numa.CPUSet) error {
+			if set.IsSubsetOf(have) {
+				return nil
+			}
+			return fmt.Errorf("%s %s %q names %s %s the host does not have; its %s %s: %w",
+				what, kind, set, items, set.Difference(have), list, have, ErrRejected)
+		}
+	}
+	checkCPUs := within(cpus, "cpuset", "cpus", "online cpus are")
+	checkNodes := within(nodes, "nodeset", "NUMA nodes", "nodes are")
+	if err := checkCPUs("<vcpu>", p.DefaultCPUs); err != nil {
+		return err
+	}
+	for _, v := range slices.Sorted(maps.Keys(p.VCPUPins)) {
+		if err := checkCPUs(fmt.Sprintf("<vcpupin vcpu='%d'>", v), p.VCPUPins[v]); err != nil {
+			return err
+		}
+	}
+	if err := checkCPUs("<emulatorpin>", p.EmulatorPins); err != nil {
+		return err
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.IOThreadPins)) {
+		if err := checkCPUs(fmt.Sprintf("<iothreadpin iothread='%d'>", id), p.IOThreadPins[id]); err != nil {
+			return err
+		}
+	}
+	if p.Memory != nil {
+		if err := checkNodes("<numatune><memory>", p.Memory.Nodeset); err != nil {
+			return err
+		}
+	}
+	for _, cell := range slices.Sorted(maps.Keys(p.MemNodes)) {
+		if err := checkNodes(fmt.Sprintf("<memnode cellid='%d'>", cell), p.MemNodes[cell].Nodeset); err != nil {
+			return err
+		}
+	}
+	return nil
+}
