@@ -12,7 +12,6 @@ type Resource string
 
 // Resources a NoFitError can name.
 const (
-	ResourceCells   Resource = "cells"   // too few host cells
 	ResourcePCPUs   Resource = "pcpus"   // pinnable CPUs
 	ResourceCPUs    Resource = "cpus"    // shared CPUs
 	ResourceMemory  Resource = "memory"  // MiB
