@@ -56,6 +56,18 @@ type Config struct {
 	Operations
 }
 
+// The values of Config.Driver; DriverSim is its default (TestDriverDefault
+// holds the tag to it).
+const (
+	DriverSim     = "sim"
+	DriverLibvirt = "libvirt"
+)
+
+// errDriver is the error for a Config.Driver that names no driver.
+func errDriver(driver string) error {
+	return fmt.Errorf("config: %s_DRIVER %q: allowed are %s or %s", Prefix, driver, DriverSim, DriverLibvirt)
+}
+
 // Steps configures how the workflows' hypervisor steps behave.
 type Steps struct {
 	// ShutdownTimeout is how long a shelve-offload waits for the guest to
@@ -111,8 +123,8 @@ func Load() (*Config, error) {
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if c.Driver != "sim" && c.Driver != "libvirt" {
-		return nil, fmt.Errorf("config: %s_DRIVER %q: allowed are sim or libvirt", Prefix, c.Driver)
+	if c.Driver != DriverSim && c.Driver != DriverLibvirt {
+		return nil, errDriver(c.Driver)
 	}
 	if c.ShutdownTimeout < 0 || c.FenceLease <= 0 || c.WorkerStopTimeout < 0 || c.MinGrace < 0 {
 		return nil, fmt.Errorf("config: %s_SHUTDOWN_TIMEOUT %s, %s_FENCE_LEASE %s, %s_WORKER_STOP_TIMEOUT %s, %s_RECONCILE_MIN_GRACE %s: the lease must be positive, the others 0 or more",
@@ -139,7 +151,7 @@ func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*c
 	if logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(logger)
 	}
-	if c.Temporal.TLS || c.APIKey != "" || c.Temporal.TLSCert != "" || c.Temporal.TLSCA != "" {
+	if c.Temporal.TLS || c.APIKey != "" || c.Temporal.TLSCA != "" || c.Temporal.TLSCert != "" || c.Temporal.TLSKey != "" {
 		t, err := c.tlsConfig()
 		if err != nil {
 			return nil, fmt.Errorf("temporal %s: %w", c.Address, err)
@@ -158,6 +170,9 @@ func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*c
 	return cl, nil
 }
 
+// tlsConfig reads the TLS files of the Temporal connection with the checks
+// ledger.Config applies to Redis's: a CA file must hold a PEM certificate,
+// and a client certificate and its key come together.
 func (c *Config) tlsConfig() (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Temporal.TLSServerName}
 	if c.Temporal.TLSCA != "" {
@@ -171,7 +186,10 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 		}
 		t.RootCAs = pool
 	}
-	if c.Temporal.TLSCert != "" || c.Temporal.TLSKey != "" {
+	if (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == "") {
+		return nil, fmt.Errorf("%s_TEMPORAL_TLS_CERT and %s_TEMPORAL_TLS_KEY must be set together", Prefix, Prefix)
+	}
+	if c.Temporal.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(c.Temporal.TLSCert, c.Temporal.TLSKey)
 		if err != nil {
 			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CERT/KEY: %w", Prefix, err)
@@ -190,12 +208,12 @@ func (c *Config) Redis(ctx context.Context) (*ledger.Ledger, redis.UniversalClie
 // its state in rdb.
 func (c *Config) NewDriver(rdb redis.UniversalClient) (hypervisor.Driver, error) {
 	switch c.Driver {
-	case "sim":
+	case DriverSim:
 		return c.Simulator(rdb)
-	case "libvirt":
+	case DriverLibvirt:
 		return c.Libvirt(rdb)
 	}
-	return nil, fmt.Errorf("config: %s_DRIVER %q: allowed are sim or libvirt", Prefix, c.Driver)
+	return nil, errDriver(c.Driver)
 }
 
 // Libvirt returns the libvirt driver; hosts not named in

@@ -169,6 +169,43 @@ func TestTemporalTLS(t *testing.T) {
 	}
 }
 
+// TestTemporalTLSFiles: the Temporal TLS files get the checks the Redis
+// ones get. A client certificate without its key, or a key without its
+// certificate, is refused before any connection is tried, even without
+// PINFLOW_TEMPORAL_TLS; a pair and a CA file load.
+func TestTemporalTLSFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca := writeCA(t, dir, "ca")
+	cert, key := ca.issue(t, dir, "client")
+	const addr = "127.0.0.1:1" // nothing is dialled
+	together := []string{"PINFLOW_TEMPORAL_TLS_CERT and PINFLOW_TEMPORAL_TLS_KEY must be set together"}
+	tests := []struct {
+		name string
+		tmp  Temporal
+		why  []string // empty: the files load
+	}{
+		{"certificate without key", Temporal{TLS: true, TLSCert: cert}, together},
+		{"key without certificate", Temporal{TLSKey: key}, together},
+		{"CA file without PEM", Temporal{TLSCA: key}, []string{"PINFLOW_TEMPORAL_TLS_CA " + key, "no PEM certificate"}},
+		{"pair and CA", Temporal{TLSCA: ca.certFile, TLSCert: cert, TLSKey: key}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{Temporal: tt.tmp}
+			c.Address = addr
+			tc, err := c.tlsConfig()
+			if len(tt.why) == 0 {
+				if err != nil || len(tc.Certificates) != 1 || tc.RootCAs == nil {
+					t.Fatalf("tlsConfig(%+v) = %+v, %v; want a client certificate and a CA pool", tt.tmp, tc, err)
+				}
+				return
+			}
+			_, err = c.Dial(context.Background(), nil)
+			checkConnectError(t, "Dial", err, addr, tt.why...)
+		})
+	}
+}
+
 func freeLoopbackPort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -15,7 +15,9 @@ import (
 
 // Options say what kind of guest to write. The zero value writes a small
 // software-emulated (TCG) x86_64 guest with a serial console and no disk,
-// which boots on any host that has QEMU.
+// which boots on any host that has QEMU. Each field's default tag is the
+// Default constant of the same name (TestDefaultTags holds them together):
+// envconfig applies the tag, New the constant to a field left empty.
 type Options struct {
 	// Type is the libvirt domain type: "qemu" (software emulation) or "kvm".
 	Type string `envconfig:"DOMAIN_TYPE" default:"qemu"`
@@ -25,15 +27,22 @@ type Options struct {
 	Machine string `envconfig:"DOMAIN_MACHINE" default:"pc"`
 }
 
+// Defaults of the Options fields.
+const (
+	DefaultType     = "qemu"
+	DefaultEmulator = "/usr/bin/qemu-system-x86_64"
+	DefaultMachine  = "pc"
+)
+
 func (o Options) withDefaults() Options {
 	if o.Type == "" {
-		o.Type = "qemu"
+		o.Type = DefaultType
 	}
 	if o.Emulator == "" {
-		o.Emulator = "/usr/bin/qemu-system-x86_64"
+		o.Emulator = DefaultEmulator
 	}
 	if o.Machine == "" {
-		o.Machine = "pc"
+		o.Machine = DefaultMachine
 	}
 	return o
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -79,7 +80,7 @@ func hostAdd(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if a.cfg.Driver == "sim" {
+		if a.cfg.Driver == config.DriverSim {
 			drv, err := a.cfg.Simulator(a.rdb)
 			if err != nil {
 				return err

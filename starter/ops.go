@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -46,16 +46,6 @@ func addOpFlags(fs *flag.FlagSet) opFlags {
 	}
 }
 
-func newUUID() string {
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
-}
-
 func boot(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
 	name := fs.String("name", "", "guest name")
@@ -83,10 +73,10 @@ func boot(args []string, stdout io.Writer) error {
 				return err
 			}
 		}
-		uuid := newUUID()
-		in := workflows.BootInput{UUID: uuid, Name: *name, Flavor: flavor, Host: *host}
+		id := uuid.NewString()
+		in := workflows.BootInput{UUID: id, Name: *name, Flavor: flavor, Host: *host}
 		summary := fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", *name, *vcpus, *memory)
-		return runOp(a, stdout, of, uuid, workflows.OpBoot, workflows.Boot, in, summary, "", *host)
+		return runOp(a, stdout, of, id, workflows.OpBoot, workflows.Boot, in, summary, "", *host)
 	})
 }
 

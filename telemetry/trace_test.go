@@ -51,7 +51,7 @@ func TestMigrationTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := config.Config{Temporal: config.Temporal{Address: ts.Address, Namespace: ts.Namespace, TaskQueue: "trace-test"}, Driver: "sim"}
+	cfg := config.Config{Temporal: config.Temporal{Address: ts.Address, Namespace: ts.Namespace, TaskQueue: "trace-test"}, Driver: config.DriverSim}
 	cfg.RedisConfig = config.RedisConfig{URL: rs.URL(), KeyPrefix: "pinflow", DialTimeout: 5 * time.Second}
 	led, rdb, err := cfg.Redis(ctx)
 	if err != nil {
