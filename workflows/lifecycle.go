@@ -28,29 +28,29 @@ type BootResult struct {
 // there and commits. A failure releases the claim and leaves the record in
 // vm_state error with no host, for a delete to remove.
 func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
-	r, err := newRun(ctx, OpBoot, in.UUID, 4)
+	s, err := newSaga(ctx, OpBoot, in.UUID, 4)
 	if err != nil {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
 	create := activities.CreateInstanceInput{UUID: in.UUID, Name: in.Name, Flavor: in.Flavor}
-	if r.fenced() {
+	if s.fenced() {
 		// Booting an existing uuid again is refused, not a second copy.
 		create.Creator = firstRunID(ctx)
 	}
-	if err := workflow.ExecuteActivity(r.short(ctx, "create instance "+in.Name), a.CreateInstance, create).Get(ctx, &inst); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "create instance "+in.Name), a.CreateInstance, create).Get(ctx, &inst); err != nil {
+		return nil, s.fail(err)
 	}
-	r.step()
-	r.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(r.short(ctx, "vm state error"), a.SetTaskState,
+	s.step()
+	s.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "vm state error"), a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: activities.VMError}).Get(ctx, nil)
 	})
-	host, placement, err := placeAndSpawn(ctx, r, inst, in.Host, activities.KindBoot)
+	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, activities.KindBoot)
 	if err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
-	r.phase(PhaseCompleted, "")
+	s.phase(PhaseCompleted, "")
 	return &BootResult{UUID: in.UUID, Host: host, Placement: placement}, nil
 }
 
@@ -70,45 +70,45 @@ type DeleteResult struct {
 // data and removes its record. It only goes forwards: every step is idempotent
 // and retried until it succeeds.
 func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
-	r, err := newRun(ctx, OpDelete, in.UUID, 4)
+	s, err := newSaga(ctx, OpDelete, in.UUID, 4)
 	if err != nil {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, s.fail(err)
 	}
-	r.setHosts(inst.Host, "")
-	r.step()
+	s.setHosts(inst.Host, "")
+	s.step()
 	// A delete only goes forwards: a cancel must not leave a guest half
 	// destroyed.
-	ctx = r.commit(ctx)
-	r.phase(PhaseDeleting, "")
-	if err := workflow.ExecuteActivity(r.short(ctx, "task state deleting"), a.SetTaskState,
+	ctx = s.commit(ctx)
+	s.phase(PhaseDeleting, "")
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state deleting"), a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskDeleting}).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
 	if inst.Host != "" {
 		dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
-		if err := workflow.ExecuteActivity(r.driver(ctx, "destroy the domain on "+inst.Host), a.DestroyDomain, dom).Get(ctx, nil); err != nil {
-			return nil, r.fail(err)
+		if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+inst.Host), a.DestroyDomain, dom).Get(ctx, nil); err != nil {
+			return nil, s.fail(err)
 		}
-		r.step()
+		s.step()
 		if inst.ClaimID != "" {
-			if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
+			if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
 				activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
-				return nil, r.fail(err)
+				return nil, s.fail(err)
 			}
 		}
-		r.step()
+		s.step()
 		clear := activities.ClearHostInput{UUID: in.UUID, VMState: activities.VMDeleted}
-		if err := workflow.ExecuteActivity(r.short(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
-			return nil, r.fail(err)
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
+			return nil, s.fail(err)
 		}
 	}
-	if err := workflow.ExecuteActivity(r.short(ctx, "delete the record"), a.DeleteInstance, in.UUID).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "delete the record"), a.DeleteInstance, in.UUID).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
 	}
-	r.phase(PhaseCompleted, "")
+	s.phase(PhaseCompleted, "")
 	return &DeleteResult{UUID: in.UUID, Host: inst.Host}, nil
 }

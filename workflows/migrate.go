@@ -33,64 +33,64 @@ type LiveMigrationResult struct {
 // the hypervisor back and releases the destination claim, leaving the guest
 // untouched on its source.
 func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
-	r, err := newRun(ctx, OpLiveMigration, in.UUID, 6)
+	s, err := newSaga(ctx, OpLiveMigration, in.UUID, 6)
 	if err != nil {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, s.fail(err)
 	}
 	if err := inst.CanLiveMigrate(); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
 	src := inst.Host
-	r.setHosts(src, in.Dest)
-	r.step()
+	s.setHosts(src, in.Dest)
+	s.step()
 
-	r.phase(PhaseScheduling, "choosing the destination")
+	s.phase(PhaseScheduling, "choosing the destination")
 	dst := in.Dest
 	if dst == "" {
 		choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: inst.Flavor, Exclude: []string{src}}
-		if err := workflow.ExecuteActivity(r.short(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
-			return nil, r.fail(err)
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
+			return nil, s.fail(err)
 		}
 	}
 	if dst == src {
-		return nil, r.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; choose another destination", in.UUID, dst)))
+		return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; choose another destination", in.UUID, dst)))
 	}
-	r.setHosts(src, dst)
+	s.setHosts(src, dst)
 
-	r.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(r.short(ctx, "clear task state"), a.SetTaskState,
+	s.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear task state"), a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
-	if err := workflow.ExecuteActivity(r.short(ctx, "task state migrating"), a.SetTaskState,
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state migrating"), a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskMigrating}).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
 
 	destClaim := claimID(ctx, "migration-dest")
-	r.onFailure("release the destination claim", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(r.short(ctx, "release claim on "+dst), a.ReleaseClaim,
+	s.onFailure("release the destination claim", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
 			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
 	})
 	var claim activities.ClaimResult
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindMigrationDest,
 		Owner: owner(ctx), Flavor: inst.Flavor}
-	if err := workflow.ExecuteActivity(r.short(ctx, "claim pinned CPUs on "+dst), a.Claim, claimIn).Get(ctx, &claim); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+dst), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+		return nil, s.fail(err)
 	}
-	r.step()
-	r.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
+	s.step()
+	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
 
-	r.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
+	s.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
 	move := activities.MigrateInput{UUID: in.UUID, Source: src, Dest: dst, DestClaimID: destClaim, DestToken: claim.Token}
-	r.onFailure("roll the hypervisor back", func(ctx workflow.Context) error {
+	s.onFailure("roll the hypervisor back", func(ctx workflow.Context) error {
 		// The rollback looks where the guest runs first: a migration that
 		// completed is finished forwards, never undone.
 		var rb activities.RollbackResult
-		if err := workflow.ExecuteActivity(r.driver(ctx, "roll back the migration"), a.RollbackMigration, move).Get(ctx, &rb); err != nil {
+		if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "roll back the migration"), a.RollbackMigration, move).Get(ctx, &rb); err != nil {
 			return err
 		}
 		if rb.OnDest {
@@ -101,24 +101,24 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	// failed compensates, and says whether the guest turned out to run on
 	// the destination already, so that the operation commits instead.
 	failed := func(cause error) (bool, error) {
-		err := r.fail(cause)
+		err := s.fail(cause)
 		return errors.Is(err, errRolledForward), err
 	}
 	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement}
 	prepared := true
-	if err := workflow.ExecuteActivity(r.attempt(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, &move.DestXML); err != nil {
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, &move.DestXML); err != nil {
 		forward, err := failed(err)
 		if !forward {
 			return nil, err
 		}
 		prepared = false
 	}
-	r.step()
+	s.step()
 
 	if prepared {
-		r.phase(PhaseRunning, "migrating")
+		s.phase(PhaseRunning, "migrating")
 		migrateCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: driverRetry,
+			StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: tries,
 			WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", in.UUID, src, dst),
 		})
 		// A successful migration is authoritative, even when a cancel
@@ -129,17 +129,17 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 			}
 		}
 	}
-	r.step()
+	s.step()
 
 	// The guest now runs on dst: from here the operation only goes forwards.
-	ctx = r.commit(ctx)
-	r.phase(PhaseCommitting, "making the destination claim resident")
+	ctx = s.commit(ctx)
+	s.phase(PhaseCommitting, "making the destination claim resident")
 	commit := activities.CommitMigrationInput{UUID: in.UUID, Source: src, Dest: dst, SourceClaimID: inst.ClaimID,
 		DestClaimID: destClaim, Placement: claim.Placement, DestXML: move.DestXML}
-	if err := workflow.ExecuteActivity(r.short(ctx, "commit the migration"), a.CommitMigration, commit).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the migration"), a.CommitMigration, commit).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
 	}
-	r.step()
-	r.phase(PhaseCompleted, "")
+	s.step()
+	s.phase(PhaseCompleted, "")
 	return &LiveMigrationResult{UUID: in.UUID, Source: src, Dest: dst, Placement: &claim.Placement}, nil
 }

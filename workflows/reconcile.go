@@ -69,20 +69,20 @@ const (
 // reports drift without repairing it. A host whose audit fails is
 // reported and the rest go on.
 func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error) {
-	r, err := newRun(ctx, OpReconcile, "", 0)
+	s, err := newSaga(ctx, OpReconcile, "", 0)
 	if err != nil {
 		return nil, err
 	}
 	start := workflow.Now(ctx)
 	hosts := in.Hosts
 	if len(hosts) == 0 {
-		if err := workflow.ExecuteActivity(r.short(ctx, "list the registered hosts"), a.ListHosts).Get(ctx, &hosts); err != nil {
-			return nil, r.fail(err)
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "list the registered hosts"), a.ListHosts).Get(ctx, &hosts); err != nil {
+			return nil, s.fail(err)
 		}
 	}
-	r.steps = len(hosts)
+	s.steps = len(hosts)
 	res := &ReconcileResult{DryRun: in.DryRun, Hosts: make([]activities.HostAudit, len(hosts))}
-	r.auditPhase(PhaseAuditing, res, 0)
+	s.auditPhase(PhaseAuditing, res, 0)
 
 	limit := in.Concurrency
 	if limit <= 0 {
@@ -107,8 +107,8 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 			res.Hosts[i] = h
 			res.Total.Add(h.Tally)
 			done++
-			r.step()
-			r.auditPhase(PhaseAuditing, res, done)
+			s.step()
+			s.auditPhase(PhaseAuditing, res, done)
 		})
 	}
 	next := 0
@@ -125,18 +125,18 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 	res.Duration = workflow.Now(ctx).Sub(start)
 	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
 		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
-	r.auditPhase(PhaseCompleted, res, done)
+	s.auditPhase(PhaseCompleted, res, done)
 	return res, nil
 }
 
 // auditPhase records the phase with the counts so far in the status query
 // and, as the report the CLI prints, in the Web UI's current details.
-func (r *run) auditPhase(p Phase, res *ReconcileResult, done int) {
+func (s *saga) auditPhase(p Phase, res *ReconcileResult, done int) {
 	t := res.Total
-	r.phase(p, fmt.Sprintf("audited %d/%d hosts: %d claims, kept %d, freed %d, drift %d, errors %d",
+	s.phase(p, fmt.Sprintf("audited %d/%d hosts: %d claims, kept %d, freed %d, drift %d, errors %d",
 		done, len(res.Hosts), t.Claims, t.Kept.Total(), t.Freed.Total(), t.Drift.Total(), t.Errors))
 	if p == PhaseCompleted {
-		workflow.SetCurrentDetails(r.ctx, "```\n"+ReconcileReport(res)+"```\n")
+		workflow.SetCurrentDetails(s.ctx, "```\n"+ReconcileReport(res)+"```\n")
 	}
 }
 

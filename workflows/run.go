@@ -38,9 +38,9 @@ const (
 	heartbeatTimeout = 5 * time.Second
 )
 
-// retry is for steps that must eventually succeed: ledger and record
+// untilDone is for steps that must eventually succeed: ledger and record
 // changes, compensations, and everything past a commit point.
-var retry = &temporal.RetryPolicy{
+var untilDone = &temporal.RetryPolicy{
 	InitialInterval:    500 * time.Millisecond,
 	BackoffCoefficient: 2,
 	MaximumInterval:    30 * time.Second,
@@ -55,7 +55,7 @@ var retry = &temporal.RetryPolicy{
 // rolls back instead of holding its claims forever.
 const driverAttempts = 3
 
-var driverRetry = &temporal.RetryPolicy{
+var tries = &temporal.RetryPolicy{
 	InitialInterval:        time.Second,
 	BackoffCoefficient:     2,
 	MaximumInterval:        30 * time.Second,
@@ -63,12 +63,12 @@ var driverRetry = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: activities.NonRetryableErrorTypes,
 }
 
-// run carries one operation's status and the bookkeeping every workflow
-// here shares: phases shown in the UI and the status query, activity
-// options, and the compensation stack.
-type run struct {
+// saga carries one operation's status and the bookkeeping every workflow
+// here shares: phases shown in the UI and the status query, the kinds of
+// step (activity options), and the compensation stack.
+type saga struct {
 	ctx workflow.Context
-	// version is the run's fencingChange version (see newRun).
+	// version is the run's fencingChange version (see newSaga).
 	version workflow.Version
 	status  Status
 	steps   int // total steps, for Progress
@@ -81,10 +81,10 @@ type compensation struct {
 	do      func(ctx workflow.Context) error
 }
 
-func newRun(ctx workflow.Context, op Operation, uuid string, steps int) (*run, error) {
-	r := &run{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
-	r.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
-	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return r.status, nil }); err != nil {
+func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
+	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
+	s.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
+	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
 	attrs := []temporal.SearchAttributeUpdate{AttrOperation.ValueSet(string(op)), AttrPhase.ValueSet(string(PhaseStarted))}
@@ -94,85 +94,87 @@ func newRun(ctx workflow.Context, op Operation, uuid string, steps int) (*run, e
 	if err := workflow.UpsertTypedSearchAttributes(ctx, attrs...); err != nil {
 		return nil, err
 	}
-	return r, nil
+	return s, nil
 }
 
 // phase records a new phase in the status, the search attributes and the
 // UI's current details.
-func (r *run) phase(p Phase, detail string) {
-	r.status.Phase, r.status.Detail = p, detail
+func (s *saga) phase(p Phase, detail string) {
+	s.status.Phase, s.status.Detail = p, detail
 	if p == PhaseCompleted {
-		r.status.Progress = 100
+		s.status.Progress = 100
 	}
 	// Upserting can only fail on a bad key, which the constants rule out.
-	_ = workflow.UpsertTypedSearchAttributes(r.ctx, AttrPhase.ValueSet(string(p)))
-	workflow.SetCurrentDetails(r.ctx, r.details())
+	_ = workflow.UpsertTypedSearchAttributes(s.ctx, AttrPhase.ValueSet(string(p)))
+	workflow.SetCurrentDetails(s.ctx, s.details())
 }
 
-func (r *run) setHosts(src, dst string) {
+func (s *saga) setHosts(src, dst string) {
 	var attrs []temporal.SearchAttributeUpdate
-	if src != "" && src != r.status.Source {
-		r.status.Source = src
+	if src != "" && src != s.status.Source {
+		s.status.Source = src
 		attrs = append(attrs, AttrSourceHost.ValueSet(src))
 	}
-	if dst != "" && dst != r.status.Dest {
-		r.status.Dest = dst
+	if dst != "" && dst != s.status.Dest {
+		s.status.Dest = dst
 		attrs = append(attrs, AttrDestHost.ValueSet(dst))
 	}
 	if len(attrs) > 0 {
-		_ = workflow.UpsertTypedSearchAttributes(r.ctx, attrs...)
+		_ = workflow.UpsertTypedSearchAttributes(s.ctx, attrs...)
 	}
 }
 
 // details renders the status as the markdown the Web UI shows.
-func (r *run) details() string {
-	s := fmt.Sprintf("**%s**: phase **%s** (%d%%)", r.status.Operation, r.status.Phase, r.status.Progress)
-	if r.status.Instance != "" {
-		s = fmt.Sprintf("**%s** of `%s`: phase **%s** (%d%%)", r.status.Operation, r.status.Instance, r.status.Phase, r.status.Progress)
+func (s *saga) details() string {
+	st := s.status
+	md := fmt.Sprintf("**%s**: phase **%s** (%d%%)", st.Operation, st.Phase, st.Progress)
+	if st.Instance != "" {
+		md = fmt.Sprintf("**%s** of `%s`: phase **%s** (%d%%)", st.Operation, st.Instance, st.Phase, st.Progress)
 	}
-	if r.status.Source != "" || r.status.Dest != "" {
-		s += fmt.Sprintf("\n\nsource `%s` → destination `%s`", r.status.Source, r.status.Dest)
+	if st.Source != "" || st.Dest != "" {
+		md += fmt.Sprintf("\n\nsource `%s` → destination `%s`", st.Source, st.Dest)
 	}
-	if r.status.Detail != "" {
-		s += "\n\n" + r.status.Detail
+	if st.Detail != "" {
+		md += "\n\n" + st.Detail
 	}
-	if r.status.Error != "" {
-		s += "\n\nerror: " + r.status.Error
+	if st.Error != "" {
+		md += "\n\nerror: " + st.Error
 	}
-	return s
+	return md
 }
 
 // step counts a finished step towards Progress.
-func (r *run) step() {
-	r.done++
-	if r.steps > 0 {
-		r.status.Progress = min(99, r.done*100/r.steps)
+func (s *saga) step() {
+	s.done++
+	if s.steps > 0 {
+		s.status.Progress = min(99, s.done*100/s.steps)
 	}
 }
 
-// short returns a context for a ledger or record activity.
-func (r *run) short(ctx workflow.Context, summary string) workflow.Context {
+// ledgerStep returns a context for a ledger or record step: short, and
+// retried until it succeeds.
+func (s *saga) ledgerStep(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ledgerTimeout, RetryPolicy: retry, Summary: summary,
+		StartToCloseTimeout: ledgerTimeout, RetryPolicy: untilDone, Summary: summary,
 	})
 }
 
-// driver returns a context for a hypervisor activity that is retried
+// hypervisorStep returns a context for a hypervisor step that is retried
 // until it succeeds (a compensation, or a step past the commit point).
-func (r *run) driver(ctx workflow.Context, summary string) workflow.Context {
+func (s *saga) hypervisorStep(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: driverTimeout, RetryPolicy: retry, Summary: summary,
+		StartToCloseTimeout: driverTimeout, RetryPolicy: untilDone, Summary: summary,
 	})
 }
 
-// attempt returns a context for a hypervisor step that may fail the
+// hypervisorTry returns a context for a hypervisor step that may fail the
 // operation: it is tried driverAttempts times. It heartbeats, so a cancel
 // reaches it, and the workflow waits for it to end before compensating:
 // compensations that ran while the step still acted would undo a step
 // that then takes effect.
-func (r *run) attempt(ctx workflow.Context, summary string) workflow.Context {
-	opts := workflow.ActivityOptions{StartToCloseTimeout: driverTimeout, RetryPolicy: driverRetry, Summary: summary}
-	if r.fenced() {
+func (s *saga) hypervisorTry(ctx workflow.Context, summary string) workflow.Context {
+	opts := workflow.ActivityOptions{StartToCloseTimeout: driverTimeout, RetryPolicy: tries, Summary: summary}
+	if s.fenced() {
 		opts.HeartbeatTimeout, opts.WaitForCancellation = heartbeatTimeout, true
 	}
 	return workflow.WithActivityOptions(ctx, opts)
@@ -181,20 +183,20 @@ func (r *run) attempt(ctx workflow.Context, summary string) workflow.Context {
 // fenced says whether the run has the fencing change: waited-for
 // hypervisor steps, fences, a forward-only end and compensations that
 // stop at the first that fails. Runs started before it replay as they ran.
-func (r *run) fenced() bool { return r.version >= fencingVersion }
+func (s *saga) fenced() bool { return s.version >= fencingVersion }
 
 // onFailure registers a compensation before the step it undoes runs: the
 // step may have taken effect even when it reports an error.
-func (r *run) onFailure(summary string, do func(ctx workflow.Context) error) {
-	r.undo = append(r.undo, compensation{summary: summary, do: do})
+func (s *saga) onFailure(summary string, do func(ctx workflow.Context) error) {
+	s.undo = append(s.undo, compensation{summary: summary, do: do})
 }
 
 // commit drops the compensations and returns the context for the rest of
 // the operation: past this point it only goes forwards, so the rest runs
 // in a disconnected context that a cancel cannot stop.
-func (r *run) commit(ctx workflow.Context) workflow.Context {
-	r.undo = nil
-	if !r.fenced() {
+func (s *saga) commit(ctx workflow.Context) workflow.Context {
+	s.undo = nil
+	if !s.fenced() {
 		return ctx
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
@@ -210,35 +212,35 @@ var errRolledForward = errors.New("the step had completed; finishing forwards")
 // fail runs the compensations in reverse order in a disconnected context
 // (so a cancelled workflow still compensates), records the error phase and
 // returns cause, joined with any compensation error.
-func (r *run) fail(cause error) error {
-	if len(r.undo) > 0 {
-		r.phase(PhaseRollingBack, "undoing: "+cause.Error())
+func (s *saga) fail(cause error) error {
+	if len(s.undo) > 0 {
+		s.phase(PhaseRollingBack, "undoing: "+cause.Error())
 	}
-	ctx, _ := workflow.NewDisconnectedContext(r.ctx)
+	ctx, _ := workflow.NewDisconnectedContext(s.ctx)
 	var errs []error
-	for i := len(r.undo) - 1; i >= 0; i-- {
-		c := r.undo[i]
+	for i := len(s.undo) - 1; i >= 0; i-- {
+		c := s.undo[i]
 		err := c.do(ctx)
 		// Decided by the recorded result of the compensation, so runs of
 		// any version replay it as they ran.
 		if errors.Is(err, errRolledForward) {
-			r.undo = nil
+			s.undo = nil
 			return errRolledForward
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("compensation %q: %w", c.summary, err))
-			if r.fenced() {
+			if s.fenced() {
 				// What the failed compensation did not undo may still
 				// need what the earlier steps hold (a guest not rolled
 				// back still runs on the destination claim): keep them.
-				errs = append(errs, fmt.Errorf("kept for an operator: %s", r.remaining(i)))
+				errs = append(errs, fmt.Errorf("kept for an operator: %s", s.remaining(i)))
 				break
 			}
 		}
 	}
-	r.undo = nil
-	r.status.Error = cause.Error()
-	r.phase(PhaseError, "")
+	s.undo = nil
+	s.status.Error = cause.Error()
+	s.phase(PhaseError, "")
 	if len(errs) > 0 {
 		return errors.Join(append([]error{cause}, errs...)...)
 	}
@@ -247,10 +249,10 @@ func (r *run) fail(cause error) error {
 
 // remaining names the compensations below index i, which a failed
 // compensation left undone.
-func (r *run) remaining(i int) string {
+func (s *saga) remaining(i int) string {
 	var names []string
 	for j := i - 1; j >= 0; j-- {
-		names = append(names, r.undo[j].summary)
+		names = append(names, s.undo[j].summary)
 	}
 	if len(names) == 0 {
 		return "nothing"

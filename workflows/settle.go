@@ -22,23 +22,23 @@ type SettleResult = activities.SettleResult
 // record named is released. The audit starts it, under the instance's
 // workflow id, so it never runs beside another operation on the guest.
 func Settle(ctx workflow.Context, in activities.SettleInput) (*SettleResult, error) {
-	r, err := newRun(ctx, OpSettle, in.UUID, 1)
+	s, err := newSaga(ctx, OpSettle, in.UUID, 1)
 	if err != nil {
 		return nil, err
 	}
-	r.setHosts("", in.Host)
-	r.phase(PhaseCommitting, fmt.Sprintf("making claim %s on %s resident", in.ClaimID, in.Host))
-	ctx = r.commit(ctx)
+	s.setHosts("", in.Host)
+	s.phase(PhaseCommitting, fmt.Sprintf("making claim %s on %s resident", in.ClaimID, in.Host))
+	ctx = s.commit(ctx)
 	var res SettleResult
-	if err := workflow.ExecuteActivity(r.short(ctx, "settle claim "+in.ClaimID), a.SettleClaim, in).Get(ctx, &res); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "settle claim "+in.ClaimID), a.SettleClaim, in).Get(ctx, &res); err != nil {
+		return nil, s.fail(err)
 	}
-	r.step()
+	s.step()
 	detail := "settled"
 	if !res.Settled {
 		detail = "left as it is: " + res.Reason
 	}
-	r.phase(PhaseCompleted, detail)
+	s.phase(PhaseCompleted, detail)
 	return &res, nil
 }
 

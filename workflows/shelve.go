@@ -23,57 +23,57 @@ type ShelveOffloadResult struct {
 // and only then clears the guest's host, node and NUMA data, leaving it
 // shelved_offloaded with its domain XML kept for unshelving.
 func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadResult, error) {
-	r, err := newRun(ctx, OpShelveOffload, in.UUID, 4)
+	s, err := newSaga(ctx, OpShelveOffload, in.UUID, 4)
 	if err != nil {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, s.fail(err)
 	}
 	if err := inst.CanShelve(); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
-	r.setHosts(inst.Host, "")
-	r.step()
+	s.setHosts(inst.Host, "")
+	s.step()
 
-	r.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(r.short(ctx, "clear task state"), a.SetTaskState,
+	s.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear task state"), a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
-	if err := workflow.ExecuteActivity(r.short(ctx, "task state shelving"), a.SetTaskState,
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state shelving"), a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskShelvingOffloading}).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
 
-	r.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
+	s.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
 	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
-	if r.fenced() {
+	if s.fenced() {
 		// An offload that did not finish leaves the guest running on its
 		// resident claim, as before.
-		r.onFailure("run the guest again", func(ctx workflow.Context) error {
-			return workflow.ExecuteActivity(r.driver(ctx, "run the guest on "+inst.Host+" again"), a.RestoreDomain, dom).Get(ctx, nil)
+		s.onFailure("run the guest again", func(ctx workflow.Context) error {
+			return workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+inst.Host+" again"), a.RestoreDomain, dom).Get(ctx, nil)
 		})
 	}
-	if err := workflow.ExecuteActivity(r.attempt(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
 	}
-	r.step()
+	s.step()
 
 	// The guest is off its host: finish forwards.
-	ctx = r.commit(ctx)
-	r.phase(PhaseReleasing, "releasing the claim on "+inst.Host)
-	if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
+	ctx = s.commit(ctx)
+	s.phase(PhaseReleasing, "releasing the claim on "+inst.Host)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
 		activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
-	r.step()
+	s.step()
 	clear := activities.ClearHostInput{UUID: in.UUID, VMState: activities.VMShelvedOffloaded}
-	if err := workflow.ExecuteActivity(r.short(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
 	}
-	r.step()
-	r.phase(PhaseCompleted, "")
+	s.step()
+	s.phase(PhaseCompleted, "")
 	return &ShelveOffloadResult{UUID: in.UUID, Host: inst.Host}, nil
 }
 
@@ -97,33 +97,33 @@ type UnshelveResult struct {
 // host and NUMA data, so it stays shelved_offloaded and a later delete
 // succeeds.
 func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
-	r, err := newRun(ctx, OpUnshelve, in.UUID, 5)
+	s, err := newSaga(ctx, OpUnshelve, in.UUID, 5)
 	if err != nil {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(r.short(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, r.fail(err)
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, s.fail(err)
 	}
 	if err := inst.CanUnshelve(); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
-	r.step()
+	s.step()
 
-	r.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(r.short(ctx, "clear task state"), a.SetTaskState,
+	s.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear task state"), a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
-	if err := workflow.ExecuteActivity(r.short(ctx, "task state unshelving"), a.SetTaskState,
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state unshelving"), a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskUnshelving}).Get(ctx, nil); err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
 
-	host, placement, err := placeAndSpawn(ctx, r, inst, in.Host, activities.KindUnshelve)
+	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, activities.KindUnshelve)
 	if err != nil {
-		return nil, r.fail(err)
+		return nil, s.fail(err)
 	}
-	r.phase(PhaseCompleted, "")
+	s.phase(PhaseCompleted, "")
 	return &UnshelveResult{UUID: in.UUID, Host: host, Placement: placement}, nil
 }
 
@@ -131,53 +131,53 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 // unless one is given, claim on it, spawn the guest there and make the
 // claim resident. It registers the compensations of each step: destroy the
 // domain, release the claim and clear whatever host data the record holds.
-func placeAndSpawn(ctx workflow.Context, r *run, inst activities.InstanceInfo, host string, kind activities.ClaimKind) (string, *numa.Placement, error) {
-	r.phase(PhaseScheduling, "choosing a host")
+func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, host string, kind activities.ClaimKind) (string, *numa.Placement, error) {
+	s.phase(PhaseScheduling, "choosing a host")
 	if host == "" {
 		choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor}
-		if err := workflow.ExecuteActivity(r.short(ctx, "choose a host"), a.ChooseHost, choose).Get(ctx, &host); err != nil {
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a host"), a.ChooseHost, choose).Get(ctx, &host); err != nil {
 			return "", nil, err
 		}
 	}
-	r.setHosts("", host)
+	s.setHosts("", host)
 
 	id := claimID(ctx, string(kind))
-	r.onFailure("release the claim and clear host data", func(ctx workflow.Context) error {
-		if err := workflow.ExecuteActivity(r.short(ctx, "release claim on "+host), a.ReleaseClaim,
+	s.onFailure("release the claim and clear host data", func(ctx workflow.Context) error {
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+host), a.ReleaseClaim,
 			activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil); err != nil {
 			return err
 		}
 		clear := activities.ClearHostInput{UUID: inst.UUID, VMState: inst.VMState, OnlyClaimID: id}
-		return workflow.ExecuteActivity(r.short(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil)
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil)
 	})
 	var claim activities.ClaimResult
 	claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: kind, Owner: owner(ctx), Flavor: inst.Flavor}
-	if err := workflow.ExecuteActivity(r.short(ctx, "claim pinned CPUs on "+host), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+host), a.Claim, claimIn).Get(ctx, &claim); err != nil {
 		return "", nil, err
 	}
-	r.step()
-	r.phase(PhaseAccepted, "CPUs claimed: "+claim.Placement.String())
+	s.step()
+	s.phase(PhaseAccepted, "CPUs claimed: "+claim.Placement.String())
 
-	r.phase(PhaseSpawning, "spawning on "+host)
+	s.phase(PhaseSpawning, "spawning on "+host)
 	dom := activities.DomainInput{UUID: inst.UUID, Host: host}
-	r.onFailure("destroy the domain", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(r.driver(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
+	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
 	})
 	var xml string
 	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token}
-	if err := workflow.ExecuteActivity(r.attempt(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, &xml); err != nil {
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, &xml); err != nil {
 		return "", nil, err
 	}
-	r.step()
+	s.step()
 
 	// A spawn that succeeded is authoritative, even when a cancel arrived
 	// while it ran: the guest runs on the claim.
-	ctx = r.commit(ctx)
-	r.phase(PhaseCommitting, "making the claim resident")
+	ctx = s.commit(ctx)
+	s.phase(PhaseCommitting, "making the claim resident")
 	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id, Placement: claim.Placement, DomainXML: xml}
-	if err := workflow.ExecuteActivity(r.short(ctx, "commit the claim"), a.Attach, attach).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the claim"), a.Attach, attach).Get(ctx, nil); err != nil {
 		return "", nil, err
 	}
-	r.step()
+	s.step()
 	return host, &claim.Placement, nil
 }

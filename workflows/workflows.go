@@ -69,7 +69,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -79,26 +78,10 @@ import (
 	"github.com/pinflow/pinflow/activities"
 )
 
-// DefaultTaskQueue is the task queue the worker polls and the CLI starts
-// workflows on unless configured otherwise.
-const DefaultTaskQueue = "pinflow"
-
-// instancePrefix starts the id of every per-guest workflow; the ledger
-// audit asks Temporal about guests under the same ids.
-const instancePrefix = activities.InstanceWorkflowPrefix
-
 // InstanceWorkflowID is the one workflow id every operation on the guest
-// uuid runs under.
-func InstanceWorkflowID(uuid string) string { return instancePrefix + uuid }
-
-// InstanceFromWorkflowID returns the guest uuid of a per-guest workflow id,
-// or "" for any other id.
-func InstanceFromWorkflowID(id string) string {
-	if !strings.HasPrefix(id, instancePrefix) {
-		return ""
-	}
-	return strings.TrimPrefix(id, instancePrefix)
-}
+// uuid runs under. It is defined beside the audit, which asks Temporal
+// about guests under the same ids.
+func InstanceWorkflowID(uuid string) string { return activities.InstanceWorkflowID(uuid) }
 
 // Typed search attributes that make each run findable in the Web UI and
 // through visibility queries. They are for people and dashboards: nothing
