@@ -26,10 +26,10 @@ const (
 	VMError            = ledger.VMError
 	VMDeleted          = ledger.VMDeleted
 
-	TaskMigrating          = ledger.TaskMigrating
-	TaskShelvingOffloading = ledger.TaskShelving
-	TaskUnshelving         = ledger.TaskUnshelving
-	TaskDeleting           = ledger.TaskDeleting
+	TaskMigrating  = ledger.TaskMigrating
+	TaskShelving   = ledger.TaskShelving
+	TaskUnshelving = ledger.TaskUnshelving
+	TaskDeleting   = ledger.TaskDeleting
 
 	KindMigrationDest = ledger.KindMigrationDest
 	KindUnshelve      = ledger.KindUnshelve

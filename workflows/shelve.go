@@ -42,7 +42,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state shelving"), a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskShelvingOffloading}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskShelving}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 

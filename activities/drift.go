@@ -1,0 +1,124 @@
+package activities
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+func claimCPUs(c *ledger.Claim) numa.CPUSet {
+	var s numa.CPUSet
+	for _, u := range c.Usage {
+		s = s.Union(u.PinnedCPUs)
+	}
+	return s
+}
+
+// drift compares the host's domains and their pins with the snapshot's
+// claims (less those just freed).
+func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervisor.Domain, freed map[string]bool) {
+	var pinnable numa.CPUSet
+	for _, c := range snap.Topology.Cells {
+		pinnable = pinnable.Union(c.PCPUs)
+	}
+	claims := map[string]*ledger.Claim{}
+	byInstance := map[string][]*ledger.Claim{}
+	for i := range snap.Claims {
+		c := &snap.Claims[i]
+		if freed[c.ID] {
+			continue
+		}
+		claims[c.ID] = c
+		byInstance[c.InstanceUUID] = append(byInstance[c.InstanceUUID], c)
+	}
+	owners := map[int]*ledger.Claim{}
+	for _, p := range snap.Pins {
+		if c := claims[p.ClaimID]; c != nil {
+			owners[p.CPU] = c
+		}
+	}
+	var found []Drift
+	hasDomain := map[string]bool{}
+	for _, d := range doms {
+		hasDomain[d.UUID] = true
+		// A resident guest whose hypervisor returns the very document
+		// pinflow defined carries its claim's pins and nothing else: no
+		// drift is possible, so its XML need not be parsed again.
+		if digest, ok := au.resident[d.UUID]; ok && digest != "" && digest == ledger.DomainDigest(d.XML) {
+			continue
+		}
+		pins, err := xmlpatch.Read(d.XML)
+		if err != nil {
+			found = append(found, Drift{Kind: DriftUnreadableDomain, Instance: d.UUID, Detail: err.Error()})
+			continue
+		}
+		cpus := pins.HostCPUs().Intersection(pinnable)
+		var other, own numa.CPUSet
+		otherClaims := map[string]bool{}
+		for _, cpu := range cpus.List() {
+			if c := owners[cpu]; c != nil && c.InstanceUUID != d.UUID {
+				other = other.Union(numa.NewCPUSet(cpu))
+				otherClaims[c.ID] = true
+			}
+		}
+		for _, c := range byInstance[d.UUID] {
+			own = own.Union(claimCPUs(c))
+		}
+		if !other.IsEmpty() {
+			ids := make([]string, 0, len(otherClaims))
+			for id := range otherClaims {
+				ids = append(ids, id)
+			}
+			sort.Strings(ids)
+			found = append(found, Drift{Kind: DriftPinnedToOther, Instance: d.UUID, CPUs: other.String(),
+				Detail: fmt.Sprintf("domain %s (%s) is pinned to pCPUs %s of claim %v", d.Name, d.State, other, ids)})
+		}
+		switch {
+		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StateRunning:
+			found = append(found, Drift{Kind: DriftDomainWithoutClaim, Instance: d.UUID, CPUs: cpus.String(),
+				Detail: fmt.Sprintf("domain %s runs pinned to %s with no claim on %s", d.Name, orNone(cpus), snap.Host)})
+		case len(byInstance[d.UUID]) > 0:
+			if out := cpus.Difference(own).Difference(other); !out.IsEmpty() {
+				found = append(found, Drift{Kind: DriftPinsOutsideClaim, Instance: d.UUID, CPUs: out.String(),
+					Detail: fmt.Sprintf("domain %s is pinned to pCPUs %s that no claim owns", d.Name, out)})
+			}
+		}
+	}
+	for i := range snap.Claims {
+		c := &snap.Claims[i]
+		if freed[c.ID] || c.State != ledger.StateCommitted || hasDomain[c.InstanceUUID] {
+			continue
+		}
+		found = append(found, Drift{Kind: DriftClaimWithoutDomain, Instance: c.InstanceUUID, ClaimID: c.ID,
+			CPUs: claimCPUs(c).String(), Detail: fmt.Sprintf("committed claim %s has no domain on %s", c.ID, snap.Host)})
+	}
+	found = append(found, au.inUse...)
+	for i := range found {
+		f := &found[i]
+		au.res.Tally.Drift.Add(f.Kind, 1)
+		if f.Instance == "" {
+			continue
+		}
+		// A step in progress explains most drift; say so, from the same
+		// strongly consistent source the decisions use.
+		st, err := au.a.Owners.OwnerStatus(ctx, InstanceWorkflowID(f.Instance))
+		if err != nil {
+			au.fail("drift of %s: instance workflow: %v", f.Instance, err)
+			continue
+		}
+		f.InFlight = st.State == OwnerRunning
+	}
+	au.res.Drift = found
+}
+
+func orNone(s numa.CPUSet) string {
+	if s.IsEmpty() {
+		return "no pinnable pCPU"
+	}
+	return "pCPUs " + s.String()
+}
