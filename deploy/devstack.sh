@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A pinflow dev stack on this machine, in the background: redis-server (with
-# an append-only file), the Temporal dev server (with the Web UI and
+# an append-only file fsynced on every write, so kill -9 loses no
+# acknowledged claim), the Temporal dev server (with the Web UI and
 # pinflow's search attributes) and one pinflow worker with the simulated
 # hypervisor. State and logs live in one directory.
 #
@@ -36,7 +37,7 @@ wait_for() { # what, command...
 up() {
   mkdir -p "$state"
   if ! running redis; then
-    redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$state" --appendonly yes \
+    redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$state" --appendonly yes --appendfsync always \
       --save "" --daemonize yes --pidfile "$state/redis.pid" --logfile "$state/redis.log"
     wait_for "redis-server on port $redis_port" redis-cli -p "$redis_port" ping
   fi

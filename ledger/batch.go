@@ -33,7 +33,8 @@ const (
 // shares the script's reads and writes and the round trip, which cost more
 // than an operation itself.
 type batcher struct {
-	rdb redis.UniversalClient
+	rdb  redis.UniversalClient
+	acks *acker // the waits for durability after each pipeline
 
 	mu        sync.Mutex
 	more      sync.Cond // signalled when a batch is due or one returns
@@ -43,8 +44,8 @@ type batcher struct {
 	opsOnWire int // the operations in them
 }
 
-func newBatcher(rdb redis.UniversalClient) *batcher {
-	b := &batcher{rdb: rdb}
+func newBatcher(rdb redis.UniversalClient, acks *acker) *batcher {
+	b := &batcher{rdb: rdb, acks: acks}
 	b.more.L = &b.mu
 	return b
 }
@@ -124,7 +125,8 @@ func (b *batcher) flush(ctx context.Context) {
 }
 
 // send groups the batch by host, in arrival order, into apply scripts of
-// at most maxOpsPerScript operations, and sends them as one pipeline.
+// at most maxOpsPerScript operations, and sends them as one pipeline
+// (with durability waits, one per server: see sendDurable).
 func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 	var scripts [][]*hostOp
 	open := map[string]int{} // host's topo key -> its last script's index
@@ -137,13 +139,17 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 		}
 		scripts[i] = append(scripts[i], o)
 	}
+	if b.acks.want.on() {
+		b.sendDurable(ctx, scripts)
+		return
+	}
 	if len(scripts) == 1 {
 		args := applyArgs(scripts[0])
 		res, err := b.rdb.Do(ctx, *args...).Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			res, err = b.rdb.Do(ctx, evalInstead(*args)...).Result()
 		}
-		deliver(scripts[0], res, err)
+		deliver(scripts[0], res, err, nil)
 		putArgs(args)
 		return
 	}
@@ -163,7 +169,26 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 			// cluster node): EVAL loads it.
 			res, err = b.rdb.Do(ctx, evalInstead(*args[i])...).Result()
 		}
-		deliver(ops, res, err)
+		deliver(ops, res, err, nil)
+		putArgs(args[i])
+	}
+}
+
+// sendDurable sends the scripts with the waits for durability after
+// them: the scripts of each server in one pipeline, which go-redis writes
+// on one connection, ending in the waits, so that they count exactly
+// those scripts' writes (on a cluster, go-redis would send a keyless
+// WAIT to any node; each server's pipeline goes to its master directly).
+func (b *batcher) sendDurable(ctx context.Context, scripts [][]*hostOp) {
+	ws := make([]*write, len(scripts))
+	args := make([]*[]any, len(scripts))
+	for i, ops := range scripts {
+		args[i] = applyArgs(ops)
+		ws[i] = &write{key: ops[0].keys.topo, args: *args[i], src: applySource}
+	}
+	b.acks.do(ctx, ws)
+	for i, ops := range scripts {
+		deliver(ops, ws[i].res, ws[i].err, ws[i].ack)
 		putArgs(args[i])
 	}
 }
@@ -195,17 +220,35 @@ func evalInstead(args []any) []any {
 }
 
 // deliver hands each operation its reply, or the script's error to all.
-func deliver(ops []*hostOp, res any, err error) {
+// When the waits after the script failed (notDurable), every operation
+// whose reply acknowledges a change, or rests on one, gets that error
+// instead; a claim's lost race keeps its reply, which Claim retries on.
+func deliver(ops []*hostOp, res any, err, notDurable error) {
 	replies, _ := res.([]any)
 	if err == nil && len(replies) != len(ops) {
 		err = fmt.Errorf("apply script replied %d results for %d operations", len(replies), len(ops))
 	}
 	for i, o := range ops {
-		if err != nil {
+		if err == nil {
+			o.reply, _ = replies[i].([]any)
+		}
+		switch {
+		case err != nil:
 			o.err = err
-		} else if o.reply, _ = replies[i].([]any); len(o.reply) == 0 {
+		case len(o.reply) == 0:
 			o.err = fmt.Errorf("apply script replied %v for operation %v", replies[i], o.args[0])
+		case notDurable != nil && !lostRaceReply(o):
+			o.reply, o.err = nil, notDurable
 		}
 		o.done <- struct{}{}
 	}
+}
+
+// lostRaceReply says whether o is a claim the script refused.
+func lostRaceReply(o *hostOp) bool {
+	if o.args[0] != "c" {
+		return false
+	}
+	status, _ := o.reply[0].(string)
+	return status != "ok" && status != "exists"
 }

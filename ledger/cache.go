@@ -174,7 +174,11 @@ func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
 		if err != nil {
 			return fmt.Errorf("%w: placement %s: %v", ErrInvalid, spec.Placement, err)
 		}
-		if err := hc.observed().Add(us); err != nil {
+		state := hc.observed()
+		if err := withinCaps(state, us, spec.Placement); err != nil {
+			return fmt.Errorf("%w: placement %s: %v", ErrConflict, spec.Placement, err)
+		}
+		if err := state.Add(us); err != nil {
 			return fmt.Errorf("%w: placement %s: %v", ErrConflict, spec.Placement, err)
 		}
 		c.Placement, c.Usage = spec.Placement, us

@@ -286,3 +286,82 @@ func (hc *hostCache) host() *numa.Host {
 	defer hc.mu.Unlock()
 	return hc.observed()
 }
+
+// TestClaimAfterRestoreOfOlderState puts a host's keys back to an older
+// state (a restore from backup, writes lost in a failover): the host's
+// revision goes backwards and pCPUs that the cache last saw free are owned
+// again. The claim that fits on the cache loses its race, and the reply,
+// older than anything the cache saw, makes it drop its view: the next
+// attempt fits on state read afresh and lands, instead of losing the same
+// race on every retry.
+func TestClaimAfterRestoreOfOlderState(t *testing.T) {
+	ctx := context.Background()
+	l, rdb, _ := newLedger(t)
+	// Two attempts: the lost race and the one that must land.
+	l2, err := New(rdb, Options{MaxAttempts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(t, l, "h1", testHost(1, 8))
+	req := dedicated(t, 2, 512)
+	for _, id := range []string{"a", "b"} {
+		if _, err := l.Claim(ctx, spec(id, "h1", req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The older state: a and b own pCPUs 0-3, at revision 2.
+	k := l.hostKeys("h1")
+	keys := k.all()
+	saved := map[string]string{}
+	for _, key := range keys {
+		d, err := rdb.Dump(ctx, key).Result()
+		if err != nil && !isNil(err) {
+			t.Fatal(err)
+		}
+		saved[key] = d
+	}
+	// Many changes later the host is empty, and l2's cache knows it.
+	for i := range 6 {
+		id := fmt.Sprintf("x%d", i)
+		if _, err := l2.Claim(ctx, spec(id, "h1", req)); err != nil {
+			t.Fatal(err)
+		}
+		if err := l2.Release(ctx, "h1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := l2.Release(ctx, "h1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l2.Host(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range keys {
+		if saved[key] == "" {
+			err = rdb.Del(ctx, key).Err()
+		} else {
+			err = rdb.RestoreReplace(ctx, key, 0, saved[key]).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l2.cachedHost("h1").host().Cell(0).PinnedCPUs; !got.IsEmpty() {
+		t.Fatalf("l2's cache pins %s: the test needs it to show the host empty", got)
+	}
+	c, err := l2.Claim(ctx, spec("c", "h1", req))
+	if err != nil {
+		t.Fatalf("Claim(c) after the host went back to revision 2: %v", err)
+	}
+	if c.Usage[0].PinnedCPUs.Intersects(numa.Range(0, 3)) {
+		t.Errorf("Claim(c) pinned %s, which a and b own again", c.Usage[0].PinnedCPUs)
+	}
+	snapshot(t, l, "h1")
+	// And every later claim fits on the fresh view at once.
+	if _, err := l2.Claim(ctx, spec("d", "h1", req)); err != nil {
+		t.Errorf("Claim(d): %v", err)
+	}
+	snapshot(t, l, "h1")
+}

@@ -25,11 +25,15 @@ const (
 	KindMigrationDest ClaimKind = "migration-dest" // a live migration's destination
 	KindUnshelve      ClaimKind = "unshelve"       // an unshelve's new host
 	KindBoot          ClaimKind = "boot"           // a boot's host
+	// KindQuarantine holds pCPUs a running domain uses that no record
+	// explains (after Redis lost data, say): no claim can take them, and
+	// only an operator frees them.
+	KindQuarantine ClaimKind = "quarantine"
 )
 
 func (k ClaimKind) valid() bool {
 	switch k {
-	case KindInstance, KindMigrationDest, KindUnshelve, KindBoot:
+	case KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine:
 		return true
 	}
 	return false
@@ -102,7 +106,7 @@ func (s *ClaimSpec) check() error {
 		return err
 	}
 	if !s.Kind.valid() {
-		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s or %s", s.Kind, ErrInvalid, KindInstance, KindMigrationDest, KindUnshelve, KindBoot)
+		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s, %s or %s", s.Kind, ErrInvalid, KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine)
 	}
 	if s.OwnerWorkflowID == "" || s.OwnerRunID == "" {
 		return fmt.Errorf("%w: owner workflow id %q and run id %q must both be set", ErrInvalid, s.OwnerWorkflowID, s.OwnerRunID)
@@ -120,9 +124,10 @@ func (s *ClaimSpec) check() error {
 
 // Claim fits the spec on the host's current state and records the claim,
 // pending, in one atomic script that checks every chosen pCPU is unowned,
-// strict pages are free, dedicated cells do not overcommit memory and the
-// topology has not changed. On a lost race it re-reads, re-fits and tries
-// again, at most MaxAttempts times, then fails with ErrConflict.
+// every usage counter stays within the limits numa.Fit applies (memory,
+// shared vCPUs, strict pages, allocation ratios) and the topology has not
+// changed. On a lost race it re-reads, re-fits and tries again, at most
+// MaxAttempts times, then fails with ErrConflict.
 //
 // Claiming an existing claim id returns the recorded claim unchanged, so a
 // retried activity gets its first result; an id already used for another
@@ -155,7 +160,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		// Fit on the cached view; read the host only when there is none,
 		// or when the view says no: a stale view may only cost a retry,
 		// never a refusal the ledger itself would not give.
-		hc, read := l.cachedHost(spec.Host), false
+		hc := l.cachedHost(spec.Host)
 		if hc != nil && hc.place(&spec, c) != nil {
 			hc = nil
 		}
@@ -165,9 +170,14 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 				return nil, wrap(err)
 			}
 			if st.existing != "" {
+				// Made by an earlier try, perhaps on another connection:
+				// wait until the host's slot is durable up to now.
+				if err := l.settled(ctx, k); err != nil {
+					return nil, wrap(err)
+				}
 				return sameClaim(spec, st.existing, wrap)
 			}
-			hc, read = st.cache, true
+			hc = st.cache
 			if err := hc.place(&spec, c); err != nil {
 				return nil, wrap(err)
 			}
@@ -191,14 +201,20 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 			l.dropCache(spec.Host, hc)
 		case "taken", "full":
 			// The reply carries the host's state: the retry fits on it. A
-			// state older than the cache's newest may come from a host made
-			// anew; reading it again settles that.
+			// state older than the cache's newest, which the cache refuses,
+			// comes from a reply overtaken by newer ones or from a host
+			// whose revision went backwards (its keys restored or made
+			// anew, writes lost in a failover): either way the view the
+			// claim lost on cannot be trusted, and fitting on it again
+			// would lose the same race again. The retry reads the host.
+			trusted := false
 			if len(res) >= 4 {
 				pins, _ := res[2].(string)
 				usage, _ := res[3].(string)
-				if !hc.observeState(toInt(res[1]), parseCPUList(pins), parseCounters(usage)) && read {
-					l.dropCache(spec.Host, hc)
-				}
+				trusted = hc.observeState(toInt(res[1]), parseCPUList(pins), parseCounters(usage))
+			}
+			if !trusted {
+				l.dropCache(spec.Host, hc)
 			}
 		}
 		observeLostRace(ctx, status)
@@ -245,26 +261,28 @@ type claimCall struct {
 
 // newClaimCall lays out a claim's apply arguments from c's usage on h:
 // the record and its undo entry, the pCPUs, then each usage field with the
-// amount to add and, where the ledger must not overcommit, the cap from h's
-// topology that the field may reach. All of it is computed here so the
-// script decodes no JSON.
+// amount to add and the cap the field may reach: every limit numa.Fit
+// holds the counter to on h (see capsOf), so that the script, which alone
+// sees the real counters, holds every claim to them whatever the view it
+// was fitted on. All of it is computed here so the script decodes no
+// JSON; the script checks that h is the host's current generation, for
+// which these caps, and the per-guest bounds checked here, hold.
 func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	type delta struct {
-		n   int64
-		cap string // "" for none
+		n, cap int64
 	}
 	call := &claimCall{}
 	deltas := map[string]*delta{}
-	add := func(field string, n int64, capped bool, limit int64) {
+	add := func(field string, n, limit int64) {
 		d := deltas[field]
 		if d == nil {
-			d = &delta{}
+			d = &delta{cap: noCap}
 			deltas[field] = d
 			call.fields = append(call.fields, field)
 		}
 		d.n += n
-		if capped {
-			d.cap = strconv.FormatInt(limit, 10)
+		if n > 0 && limit != noCap && (d.cap == noCap || limit < d.cap) {
+			d.cap = limit
 		}
 	}
 	var pinned numa.CPUSet
@@ -277,20 +295,19 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 			return nil, fmt.Errorf("%w: pCPUs %s are in two cells' usage", ErrInvalid, pinned.Intersection(u.PinnedCPUs))
 		}
 		pinned = pinned.Union(u.PinnedCPUs)
+		ratios := ratioHeld(c.Placement, u.Cell)
+		if err := checkBounds(cell, u, ratios); err != nil {
+			return nil, err
+		}
+		caps := capsOf(h, cell, u, ratios)
 		if u.MemoryMB != 0 {
-			add(usageField(u.Cell, "mem"), u.MemoryMB, u.Dedicated && u.MemoryMB > 0, cell.MemoryMB)
+			add(usageField(u.Cell, "mem"), u.MemoryMB, caps.mem)
 		}
 		if u.SharedCPUs != 0 {
-			add(usageField(u.Cell, "shared"), int64(u.SharedCPUs), false, 0)
+			add(usageField(u.Cell, "shared"), int64(u.SharedCPUs), caps.shared)
 		}
 		if u.Pages != 0 && u.PageSizeKB != 0 {
-			var pageCap int64
-			for _, p := range cell.Pages {
-				if p.SizeKB == u.PageSizeKB {
-					pageCap = p.Total - p.Reserved
-				}
-			}
-			add(pagesField(u.Cell, u.PageSizeKB), u.Pages, u.StrictPages && u.Pages > 0, pageCap)
+			add(pagesField(u.Cell, u.PageSizeKB), u.Pages, caps.pages)
 		}
 	}
 	call.cpus = pinned.List()
@@ -328,7 +345,12 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	}
 	args = append(args, len(call.fields))
 	for _, f := range call.fields {
-		args = append(args, f, deltas[f].n, deltas[f].cap)
+		d := deltas[f]
+		if d.cap == noCap {
+			args = append(args, f, d.n, "")
+		} else {
+			args = append(args, f, d.n, d.cap)
+		}
 	}
 	call.args = args
 	return call, nil
@@ -395,6 +417,8 @@ func describeField(f string) string {
 	switch {
 	case len(parts) == 2 && parts[1] == "mem":
 		return "cell " + parts[0] + " MiB"
+	case len(parts) == 2 && parts[1] == "shared":
+		return "cell " + parts[0] + " shared vCPUs"
 	case len(parts) == 3 && parts[1] == "pages":
 		return "cell " + parts[0] + " " + parts[2] + " KiB pages"
 	}
@@ -441,7 +465,7 @@ func (l *Ledger) Commit(ctx context.Context, host, claimID string) (*Claim, erro
 		return nil, wrap(err)
 	}
 	at, _ := json.Marshal(l.now().UTC())
-	res, err := commitScript.Run(ctx, l.rdb, []string{l.hostKeys(host).claims}, claimID, at).StringSlice()
+	res, err := l.change(ctx, commitScript, []string{l.hostKeys(host).claims}, claimID, at).StringSlice()
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -532,7 +556,7 @@ func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length 
 		return time.Time{}, wrap(fmt.Errorf("%w: token %q and lease %s: a token and a positive lease are needed", ErrInvalid, token, length))
 	}
 	k := l.hostKeys(host)
-	res, err := fenceScript.Run(ctx, l.rdb, []string{k.claims, k.undo, k.lease}, claimID, token, length.Milliseconds()).Slice()
+	res, err := l.change(ctx, fenceScript, []string{k.claims, k.undo, k.lease}, claimID, token, length.Milliseconds()).Slice()
 	if err != nil {
 		return time.Time{}, wrap(err)
 	}

@@ -43,7 +43,35 @@ type Config struct {
 	KeyPrefix string `envconfig:"REDIS_KEY_PREFIX" default:"pinflow"`
 	// DialTimeout bounds connecting, including the first PING.
 	DialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT" default:"5s"`
+	// WaitReplicas is how many replicas must have received each change
+	// (claim, release, commit, fence, registration, instance record)
+	// before the call that made it succeeds (Redis WAIT); one that is not
+	// received in time fails with ledger.ErrNotDurable, and may be
+	// retried. A failover to such a replica keeps the change. 0, the
+	// default, waits for none: right for one dev server, which has no
+	// replica. In production give every master a replica and set 1.
+	WaitReplicas int `envconfig:"REDIS_WAIT_REPLICAS" default:"0"`
+	// WaitLocal has the master fsync each change to its append-only file
+	// before the call that made it succeeds (Redis WAITAOF 1 0), so it
+	// survives a crash of the master. It needs Redis 7.2 or later and
+	// appendonly yes; the ledger refuses to start otherwise. appendfsync
+	// always gives the same guarantee on any version without it, and is
+	// what a single server (the dev stack) needs: false is the default.
+	WaitLocal bool `envconfig:"REDIS_WAIT_LOCAL" default:"false"`
+	// WaitTimeout bounds each wait of WaitReplicas and WaitLocal: a change
+	// not acknowledged within it fails its call with ledger.ErrNotDurable.
+	// The client's read timeout is raised to fit both waits.
+	WaitTimeout time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s"`
 }
+
+// durability is what the config asks every change to wait for.
+func (c Config) durability() Durability {
+	return Durability{Replicas: c.WaitReplicas, Local: c.WaitLocal, Timeout: c.WaitTimeout}
+}
+
+// defaultReadTimeout is go-redis's read timeout, which the config keeps
+// unless it waits for durability.
+const defaultReadTimeout = 3 * time.Second
 
 // defaultAddr is where a Config with neither URL nor Addrs points.
 const defaultAddr = "127.0.0.1:6379"
@@ -134,6 +162,15 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 	}
 	if c.DialTimeout > 0 {
 		opts.DialTimeout = c.DialTimeout
+	}
+	if d := c.durability(); d.on() {
+		// A pipeline's replies are read within one read timeout, and a
+		// change waits up to twice the wait timeout (WAITAOF, then WAIT).
+		wait := d.Timeout
+		if wait <= 0 {
+			wait = DefaultWaitTimeout
+		}
+		opts.ReadTimeout = defaultReadTimeout + 2*wait
 	}
 	if c.TLS || c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" {
 		if opts.TLSConfig == nil {

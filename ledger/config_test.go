@@ -20,12 +20,15 @@ func TestConfigFromEnvironment(t *testing.T) {
 	t.Setenv("PINFLOW_REDIS_PASSWORD", "s3cret")
 	t.Setenv("PINFLOW_REDIS_TLS", "true")
 	t.Setenv("PINFLOW_REDIS_TLS_CA", "/etc/pinflow/ca.pem")
+	t.Setenv("PINFLOW_REDIS_WAIT_REPLICAS", "1")
+	t.Setenv("PINFLOW_REDIS_WAIT_LOCAL", "true")
 	var got Config
 	if err := envconfig.Process("pinflow", &got); err != nil {
 		t.Fatalf("envconfig.Process: %v", err)
 	}
 	want := Config{Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"}, Username: "pinflow", Password: "s3cret",
-		TLS: true, TLSCA: "/etc/pinflow/ca.pem", KeyPrefix: "pinflow", DialTimeout: 5 * time.Second}
+		TLS: true, TLSCA: "/etc/pinflow/ca.pem", KeyPrefix: "pinflow", DialTimeout: 5 * time.Second,
+		WaitReplicas: 1, WaitLocal: true, WaitTimeout: time.Second}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Config from PINFLOW_REDIS_* (-want +got):\n%s", diff)
 	}

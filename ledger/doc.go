@@ -26,14 +26,23 @@
 //
 // Claim fits a request on this process's cached view of the host (its
 // last observed state plus its own claims in flight), then the apply
-// script checks that every chosen pCPU is unowned, strict pages are free,
-// dedicated cells do not overcommit memory and the generation is
-// unchanged, and writes the pins, usage, claim record and undo entry
-// together. The script is the only judge: a stale view costs a lost race,
+// script checks that every chosen pCPU is unowned, that every usage
+// counter stays within each limit numa.Fit holds it to (dedicated memory
+// within the cell, shared vCPUs and the memory of shared and mixed guests
+// within the allocation ratios, strict pages within the pool less its
+// reserved pages) and that the generation is unchanged, and writes the
+// pins, usage, claim record and undo entry together. The caller sends
+// each counter's cap, computed from the topology of the generation it
+// fitted against; the limits that depend on that topology alone (a guest
+// cell's memory against the cell's small-page pool) are checked before
+// sending. The script is the only judge: a stale view costs a lost race,
 // whose reply carries the host's state for the retry (bounded), never a
 // wrong claim; a refusal (no fit, a pCPU taken) is only reported after
-// fitting on state read from Redis. A retried claim id returns the first
-// result. Release frees exactly what the claim took, which its undo entry
+// fitting on state read from Redis. A reply the cache refuses as older
+// than what it saw (a reply overtaken, or a host whose revision went
+// backwards: its keys restored, writes lost in a failover) drops the
+// cached view, so the retry fits on state read afresh instead of losing
+// the same race again. A retried claim id returns the first result. Release frees exactly what the claim took, which its undo entry
 // says without any JSON to decode (records written before undo entries
 // are read as JSON); releasing a claim that is gone succeeds.
 // ReleasePending frees only a pending claim, for compensations: a claim
@@ -61,6 +70,27 @@
 // together, as one apply script (group commit): each is still applied
 // whole or not at all, in order, but the batch shares one round trip and
 // one read and write of each key. Under load a batch carries dozens.
+//
+// # Durability
+//
+// With Options.Durability (Config's REDIS_WAIT_REPLICAS, REDIS_WAIT_LOCAL
+// and REDIS_WAIT_TIMEOUT) every change (the apply script of claims and
+// releases, commit, fence, registration and every instance record
+// script) is followed, on its connection and in the same pipeline, by
+// WAIT numreplicas and/or WAITAOF 1 0, sent to the master of the change's
+// slot (on a cluster, one pipeline per master: go-redis would send a
+// keyless WAIT to any node). A change the waits do not acknowledge in
+// time fails its call with ErrNotDurable: it may survive or not, and the
+// call may be retried. A wait counts its connection's writes up to its
+// last one (from Redis 7.2, only writes move that point), so a retry that
+// finds its change made already (a claim that exists, a release of a
+// claim gone, an instance record in its target state) writes one value
+// again, unchanged, for the wait to count from: the replication stream is
+// in order, so the wait then covers the first try, made on whichever
+// connection. Open checks once, on every master, that the waits can be
+// satisfied: WAITAOF needs Redis 7.2 and appendonly yes, where
+// appendfsync always gives the same guarantee on any version.
+// docs/redis-cluster.md says what each setting does and does not keep.
 //
 // # Instance records and crash safety
 //

@@ -21,4 +21,10 @@ var (
 	// another claim, a claim id reused for another instance, a race lost
 	// too often, a step run out of order); nothing was changed.
 	ErrConflict = errors.New("conflict")
+	// ErrNotDurable: the change was made on the Redis master, but not
+	// acknowledged with the durability the ledger waits for (Durability:
+	// replicas that received it, a local fsync) within the wait's
+	// timeout. It may survive a crash or failover or not. Retrying the
+	// call is safe, since every change is idempotent, and waits again.
+	ErrNotDurable = errors.New("not durable")
 )

@@ -22,7 +22,9 @@ import (
 // generation, which grows by one each time the topology changes.
 // Registering the same topology again changes nothing. A changed topology
 // is refused with ErrConflict while a claim uses a cell or pCPU it drops,
-// or memory or pages it no longer has.
+// or memory or pages it no longer has. Lower allocation ratios are
+// accepted whatever the cells give out, as in Nova: they only refuse new
+// claims until enough is released.
 func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host) (int64, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: register host %s: %w", name, err) }
 	if err := checkHostName(name); err != nil {
@@ -61,12 +63,15 @@ func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host)
 		}
 		if gen == "" {
 			gen = "0"
-		} else if d, _ := vals[2].(string); d == digest {
-			return l.listHost(ctx, name, gen)
-		} else if err := holdsClaims(stored, claims.Val()); err != nil {
-			return 0, wrap(err)
+		} else if d, _ := vals[2].(string); d != digest {
+			if err := holdsClaims(stored, claims.Val()); err != nil {
+				return 0, wrap(err)
+			}
 		}
-		res, err := registerScript.Run(ctx, l.rdb, []string{k.topo}, data, digest, gen, rev).StringSlice()
+		// The same topology goes through the script too, which then only
+		// writes the digest again: so that the wait for durability after
+		// it covers the registration that wrote the topology.
+		res, err := l.change(ctx, registerScript, []string{k.topo}, data, digest, gen, rev).StringSlice()
 		if err != nil {
 			return 0, wrap(err)
 		}
@@ -85,10 +90,10 @@ func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host)
 }
 
 // listHost adds the host to the host set (its own slot, hence its own
-// command; a crash before it is repaired by registering again) and returns
+// script; a crash before it is repaired by registering again) and returns
 // the generation.
 func (l *Ledger) listHost(ctx context.Context, name, gen string) (int64, error) {
-	if err := l.rdb.SAdd(ctx, l.hostsKey(), name).Err(); err != nil {
+	if err := l.change(ctx, listHostScript, []string{l.hostsKey()}, name).Err(); err != nil {
 		return 0, fmt.Errorf("ledger: register host %s: add to host list: %w", name, err)
 	}
 	return strconv.ParseInt(gen, 10, 64)

@@ -118,7 +118,7 @@ func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor F
 	if err != nil {
 		return nil, wrap(err)
 	}
-	res, err := instCreateScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, uuid, name, req, string(vmState), "", l.timestamp(), creator).StringSlice()
+	res, err := l.change(ctx, instCreateScript, []string{l.instKey(uuid)}, uuid, name, req, string(vmState), "", l.timestamp(), creator).StringSlice()
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -225,7 +225,7 @@ func (l *Ledger) SetState(ctx context.Context, uuid string, t Transition) error 
 	for _, s := range t.FromTask {
 		args = append(args, string(s))
 	}
-	res, err := instStateScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, args...).StringSlice()
+	res, err := l.change(ctx, instStateScript, []string{l.instKey(uuid)}, args...).StringSlice()
 	if err != nil {
 		return wrap(err)
 	}
@@ -276,7 +276,7 @@ func (l *Ledger) AttachInstance(ctx context.Context, uuid, host, claimID, domain
 		cells = append(cells, u.Cell)
 	}
 	sort.Ints(cells)
-	res, err := instAttachScript.Run(ctx, l.rdb, []string{l.instKey(uuid)},
+	res, err := l.change(ctx, instAttachScript, []string{l.instKey(uuid)},
 		host, formatNode(cells), placement, claimID, domainXML, boolArg(domainXML != ""), l.timestamp(), DomainDigest(domainXML)).StringSlice()
 	if err != nil {
 		return wrap(err)
@@ -318,7 +318,7 @@ func (l *Ledger) DetachInstance(ctx context.Context, uuid, claimID string) error
 			return wrap(fmt.Errorf("%w: claim %s still holds resources on %s; release it first", ErrConflict, claimID, in.Host))
 		}
 	}
-	res, err := instDetachScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, claimID, l.timestamp()).StringSlice()
+	res, err := l.change(ctx, instDetachScript, []string{l.instKey(uuid)}, claimID, l.timestamp()).StringSlice()
 	if err != nil {
 		return wrap(err)
 	}
@@ -337,7 +337,7 @@ func (l *Ledger) SetDomainXML(ctx context.Context, uuid, domainXML string) error
 	if err := checkUUID(uuid); err != nil {
 		return wrap(err)
 	}
-	n, err := instXMLScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}, domainXML, l.timestamp(), DomainDigest(domainXML)).Int()
+	n, err := l.change(ctx, instXMLScript, []string{l.instKey(uuid)}, domainXML, l.timestamp(), DomainDigest(domainXML)).Int()
 	if err != nil {
 		return wrap(err)
 	}
@@ -355,7 +355,7 @@ func (l *Ledger) DeleteInstance(ctx context.Context, uuid string) error {
 	if err := checkUUID(uuid); err != nil {
 		return wrap(err)
 	}
-	res, err := instDeleteScript.Run(ctx, l.rdb, []string{l.instKey(uuid)}).StringSlice()
+	res, err := l.change(ctx, instDeleteScript, []string{l.instKey(uuid)}).StringSlice()
 	if err != nil {
 		return wrap(err)
 	}

@@ -21,6 +21,9 @@ type Options struct {
 	MaxAttempts int
 	// Now is the clock for record timestamps; time.Now when nil.
 	Now func() time.Time
+	// Durability is what every change waits for before its call returns;
+	// the zero value waits for nothing.
+	Durability Durability
 }
 
 // Ledger is the per-host CPU, memory and page ledger and the instance
@@ -38,11 +41,17 @@ type Ledger struct {
 	keys  sync.Map // host name -> hostKeys
 	// batch applies the claims and releases of concurrent callers together.
 	batch *batcher
+	// acks sends changes followed by the waits for durability.
+	acks *acker
 }
 
 // New returns a ledger on rdb, a single-node or cluster client.
 func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
-	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, batch: newBatcher(rdb)}
+	if err := opts.Durability.check(); err != nil {
+		return nil, err
+	}
+	acks := newAcker(rdb, opts.Durability)
+	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, batch: newBatcher(rdb, acks), acks: acks}
 	if l.prefix == "" {
 		l.prefix = DefaultKeyPrefix
 	}
@@ -62,13 +71,21 @@ func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
 }
 
 // Open connects with cfg (see Config.NewClient) and returns a ledger using
-// cfg's key prefix. Close the client when done.
+// cfg's key prefix and durability, which it checks every master can give
+// (CheckDurability). Close the client when done.
 func Open(ctx context.Context, cfg Config) (*Ledger, redis.UniversalClient, error) {
+	d := cfg.durability()
+	if err := d.check(); err != nil {
+		return nil, nil, err
+	}
 	rdb, err := cfg.NewClient(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := New(rdb, Options{KeyPrefix: cfg.KeyPrefix})
+	l, err := New(rdb, Options{KeyPrefix: cfg.KeyPrefix, Durability: d})
+	if err == nil {
+		err = l.CheckDurability(ctx)
+	}
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, err

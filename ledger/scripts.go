@@ -9,8 +9,16 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-func loadScript(name string) *redis.Script {
-	return redis.NewScript(scriptSource(name))
+// script is a Lua script and its source, for EVAL where EVALSHA finds the
+// server without it.
+type script struct {
+	*redis.Script
+	src string
+}
+
+func loadScript(name string) *script {
+	src := scriptSource(name)
+	return &script{Script: redis.NewScript(src), src: src}
 }
 
 func scriptSource(name string) string {
@@ -24,14 +32,17 @@ func scriptSource(name string) string {
 
 // The scripts run with EVALSHA and fall back to EVAL once per server that
 // has not seen them yet. Each touches only the keys in its KEYS, all in one
-// Cluster slot.
+// Cluster slot. All but read change what they touch, and run through
+// Ledger.change, which waits for the durability configured.
 var (
 	readScript       = loadScript("read")
 	applyScript      = loadScript("apply")
-	applySource      = scriptSource("apply")
+	applySource      = applyScript.src
 	commitScript     = loadScript("commit")
 	fenceScript      = loadScript("fence")
 	registerScript   = loadScript("register")
+	listHostScript   = loadScript("list_host")
+	touchScript      = loadScript("touch")
 	instCreateScript = loadScript("inst_create")
 	instStateScript  = loadScript("inst_state")
 	instAttachScript = loadScript("inst_attach")

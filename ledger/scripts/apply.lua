@@ -8,7 +8,13 @@
 --   'c', claim id, claim record (JSON), undo entry (see below), the
 --        topology generation the caller fitted against, n, n pCPU ids, m,
 --        then m times: usage field, amount to add, and the cap the field
---        may reach or '' for none
+--        may reach or '' for none. The caps are every limit numa.Fit
+--        holds the counter to on that generation's topology (dedicated
+--        memory, memory and shared vCPUs to the allocation ratios, strict
+--        pages to the pool less its reserved pages), computed by the
+--        caller once per topology; this script alone judges them against
+--        the host's counters, so no view a caller fitted on can place
+--        past them
 --   'r', claim id, token ('' releases whatever the token), condition:
 --        '' none; 'pending' only a pending claim (a compensation must
 --        never free a claim that became resident); or 'unchanged:STATE'
@@ -27,6 +33,12 @@
 --   counters as field,value pairs), {0} when there is no such claim, {2}
 --   when the token did not match, {3} when the condition did not hold
 --   (nothing released).
+--
+-- A batch whose replies rest on earlier changes and that changes nothing
+-- itself (a retried claim that exists, a release of a claim gone) writes
+-- the host's rev again, unchanged: the wait for durability that follows
+-- the script counts only the writes of its own connection, and so then
+-- covers the change another connection made.
 --
 -- The undo hash holds, beside each claim record, what the claim took:
 -- "token|pCPUs|field,n,field,n". A release reads that short entry instead
@@ -220,6 +232,8 @@ local dirtyPins, dirtyUsage, dirtyClaims = {}, {}, {}
 local records, entries = {}, {}
 local losers = {}
 local replies = {}
+-- rests says a reply rests on an earlier change: see the header.
+local rests = false
 local leasesGone = {}
 
 -- state reads a claim's state from its record, which starts with it.
@@ -270,6 +284,7 @@ for i = 1, nops do
     if u then
       -- A retried claim gets the first result back.
       reply = {'exists', records[id] or call('HGET', claimsKey, id) or ''}
+      rests = true
     elseif not gen then
       reply = {'nohost'}
     elseif gen ~= ARGV[p + 3] then
@@ -320,6 +335,7 @@ for i = 1, nops do
   elseif not u then
     -- Already released, or never made: releasing is idempotent.
     reply = {0}
+    rests = true
   else
     if type(u) == 'string' then
       u = parse(u, 1, #u)
@@ -327,8 +343,10 @@ for i = 1, nops do
     local token, cond = ARGV[p + 1], ARGV[p + 2]
     if token ~= '' and u.token ~= token then
       reply = {2}
+      rests = true
     elseif cond ~= '' and not holds(id, cond) then
       reply = {3}
+      rests = true
     else
       -- Only unpin what this claim owns: a pin is never taken from
       -- another owner, whatever the record says.
@@ -388,7 +406,7 @@ write(undoKey, dirtyClaims, entries)
 if #leasesGone > 0 then
   run('HDEL', leaseKey, leasesGone)
 end
-if rev ~= rev0 then
+if rev ~= rev0 or (rests and gen) then
   call('HSET', topo, 'rev', rev)
 end
 

@@ -7,12 +7,17 @@
 -- creator ('' skips the creator check)
 -- Returns {'ok'}, {'exists'}, {'other', vm_state} or
 -- {'conflict', name, request}.
+-- A retry that finds the change made already writes one field again,
+-- unchanged: a wait for durability after the script counts only its own
+-- connection's writes, and so then covers the change another connection
+-- made.
 local cur = redis.call('HMGET', KEYS[1], 'name', 'request', 'created_by', 'vm_state')
 if cur[1] then
   if ARGV[7] ~= '' and cur[3] and cur[3] ~= ARGV[7] then
     return {'other', cur[4] or ''}
   end
   if cur[1] == ARGV[2] and cur[2] == ARGV[3] then
+    redis.call('HSET', KEYS[1], 'name', cur[1])
     return {'exists'}
   end
   return {'conflict', cur[1], cur[2]}

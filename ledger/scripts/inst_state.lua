@@ -4,6 +4,10 @@
 -- ARGV: new vm_state ("" keeps it), new task_state, updated_at,
 -- n, n allowed vm_states (none: any), m, m allowed task_states (none: any)
 -- Returns {'ok'}, {'same'}, {'unknown'} or {'conflict', vm_state, task_state}.
+-- A retry that finds the change made already writes one field again,
+-- unchanged: a wait for durability after the script counts only its own
+-- connection's writes, and so then covers the change another connection
+-- made.
 local cur = redis.call('HMGET', KEYS[1], 'vm_state', 'task_state')
 if not cur[1] then
   return {'unknown'}
@@ -14,6 +18,7 @@ if wantVM == '' then
   wantVM = vm
 end
 if vm == wantVM and task == ARGV[2] then
+  redis.call('HSET', KEYS[1], 'vm_state', vm)
   return {'same'}
 end
 

@@ -1,0 +1,731 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/internal/testenv"
+)
+
+// client is a client of one server for a test's own commands.
+func client(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// info returns one field of a server's INFO section.
+func info(t testing.TB, c *redis.Client, section, field string) string {
+	t.Helper()
+	s, err := c.Info(context.Background(), section).Result()
+	if err != nil {
+		t.Fatalf("INFO %s on %s: %v", section, c.Options().Addr, err)
+	}
+	return infoField(s, field)
+}
+
+// hasWAITAOF says whether the server knows WAITAOF (Redis 7.2 and later).
+func hasWAITAOF(t testing.TB, addr string) bool {
+	t.Helper()
+	err := client(t, addr).Do(context.Background(), "waitaof", 0, 0, 0).Err()
+	return err == nil || !strings.Contains(strings.ToLower(err.Error()), "unknown command")
+}
+
+// killServer kills a redis-server with SIGKILL, as a crash would, and
+// leaves it dead (testenv's KillAndRestart starts it again at once).
+func killServer(t testing.TB, srv *testenv.Redis) {
+	t.Helper()
+	pid, err := strconv.Atoi(info(t, client(t, srv.Addr), "server", "process_id"))
+	if err != nil {
+		t.Fatalf("process_id of %s: %v", srv.Addr, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d (%s): %v", pid, srv.Addr, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server %d on %s still runs 5s after SIGKILL", pid, srv.Addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replicate makes r a replica of m and waits until its link is up.
+func replicate(t testing.TB, r, m *testenv.Redis) {
+	t.Helper()
+	rc := client(t, r.Addr)
+	if err := rc.Do(context.Background(), "replicaof", "127.0.0.1", m.Port).Err(); err != nil {
+		t.Fatalf("REPLICAOF on %s: %v", r.Addr, err)
+	}
+	// The master counts the replica for WAIT once it is online and has
+	// acknowledged what it has, a moment after its link is up.
+	mc := client(t, m.Addr)
+	waitUntil(t, 15*time.Second, "replica "+r.Addr+" acknowledging "+m.Addr, func() bool {
+		if err := mc.Set(context.Background(), "replicated", r.Addr, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		n, err := mc.Do(context.Background(), "wait", 1, 100).Int64()
+		return err == nil && n == 1
+	})
+	if err := mc.Del(context.Background(), "replicated").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// caughtUp waits until replica r has everything master m wrote.
+func caughtUp(t testing.TB, r, m *testenv.Redis) {
+	t.Helper()
+	mc, rc := client(t, m.Addr), client(t, r.Addr)
+	waitUntil(t, 15*time.Second, "replica "+r.Addr+" caught up", func() bool {
+		return info(t, rc, "replication", "master_repl_offset") == info(t, mc, "replication", "master_repl_offset")
+	})
+}
+
+// cutOff drops replica r's link to its master, as a partition would: r
+// keeps its data, stays a replica and receives nothing more.
+func cutOff(t testing.TB, r *testenv.Redis) {
+	t.Helper()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := dead.Addr().(*net.TCPAddr).Port
+	dead.Close()
+	if err := client(t, r.Addr).Do(context.Background(), "replicaof", "127.0.0.1", port).Err(); err != nil {
+		t.Fatalf("REPLICAOF (cut off) on %s: %v", r.Addr, err)
+	}
+}
+
+// promote makes replica r a master: the failover.
+func promote(t testing.TB, r *testenv.Redis) {
+	t.Helper()
+	if err := client(t, r.Addr).Do(context.Background(), "replicaof", "no", "one").Err(); err != nil {
+		t.Fatalf("REPLICAOF NO ONE on %s: %v", r.Addr, err)
+	}
+}
+
+// stall has srv sleep for d (DEBUG SLEEP: it answers nothing, reads
+// nothing from its master), from about now on; the channel receives when
+// it wakes.
+func stall(t testing.TB, srv *testenv.Redis, d time.Duration) <-chan error {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ReadTimeout: d + 10*time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Do(context.Background(), "debug", "sleep", d.Seconds()).Err() }()
+	time.Sleep(100 * time.Millisecond)
+	return done
+}
+
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// ackLog records, per object, what the last call on it that succeeded
+// acknowledged: a claim held or released, an instance's vm_state. An
+// object whose last call failed may be either way and is not judged.
+type ackLog struct {
+	mu         sync.Mutex
+	claims     map[string]bool
+	states     map[string]VMState
+	unsure     map[string]bool
+	acks       int
+	calls      int
+	notDurable int
+}
+
+func newAckLog() *ackLog {
+	return &ackLog{claims: map[string]bool{}, states: map[string]VMState{}, unsure: map[string]bool{}}
+}
+
+func (a *ackLog) record(obj string, err error, ack func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls++
+	if err != nil {
+		a.unsure[obj] = true
+		if errors.Is(err, ErrNotDurable) {
+			a.notDurable++
+		}
+		return
+	}
+	a.acks++
+	delete(a.unsure, obj)
+	ack()
+}
+
+func (a *ackLog) counts() (acks, calls, notDurable int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.acks, a.calls, a.notDurable
+}
+
+const loadHost = "h"
+
+// debuggable lets a test stall a server with DEBUG SLEEP (Redis 7 turns
+// DEBUG off by default).
+var debuggable = testenv.RedisConfigLines("enable-debug-command local")
+
+// startLoad has workers claim and release on loadHost, and move their
+// instance u<w> between vm_states, through l until stop is closed,
+// recording every outcome in log. Errors are expected: the server dies
+// under them.
+func startLoad(t testing.TB, l *Ledger, workers int, log *ackLog, stop <-chan struct{}) *sync.WaitGroup {
+	ctx := context.Background()
+	req := dedicated(t, 1, 64)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uuid := fmt.Sprintf("u%d", w)
+			var held []string
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				_, err := l.Claim(ctx, spec(id, loadHost, req))
+				log.record(id, err, func() { log.claims[id] = true })
+				if err == nil {
+					held = append(held, id)
+				}
+				if len(held) > 2 {
+					gone := held[0]
+					held = held[1:]
+					err := l.Release(ctx, loadHost, gone)
+					log.record(gone, err, func() { log.claims[gone] = false })
+				}
+				state := []VMState{VMActive, VMStopped}[i%2]
+				err = l.SetState(ctx, uuid, Transition{VM: state})
+				log.record(uuid, err, func() { log.states[uuid] = state })
+			}
+		}()
+	}
+	return &wg
+}
+
+// loadLedger is a ledger for startLoad on addr: its client gives up on a
+// dead server after one retry, so that the load stops soon after a kill.
+func loadLedger(t testing.TB, addr string, d Durability) *Ledger {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, MaxRetries: 1, DialerRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l, err := New(rdb, Options{Durability: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// setUpLoad registers loadHost and creates the workers' instances.
+func setUpLoad(t testing.TB, l *Ledger, workers int) {
+	t.Helper()
+	register(t, l, loadHost, testHost(2, 16))
+	for w := range workers {
+		if _, err := l.CreateInstance(context.Background(), fmt.Sprintf("u%d", w), "vm", flavor, VMBuilding, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lost lists the acknowledged changes that l does not find.
+func (a *ackLog) lost(t testing.TB, l *Ledger, workers int) []string {
+	t.Helper()
+	ctx := context.Background()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	hosts, err := l.Hosts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(hosts, loadHost) {
+		out = append(out, "the registration of host "+loadHost)
+	}
+	for id, held := range a.claims {
+		if a.unsure[id] {
+			continue
+		}
+		_, err := l.GetClaim(ctx, loadHost, id)
+		if err != nil && !errors.Is(err, ErrUnknownClaim) {
+			t.Fatal(err)
+		}
+		if found := err == nil; found != held {
+			out = append(out, fmt.Sprintf("claim %s: acknowledged held=%t, found held=%t", id, held, found))
+		}
+	}
+	for w := range workers {
+		uuid := fmt.Sprintf("u%d", w)
+		if a.unsure[uuid] {
+			continue
+		}
+		want, ok := a.states[uuid]
+		if !ok {
+			want = VMBuilding // its creation
+		}
+		in, err := l.Instance(ctx, uuid)
+		switch {
+		case errors.Is(err, ErrUnknownInstance):
+			out = append(out, fmt.Sprintf("instance %s: acknowledged %s, found no record", uuid, want))
+		case err != nil:
+			t.Fatal(err)
+		case in.VMState != want:
+			out = append(out, fmt.Sprintf("instance %s: acknowledged %s, found %s", uuid, want, in.VMState))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitForCalls waits until the log holds n more calls than it did (n more
+// acknowledged ones when acks is set), or d passes.
+func waitForCalls(log *ackLog, n int, acks bool, d time.Duration) {
+	count := func() int {
+		a, c, _ := log.counts()
+		if acks {
+			return a
+		}
+		return c
+	}
+	want := count() + n
+	for deadline := time.Now().Add(d); count() < want && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func summary(lost []string) string {
+	if len(lost) > 5 {
+		return strings.Join(lost[:5], "; ") + fmt.Sprintf("; and %d more", len(lost)-5)
+	}
+	return strings.Join(lost, "; ")
+}
+
+// TestAcknowledgedChangesSurviveKill kills redis-server with SIGKILL
+// under a load of claims, releases and instance record changes, restarts
+// it and looks for every change a call acknowledged. With durable
+// acknowledgements (appendfsync always, or WAITAOF where the server has
+// it) none is missing. Without (no append-only file, no waits) the same
+// check finds the acknowledged changes lost, so it can fail.
+func TestAcknowledgedChangesSurviveKill(t *testing.T) {
+	const workers = 8
+	for _, tc := range []struct {
+		name     string
+		opts     []testenv.RedisOption
+		d        Durability
+		wantLoss bool
+	}{
+		{"appendfsync always", []testenv.RedisOption{testenv.AppendOnly()}, Durability{}, false},
+		{"appendfsync always and WAITAOF", []testenv.RedisOption{testenv.AppendOnly()}, Durability{Local: true}, false},
+		{"appendfsync everysec and WAITAOF", []testenv.RedisOption{testenv.RedisConfigLines("appendonly yes", "appendfsync everysec")}, Durability{Local: true}, false},
+		{"no append-only file and no waits", nil, Durability{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testenv.StartRedis(t, tc.opts...)
+			if tc.d.Local && !hasWAITAOF(t, srv.Addr) {
+				t.Skipf("redis-server %s has no WAITAOF (Redis 7.2 and later)", info(t, client(t, srv.Addr), "server", "redis_version"))
+			}
+			l := loadLedger(t, srv.Addr, tc.d)
+			if err := l.CheckDurability(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			setUpLoad(t, l, workers)
+			log := newAckLog()
+			stop := make(chan struct{})
+			wg := startLoad(t, l, workers, log, stop)
+			waitForCalls(log, 300, true, 20*time.Second)
+			srv.KillAndRestart(t)
+			// Calls go on against the restarted server.
+			waitForCalls(log, 50, false, 3*time.Second)
+			close(stop)
+			wg.Wait()
+
+			check := ledgerOn(t, srv.Addr, Options{})
+			lost := log.lost(t, check, workers)
+			acks, calls, _ := log.counts()
+			t.Logf("%d calls, %d acknowledged; after kill -9 and restart %d acknowledged changes are missing: %s", calls, acks, len(lost), summary(lost))
+			switch {
+			case tc.wantLoss && len(lost) == 0:
+				t.Errorf("no acknowledged change lost without durability: the check cannot tell a loss")
+			case !tc.wantLoss && len(lost) > 0:
+				t.Errorf("%d acknowledged changes lost: %s", len(lost), summary(lost))
+			}
+			if !tc.wantLoss {
+				snapshot(t, check, loadHost)
+			}
+		})
+	}
+}
+
+// TestAcknowledgedChangesSurviveFailover runs the load against a master
+// with one replica, kills the master with SIGKILL and promotes the
+// replica (REPLICAOF NO ONE), then looks on the replica for every change
+// a call acknowledged. With WAIT 1 none is missing, also when the replica
+// was cut off before the failover (the calls after that fail with
+// ErrNotDurable instead). Without WAIT the changes the master
+// acknowledged after the cut are lost.
+func TestAcknowledgedChangesSurviveFailover(t *testing.T) {
+	const workers = 8
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		cut      bool
+		wantLoss bool
+	}{
+		{"WAIT 1, master killed", 1, false, false},
+		{"WAIT 1, replica cut off, then master killed", 1, true, false},
+		{"no WAIT, replica cut off, then master killed", 0, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := testenv.StartRedis(t, testenv.RedisConfigLines("repl-diskless-sync-delay 0"))
+			r := testenv.StartRedis(t)
+			replicate(t, r, m)
+			l := loadLedger(t, m.Addr, Durability{Replicas: tc.replicas, Timeout: 200 * time.Millisecond})
+			// The set-up must not fail on a busy machine: it waits longer.
+			setUpLoad(t, loadLedger(t, m.Addr, Durability{Replicas: tc.replicas, Timeout: 5 * time.Second}), workers)
+			caughtUp(t, r, m)
+			log := newAckLog()
+			stop := make(chan struct{})
+			wg := startLoad(t, l, workers, log, stop)
+			waitForCalls(log, 300, true, 20*time.Second)
+			if tc.cut {
+				cutOff(t, r)
+				waitForCalls(log, 40, false, 20*time.Second)
+			}
+			killServer(t, m)
+			close(stop)
+			wg.Wait()
+			promote(t, r)
+
+			check := ledgerOn(t, r.Addr, Options{})
+			lost := log.lost(t, check, workers)
+			acks, calls, notDurable := log.counts()
+			t.Logf("%d calls, %d acknowledged, %d not durable; after the failover %d acknowledged changes are missing: %s",
+				calls, acks, notDurable, len(lost), summary(lost))
+			switch {
+			case tc.wantLoss && len(lost) == 0:
+				t.Errorf("no acknowledged change lost without WAIT: the check cannot tell a loss")
+			case !tc.wantLoss && len(lost) > 0:
+				t.Errorf("%d acknowledged changes lost: %s", len(lost), summary(lost))
+			}
+			if tc.replicas > 0 && tc.cut && notDurable == 0 {
+				t.Errorf("no call failed with ErrNotDurable after the replica was cut off")
+			}
+			if !tc.wantLoss {
+				snapshot(t, check, loadHost)
+			}
+		})
+	}
+}
+
+// TestRetryWaitsForTheFirstTry: a change made on one connection whose
+// wait timed out (the replica is stalled) and retried on another, which
+// finds it made already. From Redis 7.2 a wait counts its connection's
+// writes only, so each retry writes to count from, or it would
+// acknowledge a change the replica does not have (on 7.0 any command of
+// the connection moves the point the wait counts to): every retry fails
+// with ErrNotDurable while the replica stalls, and succeeds once it has
+// caught up.
+func TestRetryWaitsForTheFirstTry(t *testing.T) {
+	ctx := context.Background()
+	m := testenv.StartRedis(t, testenv.RedisConfigLines("repl-diskless-sync-delay 0"))
+	r := testenv.StartRedis(t, debuggable)
+	replicate(t, r, m)
+	d := Options{Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}}
+	first, retry, cold := ledgerOn(t, m.Addr, d), ledgerOn(t, m.Addr, d), ledgerOn(t, m.Addr, d)
+	register(t, first, "h", testHost(1, 8))
+	req := dedicated(t, 1, 64)
+	for _, id := range []string{"held", "gone"} {
+		if _, err := first.Claim(ctx, spec(id, "h", req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range []string{"u1", "u3", "inst-held"} {
+		if _, err := first.CreateInstance(ctx, u, "vm", flavor, VMBuilding, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each call below waits up to 0.2s (Redis times waits out on its
+	// 100ms clock), twice for a script the server has not seen yet: the
+	// replica sleeps long enough for all of them.
+	// retry's cache fits the claim without reading, so its retry reaches
+	// the apply script; cold has no cache and finds the claim by reading.
+	if _, err := retry.Host(ctx, "h"); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, r, m)
+
+	stalled := stall(t, r, 6*time.Second)
+	steps := []struct {
+		name string
+		do   func(l *Ledger) error
+	}{
+		{"Claim", func(l *Ledger) error { _, err := l.Claim(ctx, spec("new", "h", req)); return err }},
+		{"Release", func(l *Ledger) error { return l.Release(ctx, "h", "gone") }},
+		{"Commit", func(l *Ledger) error { _, err := l.Commit(ctx, "h", "held"); return err }},
+		{"AttachInstance", func(l *Ledger) error { return l.AttachInstance(ctx, "inst-held", "h", "held", "") }},
+		{"SetState", func(l *Ledger) error { return l.SetState(ctx, "u1", Transition{VM: VMActive}) }},
+		{"CreateInstance", func(l *Ledger) error { _, err := l.CreateInstance(ctx, "u2", "vm", flavor, VMBuilding, ""); return err }},
+		{"DeleteInstance", func(l *Ledger) error { return l.DeleteInstance(ctx, "u3") }},
+		{"RegisterHost", func(l *Ledger) error { _, err := l.RegisterHost(ctx, "h2", testHost(1, 2)); return err }},
+	}
+	for _, s := range steps {
+		for _, try := range []struct {
+			who string
+			l   *Ledger
+		}{{"first try", first}, {"retry on another connection", retry}} {
+			if err := s.do(try.l); !errors.Is(err, ErrNotDurable) {
+				t.Errorf("%s, %s, with the replica asleep = %v, want ErrNotDurable", s.name, try.who, err)
+			}
+		}
+	}
+	if _, err := cold.Claim(ctx, spec("new", "h", req)); !errors.Is(err, ErrNotDurable) {
+		t.Errorf("Claim retried by a ledger that reads the claim made = %v, want ErrNotDurable", err)
+	}
+	if err := <-stalled; err != nil {
+		t.Fatalf("DEBUG SLEEP: %v", err)
+	}
+	for _, s := range steps {
+		if err := s.do(retry); err != nil {
+			t.Errorf("%s retried once the replica is awake: %v", s.name, err)
+		}
+	}
+	caughtUp(t, r, m)
+	promote(t, r)
+	s := snapshot(t, ledgerOn(t, r.Addr, Options{}), "h")
+	if len(s.Claims) != 2 || s.Claims[0].ID != "held" || s.Claims[0].State != StateCommitted || s.Claims[1].ID != "new" {
+		t.Errorf("claims on the replica: %+v, want held (committed) and new", s.Claims)
+	}
+}
+
+// TestOpenChecksDurability: Open refuses, with one line that says what to
+// change, a durability the server cannot give, and bad values.
+func TestOpenChecksDurability(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.StartRedis(t)
+	local := "appendonly yes"
+	if !hasWAITAOF(t, srv.Addr) {
+		local = "has no WAITAOF (Redis 7.2 and later)"
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"replicas the master lacks", Config{URL: srv.URL(), WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond}, "REDIS_WAIT_REPLICAS=1, but only 0 replicas acknowledged"},
+		{"local fsync", Config{URL: srv.URL(), WaitLocal: true}, local},
+		{"negative replicas", Config{URL: srv.URL(), WaitReplicas: -1}, "wait replicas -1: invalid input"},
+		{"negative timeout", Config{URL: srv.URL(), WaitReplicas: 1, WaitTimeout: -time.Second}, "wait timeout -1s: invalid input"},
+		{"sub-millisecond timeout", Config{URL: srv.URL(), WaitReplicas: 1, WaitTimeout: time.Microsecond}, "wait timeout 1µs: invalid input"},
+	} {
+		l, rdb, err := Open(ctx, tc.cfg)
+		if err == nil {
+			_ = rdb.Close()
+			t.Errorf("Open with %s = ledger %p, want an error naming %q", tc.name, l, tc.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Open with %s: error %q, want one line naming %q", tc.name, err, tc.want)
+		}
+	}
+	if l, rdb, err := Open(ctx, Config{URL: srv.URL()}); err != nil {
+		t.Errorf("Open without waits: %v", err)
+	} else {
+		_ = rdb.Close()
+		_ = l
+	}
+}
+
+// startReplicatedCluster starts a Redis Cluster of three masters with one
+// replica each (testenv's clusters have no replicas) and returns the
+// masters' addresses and each master's replica by master address.
+func startReplicatedCluster(t *testing.T) (masters []string, replicaOf map[string]*testenv.Redis) {
+	t.Helper()
+	cli := testenv.RequireProgram(t, testenv.RedisCLIBin)
+	var nodes []*testenv.Redis
+	for range 6 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bus := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		nodes = append(nodes, testenv.StartRedis(t, testenv.RedisConfigLines("cluster-enabled yes", "cluster-port "+strconv.Itoa(bus),
+			"cluster-config-file nodes.conf", "cluster-node-timeout 5000", "repl-diskless-sync-delay 0"), debuggable))
+	}
+	args := []string{"--cluster", "create"}
+	for _, n := range nodes {
+		args = append(args, n.Addr)
+	}
+	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	replicaOf = map[string]*testenv.Redis{}
+	for _, n := range nodes {
+		c := client(t, n.Addr)
+		waitUntil(t, 30*time.Second, "cluster node "+n.Addr+" ok", func() bool {
+			s, err := c.ClusterInfo(context.Background()).Result()
+			return err == nil && strings.Contains(s, "cluster_state:ok")
+		})
+		if info(t, c, "replication", "role") == "master" {
+			masters = append(masters, n.Addr)
+			continue
+		}
+		waitUntil(t, 30*time.Second, "replica "+n.Addr+" linked", func() bool {
+			return info(t, c, "replication", "master_link_status") == "up"
+		})
+		replicaOf["127.0.0.1:"+info(t, c, "replication", "master_port")] = n
+	}
+	if len(masters) != 3 || len(replicaOf) != 3 {
+		t.Fatalf("cluster of %d masters and %d replicas, want 3 and 3", len(masters), len(replicaOf))
+	}
+	return masters, replicaOf
+}
+
+// TestClusterWaitsOnTheSlotsMaster runs WAIT 1 on a cluster of three
+// masters with a replica each: every change waits on its own slot's
+// master, in the pipeline that carried it. With one master's replica
+// stalled, claims on that master's host fail with ErrNotDurable while
+// claims on the others, sent at the same time (and batched together),
+// succeed.
+func TestClusterWaitsOnTheSlotsMaster(t *testing.T) {
+	ctx := context.Background()
+	masters, replicaOf := startReplicatedCluster(t)
+	l, rdb, err := Open(ctx, Config{Addrs: masters, KeyPrefix: "pf", WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open(cluster, WAIT 1): %v", err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	cc := rdb.(*redis.ClusterClient)
+	masterOf, seen := map[string]string{}, map[string]bool{}
+	var hosts []string
+	for i := 0; len(hosts) < 3 && i < 200; i++ {
+		h := fmt.Sprintf("host-%d", i)
+		node, err := cc.MasterForKey(ctx, l.hostKeys(h).topo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addr := node.Options().Addr; !seen[addr] {
+			seen[addr] = true
+			masterOf[h] = addr
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) != 3 {
+		t.Fatalf("found hosts on %d masters, want 3", len(hosts))
+	}
+	for _, h := range hosts {
+		// Replicas just synced acknowledge a moment later: ErrNotDurable
+		// says to retry.
+		waitUntil(t, 15*time.Second, "RegisterHost("+h+") acknowledged by the replica", func() bool {
+			_, err := l.RegisterHost(ctx, h, testHost(1, 16))
+			if err != nil && !errors.Is(err, ErrNotDurable) {
+				t.Fatalf("RegisterHost(%s): %v", h, err)
+			}
+			return err == nil
+		})
+	}
+	// claimAll claims on every host at once, n each, and returns each
+	// host's errors.
+	claimAll := func(round string, n int) map[string][]error {
+		var mu sync.Mutex
+		errs := map[string][]error{}
+		var wg sync.WaitGroup
+		for _, h := range hosts {
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s := spec(fmt.Sprintf("%s-%s-%d", round, h, i), h, dedicated(t, 1, 64))
+					_, err := l.Claim(ctx, s)
+					mu.Lock()
+					errs[h] = append(errs[h], err)
+					mu.Unlock()
+				}()
+			}
+		}
+		wg.Wait()
+		return errs
+	}
+	for h, errs := range claimAll("a", 4) {
+		for _, err := range errs {
+			if err != nil {
+				t.Errorf("Claim on %s with every replica up: %v", h, err)
+			}
+		}
+	}
+	done := stall(t, replicaOf[masterOf[hosts[0]]], 2*time.Second)
+	for h, errs := range claimAll("b", 4) {
+		for _, err := range errs {
+			switch {
+			case h == hosts[0] && !errors.Is(err, ErrNotDurable):
+				t.Errorf("Claim on %s, whose master's replica is asleep: %v, want ErrNotDurable", h, err)
+			case h != hosts[0] && err != nil:
+				t.Errorf("Claim on %s, whose master's replica is up: %v", h, err)
+			}
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		id := fmt.Sprintf("b-%s-%d", hosts[0], i)
+		if _, err := l.Claim(ctx, spec(id, hosts[0], dedicated(t, 1, 64))); err != nil {
+			t.Errorf("Claim(%s) retried once the replica is awake: %v", id, err)
+		}
+	}
+	for _, h := range hosts {
+		if s := snapshot(t, l, h); len(s.Claims) != 8 {
+			t.Errorf("Snapshot(%s): %d claims, want 8", h, len(s.Claims))
+		}
+	}
+}
+
+// TestConfigReadTimeoutFitsWaits: a config that waits for durability
+// reads replies long enough for a change and both its waits.
+func TestConfigReadTimeoutFitsWaits(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want time.Duration
+	}{
+		{Config{}, 0}, // go-redis's default
+		{Config{WaitReplicas: 1, WaitTimeout: 2 * time.Second}, defaultReadTimeout + 4*time.Second},
+		{Config{WaitLocal: true}, defaultReadTimeout + 2*DefaultWaitTimeout},
+	} {
+		opts, err := tc.cfg.options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.ReadTimeout != tc.want {
+			t.Errorf("options() of %+v: read timeout %s, want %s", tc.cfg.durability(), opts.ReadTimeout, tc.want)
+		}
+	}
+}
