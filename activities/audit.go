@@ -106,6 +106,11 @@ func (au *audit) keep(reason string) { au.res.Tally.Kept.Add(reason, 1) }
 // when it was freed (or, in a dry run, would be).
 func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) string {
 	au.res.Tally.Claims++
+	if c.Kind == ledger.KindQuarantine {
+		// An operator's to release, never the audit's.
+		au.keep(KeptQuarantined)
+		return ""
+	}
 	// With no grace at all every claim is judged, whatever the clocks say.
 	if au.grace > 0 && now.Sub(c.CreatedAt) < au.grace {
 		au.keep(KeptYoung)

@@ -56,6 +56,9 @@ const (
 	// the claim and nowhere else: the audit started Settle, which makes
 	// the claim the instance's resident claim.
 	KeptSettling = "settling"
+	// KeptQuarantined: a quarantine (pCPUs a running domain used that no
+	// record explained); only an operator releases it.
+	KeptQuarantined = "quarantined"
 )
 
 // Kinds of drift between the ledger and a hypervisor.

@@ -80,12 +80,16 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 		}
 		switch {
 		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StateRunning:
-			found = append(found, Drift{Kind: DriftDomainWithoutClaim, Instance: d.UUID, CPUs: cpus.String(),
-				Detail: fmt.Sprintf("domain %s runs pinned to %s with no claim on %s", d.Name, orNone(cpus), snap.Host)})
+			f := Drift{Kind: DriftDomainWithoutClaim, Instance: d.UUID, CPUs: cpus.String(),
+				Detail: fmt.Sprintf("domain %s runs pinned to %s with no claim on %s", d.Name, orNone(cpus), snap.Host)}
+			au.quarantineVanished(ctx, snap, d, cpus.Difference(other), &f)
+			found = append(found, f)
 		case len(byInstance[d.UUID]) > 0:
 			if out := cpus.Difference(own).Difference(other); !out.IsEmpty() {
-				found = append(found, Drift{Kind: DriftPinsOutsideClaim, Instance: d.UUID, CPUs: out.String(),
-					Detail: fmt.Sprintf("domain %s is pinned to pCPUs %s that no claim owns", d.Name, out)})
+				f := Drift{Kind: DriftPinsOutsideClaim, Instance: d.UUID, CPUs: out.String(),
+					Detail: fmt.Sprintf("domain %s is pinned to pCPUs %s that no claim owns", d.Name, out)}
+				au.quarantineVanished(ctx, snap, d, out, &f)
+				found = append(found, f)
 			}
 		}
 	}
@@ -114,6 +118,23 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 		f.InFlight = st.State == OwnerRunning
 	}
 	au.res.Drift = found
+}
+
+// quarantineVanished claims, as a quarantine, the pCPUs a running domain
+// uses that the ledger calls free: its claim vanished (Redis lost it) or
+// it was started outside pinflow, and either way the next claim must not
+// take them. The claim is a compare-and-set on free pCPUs, so a claim made
+// since the snapshot wins and nothing is quarantined.
+func (au *audit) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, cpus numa.CPUSet, f *Drift) {
+	if cpus.IsEmpty() || d.State != hypervisor.StateRunning || au.res.DryRun {
+		return
+	}
+	rc, err := au.a.quarantine(ctx, snap.Host, snap.Topology, d.UUID, cpus, "a running domain uses pCPUs the ledger called free", false)
+	if err != nil {
+		f.Detail += fmt.Sprintf("; not quarantined: %v", err)
+		return
+	}
+	f.Detail += "; quarantined as claim " + rc.ClaimID
 }
 
 func orNone(s numa.CPUSet) string {

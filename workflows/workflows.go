@@ -120,6 +120,7 @@ const (
 	OpDelete        Operation = "delete"
 	OpReconcile     Operation = "reconcile"
 	OpSettle        Operation = "settle"
+	OpRecover       Operation = "recover"
 )
 
 // Phase is where an operation stands, as shown in PinflowPhase and the
@@ -139,6 +140,7 @@ const (
 	PhaseSpawning    Phase = "spawning"
 	PhaseDeleting    Phase = "deleting"
 	PhaseAuditing    Phase = "auditing"
+	PhaseRecovering  Phase = "recovering"
 	PhaseRollingBack Phase = "rolling-back"
 	PhaseCompleted   Phase = "completed"
 	PhaseError       Phase = "error"

@@ -53,6 +53,7 @@ type chaos struct {
 	restartRedisEvery time.Duration
 
 	mu         sync.Mutex
+	finished   int
 	uuids      []string
 	outcomes   map[string]int
 	violations []string
@@ -292,6 +293,11 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		}
 		c.mu.Lock()
 		c.outcomes[string(op)+" "+how+"->"+outcome]++
+		c.finished++
+		if c.finished%500 == 0 {
+			c.t.Logf("%s: %d operations done, %d audits, %d claims freed, %d worker kills, %d Redis restarts, %d violations",
+				time.Now().Format(time.TimeOnly), c.finished, c.audits.Load(), c.freed.Load(), c.kills.Load(), c.restarts.Load(), len(c.violations))
+		}
 		c.mu.Unlock()
 	}
 }

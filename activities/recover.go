@@ -1,0 +1,216 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// QuarantineOwner is the owner of quarantine claims: no workflow, an
+// operator's decision.
+const QuarantineOwner = "operator"
+
+// RecoverHostInput asks to rebuild one host's ledger from its hypervisor.
+type RecoverHostInput struct {
+	Host   string `json:"host"`
+	DryRun bool   `json:"dry_run,omitempty"`
+}
+
+// RecoveredClaim is a claim RecoverHost made (or, in a dry run, would make).
+type RecoveredClaim struct {
+	ClaimID  string `json:"claim_id"`
+	Instance string `json:"instance"`
+	CPUs     string `json:"cpus"`
+	Why      string `json:"why"`
+}
+
+// RecoverHostResult says what RecoverHost found and did.
+type RecoverHostResult struct {
+	Host   string `json:"host"`
+	DryRun bool   `json:"dry_run,omitempty"`
+	// Registered: the host's topology was gone and was registered again
+	// from the hypervisor's capabilities.
+	Registered bool `json:"registered,omitempty"`
+	// Agreeing counts the running domains whose pCPUs a claim of their own
+	// instance already holds.
+	Agreeing int `json:"agreeing"`
+	// Restored are committed claims made again for records that name the
+	// host and agree with the running domain.
+	Restored []RecoveredClaim `json:"restored,omitempty"`
+	// Quarantined are pCPUs running domains use that no record explains.
+	Quarantined []RecoveredClaim `json:"quarantined,omitempty"`
+	// Unresolved is what needs an operator: pCPUs a domain uses that
+	// another claim holds, records naming claims that are gone.
+	Unresolved []string `json:"unresolved,omitempty"`
+}
+
+// Changed says whether the recovery changed (or would change) anything.
+func (r RecoverHostResult) Changed() bool {
+	return r.Registered || len(r.Restored) > 0 || len(r.Quarantined) > 0
+}
+
+// RecoverHost rebuilds a host's ledger after Redis lost data, from what
+// is true: the domains running (or paused mid-migration) on the
+// hypervisor with their pins, and the instance records. It only adds:
+//
+//   - a topology that is gone is registered again from the hypervisor;
+//   - a domain whose pCPUs no claim of its instance holds, and whose record
+//     names this host with the same pins, gets its resident claim back
+//     (the record's claim id and placement), committed;
+//   - the pCPUs of any other such domain are quarantined: a claim of kind
+//     quarantine, owned by no workflow, that the audit never frees and
+//     that only an operator releases.
+//
+// It never frees a claim, so it cannot take anything from an open
+// workflow, and every claim it makes is an exact compare-and-set on free
+// pCPUs, so it never gives one pCPU to two claims: pCPUs a domain uses
+// that another claim holds already are reported, not taken.
+func (a *Activities) RecoverHost(ctx context.Context, in RecoverHostInput) (RecoverHostResult, error) {
+	res := RecoverHostResult{Host: in.Host, DryRun: in.DryRun}
+	topo, err := a.Ledger.Host(ctx, in.Host)
+	if errors.Is(err, ledger.ErrUnknownHost) {
+		caps, cerr := a.Driver.Capabilities(ctx, in.Host)
+		if cerr != nil {
+			return res, classify(cerr)
+		}
+		res.Registered, topo = true, caps
+		if !in.DryRun {
+			if _, err := a.Ledger.RegisterHost(ctx, in.Host, caps); err != nil {
+				return res, classify(err)
+			}
+		}
+	} else if err != nil {
+		return res, classify(err)
+	}
+	free := pinnable(topo)
+	snap, err := a.Ledger.Snapshot(ctx, in.Host)
+	if err != nil && !(res.Registered && in.DryRun) {
+		return res, classify(err)
+	}
+	held := map[string]numa.CPUSet{} // instance -> pCPUs its claims hold
+	owner := map[int]string{}        // pCPU -> claim id
+	if snap != nil {
+		for i := range snap.Claims {
+			c := &snap.Claims[i]
+			held[c.InstanceUUID] = held[c.InstanceUUID].Union(claimCPUs(c))
+		}
+		for _, p := range snap.Pins {
+			owner[p.CPU] = p.ClaimID
+		}
+	}
+	doms, err := a.Driver.Domains(ctx, in.Host)
+	if err != nil {
+		return res, classify(err)
+	}
+	sort.Slice(doms, func(i, j int) bool { return doms[i].UUID < doms[j].UUID })
+	for _, d := range doms {
+		if d.State == hypervisor.StateShutoff {
+			continue
+		}
+		pins, err := xmlpatch.Read(d.XML)
+		if err != nil {
+			res.Unresolved = append(res.Unresolved, fmt.Sprintf("domain %s: its pins cannot be read: %v", d.UUID, err))
+			continue
+		}
+		used := pins.HostCPUs().Intersection(free)
+		if used.IsEmpty() || used.IsSubsetOf(held[d.UUID]) {
+			res.Agreeing++
+			continue
+		}
+		missing := used.Difference(held[d.UUID])
+		var taken []string
+		for _, cpu := range missing.List() {
+			if id, ok := owner[cpu]; ok {
+				taken = append(taken, fmt.Sprintf("%d (claim %s)", cpu, id))
+			}
+		}
+		if len(taken) > 0 {
+			res.Unresolved = append(res.Unresolved, fmt.Sprintf("domain %s uses pCPUs another claim holds: %v", d.UUID, taken))
+			continue
+		}
+		rc, restore, err := a.recoverDomain(ctx, in, topo, d, used, missing)
+		if err != nil {
+			res.Unresolved = append(res.Unresolved, fmt.Sprintf("domain %s: %v", d.UUID, err))
+			continue
+		}
+		if restore {
+			res.Restored = append(res.Restored, rc)
+		} else {
+			res.Quarantined = append(res.Quarantined, rc)
+		}
+	}
+	return res, nil
+}
+
+// recoverDomain gives a running domain's missing pCPUs a claim: the
+// resident claim its record names, when the record agrees, or else a
+// quarantine. It says which.
+func (a *Activities) recoverDomain(ctx context.Context, in RecoverHostInput, topo *numa.Host, d hypervisor.Domain, used, missing numa.CPUSet) (RecoveredClaim, bool, error) {
+	inst, err := a.Ledger.Instance(ctx, d.UUID)
+	if err != nil && !errors.Is(err, ledger.ErrUnknownInstance) {
+		return RecoveredClaim{}, false, err
+	}
+	if err == nil && inst.Host == in.Host && inst.ClaimID != "" && inst.Placement != nil && missing.Equal(used) {
+		if placed, perr := placementCPUs(topo, inst.Placement); perr == nil && placed.Equal(used) {
+			rc := RecoveredClaim{ClaimID: inst.ClaimID, Instance: d.UUID, CPUs: used.String(),
+				Why: "its record names this host and claim with the same pins"}
+			if in.DryRun {
+				return rc, true, nil
+			}
+			_, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: inst.ClaimID, Host: in.Host, InstanceUUID: d.UUID,
+				Kind: ledger.KindInstance, OwnerWorkflowID: InstanceWorkflowID(d.UUID), OwnerRunID: "recovered",
+				Placement: inst.Placement})
+			if err != nil {
+				return RecoveredClaim{}, false, err
+			}
+			if _, err := a.Ledger.Commit(ctx, in.Host, inst.ClaimID); err != nil {
+				return RecoveredClaim{}, false, err
+			}
+			return rc, true, nil
+		}
+	}
+	why := "no record of the instance"
+	if inst != nil {
+		why = fmt.Sprintf("its record says host %q, claim %q", inst.Host, inst.ClaimID)
+	}
+	rc, err := a.quarantine(ctx, in.Host, topo, d.UUID, missing, why, in.DryRun)
+	return rc, false, err
+}
+
+// quarantine claims cpus of host for the instance's domain, as kind
+// quarantine owned by no workflow.
+func (a *Activities) quarantine(ctx context.Context, host string, topo *numa.Host, uuid string, cpus numa.CPUSet, why string, dryRun bool) (RecoveredClaim, error) {
+	id := "quarantine-" + uuid
+	rc := RecoveredClaim{ClaimID: id, Instance: uuid, CPUs: cpus.String(), Why: why}
+	if dryRun {
+		return rc, nil
+	}
+	p := &numa.Placement{}
+	for _, c := range topo.Cells {
+		if in := cpus.Intersection(c.PCPUs); !in.IsEmpty() {
+			p.Cells = append(p.Cells, numa.PlacedCell{GuestCell: len(p.Cells), HostCell: c.ID, Reserved: in})
+		}
+	}
+	_, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: id, Host: host, InstanceUUID: uuid, Kind: ledger.KindQuarantine,
+		OwnerWorkflowID: QuarantineOwner, OwnerRunID: QuarantineOwner, Placement: p})
+	return rc, err
+}
+
+// placementCPUs is every pCPU a placement pins on the host.
+func placementCPUs(topo *numa.Host, p *numa.Placement) (numa.CPUSet, error) {
+	us, err := numa.Usage(topo, p)
+	if err != nil {
+		return numa.CPUSet{}, err
+	}
+	var s numa.CPUSet
+	for _, u := range us {
+		s = s.Union(u.PinnedCPUs)
+	}
+	return s, nil
+}

@@ -1,0 +1,82 @@
+package workflows
+
+import (
+	"fmt"
+	"strings"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+)
+
+// RecoverInput says which hosts' ledgers to rebuild from the hypervisors.
+type RecoverInput struct {
+	// Hosts to recover; empty recovers every registered host.
+	Hosts  []string `json:"hosts,omitempty"`
+	DryRun bool     `json:"dry_run,omitempty"`
+}
+
+// RecoverResult is what each host's recovery found and did.
+type RecoverResult struct {
+	DryRun bool                           `json:"dry_run,omitempty"`
+	Hosts  []activities.RecoverHostResult `json:"hosts"`
+}
+
+// Recover rebuilds hosts' ledgers after Redis lost data, one host after
+// the other (activities.RecoverHost): it restores the resident claims
+// whose records agree with the running domains, and quarantines the
+// pCPUs of running domains that no record explains. It only adds claims,
+// never frees one.
+func Recover(ctx workflow.Context, in RecoverInput) (*RecoverResult, error) {
+	s, err := newSaga(ctx, OpRecover, "", 1)
+	if err != nil {
+		return nil, err
+	}
+	hosts := in.Hosts
+	if len(hosts) == 0 {
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "list hosts"), a.ListHosts).Get(ctx, &hosts); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	s.steps = len(hosts)
+	res := &RecoverResult{DryRun: in.DryRun}
+	for _, h := range hosts {
+		s.phase(PhaseRecovering, "recovering "+h)
+		var hr activities.RecoverHostResult
+		rin := activities.RecoverHostInput{Host: h, DryRun: in.DryRun}
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "recover "+h), a.RecoverHost, rin).Get(ctx, &hr); err != nil {
+			return nil, s.fail(err)
+		}
+		res.Hosts = append(res.Hosts, hr)
+		s.step()
+	}
+	s.phase(PhaseCompleted, RecoverReport(res))
+	return res, nil
+}
+
+// RecoverReport renders a recovery for people.
+func RecoverReport(res *RecoverResult) string {
+	var b strings.Builder
+	verb := map[bool]string{true: "would ", false: ""}[res.DryRun]
+	for _, h := range res.Hosts {
+		fmt.Fprintf(&b, "%s:", h.Host)
+		if !h.Changed() && len(h.Unresolved) == 0 {
+			fmt.Fprintf(&b, " fine: %d running domains agree with their claims; nothing to recover\n", h.Agreeing)
+			continue
+		}
+		fmt.Fprintf(&b, " %d running domains agree with their claims\n", h.Agreeing)
+		if h.Registered {
+			fmt.Fprintf(&b, "  %sregister its topology again from the hypervisor\n", verb)
+		}
+		for _, c := range h.Restored {
+			fmt.Fprintf(&b, "  %srestore claim %s of %s on pCPUs %s: %s\n", verb, c.ClaimID, c.Instance, c.CPUs, c.Why)
+		}
+		for _, c := range h.Quarantined {
+			fmt.Fprintf(&b, "  %squarantine pCPUs %s of %s as claim %s: %s\n", verb, c.CPUs, c.Instance, c.ClaimID, c.Why)
+		}
+		for _, u := range h.Unresolved {
+			fmt.Fprintf(&b, "  needs an operator: %s\n", u)
+		}
+	}
+	return b.String()
+}
