@@ -50,7 +50,11 @@ func Recover(ctx workflow.Context, in RecoverInput) (*RecoverResult, error) {
 		res.Hosts = append(res.Hosts, hr)
 		s.step()
 	}
-	s.phase(PhaseCompleted, RecoverReport(res))
+	restored, quarantined := 0, 0
+	for _, h := range res.Hosts {
+		restored, quarantined = restored+len(h.Restored), quarantined+len(h.Quarantined)
+	}
+	s.phase(PhaseCompleted, fmt.Sprintf("%d hosts: %d claims restored, %d quarantines", len(res.Hosts), restored, quarantined))
 	return res, nil
 }
 
