@@ -222,13 +222,15 @@ func (a *Activities) ClearInstanceHost(ctx context.Context, in ClearHostInput) e
 // DestroyDomain powers the guest off and removes it from the host; a guest
 // that is not there is no error.
 func (a *Activities) DestroyDomain(ctx context.Context, in DomainInput) error {
-	if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-		return classify(err)
-	}
-	if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-		return classify(err)
-	}
-	return nil
+	return a.heartbeating(ctx, func(ctx context.Context) error {
+		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return classify(err)
+		}
+		if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return classify(err)
+		}
+		return nil
+	})
 }
 
 // Attach makes a spawned guest's claim committed, then points its record

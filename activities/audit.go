@@ -38,6 +38,18 @@ func (a *Activities) ListHosts(ctx context.Context) ([]string, error) {
 // Only the host being unknown fails the activity; every other error is
 // reported in the result and keeps what it touches.
 func (a *Activities) AuditHost(ctx context.Context, in AuditHostInput) (HostAudit, error) {
+	var res HostAudit
+	// Heartbeating, so that an audit whose worker died is retried at once
+	// rather than after its timeout.
+	err := a.heartbeating(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = a.auditHost(ctx, in)
+		return err
+	})
+	return res, err
+}
+
+func (a *Activities) auditHost(ctx context.Context, in AuditHostInput) (HostAudit, error) {
 	start := time.Now()
 	au := &audit{a: a, res: HostAudit{Host: in.Host, DryRun: in.DryRun}, grace: a.Grace, minGrace: a.MinGrace}
 	if in.Grace != nil {

@@ -199,6 +199,16 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 // completed its migration, and nothing is undone (OnDest); the workflow
 // then commits. A running guest is never destroyed to roll back.
 func (a *Activities) RollbackMigration(ctx context.Context, in MigrateInput) (RollbackResult, error) {
+	var res RollbackResult
+	err := a.heartbeating(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = a.rollback(ctx, in)
+		return err
+	})
+	return res, err
+}
+
+func (a *Activities) rollback(ctx context.Context, in MigrateInput) (RollbackResult, error) {
 	onDest, err := a.migratedAlready(ctx, in)
 	if err != nil || onDest {
 		return RollbackResult{OnDest: onDest}, err
@@ -296,6 +306,10 @@ func (a *Activities) shutdown(ctx context.Context, host, uuid string) error {
 // record's domain XML if it was removed. The claim it runs on is still
 // its resident claim, since an offload releases it only once done.
 func (a *Activities) RestoreDomain(ctx context.Context, in DomainInput) error {
+	return a.heartbeating(ctx, func(ctx context.Context) error { return a.restore(ctx, in) })
+}
+
+func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
 	switch {
 	case errors.Is(err, hypervisor.ErrNotFound):

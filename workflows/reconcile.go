@@ -92,7 +92,7 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 	done := 0
 	audit := func(i int) {
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: auditTimeout,
+			StartToCloseTimeout: auditTimeout, HeartbeatTimeout: heartbeatTimeout,
 			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
 				MaximumAttempts: auditAttempts, NonRetryableErrorTypes: activities.NonRetryableErrorTypes},
 			Summary: "audit host " + hosts[i],

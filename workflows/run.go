@@ -162,8 +162,10 @@ func (s *saga) ledgerStep(ctx workflow.Context, summary string) workflow.Context
 // hypervisorStep returns a context for a hypervisor step that is retried
 // until it succeeds (a compensation, or a step past the commit point).
 func (s *saga) hypervisorStep(ctx workflow.Context, summary string) workflow.Context {
+	// It heartbeats, so a dead worker's attempt is retried within the
+	// heartbeat timeout instead of the step's.
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: driverTimeout, RetryPolicy: untilDone, Summary: summary,
+		StartToCloseTimeout: driverTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: untilDone, Summary: summary,
 	})
 }
 
