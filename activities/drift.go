@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -130,6 +131,10 @@ func (au *audit) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, 
 		return
 	}
 	rc, err := au.a.quarantine(ctx, snap.Host, snap.Topology, d.UUID, cpus, "a running domain uses pCPUs the ledger called free", false)
+	if errors.Is(err, errNoLongerUsed) {
+		f.Detail += "; gone since, so nothing quarantined"
+		return
+	}
 	if err != nil {
 		f.Detail += fmt.Sprintf("; not quarantined: %v", err)
 		return

@@ -197,9 +197,50 @@ func (a *Activities) quarantine(ctx context.Context, host string, topo *numa.Hos
 			p.Cells = append(p.Cells, numa.PlacedCell{GuestCell: len(p.Cells), HostCell: c.ID, Reserved: in})
 		}
 	}
-	_, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: id, Host: host, InstanceUUID: uuid, Kind: ledger.KindQuarantine,
+	c, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: id, Host: host, InstanceUUID: uuid, Kind: ledger.KindQuarantine,
 		OwnerWorkflowID: QuarantineOwner, OwnerRunID: QuarantineOwner, Placement: p})
-	return rc, err
+	if err != nil {
+		return rc, err
+	}
+	// The domain was seen before the quarantine was made: if it is gone
+	// now (a guest destroyed, then its claim released, in between), the
+	// pCPUs were free for good and the quarantine goes again. A domain
+	// still running on them ran there without a claim when the quarantine
+	// took them, so it stays.
+	if used, err := a.domainUses(ctx, host, uuid, cpus); err != nil || !used {
+		if _, rerr := a.Ledger.ReleaseIfUnchanged(ctx, host, c.ID, c.Token, c.State); rerr != nil {
+			return rc, rerr
+		}
+		if err != nil {
+			return rc, err
+		}
+		return rc, errNoLongerUsed
+	}
+	return rc, nil
+}
+
+// errNoLongerUsed: the domain a quarantine was for no longer uses its
+// pCPUs, and the quarantine was released again.
+var errNoLongerUsed = errors.New("the domain no longer uses those pCPUs; nothing quarantined")
+
+// domainUses says whether the instance's domain on host runs (or is
+// paused) on any of cpus.
+func (a *Activities) domainUses(ctx context.Context, host, uuid string, cpus numa.CPUSet) (bool, error) {
+	dom, err := a.Driver.Lookup(ctx, host, uuid)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if dom.State == hypervisor.StateShutoff {
+		return false, nil
+	}
+	pins, err := xmlpatch.Read(dom.XML)
+	if err != nil {
+		return true, nil // unreadable: keep it, as the audit keeps in doubt
+	}
+	return pins.HostCPUs().Intersects(cpus), nil
 }
 
 // placementCPUs is every pCPU a placement pins on the host.
