@@ -176,37 +176,18 @@ func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
 }
 
 func (c *conn) shutdown(ctx context.Context, uuid string) error {
-	dom, err := c.lookup(ctx, uuid)
-	if err != nil {
-		return err
-	}
-	st, err := c.state(ctx, dom)
-	if err != nil {
-		return err
-	}
-	if st == hypervisor.StateShutoff {
-		return nil
-	}
-	press := func(mode golibvirt.DomainShutdownFlagValues) error {
-		return do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainShutdownFlags(dom, mode) })
-	}
-	err = press(golibvirt.DomainShutdownAcpiPowerBtn)
-	switch libvirtCode(err) {
-	case golibvirt.ErrArgumentUnsupported, golibvirt.ErrNoSupport, golibvirt.ErrOperationUnsupported:
-		// A hypervisor without the ACPI mode; its default is the nearest.
-		err = press(golibvirt.DomainShutdownDefault)
-	}
-	if err == nil {
-		return nil
-	}
-	// It may have shut off between the state check and the call; libvirt
-	// then says the operation is invalid.
-	if libvirtCode(err) == golibvirt.ErrOperationInvalid {
-		if now, serr := c.state(ctx, dom); serr == nil && now == hypervisor.StateShutoff {
-			return nil
+	return c.powerOff(ctx, uuid, "shut down", func(dom golibvirt.Domain) error {
+		press := func(mode golibvirt.DomainShutdownFlagValues) error {
+			return do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainShutdownFlags(dom, mode) })
 		}
-	}
-	return c.errorf(err, "shut down domain %s (%s)", uuid, dom.Name)
+		err := press(golibvirt.DomainShutdownAcpiPowerBtn)
+		switch libvirtCode(err) {
+		case golibvirt.ErrArgumentUnsupported, golibvirt.ErrNoSupport, golibvirt.ErrOperationUnsupported:
+			// A hypervisor without the ACPI mode; its default is the nearest.
+			err = press(golibvirt.DomainShutdownDefault)
+		}
+		return err
+	})
 }
 
 // Stop powers a domain off at once (libvirt's destroy); a shut-off domain
@@ -221,6 +202,18 @@ func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 }
 
 func (c *conn) stop(ctx context.Context, uuid string) error {
+	return c.powerOff(ctx, uuid, "stop", func(dom golibvirt.Domain) error {
+		err := do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainDestroy(dom) })
+		if libvirtCode(err) == golibvirt.ErrNoDomain {
+			return nil // a transient domain is gone once it stops
+		}
+		return err
+	})
+}
+
+// powerOff runs act on a domain that is not shut off. A domain that shut
+// off meanwhile makes libvirt call the operation invalid: that is success.
+func (c *conn) powerOff(ctx context.Context, uuid, verb string, act func(golibvirt.Domain) error) error {
 	dom, err := c.lookup(ctx, uuid)
 	if err != nil {
 		return err
@@ -232,19 +225,16 @@ func (c *conn) stop(ctx context.Context, uuid string) error {
 	if st == hypervisor.StateShutoff {
 		return nil
 	}
-	err = do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainDestroy(dom) })
+	err = act(dom)
 	if err == nil {
 		return nil
 	}
-	switch libvirtCode(err) {
-	case golibvirt.ErrNoDomain:
-		return nil // a transient domain is gone once it stops
-	case golibvirt.ErrOperationInvalid:
+	if libvirtCode(err) == golibvirt.ErrOperationInvalid {
 		if now, serr := c.state(ctx, dom); serr == nil && now == hypervisor.StateShutoff {
 			return nil
 		}
 	}
-	return c.errorf(err, "stop domain %s (%s)", uuid, dom.Name)
+	return c.errorf(err, "%s domain %s (%s)", verb, uuid, dom.Name)
 }
 
 // Undefine removes a shut-off domain's definition together with its

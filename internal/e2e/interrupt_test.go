@@ -327,7 +327,10 @@ func (c *chaos) run() {
 			}
 		}
 	}()
-	if c.killEvery > 0 {
+	every := func(d time.Duration, do func()) {
+		if d <= 0 {
+			return
+		}
 		bg.Add(1)
 		go func() {
 			defer bg.Done()
@@ -335,29 +338,21 @@ func (c *chaos) run() {
 				select {
 				case <-stop:
 					return
-				case <-time.After(c.killEvery):
+				case <-time.After(d):
 				}
-				c.s.killWorker()
-				c.s.startWorker()
-				c.kills.Add(1)
+				do()
 			}
 		}()
 	}
-	if c.restartRedisEvery > 0 {
-		bg.Add(1)
-		go func() {
-			defer bg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(c.restartRedisEvery):
-				}
-				c.s.redis.Restart(c.t)
-				c.restarts.Add(1)
-			}
-		}()
-	}
+	every(c.killEvery, func() {
+		c.s.killWorker()
+		c.s.startWorker()
+		c.kills.Add(1)
+	})
+	every(c.restartRedisEvery, func() {
+		c.s.redis.Restart(c.t)
+		c.restarts.Add(1)
+	})
 	deadline := time.Now().Add(c.window)
 	var ops sync.WaitGroup
 	for slot := range c.slots {
