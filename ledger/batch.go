@@ -204,8 +204,8 @@ func putArgs(args *[]any) {
 func applyArgs(ops []*hostOp) *[]any {
 	k := ops[0].keys
 	p := argLists.Get().(*[]any)
-	// The keys in the order of all(), and the leases.
-	args := append(*p, "evalsha", applyScript.Hash(), 6, k.topo, k.pins, k.claims, k.usage, k.undo, k.lease, len(ops))
+	// The keys in the order of all().
+	args := append(*p, "evalsha", applyScript.Hash(), 7, k.topo, k.pins, k.claims, k.usage, k.undo, k.lease, k.state, len(ops))
 	for _, o := range ops {
 		args = append(args, o.args...)
 	}

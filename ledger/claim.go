@@ -25,6 +25,10 @@ const (
 	KindMigrationDest ClaimKind = "migration-dest" // a live migration's destination
 	KindUnshelve      ClaimKind = "unshelve"       // an unshelve's new host
 	KindBoot          ClaimKind = "boot"           // a boot's host
+	// KindResizeDest is a resize's or cold migration's destination.
+	KindResizeDest ClaimKind = "resize-dest"
+	// KindEvacuationDest is an evacuation's (rebuild's) new host.
+	KindEvacuationDest ClaimKind = "evacuation-dest"
 	// KindQuarantine holds pCPUs a running domain uses that no record
 	// explains (after Redis lost data, say): no claim can take them, and
 	// only an operator frees them.
@@ -33,7 +37,7 @@ const (
 
 func (k ClaimKind) valid() bool {
 	switch k {
-	case KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine:
+	case KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest:
 		return true
 	}
 	return false
@@ -49,7 +53,16 @@ const (
 	StatePending ClaimState = "pending"
 	// StateCommitted: the claim is the instance's resident claim.
 	StateCommitted ClaimState = "committed"
+	// StateHeld: a source hold, the former resident claim that an open resize or
+	// cold migration keeps so that a revert gets the very same pCPUs back.
+	StateHeld ClaimState = "held"
+	// StateTombstone: an evacuated guest's claim on its dead (fenced) host, kept so
+	// nothing lands on those pCPUs until the leftover guest there is destroyed.
+	StateTombstone ClaimState = "tombstone"
 )
+
+// claimStates are the states a stored claim may have.
+var claimStates = []ClaimState{StatePending, StateCommitted, StateHeld, StateTombstone}
 
 // Claim is the record of one claim: who holds which of a host's resources.
 // It carries the placement and its usage, so releasing never derives
@@ -106,7 +119,8 @@ func (s *ClaimSpec) check() error {
 		return err
 	}
 	if !s.Kind.valid() {
-		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s, %s or %s", s.Kind, ErrInvalid, KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine)
+		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s, %s, %s, %s or %s", s.Kind, ErrInvalid,
+			KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest)
 	}
 	if s.OwnerWorkflowID == "" || s.OwnerRunID == "" {
 		return fmt.Errorf("%w: owner workflow id %q and run id %q must both be set", ErrInvalid, s.OwnerWorkflowID, s.OwnerRunID)
@@ -133,7 +147,8 @@ func (s *ClaimSpec) check() error {
 // retried activity gets its first result; an id already used for another
 // instance is ErrConflict. A request that fits nowhere is a
 // *numa.NoFitError; an explicit placement that does not belong on the host
-// is ErrInvalid, one on pCPUs owned by others ErrConflict.
+// is ErrInvalid, one on pCPUs owned by others ErrConflict. A host an
+// operator marked down or returning takes no new claims: ErrHostDown.
 func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error) {
 	defer func(start time.Time) { observeClaim(ctx, start, err) }(time.Now())
 	wrap := func(err error) error { return fmt.Errorf("ledger: claim %s on %s: %w", spec.ID, spec.Host, err) }
@@ -196,6 +211,10 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		case "nohost":
 			l.dropCache(spec.Host, hc)
 			return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, spec.Host))
+		case "down":
+			// An operator's statement, not a race: retrying cannot help.
+			state, _ := res[1].(string)
+			return nil, wrap(fmt.Errorf("%w: host %s is %s and takes no new claims", ErrHostDown, spec.Host, state))
 		case "gen":
 			// The topology changed: the next attempt reads it.
 			l.dropCache(spec.Host, hc)
@@ -454,10 +473,45 @@ func backoff(ctx context.Context, attempt int) error {
 }
 
 // Commit marks a pending claim committed: the instance's resident claim.
-// Committing a committed claim changes nothing; an unknown claim is
+// Committing a committed claim changes nothing; a held or tombstone claim
+// is ErrConflict (it was resident once, and a commit would pass off a
+// hold or a dead host's claim as a new resident); an unknown claim is
 // ErrUnknownClaim.
 func (l *Ledger) Commit(ctx context.Context, host, claimID string) (*Claim, error) {
-	wrap := func(err error) error { return fmt.Errorf("ledger: commit %s on %s: %w", claimID, host, err) }
+	return l.setClaimState(ctx, "commit", host, claimID, StateCommitted, false, StatePending)
+}
+
+// Hold turns a committed claim into a source hold (held); holding a held claim
+// changes nothing. Pending or tombstone: ErrConflict; unknown: ErrUnknownClaim.
+//
+// The claim keeps its pins and usage, so no other claim can take its pCPUs
+// while a resize or cold migration is open, and a revert gets them back.
+func (l *Ledger) Hold(ctx context.Context, host, claimID string) (*Claim, error) {
+	return l.setClaimState(ctx, "hold", host, claimID, StateHeld, false, StateCommitted)
+}
+
+// Unhold turns a source hold back into a committed claim, without any release
+// or re-fit in between; unholding a committed claim changes nothing. Pending or
+// tombstone: ErrConflict; unknown: ErrUnknownClaim.
+func (l *Ledger) Unhold(ctx context.Context, host, claimID string) (*Claim, error) {
+	return l.setClaimState(ctx, "unhold", host, claimID, StateCommitted, false, StateHeld)
+}
+
+// Tombstone turns a committed or held claim on a host that is down into a
+// tombstone; a tombstone stays one. Host up: ErrConflict (a host that came back
+// may run the guest again); pending: ErrConflict; unknown: ErrUnknownClaim.
+//
+// A host that is returning is not down either: its tombstones are being
+// cleared, and no evacuation starts from it.
+func (l *Ledger) Tombstone(ctx context.Context, host, claimID string) (*Claim, error) {
+	return l.setClaimState(ctx, "tombstone", host, claimID, StateTombstone, true, StateCommitted, StateHeld)
+}
+
+// setClaimState moves a claim of host to state to, from one of the states
+// from, in one script; hostDown asks for the host to be down too. A claim
+// in state to already is a retry's success.
+func (l *Ledger) setClaimState(ctx context.Context, op, host, claimID string, to ClaimState, hostDown bool, from ...ClaimState) (*Claim, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: %s %s on %s: %w", op, claimID, host, err) }
 	if err := checkHostName(host); err != nil {
 		return nil, wrap(err)
 	}
@@ -465,12 +519,23 @@ func (l *Ledger) Commit(ctx context.Context, host, claimID string) (*Claim, erro
 		return nil, wrap(err)
 	}
 	at, _ := json.Marshal(l.now().UTC())
-	res, err := l.change(ctx, commitScript, []string{l.hostKeys(host).claims}, claimID, at).StringSlice()
+	names := make([]string, len(from))
+	for i, s := range from {
+		names[i] = string(s)
+	}
+	k := l.hostKeys(host)
+	res, err := l.change(ctx, claimStateScript, []string{k.claims, k.state},
+		claimID, string(to), strings.Join(names, ","), at, boolArg(hostDown)).StringSlice()
 	if err != nil {
 		return nil, wrap(err)
 	}
-	if res[0] != "ok" {
+	switch res[0] {
+	case "unknown":
 		return nil, wrap(fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID))
+	case "state":
+		return nil, wrap(fmt.Errorf("%w: the claim is %s; only a claim that is %s can become %s", ErrConflict, res[1], strings.Join(names, " or "), to))
+	case "host":
+		return nil, wrap(fmt.Errorf("%w: host %s is %s; only a claim on a host that is down becomes a tombstone", ErrConflict, host, res[1]))
 	}
 	c := &Claim{}
 	if err := json.Unmarshal([]byte(res[1]), c); err != nil {
@@ -479,9 +544,11 @@ func (l *Ledger) Commit(ctx context.Context, host, claimID string) (*Claim, erro
 	return c, nil
 }
 
-// Release frees a claim's pins and usage and deletes it, in one step.
-// Releasing an unknown or already released claim succeeds and changes
-// nothing: a delete after an aborted claim must not fail.
+// Release frees a claim's pins and usage and deletes it, in one step,
+// whatever its state (a tombstone once the guest left on its fenced host
+// is destroyed, a hold once its resize is confirmed). Releasing an
+// unknown or already released claim succeeds and changes nothing: a
+// delete after an aborted claim must not fail.
 func (l *Ledger) Release(ctx context.Context, host, claimID string) error {
 	_, err := l.release(ctx, "release", host, claimID, "", "")
 	return err
@@ -499,11 +566,14 @@ func (l *Ledger) ReleasePending(ctx context.Context, host, claimID string) (bool
 // ReleaseIfUnchanged releases the claim only if it still has token and
 // state and no fence lease runs on it, and says whether it did: the
 // audit's compare-and-delete. The audit decided on the claim as it read
-// it; a claim made again, committed meanwhile, or guarded by a hypervisor
-// step that passed its fence (Fence) is kept.
+// it; a claim made again, committed or held meanwhile, or guarded by a
+// hypervisor step that passed its fence (Fence) is kept. state is
+// pending, committed or held (a hold no operation keeps any more); a
+// tombstone is never the audit's to free, since only the destruction of
+// the guest left on its host makes its pCPUs free: ErrInvalid.
 func (l *Ledger) ReleaseIfUnchanged(ctx context.Context, host, claimID, token string, state ClaimState) (bool, error) {
-	if token == "" || (state != StatePending && state != StateCommitted) {
-		return false, fmt.Errorf("ledger: release-if-unchanged %s on %s: %w: token %q and state %q: a token and the state pending or committed are needed",
+	if token == "" || (state != StatePending && state != StateCommitted && state != StateHeld) {
+		return false, fmt.Errorf("ledger: release-if-unchanged %s on %s: %w: token %q and state %q: a token and the state pending, committed or held are needed",
 			claimID, host, ErrInvalid, token, state)
 	}
 	return l.release(ctx, "release-if-unchanged", host, claimID, token, "unchanged:"+string(state))
@@ -588,23 +658,32 @@ func (l *Ledger) Claims(ctx context.Context, host string) ([]Claim, error) {
 
 // GetClaim returns one claim of a host, or ErrUnknownClaim.
 func (l *Ledger) GetClaim(ctx context.Context, host, claimID string) (*Claim, error) {
-	wrap := func(err error) error { return fmt.Errorf("ledger: claim %s on %s: %w", claimID, host, err) }
+	c, err := l.getClaim(ctx, host, claimID)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: claim %s on %s: %w", claimID, host, err)
+	}
+	return c, nil
+}
+
+// getClaim is GetClaim with errors that do not say where they come from,
+// for callers that say it themselves.
+func (l *Ledger) getClaim(ctx context.Context, host, claimID string) (*Claim, error) {
 	if err := checkHostName(host); err != nil {
-		return nil, wrap(err)
+		return nil, err
 	}
 	if err := checkClaimID(claimID); err != nil {
-		return nil, wrap(err)
+		return nil, err
 	}
 	rec, err := l.rdb.HGet(ctx, l.hostKeys(host).claims, claimID).Result()
 	if err != nil {
 		if isNil(err) {
-			return nil, wrap(fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID))
+			return nil, fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID)
 		}
-		return nil, wrap(err)
+		return nil, err
 	}
 	c := &Claim{}
 	if err := json.Unmarshal([]byte(rec), c); err != nil {
-		return nil, wrap(fmt.Errorf("stored claim record: %w", err))
+		return nil, fmt.Errorf("stored claim record: %w", err)
 	}
 	return c, nil
 }

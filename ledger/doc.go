@@ -13,6 +13,7 @@
 //	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB> -> count in use
 //	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
 //	<prefix>:host:{h}:lease   hash: claim id -> token|end of its fence lease (ms, server clock)
+//	<prefix>:host:{h}:state   hash: state (down, returning; none: up), reason, token, since
 //	<prefix>:inst:{uuid}      hash: one instance record
 //	<prefix>:hosts            set: registered host names
 //
@@ -51,6 +52,34 @@
 // claim that still has the token and state the audit judged, and no
 // running fence lease.
 //
+// # Holds and tombstones
+//
+// A claim's state changes (Commit, Hold, Unhold, Tombstone) rewrite its
+// record alone, never its pins or usage, so a claim keeps its pCPUs
+// through every state. A resize or cold migration holds the instance's
+// former resident claim on the source (held) until it is confirmed, when
+// the hold is released, or reverted, when Unhold makes it resident again:
+// no release and re-fit in between, in which another claim could take the
+// pCPUs, and so a revert always gets the very same pCPUs back.
+//
+// A tombstone is an evacuated guest's claim on its fenced host. The guest
+// may still run there, on those pCPUs, for all anyone knows, so nothing
+// may land on them until the guest is destroyed and the tombstone
+// released. Only a claim on a host that is down becomes one; the audit
+// never frees one (ReleaseIfUnchanged refuses the state).
+//
+// # Host states
+//
+// A host is up unless an operator said otherwise: down (SetHostDown: it is
+// fenced, powered off or cut off, and its guests may be evacuated) or
+// returning (SetHostReturning: it is back and its tombstones are being
+// cleared). The state lives in the host's slot, so the apply script
+// refuses every new claim on a host that is not up (ErrHostDown) in the
+// same step that would make it; releases and the other scripts still work
+// there. SetHostUp takes a returning host back only while it holds no
+// tombstone, in the same script that counts them. Each fencing records a
+// new random token; marking a host down again is a retry and keeps it.
+//
 // # Fences
 //
 // A hypervisor step that acts on a claim's pCPUs (starting a guest,
@@ -73,20 +102,21 @@
 //
 // # Durability
 //
-// With Options.Durability (Config's REDIS_WAIT_REPLICAS, REDIS_WAIT_LOCAL
-// and REDIS_WAIT_TIMEOUT) every change (the apply script of claims and
-// releases, commit, fence, registration and every instance record
-// script) is followed, on its connection and in the same pipeline, by
-// WAIT numreplicas and/or WAITAOF 1 0, sent to the master of the change's
+// With Options.Durability (Config's REDIS_WAIT_REPLICAS,
+// REDIS_WAIT_LOCAL and REDIS_WAIT_TIMEOUT) every change (the apply
+// script of claims and releases, every claim state change, fence,
+// registration, host state and every instance record script) is
+// followed, on its connection and in the same pipeline, by WAIT
+// numreplicas and/or WAITAOF 1 0, sent to the master of the change's
 // slot (on a cluster, one pipeline per master: go-redis would send a
 // keyless WAIT to any node). A change the waits do not acknowledge in
 // time fails its call with ErrNotDurable: it may survive or not, and the
 // call may be retried. A wait counts its connection's writes up to its
-// last one (from Redis 7.2, only writes move that point), so a retry that
-// finds its change made already (a claim that exists, a release of a
-// claim gone, an instance record in its target state) writes one value
-// again, unchanged, for the wait to count from: the replication stream is
-// in order, so the wait then covers the first try, made on whichever
+// last one (from Redis 7.2, only writes move that point), so a retry
+// that finds its change made already (a claim that exists, a release of
+// a claim gone, an instance record in its target state) writes one value
+// again, unchanged, for the wait to count from: the replication stream
+// is in order, so the wait then covers the first try, made on whichever
 // connection. Open checks once, on every master, that the waits can be
 // satisfied: WAITAOF needs Redis 7.2 and appendonly yes, where
 // appendfsync always gives the same guarantee on any version.
@@ -101,8 +131,9 @@
 // finishes what a crash interrupted:
 //
 //   - Boot, unshelve, migration destination: Claim (pending), Commit, then
-//     AttachInstance (which refuses a claim that is not committed), then
-//     SetState. A crash after Claim leaves a pending claim owned by the
+//     AttachInstance (which refuses a claim that is not committed; a
+//     resize's MoveInstance changes the request and resize info in the
+//     same step), then SetState. A crash after Claim leaves a pending claim owned by the
 //     workflow: its retry gets the same claim back, and if the workflow
 //     died the reconciliation audit frees it with ReleaseIfUnchanged once the
 //     owner is closed. A crash after Commit leaves a committed claim the

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -465,10 +466,33 @@ func TestRetryWaitsForTheFirstTry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, u := range []string{"u1", "u3", "inst-held"} {
+	for _, u := range []string{"u1", "u3", "inst-held", "u4", "u5"} {
 		if _, err := first.CreateInstance(ctx, u, "vm", flavor, VMBuilding, ""); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Claims for the state changes: one to hold, one to unhold, one to
+	// move u4 to, one u5 is attached to with resize info to clear; and a
+	// host to fence with a claim to make a tombstone of.
+	register(t, first, "f", testHost(1, 8))
+	for _, c := range []struct{ id, host, uuid string }{
+		{"to-hold", "h", "inst-to-hold"}, {"to-unhold", "h", "inst-to-unhold"}, {"mv", "h", "u4"}, {"rs", "h", "u5"}, {"dead", "f", "inst-dead"},
+	} {
+		s := spec(c.id, c.host, req)
+		s.InstanceUUID = c.uuid
+		if _, err := first.Claim(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := first.Commit(ctx, c.host, c.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := first.Hold(ctx, "h", "to-unhold"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &ResizeRecord{SourceHost: "h", SourceClaimID: "to-unhold", OldFlavor: flavor}
+	if err := first.MoveInstance(ctx, "u5", Move{Host: "h", ClaimID: "rs", Resize: rec}); err != nil {
+		t.Fatal(err)
 	}
 	// Each call below waits up to 0.2s (Redis times waits out on its
 	// 100ms clock), twice for a script the server has not seen yet: the
@@ -480,7 +504,7 @@ func TestRetryWaitsForTheFirstTry(t *testing.T) {
 	}
 	caughtUp(t, r, m)
 
-	stalled := stall(t, r, 6*time.Second)
+	stalled := stall(t, r, 14*time.Second)
 	steps := []struct {
 		name string
 		do   func(l *Ledger) error
@@ -493,6 +517,16 @@ func TestRetryWaitsForTheFirstTry(t *testing.T) {
 		{"CreateInstance", func(l *Ledger) error { _, err := l.CreateInstance(ctx, "u2", "vm", flavor, VMBuilding, ""); return err }},
 		{"DeleteInstance", func(l *Ledger) error { return l.DeleteInstance(ctx, "u3") }},
 		{"RegisterHost", func(l *Ledger) error { _, err := l.RegisterHost(ctx, "h2", testHost(1, 2)); return err }},
+		{"Hold", func(l *Ledger) error { _, err := l.Hold(ctx, "h", "to-hold"); return err }},
+		{"Unhold", func(l *Ledger) error { _, err := l.Unhold(ctx, "h", "to-unhold"); return err }},
+		{"MoveInstance", func(l *Ledger) error {
+			return l.MoveInstance(ctx, "u4", Move{Host: "h", ClaimID: "mv", Flavor: &flavor, Resize: rec})
+		}},
+		{"ClearResize", func(l *Ledger) error { return l.ClearResize(ctx, "u5") }},
+		{"SetHostUp of a host never marked", func(l *Ledger) error { _, err := l.SetHostUp(ctx, "h"); return err }},
+		{"SetHostDown", func(l *Ledger) error { _, err := l.SetHostDown(ctx, "f", "fenced"); return err }},
+		{"Tombstone", func(l *Ledger) error { _, err := l.Tombstone(ctx, "f", "dead"); return err }},
+		{"SetHostReturning", func(l *Ledger) error { _, err := l.SetHostReturning(ctx, "f"); return err }},
 	}
 	for _, s := range steps {
 		for _, try := range []struct {
@@ -517,9 +551,29 @@ func TestRetryWaitsForTheFirstTry(t *testing.T) {
 	}
 	caughtUp(t, r, m)
 	promote(t, r)
-	s := snapshot(t, ledgerOn(t, r.Addr, Options{}), "h")
-	if len(s.Claims) != 2 || s.Claims[0].ID != "held" || s.Claims[0].State != StateCommitted || s.Claims[1].ID != "new" {
-		t.Errorf("claims on the replica: %+v, want held (committed) and new", s.Claims)
+	promoted := ledgerOn(t, r.Addr, Options{})
+	states := map[string]ClaimState{}
+	for _, h := range []string{"h", "f"} {
+		for _, c := range snapshot(t, promoted, h).Claims {
+			states[c.ID] = c.State
+		}
+	}
+	want := map[string]ClaimState{"held": StateCommitted, "new": StatePending, "to-hold": StateHeld, "to-unhold": StateCommitted,
+		"mv": StateCommitted, "rs": StateCommitted, "dead": StateTombstone}
+	if diff := cmp.Diff(want, states); diff != "" {
+		t.Errorf("claim states on the replica (-want +got):\n%s", diff)
+	}
+	if st, err := promoted.HostStatus(ctx, "f"); err != nil || st.State != HostReturning {
+		t.Errorf("HostStatus(f) on the replica = %+v, %v; want returning", st, err)
+	}
+	for _, u := range []string{"u4", "u5"} {
+		in, err := promoted.Instance(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wantResize := u == "u4"; (in.Resize != nil) != wantResize {
+			t.Errorf("instance %s on the replica has resize info %+v, want some: %v", u, in.Resize, wantResize)
+		}
 	}
 }
 

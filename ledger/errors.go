@@ -21,6 +21,9 @@ var (
 	// another claim, a claim id reused for another instance, a race lost
 	// too often, a step run out of order); nothing was changed.
 	ErrConflict = errors.New("conflict")
+	// ErrHostDown: an operator marked the host down (fenced) or returning,
+	// and it takes no new claims until it is up again; nothing was changed.
+	ErrHostDown = errors.New("host is down")
 	// ErrNotDurable: the change was made on the Redis master, but not
 	// acknowledged with the durability the ledger waits for (Durability:
 	// replicas that received it, a local fsync) within the wait's

@@ -304,6 +304,8 @@ type CellLoad struct {
 type Snapshot struct {
 	Host       string `json:"host"`
 	Generation int64  `json:"generation"`
+	// Status is what operators said of the host.
+	Status HostStatus `json:"status"`
 	// Topology carries the usage: pinned CPUs, memory, shared vCPUs, pages.
 	Topology *numa.Host `json:"topology"`
 	// Pins are ordered by CPU.
@@ -317,8 +319,8 @@ type Snapshot struct {
 	Undo map[string]string `json:"-"`
 }
 
-// Snapshot reads a host's topology, pins, usage and claims in one atomic
-// step.
+// Snapshot reads a host's topology, status, pins, usage and claims in one
+// atomic step.
 func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: snapshot %s: %w", name, err) }
 	if err := checkHostName(name); err != nil {
@@ -326,8 +328,10 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	}
 	k := l.hostKeys(name)
 	var topo, pins, usage, claims, undo *redis.MapStringStringCmd
+	var status *redis.SliceCmd
 	if _, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		topo = p.HGetAll(ctx, k.topo)
+		status = p.HMGet(ctx, k.state, statusFields...)
 		pins = p.HGetAll(ctx, k.pins)
 		usage = p.HGetAll(ctx, k.usage)
 		claims = p.HGetAll(ctx, k.claims)
@@ -344,6 +348,9 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	var err error
 	if s.Generation, err = strconv.ParseInt(t["gen"], 10, 64); err != nil {
 		return nil, wrap(fmt.Errorf("stored generation %q is not a number", t["gen"]))
+	}
+	if s.Status, err = parseStatus(name, status.Val()); err != nil {
+		return nil, wrap(err)
 	}
 	stored := &numa.Host{}
 	if err := json.Unmarshal([]byte(t["topology"]), stored); err != nil {

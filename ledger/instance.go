@@ -25,9 +25,12 @@ const (
 	VMShelvedOffloaded VMState = "shelved_offloaded"
 	VMError            VMState = "error"
 	VMDeleted          VMState = "deleted"
+	// VMResized is Nova's RESIZED, shown as VERIFY_RESIZE: a resize or
+	// cold migration waits for its confirmation or revert.
+	VMResized VMState = "resized"
 )
 
-var vmStates = []VMState{VMBuilding, VMActive, VMStopped, VMShelvedOffloaded, VMError, VMDeleted}
+var vmStates = []VMState{VMBuilding, VMActive, VMStopped, VMShelvedOffloaded, VMError, VMDeleted, VMResized}
 
 // TaskState is the operation under way on an instance, with Nova's names;
 // TaskNone when there is none.
@@ -41,9 +44,18 @@ const (
 	TaskShelving   TaskState = "shelving"
 	TaskUnshelving TaskState = "unshelving"
 	TaskDeleting   TaskState = "deleting"
+	// The steps of a resize or cold migration, with Nova's names.
+	TaskResizePrep       TaskState = "resize_prep"
+	TaskResizeMigrating  TaskState = "resize_migrating"
+	TaskResizeFinish     TaskState = "resize_finish"
+	TaskResizeConfirming TaskState = "resize_confirming"
+	TaskResizeReverting  TaskState = "resize_reverting"
+	// TaskRebuilding is an evacuation: the guest is rebuilt on a new host.
+	TaskRebuilding TaskState = "rebuilding"
 )
 
-var taskStates = []TaskState{TaskNone, TaskSpawning, TaskMigrating, TaskShelving, TaskUnshelving, TaskDeleting}
+var taskStates = []TaskState{TaskNone, TaskSpawning, TaskMigrating, TaskShelving, TaskUnshelving, TaskDeleting,
+	TaskResizePrep, TaskResizeMigrating, TaskResizeFinish, TaskResizeConfirming, TaskResizeReverting, TaskRebuilding}
 
 func checkVMState(s VMState) error {
 	for _, v := range vmStates {
@@ -60,7 +72,11 @@ func checkTaskState(s TaskState) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("task_state %q: %w: allowed are \"\" (none), spawning, migrating, shelving, unshelving, deleting", s, ErrInvalid)
+	names := []string{`"" (none)`}
+	for _, v := range taskStates[1:] {
+		names = append(names, string(v))
+	}
+	return fmt.Errorf("task_state %q: %w: allowed are %s", s, ErrInvalid, strings.Join(names, ", "))
 }
 
 // Flavor is what an instance asks for, as Nova's flavor and image say it.
@@ -74,6 +90,21 @@ type Flavor struct {
 // Request builds the NUMA request the flavor and image make.
 func (f Flavor) Request() (*numa.Request, error) {
 	return numa.NewRequest(f.VCPUs, f.MemoryMB, f.ExtraSpecs, f.ImageProps)
+}
+
+// ResizeRecord is what an instance in VERIFY_RESIZE keeps for a revert: where it
+// came from and what it was.
+type ResizeRecord struct {
+	SourceHost    string `json:"source_host"`
+	SourceClaimID string `json:"source_claim_id"`
+	OldFlavor     Flavor `json:"old_flavor"`
+	OldDomainXML  string `json:"old_domain_xml,omitempty"`
+	// NewFlavor is the flavor the resize moves the guest to, so that an
+	// audit finishing an interrupted resize knows the flavor its new
+	// claim was fitted for.
+	NewFlavor *Flavor `json:"new_flavor,omitempty"`
+	// Cold: a cold migration (the same flavor), not a resize.
+	Cold bool `json:"cold,omitempty"`
 }
 
 // Instance is an instance record. Host, Node, Placement and ClaimID are set
@@ -90,7 +121,10 @@ type Instance struct {
 	Placement *numa.Placement `json:"placement,omitempty"`
 	DomainXML string          `json:"domain_xml,omitempty"`
 	ClaimID   string          `json:"claim_id,omitempty"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	// Resize is set while a resize or cold migration waits for its
+	// confirmation or revert (stored as the JSON hash field "resize").
+	Resize    *ResizeRecord `json:"resize,omitempty"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }
 
 // CreateInstance records a new instance, not on any host, in vmState
@@ -156,6 +190,12 @@ func (l *Ledger) Instance(ctx context.Context, uuid string) (*Instance, error) {
 		in.Placement = &numa.Placement{}
 		if err := json.Unmarshal([]byte(p), in.Placement); err != nil {
 			return nil, wrap(fmt.Errorf("stored placement: %w", err))
+		}
+	}
+	if r := f["resize"]; r != "" {
+		in.Resize = &ResizeRecord{}
+		if err := json.Unmarshal([]byte(r), in.Resize); err != nil {
+			return nil, wrap(fmt.Errorf("stored resize: %w", err))
 		}
 	}
 	if in.UpdatedAt, err = time.Parse(time.RFC3339Nano, f["updated_at"]); err != nil {
@@ -249,15 +289,69 @@ func (l *Ledger) SetState(ctx context.Context, uuid string, t Transition) error 
 // the claim before attaching, and the workflow lock on the instance keeps
 // anyone else from releasing that claim in between. Attaching again is a
 // retry's success; attaching to a new claim replaces the old attachment
-// (the move at the end of a migration).
+// (the move at the end of a migration). It is MoveInstance with only the
+// claim and domain XML.
 func (l *Ledger) AttachInstance(ctx context.Context, uuid, host, claimID, domainXML string) error {
+	return l.move(ctx, "attach", uuid, Move{Host: host, ClaimID: claimID, DomainXML: domainXML})
+}
+
+// Move says where an instance moves to: like AttachInstance (Host, ClaimID must
+// name a committed claim of the instance on Host; DomainXML set when not empty),
+// and in the same record script: Flavor, when not nil, becomes the record's
+// request; Resize, when not nil, is stored; ClearResize removes it.
+type Move struct {
+	Host, ClaimID, DomainXML string
+	Flavor                   *Flavor
+	Resize                   *ResizeRecord
+	ClearResize              bool
+}
+
+// MoveInstance points the instance at m's claim like AttachInstance, and
+// changes its request and resize info in the same step, so that a record
+// never names a claim sized for another flavor, nor a revert target that
+// was dropped. Finding the change made already is a retry's success.
+// Resize and ClearResize together are ErrInvalid, as are a flavor or an
+// old flavor that make no request.
+func (l *Ledger) MoveInstance(ctx context.Context, uuid string, m Move) error {
+	return l.move(ctx, "move", uuid, m)
+}
+
+func (l *Ledger) move(ctx context.Context, op, uuid string, m Move) error {
 	wrap := func(err error) error {
-		return fmt.Errorf("ledger: attach instance %s to claim %s on %s: %w", uuid, claimID, host, err)
+		return fmt.Errorf("ledger: %s instance %s to claim %s on %s: %w", op, uuid, m.ClaimID, m.Host, err)
 	}
 	if err := checkUUID(uuid); err != nil {
 		return wrap(err)
 	}
-	c, err := l.GetClaim(ctx, host, claimID)
+	if m.Resize != nil && m.ClearResize {
+		return wrap(fmt.Errorf("%w: a move either stores resize info or clears it, not both", ErrInvalid))
+	}
+	request := ""
+	if m.Flavor != nil {
+		if _, err := m.Flavor.Request(); err != nil {
+			return wrap(fmt.Errorf("%w: flavor: %v", ErrInvalid, err))
+		}
+		b, err := json.Marshal(m.Flavor)
+		if err != nil {
+			return wrap(err)
+		}
+		request = string(b)
+	}
+	resizeMode, resize := "keep", ""
+	switch {
+	case m.ClearResize:
+		resizeMode = "clear"
+	case m.Resize != nil:
+		if err := m.Resize.check(); err != nil {
+			return wrap(err)
+		}
+		b, err := json.Marshal(m.Resize)
+		if err != nil {
+			return wrap(err)
+		}
+		resizeMode, resize = "set", string(b)
+	}
+	c, err := l.getClaim(ctx, m.Host, m.ClaimID)
 	if err != nil {
 		return wrap(err)
 	}
@@ -277,7 +371,45 @@ func (l *Ledger) AttachInstance(ctx context.Context, uuid, host, claimID, domain
 	}
 	sort.Ints(cells)
 	res, err := l.change(ctx, instAttachScript, []string{l.instKey(uuid)},
-		host, formatNode(cells), placement, claimID, domainXML, boolArg(domainXML != ""), l.timestamp(), DomainDigest(domainXML)).StringSlice()
+		m.Host, formatNode(cells), placement, m.ClaimID, m.DomainXML, boolArg(m.DomainXML != ""), l.timestamp(), DomainDigest(m.DomainXML),
+		request, resizeMode, resize).StringSlice()
+	if err != nil {
+		return wrap(err)
+	}
+	if res[0] == "unknown" {
+		return wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
+	}
+	return nil
+}
+
+// check refuses resize info a revert could not act on.
+func (r *ResizeRecord) check() error {
+	if err := checkHostName(r.SourceHost); err != nil {
+		return fmt.Errorf("resize source: %w", err)
+	}
+	if err := checkClaimID(r.SourceClaimID); err != nil {
+		return fmt.Errorf("resize source: %w", err)
+	}
+	if _, err := r.OldFlavor.Request(); err != nil {
+		return fmt.Errorf("%w: resize old flavor: %v", ErrInvalid, err)
+	}
+	if r.NewFlavor != nil {
+		if _, err := r.NewFlavor.Request(); err != nil {
+			return fmt.Errorf("%w: resize new flavor: %v", ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
+// ClearResize removes the record's resize info (nothing to clear: no error).
+// A confirmed resize clears it once the source hold is released; a
+// revert clears it in its MoveInstance back to the source.
+func (l *Ledger) ClearResize(ctx context.Context, uuid string) error {
+	wrap := func(err error) error { return fmt.Errorf("ledger: clear resize of instance %s: %w", uuid, err) }
+	if err := checkUUID(uuid); err != nil {
+		return wrap(err)
+	}
+	res, err := l.change(ctx, instClearResizeScript, []string{l.instKey(uuid)}, l.timestamp()).StringSlice()
 	if err != nil {
 		return wrap(err)
 	}

@@ -63,6 +63,8 @@ func checkClaimID(id string) error {
 // Redis Cluster slot, which is what lets one script change them together.
 type hostKeys struct {
 	topo, pins, claims, usage, undo, lease string
+	// state is what operators said of the host (HostStatus).
+	state string
 }
 
 func (l *Ledger) hostKeys(host string) *hostKeys {
@@ -72,13 +74,15 @@ func (l *Ledger) hostKeys(host string) *hostKeys {
 	}
 	base := l.prefix + ":host:{" + host + "}:"
 	k := &hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage", undo: base + "undo",
-		lease: base + "lease"}
+		lease: base + "lease", state: base + "state"}
 	l.keys.Store(host, k)
 	return k
 }
 
 // all lists the keys in the order the host scripts take them.
-func (k hostKeys) all() []string { return []string{k.topo, k.pins, k.claims, k.usage, k.undo, k.lease} }
+func (k hostKeys) all() []string {
+	return []string{k.topo, k.pins, k.claims, k.usage, k.undo, k.lease, k.state}
+}
 
 func (l *Ledger) instKey(uuid string) string { return l.prefix + ":inst:{" + uuid + "}" }
 

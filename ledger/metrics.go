@@ -30,7 +30,7 @@ func newMeters(m metric.Meter) ledgerMeters {
 	var err error
 	var errs []error
 	ms.claims, err = m.Int64Counter("pinflow.ledger.claims",
-		metric.WithDescription("Claim calls by outcome: ok, nofit, conflict (lost every race), invalid, error."), metric.WithUnit("{claim}"))
+		metric.WithDescription("Claim calls by outcome: ok, nofit, conflict (lost every race), invalid, down (the host is fenced or returning), error."), metric.WithUnit("{claim}"))
 	errs = append(errs, err)
 	ms.claimTime, err = m.Float64Histogram("pinflow.ledger.claim.duration",
 		metric.WithDescription("Claim call duration, re-fits after lost races included."), metric.WithUnit("s"),
@@ -60,6 +60,8 @@ func observeClaim(ctx context.Context, start time.Time, err error) {
 		out = "conflict"
 	case errors.Is(err, ErrInvalid), errors.Is(err, ErrUnknownHost):
 		out = "invalid"
+	case errors.Is(err, ErrHostDown):
+		out = "down"
 	default:
 		out = "error"
 	}
@@ -86,7 +88,7 @@ func observeRelease(ctx context.Context, op string, freed bool) {
 // The attribute sets are made once: building one per call costs a claim
 // more than recording it.
 var (
-	outcomeAttrs = oneAttrs("outcome", "ok", "nofit", "conflict", "invalid", "error")
+	outcomeAttrs = oneAttrs("outcome", "ok", "nofit", "conflict", "invalid", "down", "error")
 	reasonAttrs  = oneAttrs("reason", "taken", "full", "gen")
 	releaseAttrs = map[string]map[bool]metric.MeasurementOption{
 		"release":          {true: releaseSet("release", true), false: releaseSet("release", false)},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
 	"github.com/pinflow/pinflow/numa"
@@ -13,7 +14,9 @@ import (
 // found: no pCPU in two claims; the pins are exactly the claims' pCPUs,
 // each owned by its claim; every claim's pCPUs are pinnable CPUs of the
 // cell it names; the usage counters are the sums of the claims' usage;
-// each undo entry belongs to a claim and says what the claim took.
+// each undo entry belongs to a claim and says what the claim took; every
+// claim has a known state, and tombstones lie only on a host that is down
+// or returning (a host goes up only once it has none).
 // The scripts keep these true; Verify is how the audit and the tests see
 // that they did.
 func (s *Snapshot) Verify() error {
@@ -30,6 +33,12 @@ func (s *Snapshot) Verify() error {
 		return want[cell]
 	}
 	for _, c := range s.Claims {
+		if !slices.Contains(claimStates, c.State) {
+			bad("claim %s has state %q, not one of %v", c.ID, c.State, claimStates)
+		}
+		if c.State == StateTombstone && s.Status.State != HostDown && s.Status.State != HostReturning {
+			bad("claim %s is a tombstone on a host that is %q, not down or returning", c.ID, s.Status.State)
+		}
 		for _, u := range c.Usage {
 			cell := s.Topology.Cell(u.Cell)
 			switch {

@@ -3,7 +3,7 @@
 -- script (group commit): its reads and writes are paid once per batch, not
 -- once per operation. Every operation sees the changes of those before it,
 -- exactly as if each were a script of its own.
--- KEYS: topo, pins, claims, usage, undo, lease
+-- KEYS: topo, pins, claims, usage, undo, lease, host state
 -- ARGV: the number of operations, then each operation:
 --   'c', claim id, claim record (JSON), undo entry (see below), the
 --        topology generation the caller fitted against, n, n pCPU ids, m,
@@ -23,8 +23,10 @@
 --        be acting for it right now)
 -- Returns one reply per operation.
 --   A claim: {'ok', rev, the m fields' new values}, {'exists', record},
---   {'nohost'}, {'gen', current}, or why it lost a race followed by the
---   host's state, so the caller re-fits without reading it again:
+--   {'nohost'}, {'down', host state} (an operator fenced the host, or it
+--   is returning: it takes no new claims), {'gen', current}, or why it
+--   lost a race followed by the host's state, so the caller re-fits
+--   without reading it again:
 --   {'taken', rev, pins, usage, cpu, owner} or
 --   {'full', rev, pins, usage, field, used, want, cap}, where pins are the
 --   pinned pCPUs and usage the counters as field,value pairs, comma-joined,
@@ -44,7 +46,7 @@
 -- "token|pCPUs|field,n,field,n". A release reads that short entry instead
 -- of the record: every string that enters Lua is hashed byte by byte, and
 -- a record is a hundred times longer.
-local topo, pinsKey, claimsKey, usageKey, undoKey, leaseKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local topo, pinsKey, claimsKey, usageKey, undoKey, leaseKey, stateKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 -- Locals: a global lookup per use adds up over a batch.
 local ARGV, call, tonumber, unpack, ipairs, pairs = ARGV, redis.call, tonumber, unpack, ipairs, pairs
 local find, sub, match, gmatch, concat = string.find, string.sub, string.match, string.gmatch, table.concat
@@ -135,6 +137,7 @@ end
 -- call per operation shows in a batch's time.
 local nops = tonumber(ARGV[1])
 local at, isclaim = {}, {}
+local anyClaim = false
 -- held maps each claim id to what it holds (its parsed undo entry) or
 -- false, owners each pCPU to its claim or false, used each counter to its
 -- value, all as the operations change them; ids, cpus and fields list what
@@ -151,6 +154,7 @@ for i = 1, nops do
   end
   if ARGV[k] == 'c' then
     isclaim[i] = true
+    anyClaim = true
     local n = tonumber(ARGV[k + 5])
     for j = k + 6, k + 5 + n do
       local cpu = ARGV[j]
@@ -178,6 +182,12 @@ end
 local t = call('HMGET', topo, 'gen', 'rev')
 local gen, rev0 = t[1], tonumber(t[2]) or 0
 local rev = rev0
+-- A host an operator marked down or returning takes no new claims; the
+-- state is read only for a batch that has any (an unmarked host is up).
+local hostState = 'up'
+if anyClaim then
+  hostState = call('HGET', stateKey, 'state') or 'up'
+end
 local got = run('HMGET', undoKey, ids)
 local missing = {}
 for j = 1, #ids do
@@ -287,6 +297,8 @@ for i = 1, nops do
       rests = true
     elseif not gen then
       reply = {'nohost'}
+    elseif hostState ~= 'up' then
+      reply = {'down', hostState}
     elseif gen ~= ARGV[p + 3] then
       -- The caps come from the caller's copy of the topology; they are
       -- only valid for the generation it fitted against.

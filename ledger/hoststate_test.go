@@ -1,0 +1,346 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// hostIn registers host and moves it to state through the moves allowed.
+func hostIn(t *testing.T, l *Ledger, host string, state HostState) {
+	t.Helper()
+	ctx := context.Background()
+	register(t, l, host, testHost(1, 8))
+	if state == HostUp {
+		return
+	}
+	if _, err := l.SetHostDown(ctx, host, "power supply failed"); err != nil {
+		t.Fatalf("SetHostDown(%s): %v", host, err)
+	}
+	if state == HostReturning {
+		if _, err := l.SetHostReturning(ctx, host); err != nil {
+			t.Fatalf("SetHostReturning(%s): %v", host, err)
+		}
+	}
+}
+
+func TestHostStateMoves(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	set := map[HostState]func(host string) (HostStatus, error){
+		HostDown:      func(h string) (HostStatus, error) { return l.SetHostDown(ctx, h, "power supply failed") },
+		HostReturning: func(h string) (HostStatus, error) { return l.SetHostReturning(ctx, h) },
+		HostUp:        func(h string) (HostStatus, error) { return l.SetHostUp(ctx, h) },
+	}
+	for i, tc := range []struct {
+		from, to HostState
+		wantErr  error
+		in       string
+	}{
+		{HostUp, HostDown, nil, ""},
+		{HostUp, HostReturning, ErrConflict, "the host is up; only a host that is down can be returning"},
+		{HostUp, HostUp, nil, ""},
+		{HostDown, HostDown, nil, ""},
+		{HostDown, HostReturning, nil, ""},
+		{HostDown, HostUp, ErrConflict, "the host is down; it must be returning before it is up"},
+		{HostReturning, HostDown, nil, ""},
+		{HostReturning, HostReturning, nil, ""},
+		{HostReturning, HostUp, nil, ""},
+	} {
+		host := fmt.Sprintf("h%d", i)
+		name := fmt.Sprintf("set host %s to %s", tc.from, tc.to)
+		hostIn(t, l, host, tc.from)
+		before, err := l.HostStatus(ctx, host)
+		if err != nil {
+			t.Fatalf("HostStatus(%s): %v", host, err)
+		}
+		got, err := set[tc.to](host)
+		if tc.wantErr != nil {
+			if !errors.Is(err, tc.wantErr) || !strings.Contains(fmt.Sprint(err), tc.in) {
+				t.Errorf("%s: error = %v, want %v saying %q", name, err, tc.wantErr, tc.in)
+			}
+			if after, _ := l.HostStatus(ctx, host); after != before {
+				t.Errorf("%s refused changed the status from %+v to %+v", name, before, after)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if stored, _ := l.HostStatus(ctx, host); stored != got {
+			t.Errorf("%s returned %+v, HostStatus says %+v", name, got, stored)
+		}
+		if got.Host != host || got.State != tc.to {
+			t.Errorf("%s = %+v, want host %s in state %s", name, got, host, tc.to)
+		}
+		switch {
+		case tc.from == tc.to:
+			// A retry: nothing changes, not even the time.
+			if got != before {
+				t.Errorf("%s (a retry) = %+v, want it unchanged: %+v", name, got, before)
+			}
+		case tc.to == HostDown:
+			if len(got.Token) != 32 || got.Token == before.Token || got.Reason != "power supply failed" || !got.Since.After(before.Since) {
+				t.Errorf("%s = %+v, want a new 32-digit token, the reason and a new time (was %+v)", name, got, before)
+			}
+		case tc.to == HostReturning:
+			// The fencing it returns from is still named.
+			if got.Token != before.Token || got.Reason != before.Reason || !got.Since.After(before.Since) {
+				t.Errorf("%s = %+v, want the token and reason of %+v and a new time", name, got, before)
+			}
+		case tc.to == HostUp:
+			if got.Token != "" || got.Reason != "" || got.Since.IsZero() {
+				t.Errorf("%s = %+v, want no token nor reason, and the time", name, got)
+			}
+		}
+	}
+
+	// A host already down keeps the token and reason of its first fencing.
+	hostIn(t, l, "again", HostUp)
+	first, err := l.SetHostDown(ctx, "again", "first reason")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := l.SetHostDown(ctx, "again", "second reason")
+	if err != nil || second != first {
+		t.Errorf("SetHostDown(down host, another reason) = %+v, %v; want the first status %+v", second, err, first)
+	}
+	if first.Since.IsZero() || time.Since(first.Since) > time.Minute {
+		t.Errorf("SetHostDown since = %v, want about now", first.Since)
+	}
+	hostIn(t, l, "never", HostUp)
+	if st, err := l.HostStatus(ctx, "never"); err != nil || st != (HostStatus{Host: "never", State: HostUp}) {
+		t.Errorf("HostStatus(host never marked) = %+v, %v; want up with nothing else", st, err)
+	}
+}
+
+// TestHostStateBadInput: bad input and unknown hosts are refused and
+// write nothing at all.
+func TestHostStateBadInput(t *testing.T) {
+	ctx := context.Background()
+	l, rdb, _ := newLedger(t)
+	hostIn(t, l, "h1", HostUp)
+	keysBefore, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		do   func() error
+		want error
+		in   string
+	}{
+		{"empty reason", func() error { _, err := l.SetHostDown(ctx, "h1", ""); return err }, ErrInvalid, `reason "": invalid input: reasons are 1-200 printable characters`},
+		{"blank reason", func() error { _, err := l.SetHostDown(ctx, "h1", "   "); return err }, ErrInvalid, `reason "   "`},
+		{"reason of 201 characters", func() error { _, err := l.SetHostDown(ctx, "h1", strings.Repeat("é", 201)); return err }, ErrInvalid, "1-200 printable"},
+		{"reason with a newline", func() error { _, err := l.SetHostDown(ctx, "h1", "psu\nfailed"); return err }, ErrInvalid, `reason "psu\nfailed"`},
+		{"reason not UTF-8", func() error { _, err := l.SetHostDown(ctx, "h1", "psu \xff"); return err }, ErrInvalid, "1-200 printable"},
+		{"down: unknown host", func() error { _, err := l.SetHostDown(ctx, "h9", "gone"); return err }, ErrUnknownHost, `"h9" is not registered`},
+		{"returning: unknown host", func() error { _, err := l.SetHostReturning(ctx, "h9"); return err }, ErrUnknownHost, `"h9" is not registered`},
+		{"up: unknown host", func() error { _, err := l.SetHostUp(ctx, "h9"); return err }, ErrUnknownHost, `"h9" is not registered`},
+		{"status: unknown host", func() error { _, err := l.HostStatus(ctx, "h9"); return err }, ErrUnknownHost, `"h9" is not registered`},
+		{"down: bad host name", func() error { _, err := l.SetHostDown(ctx, "h{1}", "x"); return err }, ErrInvalid, `host name "h{1}"`},
+		{"up: bad host name", func() error { _, err := l.SetHostUp(ctx, "h 1"); return err }, ErrInvalid, `host name "h 1"`},
+		{"statuses: bad host name", func() error { _, err := l.HostStatuses(ctx, []string{"h1", "h{1}"}); return err }, ErrInvalid, `host name "h{1}"`},
+	} {
+		err := tc.do()
+		msg := fmt.Sprint(err)
+		if !errors.Is(err, tc.want) || !strings.Contains(msg, tc.in) || strings.Count(msg, "ledger:") != 1 {
+			t.Errorf("%s: error = %v, want %v with one \"ledger:\" and %q", tc.name, err, tc.want, tc.in)
+		}
+	}
+	keysAfter, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(sorted(keysBefore), sorted(keysAfter)); diff != "" {
+		t.Errorf("refused host state changes made or removed keys (-before +after):\n%s", diff)
+	}
+	if st, _ := l.HostStatus(ctx, "h1"); st.State != HostUp {
+		t.Errorf("h1 after refused changes is %s, want up", st.State)
+	}
+	// 200 characters of any script are fine.
+	if _, err := l.SetHostDown(ctx, "h1", strings.Repeat("é", 200)); err != nil {
+		t.Errorf("SetHostDown(reason of 200 characters): %v", err)
+	}
+}
+
+func TestClaimsRefusedOnHostNotUp(t *testing.T) {
+	ctx := context.Background()
+	l, _, srv := newLedger(t)
+	for _, state := range []HostState{HostDown, HostReturning} {
+		host := "h-" + string(state)
+		register(t, l, host, testHost(2, 8))
+		// Made while the host was up: a retry of it still gets it back, and
+		// the operations on claims that exist keep working.
+		made, err := l.Claim(ctx, spec("made", host, dedicated(t, 2, 512)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Claim(ctx, spec("resident", host, dedicated(t, 2, 512))); err != nil {
+			t.Fatal(err)
+		}
+		hostIn(t, l, host+"-other", HostUp) // an up host beside it takes claims
+		if _, err := l.SetHostDown(ctx, host, "cut off"); err != nil {
+			t.Fatal(err)
+		}
+		if state == HostReturning {
+			if _, err := l.SetHostReturning(ctx, host); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := snapshot(t, l, host)
+		// This ledger has the host cached and fits without reading; a second
+		// one reads first; concurrent claims go in one batch.
+		cold := secondLedger(t, srv.Addr)
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				led := l
+				if i%2 == 1 {
+					led = cold
+				}
+				_, errs[i] = led.Claim(ctx, spec(fmt.Sprintf("new-%d", i), host, dedicated(t, 1, 64)))
+			}()
+		}
+		wg.Wait()
+		for i, err := range errs {
+			want := fmt.Sprintf("ledger: claim new-%d on %s: host is down: host %s is %s and takes no new claims", i, host, host, state)
+			if !errors.Is(err, ErrHostDown) || errors.Is(err, ErrConflict) || fmt.Sprint(err) != want {
+				t.Errorf("Claim(new-%d) on a host %s: error = %v, want %q", i, state, err, want)
+			}
+		}
+		if diff := diffSnapshots(before, snapshot(t, l, host)); diff != "" {
+			t.Errorf("claims refused on a host %s changed the ledger (-before +after):\n%s", state, diff)
+		}
+		if again, err := l.Claim(ctx, spec("made", host, dedicated(t, 2, 512))); err != nil || again.Token != made.Token {
+			t.Errorf("Claim(made) retried on a host %s = %v, %v; want the claim made before", state, again, err)
+		}
+		if _, err := l.Commit(ctx, host, "resident"); err != nil {
+			t.Errorf("Commit on a host %s: %v", state, err)
+		}
+		if _, err := l.Fence(ctx, host, "made", made.Token, time.Second); err != nil {
+			t.Errorf("Fence on a host %s: %v", state, err)
+		}
+		if ok, err := l.ReleasePending(ctx, host, "made"); err != nil || !ok {
+			t.Errorf("ReleasePending on a host %s = %v, %v; want true, nil", state, ok, err)
+		}
+		if _, err := l.Claim(ctx, spec("beside", host+"-other", dedicated(t, 1, 64))); err != nil {
+			t.Errorf("Claim on an up host beside a host %s: %v", state, err)
+		}
+	}
+	// Up again, the host takes claims.
+	if _, err := l.SetHostUp(ctx, "h-returning"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Claim(ctx, spec("after", "h-returning", dedicated(t, 1, 64))); err != nil {
+		t.Errorf("Claim on a host up again: %v", err)
+	}
+}
+
+// TestHostUpWaitsForTombstones: a returning host goes up only once its
+// tombstones are released, since the guests left there may still run.
+func TestHostUpWaitsForTombstones(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	register(t, l, "h1", testHost(2, 8))
+	for _, id := range []string{"dead-1", "dead-2", "alive"} {
+		if _, err := l.Claim(ctx, spec(id, "h1", dedicated(t, 1, 64))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Commit(ctx, "h1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.SetHostDown(ctx, "h1", "cut off"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"dead-1", "dead-2"} {
+		if _, err := l.Tombstone(ctx, "h1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.SetHostReturning(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	// alive is committed, not a tombstone (its guest was not evacuated):
+	// it does not keep the host from going up.
+	for _, tc := range []struct {
+		release string
+		left    int
+	}{{"", 2}, {"dead-1", 1}, {"dead-2", 0}} {
+		if tc.release != "" {
+			if err := l.Release(ctx, "h1", tc.release); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, _ := l.HostStatus(ctx, "h1")
+		before := snapshot(t, l, "h1")
+		up, err := l.SetHostUp(ctx, "h1")
+		if tc.left == 0 {
+			if err != nil || up.State != HostUp {
+				t.Errorf("SetHostUp with no tombstone left = %+v, %v; want up", up, err)
+			}
+			if s := snapshot(t, l, "h1"); s.Status != up {
+				t.Errorf("Snapshot(h1).Status = %+v, want %+v", s.Status, up)
+			}
+			continue
+		}
+		want := fmt.Sprintf("still holds %d tombstone claims", tc.left)
+		if !errors.Is(err, ErrConflict) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("SetHostUp with %d tombstones: error = %v, want ErrConflict saying %q", tc.left, err, want)
+		}
+		if got, _ := l.HostStatus(ctx, "h1"); got != st {
+			t.Errorf("refused SetHostUp changed the status from %+v to %+v", st, got)
+		}
+		if diff := diffSnapshots(before, snapshot(t, l, "h1")); diff != "" {
+			t.Errorf("refused SetHostUp changed the ledger (-before +after):\n%s", diff)
+		}
+	}
+}
+
+// TestHostStatusesAndSnapshot: the statuses of many hosts in one read,
+// and each snapshot's own.
+func TestHostStatusesAndSnapshot(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	states := map[string]HostState{"a": HostUp, "b": HostDown, "c": HostReturning}
+	want := map[string]HostStatus{}
+	for h, st := range states {
+		hostIn(t, l, h, st)
+		s, err := l.HostStatus(ctx, h)
+		if err != nil || s.State != st {
+			t.Fatalf("HostStatus(%s) = %+v, %v; want %s", h, s, err, st)
+		}
+		want[h] = s
+		if snap := snapshot(t, l, h); snap.Status != s {
+			t.Errorf("Snapshot(%s).Status = %+v, want %+v", h, snap.Status, s)
+		}
+	}
+	got, err := l.HostStatuses(ctx, []string{"a", "b", "c", "not-registered"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("HostStatuses(a, b, c, not-registered) (-want +got):\n%s", diff)
+	}
+	if got, err := l.HostStatuses(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("HostStatuses(none) = %v, %v; want empty", got, err)
+	}
+	// host show prints a host never marked without the zero time.
+	b, err := json.Marshal(got["a"])
+	if err != nil || string(b) != `{"host":"a","state":"up"}` {
+		t.Errorf("json.Marshal(status of a host never marked) = %s, %v; want {\"host\":\"a\",\"state\":\"up\"}", b, err)
+	}
+}
