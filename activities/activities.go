@@ -57,8 +57,12 @@ func (a *Activities) LoadInstance(ctx context.Context, uuid string) (InstanceInf
 }
 
 func info(inst *ledger.Instance) InstanceInfo {
-	return InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState,
+	i := InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState,
 		Flavor: inst.Request, Placement: inst.Placement, ClaimID: inst.ClaimID}
+	if r := inst.Resize; r != nil && (r.SourceHost != inst.Host || r.SourceClaimID != inst.ClaimID) {
+		i.ResizeSource = &ClaimRef{Host: r.SourceHost, ClaimID: r.SourceClaimID}
+	}
+	return i
 }
 
 // CreateInstance records a new guest, building and spawning. Creating the
@@ -98,10 +102,18 @@ func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string
 		return "", err
 	}
 	sort.Strings(hosts)
+	states, err := a.Ledger.HostStatuses(ctx, hosts)
+	if err != nil {
+		return "", err
+	}
 	best, bestFree := "", -1
 	var misses []string
 	for _, name := range hosts {
 		if contains(in.Exclude, name) {
+			continue
+		}
+		if st := states[name].State; st != ledger.HostUp && st != "" {
+			misses = append(misses, fmt.Sprintf("%s: the host is %s", name, st))
 			continue
 		}
 		h, err := a.Ledger.Host(ctx, name)

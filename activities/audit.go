@@ -123,13 +123,17 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 		au.keep(KeptQuarantined)
 		return ""
 	}
+	if c.State == ledger.StateTombstone {
+		au.keep(KeptTombstone)
+		return ""
+	}
 	// With no grace at all every claim is judged, whatever the clocks say.
 	if au.grace > 0 && now.Sub(c.CreatedAt) < au.grace {
 		au.keep(KeptYoung)
 		return ""
 	}
 	instGone := false
-	if c.State == ledger.StateCommitted {
+	if c.State == ledger.StateCommitted || c.State == ledger.StateHeld {
 		// A resident claim is kept without asking Temporal: that is almost
 		// every claim, and it keeps the audit's cost near the reads'.
 		home, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
@@ -176,8 +180,9 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 	case c.State == ledger.StatePending:
 		reason = FreedOwnerNotFound
 	default:
-		// Committed, not resident: free only while no workflow of the
-		// instance is open, since an open one may still name or release it.
+		// Committed or a source hold, not resident: free only while no
+		// workflow of the instance is open, since an open one may still
+		// name or release it (a resize's revert makes its hold resident).
 		instWF := InstanceWorkflowID(c.InstanceUUID)
 		st := owner
 		if instWF != c.OwnerWorkflowID {
@@ -188,7 +193,11 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 			}
 		}
 		if st.State == OwnerRunning {
-			au.keep(KeptInstanceBusy)
+			if c.State == ledger.StateHeld {
+				au.keep(KeptSourceHold)
+			} else {
+				au.keep(KeptInstanceBusy)
+			}
 			return ""
 		}
 		reason = FreedNotResident
@@ -208,6 +217,17 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) stri
 	if kept := au.guarded(ctx, c); kept != "" {
 		au.keep(kept)
 		return ""
+	}
+	if c.State == ledger.StateHeld && au.a.Settler != nil && !au.res.DryRun {
+		// A resize left without its workflow: the guest lives where its
+		// record says, so Settle confirms it, which frees this hold and
+		// clears the record's resize too.
+		if home, err := au.a.Ledger.Home(ctx, c.InstanceUUID); err == nil && home.ClaimID != "" {
+			if err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: home.Host, ClaimID: home.ClaimID}); err == nil {
+				au.keep(KeptSettling)
+				return ""
+			}
+		}
 	}
 	if !au.res.DryRun {
 		ok, err := au.a.Ledger.ReleaseIfUnchanged(ctx, c.Host, c.ID, c.Token, c.State)

@@ -59,6 +59,12 @@ const (
 	// KeptQuarantined: a quarantine (pCPUs a running domain used that no
 	// record explained); only an operator releases it.
 	KeptQuarantined = "quarantined"
+	// KeptTombstone: an evacuated guest's claim on its fenced host; it
+	// goes when the host comes back and the leftover there is destroyed
+	// (host up), never before.
+	KeptTombstone = "tombstone"
+	// KeptSourceHold: a resize's source hold, while the resize is open.
+	KeptSourceHold = "source-hold"
 )
 
 // Kinds of drift between the ledger and a hypervisor.

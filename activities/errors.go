@@ -21,11 +21,12 @@ const (
 	ErrTypeUnknownHost     = "UnknownHost"
 	ErrTypeBadState        = "BadState"
 	ErrTypeRejected        = "Rejected"
+	ErrTypeHostDown        = "HostDown"
 )
 
 // NonRetryableErrorTypes lists the error types above, for retry policies.
 var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
-	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected}
+	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown}
 
 // BadState is the error of an operation the instance's state forbids.
 func BadState(msg string) error {
@@ -58,6 +59,8 @@ func classify(err error) error {
 		typ = ErrTypeUnknownHost
 	case errors.Is(err, hypervisor.ErrRejected):
 		typ = ErrTypeRejected
+	case errors.Is(err, ledger.ErrHostDown):
+		typ = ErrTypeHostDown
 	case errors.Is(err, context.Canceled):
 		return err
 	default:

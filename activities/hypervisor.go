@@ -301,10 +301,11 @@ func (a *Activities) shutdown(ctx context.Context, host, uuid string) error {
 	}
 }
 
-// RestoreDomain runs the guest on its host again after an offload that
-// did not finish: started if it was powered off, defined again from its
-// record's domain XML if it was removed. The claim it runs on is still
-// its resident claim, since an offload releases it only once done.
+// RestoreDomain runs the guest on its host again after an offload or a
+// resize that did not finish, or in a resize's revert: started if it was
+// powered off (unless LeaveOff), defined again from its record's domain
+// XML if it was removed. The claim it runs on is its resident claim: an
+// offload releases it only once done, and a resize holds it.
 func (a *Activities) RestoreDomain(ctx context.Context, in DomainInput) error {
 	return a.heartbeating(ctx, func(ctx context.Context) error { return a.restore(ctx, in) })
 }
@@ -326,6 +327,9 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 	case err != nil:
 		return classify(err)
 	case dom.State == hypervisor.StateRunning:
+		return nil
+	}
+	if in.LeaveOff {
 		return nil
 	}
 	return classify(a.Driver.Start(ctx, in.Host, in.UUID))

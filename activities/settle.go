@@ -97,11 +97,26 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 		if _, err := a.Ledger.Commit(ctx, in.Host, in.ClaimID); err != nil {
 			return SettleResult{}, classify(err)
 		}
-		if err := a.Ledger.AttachInstance(ctx, in.UUID, in.Host, in.ClaimID, dom.XML); err != nil {
+		m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, DomainXML: dom.XML}
+		if r := inst.Resize; r != nil && r.NewFlavor != nil && claim.Kind == ledger.KindResizeDest {
+			// A resize whose guest runs on its new claim: confirmed.
+			m.Flavor, m.ClearResize = r.NewFlavor, true
+		}
+		if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 			return SettleResult{}, classify(err)
 		}
 		if inst.ClaimID != "" {
 			res.PreviousHost, res.PreviousClaimID = inst.Host, inst.ClaimID
+		}
+	} else if r := inst.Resize; r != nil && (r.SourceHost != inst.Host || r.SourceClaimID != inst.ClaimID) {
+		// A resize left in VERIFY_RESIZE with no workflow: the guest
+		// lives on its new claim, so the resize is confirmed.
+		res.PreviousHost, res.PreviousClaimID = r.SourceHost, r.SourceClaimID
+		if err := a.Ledger.Release(ctx, r.SourceHost, r.SourceClaimID); err != nil {
+			return SettleResult{}, classify(err)
+		}
+		if err := a.Ledger.ClearResize(ctx, in.UUID); err != nil {
+			return SettleResult{}, classify(err)
 		}
 	}
 	if res.PreviousClaimID != "" {

@@ -23,6 +23,7 @@ const (
 	VMActive           = ledger.VMActive
 	VMStopped          = ledger.VMStopped
 	VMShelvedOffloaded = ledger.VMShelvedOffloaded
+	VMResized          = ledger.VMResized
 	VMError            = ledger.VMError
 	VMDeleted          = ledger.VMDeleted
 
@@ -31,9 +32,18 @@ const (
 	TaskUnshelving = ledger.TaskUnshelving
 	TaskDeleting   = ledger.TaskDeleting
 
+	TaskResizePrep       = ledger.TaskResizePrep
+	TaskResizeMigrating  = ledger.TaskResizeMigrating
+	TaskResizeFinish     = ledger.TaskResizeFinish
+	TaskResizeConfirming = ledger.TaskResizeConfirming
+	TaskResizeReverting  = ledger.TaskResizeReverting
+	TaskRebuilding       = ledger.TaskRebuilding
+
 	KindMigrationDest = ledger.KindMigrationDest
 	KindUnshelve      = ledger.KindUnshelve
 	KindBoot          = ledger.KindBoot
+	KindResizeDest    = ledger.KindResizeDest
+	KindEvacuation    = ledger.KindEvacuationDest
 )
 
 // InstanceInfo is what workflows need of an instance record. It leaves
@@ -47,6 +57,9 @@ type InstanceInfo struct {
 	Flavor    Flavor          `json:"flavor"`
 	Placement *numa.Placement `json:"placement,omitempty"`
 	ClaimID   string          `json:"claim_id,omitempty"`
+	// ResizeSource is the source hold of a resize in VERIFY_RESIZE (or one
+	// interrupted), which a delete frees too.
+	ResizeSource *ClaimRef `json:"resize_source,omitempty"`
 }
 
 // CanLiveMigrate says why the instance cannot be live-migrated, or nil.
@@ -69,6 +82,27 @@ func (i InstanceInfo) CanShelve() error {
 func (i InstanceInfo) CanUnshelve() error {
 	if i.VMState != VMShelvedOffloaded {
 		return BadState(fmt.Sprintf("instance %s is %s; only a shelved_offloaded instance can be unshelved", i.UUID, i.VMState))
+	}
+	return nil
+}
+
+// CanResize says why the instance cannot be resized or cold-migrated, or
+// nil.
+func (i InstanceInfo) CanResize() error {
+	if (i.VMState != VMActive && i.VMState != VMStopped) || i.Host == "" {
+		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be resized or cold-migrated", i.UUID, i.VMState))
+	}
+	return nil
+}
+
+// CanEvacuate says why the instance cannot be evacuated, or nil; its
+// host's state is the workflow's to check.
+func (i InstanceInfo) CanEvacuate() error {
+	if i.Host == "" || i.ClaimID == "" {
+		return BadState(fmt.Sprintf("instance %s is %s on no host; only a guest of a host can be evacuated", i.UUID, i.VMState))
+	}
+	if i.VMState == VMResized {
+		return BadState(fmt.Sprintf("instance %s is in VERIFY_RESIZE; confirm or revert its resize first", i.UUID))
 	}
 	return nil
 }
@@ -137,6 +171,9 @@ type TaskStateInput struct {
 type DomainInput struct {
 	UUID string `json:"uuid"`
 	Host string `json:"host"`
+	// LeaveOff: RestoreDomain defines the guest again but does not start
+	// it (it was powered off before the operation).
+	LeaveOff bool `json:"leave_off,omitempty"`
 }
 
 // PrepareMigrationInput asks for the destination XML of a migration.

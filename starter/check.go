@@ -18,6 +18,8 @@ type checkReport struct {
 	Hosts     int      `json:"hosts"`
 	Claims    int      `json:"claims"`
 	Pending   int      `json:"pending"`
+	Held      int      `json:"held"`
+	Tombstone int      `json:"tombstones"`
 	Instances int      `json:"instances"`
 	Problems  []string `json:"problems"`
 }
@@ -25,7 +27,8 @@ type checkReport struct {
 // check verifies, host by host, that no pCPU has two owners and the
 // usage counters equal the claims' sum (Snapshot.Verify), and that every
 // committed claim is the one its instance's record names, with the same
-// placement. Pending claims belong to operations in flight.
+// placement. Pending claims belong to operations in flight, source holds
+// to resizes and tombstones to evacuated guests of fenced hosts.
 func check(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -56,8 +59,16 @@ func check(args []string, stdout io.Writer) error {
 			}
 			for _, c := range snap.Claims {
 				r.Claims++
-				if c.State != ledger.StateCommitted {
+				switch c.State {
+				case ledger.StatePending:
 					r.Pending++
+					continue
+				case ledger.StateHeld:
+					// A resize's source hold: its record names the destination.
+					r.Held++
+					continue
+				case ledger.StateTombstone:
+					r.Tombstone++
 					continue
 				}
 				instances[c.InstanceUUID] = true
@@ -80,7 +91,8 @@ func check(args []string, stdout io.Writer) error {
 				return err
 			}
 		} else {
-			fmt.Fprintf(stdout, "%d hosts, %d claims (%d pending: operations in flight), %d placed instances\n", r.Hosts, r.Claims, r.Pending, r.Instances)
+			fmt.Fprintf(stdout, "%d hosts, %d claims (%d pending: operations in flight; %d source holds; %d tombstones), %d placed instances\n",
+				r.Hosts, r.Claims, r.Pending, r.Held, r.Tombstone, r.Instances)
 			for _, p := range r.Problems {
 				fmt.Fprintln(stdout, "  PROBLEM: "+p)
 			}

@@ -208,10 +208,11 @@ func writeJSON(w io.Writer, v any) error {
 
 // hostView is a host as `host show --json` prints it.
 type hostView struct {
-	Host       string     `json:"host"`
-	Generation int64      `json:"generation"`
-	Cells      []cellView `json:"cells"`
-	Claims     []claimRow `json:"claims"`
+	Host       string            `json:"host"`
+	Generation int64             `json:"generation"`
+	Status     ledger.HostStatus `json:"status"`
+	Cells      []cellView        `json:"cells"`
+	Claims     []claimRow        `json:"claims"`
 }
 
 type cellView struct {
@@ -262,7 +263,7 @@ func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
 		}
 		return names[uuid]
 	}
-	v := &hostView{Host: name, Generation: snap.Generation}
+	v := &hostView{Host: name, Generation: snap.Generation, Status: snap.Status}
 	for _, c := range host.Cells {
 		cv := cellView{ID: c.ID, PCPUs: c.PCPUs.List(), SharedCPUs: c.CPUs.List(), PinnedCPUs: c.PinnedCPUs.List(),
 			Owners: map[string]owner{}, MemoryMB: c.MemoryMB, MemoryUsedMB: c.MemoryUsedMB, CPUUsage: c.CPUUsage, Pages: c.Pages}
@@ -358,7 +359,11 @@ func renderHost(w io.Writer, v *hostView, claims bool) {
 		pcpus += len(c.PCPUs)
 		free += len(c.PCPUs) - len(c.PinnedCPUs)
 	}
-	fmt.Fprintf(w, "%s: %d cells, %d/%d pCPUs free\n", v.Host, len(v.Cells), free, pcpus)
+	state := ""
+	if v.Status.State != ledger.HostUp && v.Status.State != "" {
+		state = fmt.Sprintf(" [%s: %s]", v.Status.State, v.Status.Reason)
+	}
+	fmt.Fprintf(w, "%s%s: %d cells, %d/%d pCPUs free\n", v.Host, state, len(v.Cells), free, pcpus)
 	for _, c := range v.Cells {
 		var sb strings.Builder
 		for _, cpu := range c.PCPUs {
@@ -369,9 +374,7 @@ func renderHost(w io.Writer, v *hostView, claims bool) {
 				if label == "" {
 					label = shortID(o.Instance)
 				}
-				if o.State != string(ledger.StateCommitted) {
-					label += "*"
-				}
+				label += stateMark[ledger.ClaimState(o.State)]
 			}
 			fmt.Fprintf(&sb, " %d:%s", cpu, label)
 		}
@@ -384,9 +387,12 @@ func renderHost(w io.Writer, v *hostView, claims bool) {
 		}
 	}
 	if claims {
-		fmt.Fprintln(w, "  (* pending claim: held by a running operation)")
+		fmt.Fprintln(w, "  (* pending: claimed by a running operation; ^ source hold of a resize; ~ tombstone of an evacuated guest)")
 	}
 }
+
+// stateMark marks the pCPUs of claims that are not resident.
+var stateMark = map[ledger.ClaimState]string{ledger.StatePending: "*", ledger.StateHeld: "^", ledger.StateTombstone: "~"}
 
 func shortID(uuid string) string {
 	if len(uuid) > 8 {

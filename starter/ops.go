@@ -26,7 +26,7 @@ import (
 
 func init() {
 	register("boot", "boot a guest: boot --name N [--host H] --vcpus N --memory-mb N [--spec KEY=VALUE]... [--image-prop KEY=VALUE]... [--wait] [--json]", boot)
-	register("migrate", "live-migrate a guest: migrate UUID [--dest H] [--wait] [--json]", migrate)
+	register("migrate", "live-migrate a guest, or cold-migrate it: migrate UUID [--dest H] [--cold [--confirm-window D]] [--wait] [--json]", migrate)
 	register("shelve", "shelve a guest and offload it from its host: shelve UUID --offload [--wait] [--json]", shelve)
 	register("unshelve", "bring a shelved guest back: unshelve UUID [--host H] [--wait] [--json]", unshelve)
 	register("delete", "delete a guest: delete UUID [--wait] [--json]", deleteGuest)
@@ -69,7 +69,7 @@ func boot(args []string, stdout io.Writer) error {
 	}
 	return withApp(func(a *app) error {
 		if *host != "" {
-			if err := checkHost(a, *host); err != nil {
+			if err := checkTarget(a, *host); err != nil {
 				return err
 			}
 		}
@@ -86,6 +86,10 @@ type opPlan struct {
 	input        any
 	summary      string
 	source, dest string
+	// op and wf, when set, replace the command's operation and workflow
+	// (migrate --cold starts a Resize).
+	op workflows.Operation
+	wf any
 }
 
 // guestOp runs an operation on an existing guest: it parses the UUID and
@@ -107,6 +111,9 @@ func guestOp(fs *flag.FlagSet, args []string, stdout io.Writer, op workflows.Ope
 		if err != nil {
 			return err
 		}
+		if p.wf != nil {
+			op, wf = p.op, p.wf
+		}
 		return runOp(a, stdout, of, uuid, op, wf, p.input, p.summary, p.source, p.dest)
 	})
 }
@@ -114,13 +121,18 @@ func guestOp(fs *flag.FlagSet, args []string, stdout io.Writer, op workflows.Ope
 func migrate(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	dest := fs.String("dest", "", "destination host (default: pinflow chooses)")
+	cold := fs.Bool("cold", false, "cold-migrate: power the guest off, move it, start it, then confirm or revert (resize confirm|revert)")
+	window := confirmWindowFlag(fs)
 	return guestOp(fs, args, stdout, workflows.OpLiveMigration, workflows.LiveMigration,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
+			if *cold {
+				return coldMigrate(a, inst, *dest, *window)
+			}
 			if err := info(inst).CanLiveMigrate(); err != nil {
 				return opPlan{}, refused(err)
 			}
 			if *dest != "" {
-				if err := checkHost(a, *dest); err != nil {
+				if err := checkTarget(a, *dest); err != nil {
 					return opPlan{}, err
 				}
 				if *dest == inst.Host {
@@ -128,7 +140,7 @@ func migrate(args []string, stdout io.Writer) error {
 				}
 			}
 			summary := fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(*dest))
-			return opPlan{workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}, summary, inst.Host, *dest}, nil
+			return opPlan{input: workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}, summary: summary, source: inst.Host, dest: *dest}, nil
 		})
 }
 
@@ -144,7 +156,7 @@ func shelve(args []string, stdout io.Writer) error {
 				return opPlan{}, refused(err)
 			}
 			summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
-			return opPlan{workflows.ShelveOffloadInput{UUID: inst.UUID}, summary, inst.Host, ""}, nil
+			return opPlan{input: workflows.ShelveOffloadInput{UUID: inst.UUID}, summary: summary, source: inst.Host}, nil
 		})
 }
 
@@ -157,12 +169,12 @@ func unshelve(args []string, stdout io.Writer) error {
 				return opPlan{}, refused(err)
 			}
 			if *host != "" {
-				if err := checkHost(a, *host); err != nil {
+				if err := checkTarget(a, *host); err != nil {
 					return opPlan{}, err
 				}
 			}
 			summary := fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(*host))
-			return opPlan{workflows.UnshelveInput{UUID: inst.UUID, Host: *host}, summary, "", *host}, nil
+			return opPlan{input: workflows.UnshelveInput{UUID: inst.UUID, Host: *host}, summary: summary, dest: *host}, nil
 		})
 }
 
@@ -170,7 +182,7 @@ func deleteGuest(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
 	return guestOp(fs, args, stdout, workflows.OpDelete, workflows.Delete,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
-			return opPlan{workflows.DeleteInput{UUID: inst.UUID}, "delete " + inst.Name, inst.Host, ""}, nil
+			return opPlan{input: workflows.DeleteInput{UUID: inst.UUID}, summary: "delete " + inst.Name, source: inst.Host}, nil
 		})
 }
 
@@ -303,7 +315,8 @@ func instance(a *app, uuid string) (*ledger.Instance, error) {
 }
 
 func info(inst *ledger.Instance) activities.InstanceInfo {
-	return activities.InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState}
+	return activities.InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState,
+		ClaimID: inst.ClaimID}
 }
 
 // refused turns an activity's application error into a plain CLI error.
@@ -332,20 +345,61 @@ func checkHost(a *app, host string) error {
 	return fmt.Errorf("unknown host %q; registered hosts are %s", host, strings.Join(hosts, ", "))
 }
 
+// checkTarget refuses a host that is unknown or takes no guests now.
+func checkTarget(a *app, host string) error {
+	if err := checkHost(a, host); err != nil {
+		return err
+	}
+	led, err := a.ledger()
+	if err != nil {
+		return err
+	}
+	st, err := led.HostStatus(a.ctx, host)
+	if err != nil {
+		return err
+	}
+	if st.State != ledger.HostUp {
+		return fmt.Errorf("host %s is %s (%s) and takes no guests; choose another, or bring it back with 'pinflow host up %s'", host, st.State, st.Reason, host)
+	}
+	return nil
+}
+
 // runOp starts the operation under the guest's workflow id and, with
 // --wait, follows it to the end.
 func runOp(a *app, stdout io.Writer, of opFlags, uuid string, op workflows.Operation, wf, input any, summary, src, dst string) error {
+	p := opPlan{input: input, summary: summary, source: src, dest: dst}
+	run, err := startOp(a, uuid, op, wf, p)
+	if err != nil {
+		return err
+	}
+	id := run.GetID()
+	if !*of.wait {
+		if *of.json {
+			return writeJSON(stdout, map[string]string{"uuid": uuid, "workflow_id": id, "run_id": run.GetRunID(), "operation": string(op)})
+		}
+		fmt.Fprintf(stdout, "%s %s started: workflow %s run %s\n", op, uuid, id, run.GetRunID())
+		return nil
+	}
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
+	return follow(a, c, stdout, of, run, uuid, op)
+}
+
+// startOp starts the operation p plans under the guest's workflow id.
+func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (client.WorkflowRun, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
 	attrs := []temporal.SearchAttributeUpdate{workflows.AttrInstance.ValueSet(uuid), workflows.AttrOperation.ValueSet(string(op)),
 		workflows.AttrPhase.ValueSet(string(workflows.PhaseStarted))}
-	if src != "" {
-		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(src))
+	if p.source != "" {
+		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(p.source))
 	}
-	if dst != "" {
-		attrs = append(attrs, workflows.AttrDestHost.ValueSet(dst))
+	if p.dest != "" {
+		attrs = append(attrs, workflows.AttrDestHost.ValueSet(p.dest))
 	}
 	id := workflows.InstanceWorkflowID(uuid)
 	run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
@@ -355,24 +409,17 @@ func runOp(a *app, stdout io.Writer, of opFlags, uuid string, op workflows.Opera
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
-		StaticSummary:                            summary,
+		StaticSummary:                            p.summary,
 		StaticDetails:                            fmt.Sprintf("instance `%s`, operation **%s**", uuid, op),
-	}, wf, input)
+	}, wf, p.input)
 	if err != nil {
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
 		if errors.As(err, &started) {
-			return busy(a, c, uuid)
+			return nil, busy(a, c, uuid)
 		}
-		return fmt.Errorf("%s %s: %w", op, uuid, err)
+		return nil, fmt.Errorf("%s %s: %w", op, uuid, err)
 	}
-	if !*of.wait {
-		if *of.json {
-			return writeJSON(stdout, map[string]string{"uuid": uuid, "workflow_id": id, "run_id": run.GetRunID(), "operation": string(op)})
-		}
-		fmt.Fprintf(stdout, "%s %s started: workflow %s run %s\n", op, uuid, id, run.GetRunID())
-		return nil
-	}
-	return follow(a, c, stdout, of, run, uuid, op)
+	return run, nil
 }
 
 // busy explains that another operation holds the guest's workflow id.

@@ -100,6 +100,13 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 				return nil, s.fail(err)
 			}
 		}
+		if src := inst.ResizeSource; src != nil {
+			// A resize's source hold: its guest left the source when it moved.
+			if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release the source hold on "+src.Host), a.ReleaseClaim,
+				activities.ReleaseInput{Host: src.Host, ClaimID: src.ClaimID}).Get(ctx, nil); err != nil {
+				return nil, s.fail(err)
+			}
+		}
 		s.step()
 		clear := activities.ClearHostInput{UUID: in.UUID, VMState: activities.VMDeleted}
 		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {

@@ -121,6 +121,10 @@ const (
 	OpReconcile     Operation = "reconcile"
 	OpSettle        Operation = "settle"
 	OpRecover       Operation = "recover"
+	OpResize        Operation = "resize"
+	OpColdMigration Operation = "cold-migration"
+	OpEvacuation    Operation = "evacuation"
+	OpHostUp        Operation = "host-up"
 )
 
 // Phase is where an operation stands, as shown in PinflowPhase and the
@@ -142,8 +146,14 @@ const (
 	PhaseAuditing    Phase = "auditing"
 	PhaseRecovering  Phase = "recovering"
 	PhaseRollingBack Phase = "rolling-back"
-	PhaseCompleted   Phase = "completed"
-	PhaseError       Phase = "error"
+	// PhaseVerifyResize is Nova's VERIFY_RESIZE: a resized guest runs on
+	// its destination while its source hold is kept for a revert.
+	PhaseVerifyResize Phase = "verify-resize"
+	PhaseConfirming   Phase = "confirming"
+	PhaseReverting    Phase = "reverting"
+	PhaseRebuilding   Phase = "rebuilding"
+	PhaseCompleted    Phase = "completed"
+	PhaseError        Phase = "error"
 )
 
 // StatusQuery is the query type that returns a Status.

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+func init() {
+	register("host down", "record that a dead host is fenced (powered off or cut off), so its guests may be evacuated: host down NAME --fence --reason TEXT [--json]", hostDown)
+	register("host up", "bring a fenced host back: destroy the leftovers of its evacuated guests, then let it take guests again: host up NAME [--wait] [--json]", hostUp)
+	register("host evacuate", "evacuate every guest of a fenced host: host evacuate NAME [--json]", hostEvacuate)
+}
+
+// hostWorkflowID is the workflow id of operations on a whole host.
+func hostWorkflowID(host string) string { return "host-" + host }
+
+func oneHost(fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", fmt.Errorf("%s takes one host NAME, got %d arguments: %w", fs.Name(), len(pos), errUsage)
+	}
+	return pos[0], nil
+}
+
+func hostDown(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host down", flag.ContinueOnError)
+	fence := fs.Bool("fence", false, "state that the host is fenced: powered off or cut off from its guests' storage and network (required)")
+	reason := fs.String("reason", "", "why, for the record (required)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	if !*fence {
+		return fmt.Errorf("host down %s: add --fence once the host is powered off or cut off; pinflow never evacuates a host that may still run its guests: %w", host, errUsage)
+	}
+	if strings.TrimSpace(*reason) == "" {
+		return fmt.Errorf("host down %s: --reason is required (what happened, for the record): %w", host, errUsage)
+	}
+	return withApp(func(a *app) error {
+		if err := checkHost(a, host); err != nil {
+			return err
+		}
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		st, err := led.SetHostDown(a.ctx, host, *reason)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, st)
+		}
+		fmt.Fprintf(stdout, "host %s is down (fenced, token %s): it takes no guests; evacuate its guests with 'pinflow host evacuate %s'\n", host, st.Token, host)
+		return nil
+	})
+}
+
+func hostUp(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host up", flag.ContinueOnError)
+	of := addOpFlags(fs)
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		if err := checkHost(a, host); err != nil {
+			return err
+		}
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		st, err := led.HostStatus(a.ctx, host)
+		if err != nil {
+			return err
+		}
+		if st.State == ledger.HostUp {
+			return fmt.Errorf("host up %s: the host is up already; host up brings back a host marked down with 'pinflow host down'", host)
+		}
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		id := hostWorkflowID(host)
+		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+			ID: id, TaskQueue: a.cfg.TaskQueue,
+			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+			WorkflowExecutionErrorWhenAlreadyStarted: true,
+			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpHostUp)),
+				workflows.AttrSourceHost.ValueSet(host)),
+			StaticSummary: "bring host " + host + " back",
+		}, workflows.HostUp, workflows.HostUpInput{Host: host})
+		if err != nil {
+			var started *serviceerror.WorkflowExecutionAlreadyStarted
+			if errors.As(err, &started) {
+				return fmt.Errorf("host up %s: it is coming back already (workflow %s)", host, id)
+			}
+			return fmt.Errorf("host up %s: %w", host, err)
+		}
+		if !*of.wait {
+			if *of.json {
+				return writeJSON(stdout, map[string]string{"host": host, "workflow_id": id, "run_id": run.GetRunID()})
+			}
+			fmt.Fprintf(stdout, "host up %s started: workflow %s run %s\n", host, id, run.GetRunID())
+			return nil
+		}
+		var res workflows.HostUpResult
+		if err := run.Get(a.ctx, &res); err != nil {
+			return fmt.Errorf("host up %s failed: %s", host, rootMessage(err))
+		}
+		if *of.json {
+			return writeJSON(stdout, res)
+		}
+		fmt.Fprintf(stdout, "host %s is up: %d leftover guests destroyed and their tombstones cleared\n", host, len(res.Leftovers))
+		return nil
+	})
+}
+
+// hostEvacuate starts an evacuation of every guest whose record names the
+// fenced host, each under its own instance workflow id.
+func hostEvacuate(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host evacuate", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		if err := checkHost(a, host); err != nil {
+			return err
+		}
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		st, err := led.HostStatus(a.ctx, host)
+		if err != nil {
+			return err
+		}
+		if st.State != ledger.HostDown {
+			return fmt.Errorf("host evacuate %s: the host is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'", host, st.State, host)
+		}
+		claims, err := led.Claims(a.ctx, host)
+		if err != nil {
+			return err
+		}
+		type started struct {
+			UUID  string `json:"uuid"`
+			RunID string `json:"run_id,omitempty"`
+			Error string `json:"error,omitempty"`
+		}
+		var out []started
+		failed := 0
+		for _, cl := range claims {
+			inst, err := led.Instance(a.ctx, cl.InstanceUUID)
+			if err != nil || inst.Host != host || inst.ClaimID != cl.ID {
+				continue // not a guest that lives here
+			}
+			plan, err := evacuationPlan(a, inst, "")
+			var run client.WorkflowRun
+			if err == nil {
+				run, err = startOp(a, inst.UUID, workflows.OpEvacuation, workflows.Evacuate, plan)
+			}
+			if err != nil {
+				failed++
+				out = append(out, started{UUID: inst.UUID, Error: err.Error()})
+				continue
+			}
+			out = append(out, started{UUID: inst.UUID, RunID: run.GetRunID()})
+		}
+		if *asJSON {
+			if err := writeJSON(stdout, out); err != nil {
+				return err
+			}
+		} else {
+			for _, s := range out {
+				if s.Error != "" {
+					fmt.Fprintf(stdout, "%s: not started: %s\n", s.UUID, s.Error)
+				} else {
+					fmt.Fprintf(stdout, "%s: evacuation started as workflow %s\n", s.UUID, workflows.InstanceWorkflowID(s.UUID))
+				}
+			}
+			fmt.Fprintf(stdout, "%d evacuations of guests of %s started, %d not\n", len(out)-failed, host, failed)
+		}
+		if failed > 0 {
+			return fmt.Errorf("host evacuate %s: %d of %d evacuations did not start", host, failed, len(out))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,210 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// evacuationCandidates bounds the destinations an evacuation tries when
+// a chosen host's claim fails (another operation took the room between
+// the choice and the claim): unlike Nova's, a claim is a compare-and-set,
+// so trying the next host is safe.
+const evacuationCandidates = 3
+
+// EvacuateInput names the guest of a fenced host and, optionally, where
+// to rebuild it.
+type EvacuateInput struct {
+	UUID string `json:"uuid"`
+	Dest string `json:"dest,omitempty"`
+}
+
+// EvacuateResult says where the guest was rebuilt.
+type EvacuateResult struct {
+	UUID      string          `json:"uuid"`
+	Source    string          `json:"source"`
+	Host      string          `json:"host"`
+	Placement *numa.Placement `json:"placement"`
+}
+
+// Evacuate rebuilds the guest of a host an operator fenced (host down
+// --fence) on another host: it claims there with the guest's own flavor
+// and image properties, defines the guest from its record's domain XML
+// pinned to the new claim, starts it and commits; the dead host's claim
+// becomes a tombstone, cleared when the host comes back (HostUp). A
+// destination whose claim fails is replaced by the next candidate. It
+// refuses a guest whose host is not fenced.
+func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
+	s, err := newSaga(ctx, OpEvacuation, in.UUID, 5)
+	if err != nil {
+		return nil, err
+	}
+	var inst activities.InstanceInfo
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, s.fail(err)
+	}
+	if err := inst.CanEvacuate(); err != nil {
+		return nil, s.fail(err)
+	}
+	src := inst.Host
+	s.setHosts(src, in.Dest)
+	var st activities.HostStatus
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "state of "+src), a.LoadHostStatus, src).Get(ctx, &st); err != nil {
+		return nil, s.fail(err)
+	}
+	if st.State != ledger.HostDown {
+		return nil, s.fail(activities.BadState(fmt.Sprintf("host %s of instance %s is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'",
+			src, in.UUID, st.State, src)))
+	}
+	if in.Dest == src {
+		return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s is on %s already; evacuate it to another host", in.UUID, src)))
+	}
+	s.step()
+
+	s.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return s.setTask(ctx, in.UUID, "")
+	})
+	if err := s.setTask(ctx, in.UUID, activities.TaskRebuilding); err != nil {
+		return nil, s.fail(err)
+	}
+	dst, claim, err := claimElsewhere(ctx, s, inst, in.Dest)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+	s.phase(PhaseAccepted, "CPUs claimed on "+dst+": "+claim.Placement.String())
+
+	s.phase(PhaseRebuilding, "rebuilding on "+dst)
+	dom := activities.DomainInput{UUID: in.UUID, Host: dst}
+	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, dom).Get(ctx, nil)
+	})
+	var xml string
+	spawn := activities.SpawnInput{UUID: in.UUID, Host: dst, Placement: claim.Placement, ClaimID: claim.ClaimID, Token: claim.Token}
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "rebuild on "+dst), a.Spawn, spawn).Get(ctx, &xml); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+
+	// The guest runs on its new host: finish forwards.
+	ctx = s.commit(ctx)
+	s.phase(PhaseCommitting, "making the claim resident")
+	attach := activities.AttachInput{UUID: in.UUID, Host: dst, ClaimID: claim.ClaimID, Placement: claim.Placement, DomainXML: xml}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the claim"), a.Attach, attach).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+	old := activities.ClaimRef{Host: src, ClaimID: inst.ClaimID}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "tombstone the claim on "+src), a.TombstoneClaim, old).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+	s.phase(PhaseCompleted, "")
+	return &EvacuateResult{UUID: in.UUID, Source: src, Host: dst, Placement: &claim.Placement}, nil
+}
+
+// claimElsewhere claims for the guest on dest or, when none is given, on
+// the best host, trying the next candidate when a claim finds no room
+// (another operation took it meanwhile) or its host went down. Each
+// claim's release is registered before it is made.
+func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo, dest string) (string, activities.ClaimResult, error) {
+	exclude := []string{inst.Host}
+	var last error
+	for try := 0; try < evacuationCandidates; try++ {
+		host := dest
+		if host == "" {
+			s.phase(PhaseScheduling, "choosing a host")
+			choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor, Exclude: exclude}
+			if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a host"), a.ChooseHost, choose).Get(ctx, &host); err != nil {
+				if last != nil {
+					return "", activities.ClaimResult{}, errors.Join(last, err)
+				}
+				return "", activities.ClaimResult{}, err
+			}
+		}
+		s.setHosts("", host)
+		id := fmt.Sprintf("%s-%d", claimID(ctx, string(activities.KindEvacuation)), try)
+		s.onFailure("release the claim on "+host, func(ctx workflow.Context) error {
+			return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+host), a.ReleaseClaim,
+				activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil)
+		})
+		var claim activities.ClaimResult
+		claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: activities.KindEvacuation, Owner: owner(ctx), Flavor: inst.Flavor}
+		err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+host), a.Claim, claimIn).Get(ctx, &claim)
+		if err == nil {
+			return host, claim, nil
+		}
+		if dest != "" || !lostRoom(err) {
+			return "", activities.ClaimResult{}, err
+		}
+		last, exclude = err, append(exclude, host)
+	}
+	return "", activities.ClaimResult{}, last
+}
+
+// lostRoom says whether a claim failed because its host had no room or
+// went down since it was chosen: another host may still take the guest.
+func lostRoom(err error) bool {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return false
+	}
+	switch appErr.Type() {
+	case activities.ErrTypeNoFit, activities.ErrTypeHostDown:
+		return true
+	}
+	return false
+}
+
+// HostUpInput names a fenced host that is back.
+type HostUpInput struct {
+	Host string `json:"host"`
+}
+
+// HostUpResult lists the leftovers destroyed.
+type HostUpResult struct {
+	Host      string                `json:"host"`
+	Leftovers []activities.Leftover `json:"leftovers,omitempty"`
+}
+
+// HostUp brings a fenced host back: it marks the host returning (no
+// claims, no new evacuations), waits for no operation on its guests to
+// be open, destroys the leftover of every guest evacuated from it and
+// clears its tombstone, and only then lets the host take claims again.
+func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
+	s, err := newSaga(ctx, OpHostUp, "", 4)
+	if err != nil {
+		return nil, err
+	}
+	s.setHosts(in.Host, "")
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" returning"), a.MarkHostReturning, in.Host).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+	// From here every step is retried until done: a host left returning
+	// takes no work, so the only way out is forwards.
+	ctx = s.commit(ctx)
+	var left []activities.Leftover
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "list the tombstones on "+in.Host), a.HostLeftovers, in.Host).Get(ctx, &left); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+	s.phase(PhaseDeleting, fmt.Sprintf("destroying %d leftover guests on %s", len(left), in.Host))
+	for _, l := range left {
+		if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the leftover of "+l.UUID), a.ClearTombstone, l).Get(ctx, nil); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	s.step()
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" up"), a.MarkHostUp, in.Host).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.phase(PhaseCompleted, "")
+	return &HostUpResult{Host: in.Host, Leftovers: left}, nil
+}

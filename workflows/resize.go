@@ -1,0 +1,316 @@
+package workflows
+
+import (
+	"fmt"
+	"maps"
+	"time"
+
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// DefaultConfirmWindow is how long a resize waits in VERIFY_RESIZE for a
+// confirm or a revert before it confirms itself: it bounds how long a
+// guest holds pCPUs on two hosts. (Nova's resize_confirm_window is off
+// by default, so its holds last until someone acts.)
+const DefaultConfirmWindow = time.Hour
+
+// ResizeDecisionUpdate is the Update that confirms or reverts a resize in
+// VERIFY_RESIZE; its argument is DecisionConfirm or DecisionRevert.
+const ResizeDecisionUpdate = "resize-decision"
+
+// A resize's decisions.
+const (
+	DecisionConfirm = "confirm"
+	DecisionRevert  = "revert"
+)
+
+// ResizeInput names the guest, its new flavor and, optionally, where.
+type ResizeInput struct {
+	UUID string `json:"uuid"`
+	// Flavor is the new flavor; nil is a cold migration, which keeps the
+	// guest's flavor and moves it to another host.
+	Flavor *activities.Flavor `json:"flavor,omitempty"`
+	// Dest is where to; empty lets pinflow choose (for a resize, the
+	// guest's own host too, when it can hold both placements at once).
+	Dest string `json:"dest,omitempty"`
+	// ConfirmWindow is how long VERIFY_RESIZE waits before confirming by
+	// itself: 0 takes DefaultConfirmWindow, a negative one waits for an
+	// operator however long it takes.
+	ConfirmWindow time.Duration `json:"confirm_window,omitempty"`
+}
+
+// ResizeResult says where the guest ended and how the resize ended.
+type ResizeResult struct {
+	UUID      string          `json:"uuid"`
+	Source    string          `json:"source"`
+	Dest      string          `json:"dest"`
+	Host      string          `json:"host"`
+	Placement *numa.Placement `json:"placement"`
+	// Outcome is confirmed, auto-confirmed or reverted.
+	Outcome string `json:"outcome"`
+}
+
+// Resize changes a guest's flavor, or with no new flavor cold-migrates
+// it. It claims the new placement on the destination while the guest's
+// resident claim becomes a source hold of this operation, powers the
+// guest off, moves its definition (the new flavor's domain XML, pinned
+// to the new claim; disks are on shared storage) and starts it there.
+// Then it waits in VERIFY_RESIZE with both claims held, for a confirm
+// (the source hold is freed), a revert (the destination is stopped and
+// freed, and the hold becomes the resident claim again: the same pCPUs,
+// never re-fitted) or its confirm window. A cancel in VERIFY_RESIZE
+// reverts. Any failure before the guest runs on the destination
+// compensates: the guest runs on its source as before.
+func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
+	op := OpResize
+	if in.Flavor == nil {
+		op = OpColdMigration
+	}
+	s, err := newSaga(ctx, op, in.UUID, 9)
+	if err != nil {
+		return nil, err
+	}
+	decision := ""
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, ResizeDecisionUpdate,
+		func(ctx workflow.Context, d string) (string, error) {
+			decision = d
+			return d, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d string) error {
+			return s.decisionAllowed(d, decision)
+		}},
+	); err != nil {
+		return nil, err
+	}
+
+	var inst activities.InstanceInfo
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+		return nil, s.fail(err)
+	}
+	if err := inst.CanResize(); err != nil {
+		return nil, s.fail(err)
+	}
+	flavor, src, dst := inst.Flavor, inst.Host, in.Dest
+	if in.Flavor != nil {
+		if sameFlavor(*in.Flavor, inst.Flavor) {
+			return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s has that flavor already (%d vCPUs, %d MiB); a resize needs another", in.UUID, inst.Flavor.VCPUs, inst.Flavor.MemoryMB)))
+		}
+		flavor = *in.Flavor
+	}
+	if op == OpColdMigration && dst == src {
+		return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; a cold migration needs another host", in.UUID, src)))
+	}
+	wasActive := inst.VMState == activities.VMActive
+	s.setHosts(src, dst)
+	s.step()
+
+	s.phase(PhaseScheduling, "choosing the destination")
+	if dst == "" {
+		choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: flavor}
+		if op == OpColdMigration {
+			choose.Exclude = []string{src}
+		}
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	s.setHosts(src, dst)
+
+	s.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return s.setTask(ctx, in.UUID, "")
+	})
+	if err := s.setTask(ctx, in.UUID, activities.TaskResizePrep); err != nil {
+		return nil, s.fail(err)
+	}
+	s.onFailure("forget the resize", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "forget the resize"), a.EndResize, in.UUID).Get(ctx, nil)
+	})
+	begin := activities.BeginResizeInput{UUID: in.UUID, NewFlavor: flavor, Cold: op == OpColdMigration}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "record where the guest comes from"), a.BeginResize, begin).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+
+	destClaim := claimID(ctx, "resize-dest")
+	s.onFailure("release the destination claim", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
+			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
+	})
+	var claim activities.ClaimResult
+	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindResizeDest,
+		Owner: owner(ctx), Flavor: flavor}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+dst), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
+
+	source := activities.ClaimRef{Host: src, ClaimID: inst.ClaimID}
+	s.onFailure("make the source hold resident again", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "unhold claim on "+src), a.UnholdClaim, source).Get(ctx, nil)
+	})
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "hold the source claim on "+src), a.HoldClaim, source).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+
+	s.phase(PhasePoweringOff, "powering the guest off on "+src)
+	if err := s.setTask(ctx, in.UUID, activities.TaskResizeMigrating); err != nil {
+		return nil, s.fail(err)
+	}
+	srcDom := activities.DomainInput{UUID: in.UUID, Host: src, LeaveOff: !wasActive}
+	s.onFailure("run the guest on its source again", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+src+" again"), a.RestoreDomain, srcDom).Get(ctx, nil)
+	})
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "power off the guest on "+src), a.PowerOff, srcDom).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+
+	s.phase(PhaseSpawning, "moving the guest to "+dst)
+	destDom := activities.DomainInput{UUID: in.UUID, Host: dst}
+	s.onFailure("remove the guest from the destination", func(ctx workflow.Context) error {
+		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, destDom).Get(ctx, nil)
+	})
+	move := activities.MoveResizedInput{UUID: in.UUID, Source: src, Dest: dst, ClaimID: destClaim, Token: claim.Token,
+		Placement: claim.Placement, Start: wasActive}
+	var destXML string
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "move the guest to "+dst), a.MoveResized, move).Get(ctx, &destXML); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+
+	// The guest runs on its new claim: the move is done, and only a
+	// revert, which has its own steps, takes it back.
+	verifyCtx := ctx
+	ctx = s.commit(ctx)
+	s.phase(PhaseCommitting, "making the destination claim resident")
+	if err := s.setTask(ctx, in.UUID, activities.TaskResizeFinish); err != nil {
+		return nil, s.fail(err)
+	}
+	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim, DestXML: destXML}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the destination"), a.FinishResize, finish).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+
+	window := in.ConfirmWindow
+	if window == 0 {
+		window = DefaultConfirmWindow
+	}
+	s.phase(PhaseVerifyResize, verifyDetail(src, dst, window))
+	decided := func() bool { return decision != "" || verifyCtx.Err() != nil }
+	auto := false
+	if window < 0 {
+		err = workflow.Await(ctx, decided)
+	} else {
+		var ok bool
+		ok, err = workflow.AwaitWithTimeout(ctx, window, decided)
+		auto = !ok
+	}
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	if decision == "" && verifyCtx.Err() != nil {
+		decision = DecisionRevert
+	}
+	vmState := activities.VMActive
+	if !wasActive {
+		vmState = activities.VMStopped
+	}
+	res := &ResizeResult{UUID: in.UUID, Source: src, Dest: dst}
+	if decision == DecisionRevert {
+		s.phase(PhaseReverting, "stopping the guest on "+dst+" and running it on "+src+" again")
+		if err := revertResize(ctx, s, in.UUID, source, destDom, srcDom, destClaim, vmState); err != nil {
+			return nil, s.fail(err)
+		}
+		res.Host, res.Placement, res.Outcome = src, inst.Placement, "reverted"
+	} else {
+		s.phase(PhaseConfirming, "freeing the source hold on "+src)
+		if err := s.setTask(ctx, in.UUID, activities.TaskResizeConfirming); err != nil {
+			return nil, s.fail(err)
+		}
+		confirm := activities.ConfirmResizeInput{UUID: in.UUID, Source: src, SourceClaimID: inst.ClaimID, VMState: vmState}
+		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "free the source hold on "+src), a.ConfirmResize, confirm).Get(ctx, nil); err != nil {
+			return nil, s.fail(err)
+		}
+		res.Host, res.Placement, res.Outcome = dst, &claim.Placement, "confirmed"
+		if auto {
+			res.Outcome = "auto-confirmed"
+		}
+	}
+	s.step()
+	s.phase(PhaseCompleted, res.Outcome)
+	return res, nil
+}
+
+// revertResize takes a resized guest back to its source: the destination
+// guest goes first (the disks are shared: it must never run beside the
+// source), then the hold becomes the resident claim and the record points
+// at it with the old flavor, the guest runs on its source pins, and only
+// then is the destination claim freed.
+func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, destDom, srcDom activities.DomainInput,
+	destClaim string, vmState activities.VMState) error {
+	if err := s.setTask(ctx, uuid, activities.TaskResizeReverting); err != nil {
+		return err
+	}
+	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+destDom.Host), a.DestroyDomain, destDom).Get(ctx, nil); err != nil {
+		return err
+	}
+	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "make the source hold resident"), a.RevertRecord, back).Get(ctx, nil); err != nil {
+		return err
+	}
+	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+srcDom.Host), a.RestoreDomain, srcDom).Get(ctx, nil); err != nil {
+		return err
+	}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+destDom.Host), a.ReleaseClaim,
+		activities.ReleaseInput{Host: destDom.Host, ClaimID: destClaim}).Get(ctx, nil); err != nil {
+		return err
+	}
+	return workflow.ExecuteActivity(s.ledgerStep(ctx, "vm state "+string(vmState)), a.SetTaskState,
+		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil)
+}
+
+// decisionAllowed says why a confirm or revert is refused now, or nil.
+func (s *saga) decisionAllowed(d, decided string) error {
+	if d != DecisionConfirm && d != DecisionRevert {
+		return fmt.Errorf("decision %q: allowed are %s or %s", d, DecisionConfirm, DecisionRevert)
+	}
+	if decided != "" {
+		return fmt.Errorf("the %s of instance %s is being %sed already", s.status.Operation, s.status.Instance, decided)
+	}
+	if s.status.Phase != PhaseVerifyResize {
+		return fmt.Errorf("the %s of instance %s is %s, not awaiting confirmation (VERIFY_RESIZE)", s.status.Operation, s.status.Instance, s.status.Phase)
+	}
+	return nil
+}
+
+func verifyDetail(src, dst string, window time.Duration) string {
+	d := fmt.Sprintf("VERIFY_RESIZE: the guest runs on %s and its source hold on %s is kept; confirm or revert", dst, src)
+	if window > 0 {
+		d += fmt.Sprintf(" (confirmed by itself after %s)", window)
+	}
+	return d
+}
+
+// setTask sets the instance's task state, retried until done.
+func (s *saga) setTask(ctx workflow.Context, uuid string, task activities.TaskState) error {
+	summary := "task state " + string(task)
+	if task == "" {
+		summary = "clear task state"
+	}
+	return workflow.ExecuteActivity(s.ledgerStep(ctx, summary), a.SetTaskState,
+		activities.TaskStateInput{UUID: uuid, TaskState: task}).Get(ctx, nil)
+}
+
+// sameFlavor says whether two flavors ask for the same guest. Comparing
+// two maps does not depend on their order: it is deterministic.
+//
+//workflowcheck:ignore
+func sameFlavor(x, y activities.Flavor) bool {
+	return x.VCPUs == y.VCPUs && x.MemoryMB == y.MemoryMB && maps.Equal(x.ExtraSpecs, y.ExtraSpecs) && maps.Equal(x.ImageProps, y.ImageProps)
+}

@@ -1,0 +1,273 @@
+package workflows
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/ledger"
+)
+
+var bigger = activities.Flavor{VCPUs: 4, MemoryMB: 2048, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+
+// onResize mocks every step a resize may take.
+func (h *harness) onResize() {
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("choose", a.ChooseHost, "b", nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("begin", a.BeginResize, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "d", Placement: placement}, nil)
+	h.on("hold", a.HoldClaim, nil)
+	// Powering off takes a minute, so a decision can come before VERIFY_RESIZE.
+	h.on("poweroff", a.PowerOff, nil).After(time.Minute)
+	h.on("move", a.MoveResized, "<domain/>", nil)
+	h.on("finish", a.FinishResize, nil)
+}
+
+// decide sends a confirm or revert after delay and records how the
+// Update ended.
+func (h *harness) decide(t *testing.T, delay time.Duration, decision string, rejected *error) {
+	h.env.RegisterDelayedCallback(func() {
+		h.env.UpdateWorkflow(ResizeDecisionUpdate, "", &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { *rejected = err },
+			OnComplete: func(any, error) {},
+		}, decision)
+	}, delay)
+}
+
+func TestResizeEnds(t *testing.T) {
+	const prefix = "load,choose,task,begin,claim,hold,task,poweroff,move,task,finish"
+	tests := []struct {
+		name    string
+		window  time.Duration
+		decide  string        // "" sends none
+		cancel  time.Duration // > 0 cancels then
+		outcome string
+		steps   string
+	}{
+		{"confirm", 0, DecisionConfirm, 0, "confirmed", prefix + ",task,confirm"},
+		{"revert", 0, DecisionRevert, 0, "reverted", prefix + ",task,destroy,revert,restore,release,task"},
+		{"confirm window passes", 30 * time.Minute, "", 0, "auto-confirmed", prefix + ",task,confirm"},
+		{"cancel in VERIFY_RESIZE reverts", -1, "", 2 * time.Hour, "reverted", prefix + ",task,destroy,revert,restore,release,task"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.onResize()
+			h.on("confirm", a.ConfirmResize, nil).Maybe()
+			h.on("destroy", a.DestroyDomain, nil).Maybe()
+			h.on("revert", a.RevertRecord, nil).Maybe()
+			h.on("restore", a.RestoreDomain, nil).Maybe()
+			h.on("release", a.ReleaseClaim, nil).Maybe()
+			var rejected error
+			if tt.decide != "" {
+				// Well inside VERIFY_RESIZE, before the default window.
+				h.decide(t, 10*time.Minute, tt.decide, &rejected)
+			}
+			if tt.cancel > 0 {
+				h.env.RegisterDelayedCallback(h.env.CancelWorkflow, tt.cancel)
+			}
+			f := bigger
+			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f, ConfirmWindow: tt.window})
+			if err := h.env.GetWorkflowError(); err != nil {
+				t.Fatalf("Resize: %v", err)
+			}
+			if rejected != nil {
+				t.Fatalf("Update %s rejected: %v", tt.decide, rejected)
+			}
+			var res ResizeResult
+			if err := h.env.GetWorkflowResult(&res); err != nil || res.Outcome != tt.outcome {
+				t.Errorf("Resize result = %+v, %v; want outcome %s", res, err, tt.outcome)
+			}
+			if got := h.sequence(); got != tt.steps {
+				t.Errorf("Resize steps =\n  %s\nwant\n  %s", got, tt.steps)
+			}
+		})
+	}
+}
+
+func TestResizeCompensations(t *testing.T) {
+	tests := []struct {
+		failAt string
+		typ    string
+		want   string
+	}{
+		{"claim", activities.ErrTypeNoFit, "load,choose,task,begin,claim,release,end,task"},
+		{"hold", activities.ErrTypeBadState, "load,choose,task,begin,claim,hold,unhold,release,end,task"},
+		{"poweroff", activities.ErrTypeRejected, "load,choose,task,begin,claim,hold,task,poweroff,restore,unhold,release,end,task"},
+		{"move", activities.ErrTypeFenced, "load,choose,task,begin,claim,hold,task,poweroff,move,destroy,restore,unhold,release,end,task"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.failAt, func(t *testing.T) {
+			h := newHarness(t)
+			fail := func(step string, ok ...any) []any {
+				if step == tt.failAt {
+					return append(append([]any{}, ok[:len(ok)-1]...), failed("boom", tt.typ))
+				}
+				return ok
+			}
+			h.on("load", a.LoadInstance, active("a"), nil)
+			h.on("choose", a.ChooseHost, "b", nil)
+			h.on("task", a.SetTaskState, nil)
+			h.on("begin", a.BeginResize, nil)
+			h.on("end", a.EndResize, nil)
+			h.on("claim", a.Claim, fail("claim", activities.ClaimResult{Host: "b", ClaimID: "d", Placement: placement}, nil)...)
+			h.on("release", a.ReleaseClaim, nil)
+			h.on("hold", a.HoldClaim, fail("hold", nil)...).Maybe()
+			h.on("unhold", a.UnholdClaim, nil).Maybe()
+			h.on("poweroff", a.PowerOff, fail("poweroff", nil)...).Maybe()
+			h.on("restore", a.RestoreDomain, nil).Maybe()
+			h.on("move", a.MoveResized, fail("move", "<domain/>", nil)...).Maybe()
+			h.on("destroy", a.DestroyDomain, nil).Maybe()
+			f := bigger
+			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+			var appErr *temporal.ApplicationError
+			if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != tt.typ {
+				t.Fatalf("Resize error = %v, want type %s", err, tt.typ)
+			}
+			if got := h.sequence(); got != tt.want {
+				t.Errorf("steps =\n  %s\nwant\n  %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestResizeRefuses(t *testing.T) {
+	same := flavor
+	tests := []struct {
+		name string
+		in   ResizeInput
+		inst activities.InstanceInfo
+		want string
+	}{
+		{"the current flavor", ResizeInput{UUID: uuid, Flavor: &same}, active("a"), "has that flavor already"},
+		{"a cold migration onto its own host", ResizeInput{UUID: uuid, Dest: "a"}, active("a"), "needs another host"},
+		{"a shelved guest", ResizeInput{UUID: uuid}, activities.InstanceInfo{UUID: uuid, VMState: activities.VMShelvedOffloaded, Flavor: flavor}, "only an active or stopped instance"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on("load", a.LoadInstance, tt.inst, nil)
+			h.env.ExecuteWorkflow(Resize, tt.in)
+			if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Resize(%s) error = %v, want one saying %q", tt.name, err, tt.want)
+			}
+			if got := h.sequence(); got != "load" {
+				t.Errorf("Resize(%s) steps = %s, want only load", tt.name, got)
+			}
+		})
+	}
+}
+
+// A decision is taken only in VERIFY_RESIZE, and only once.
+func TestResizeDecisionValidated(t *testing.T) {
+	h := newHarness(t)
+	h.onResize()
+	h.on("confirm", a.ConfirmResize, nil)
+	var early, unknown, first, second error
+	h.decide(t, 10*time.Second, DecisionConfirm, &early) // while powering off
+	h.decide(t, 10*time.Minute, "keep", &unknown)
+	h.decide(t, 11*time.Minute, DecisionConfirm, &first)
+	h.decide(t, 11*time.Minute, DecisionRevert, &second)
+	f := bigger
+	h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("Resize: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"confirm while powering off", early, "not awaiting confirmation"},
+		{"an unknown decision", unknown, "allowed are confirm or revert"},
+		{"the first confirm", first, ""},
+		{"a revert after the confirm", second, "being confirmed already"},
+	} {
+		if c.want == "" && c.err != nil || c.want != "" && (c.err == nil || !strings.Contains(c.err.Error(), c.want)) {
+			t.Errorf("%s: Update error = %v, want %q", c.name, c.err, c.want)
+		}
+	}
+	var res ResizeResult
+	if err := h.env.GetWorkflowResult(&res); err != nil || res.Outcome != "confirmed" {
+		t.Errorf("Resize result = %+v, %v; want confirmed (the later revert must not win)", res, err)
+	}
+}
+
+func TestEvacuate(t *testing.T) {
+	down := activities.HostStatus{Host: "a", State: ledger.HostDown, Token: "t"}
+	t.Run("rebuilds and tombstones", func(t *testing.T) {
+		h := newHarness(t)
+		h.on("load", a.LoadInstance, active("a"), nil)
+		h.on("state", a.LoadHostStatus, down, nil)
+		h.on("task", a.SetTaskState, nil)
+		h.on("choose", a.ChooseHost, "b", nil)
+		h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "e", Token: "k", Placement: placement}, nil)
+		h.on("spawn", a.Spawn, "<domain/>", nil)
+		h.on("attach", a.Attach, nil)
+		h.on("tombstone", a.TombstoneClaim, nil)
+		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
+		if err := h.env.GetWorkflowError(); err != nil {
+			t.Fatalf("Evacuate: %v", err)
+		}
+		if got, want := h.sequence(), "load,state,task,choose,claim,spawn,attach,tombstone"; got != want {
+			t.Errorf("Evacuate steps = %s, want %s", got, want)
+		}
+	})
+	t.Run("a lost claim tries the next host", func(t *testing.T) {
+		h := newHarness(t)
+		h.on("load", a.LoadInstance, active("a"), nil)
+		h.on("state", a.LoadHostStatus, down, nil)
+		h.on("task", a.SetTaskState, nil)
+		h.on("choose", a.ChooseHost, "b", nil).Once()
+		h.on("choose", a.ChooseHost, "c", nil).Once()
+		h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room left", activities.ErrTypeNoFit)).Once()
+		h.on("claim", a.Claim, activities.ClaimResult{Host: "c", ClaimID: "e", Placement: placement}, nil).Once()
+		h.on("spawn", a.Spawn, "", failed("refused", activities.ErrTypeRejected))
+		h.on("destroy", a.DestroyDomain, nil)
+		h.on("release", a.ReleaseClaim, nil)
+		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
+		if err := h.env.GetWorkflowError(); err == nil {
+			t.Fatal("Evacuate succeeded with a refused spawn")
+		}
+		// Both claims are released (the first never existed), the task
+		// state cleared; the dead host's claim is never tombstoned.
+		if got, want := h.sequence(), "load,state,task,choose,claim,choose,claim,spawn,destroy,release,release,task"; got != want {
+			t.Errorf("Evacuate steps = %s, want %s", got, want)
+		}
+	})
+	t.Run("refuses a host that is up", func(t *testing.T) {
+		h := newHarness(t)
+		h.on("load", a.LoadInstance, active("a"), nil)
+		h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostUp}, nil)
+		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
+		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "only from a host fenced") {
+			t.Fatalf("Evacuate error = %v, want a refusal naming fencing", err)
+		}
+		if got := h.sequence(); got != "load,state" {
+			t.Errorf("Evacuate steps = %s, want load,state", got)
+		}
+	})
+}
+
+func TestHostUp(t *testing.T) {
+	h := newHarness(t)
+	left := []activities.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}, {Host: "a", UUID: "u2", ClaimID: "boot-2"}}
+	h.on("returning", a.MarkHostReturning, nil)
+	h.on("leftovers", a.HostLeftovers, left, nil)
+	h.on("clear", a.ClearTombstone, nil)
+	h.on("up", a.MarkHostUp, nil)
+	h.env.ExecuteWorkflow(HostUp, HostUpInput{Host: "a"})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("HostUp: %v", err)
+	}
+	if got, want := h.sequence(), "returning,leftovers,clear,clear,up"; got != want {
+		t.Errorf("HostUp steps = %s, want %s", got, want)
+	}
+}
