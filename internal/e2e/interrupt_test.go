@@ -240,8 +240,22 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			c.uuids = append(c.uuids, uuid)
 			c.mu.Unlock()
 			op, wf, in = workflows.OpBoot, workflows.Boot, workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
-		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 5:
+		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 4:
 			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
+		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 3:
+			// A resize between 2 and 3 vCPUs, or a cold migration; its
+			// confirm window is short, and some get a confirm or a revert.
+			var f *activities.Flavor
+			if rng.IntN(3) > 0 {
+				resized := flavor
+				resized.VCPUs = 5 - inst.Request.VCPUs
+				f = &resized
+			}
+			op, wf, in = workflows.OpResize, workflows.Resize, workflows.ResizeInput{UUID: uuid, Flavor: f,
+				ConfirmWindow: time.Duration(500+rng.IntN(2500)) * time.Millisecond}
+			if f == nil {
+				op = workflows.OpColdMigration
+			}
 		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 6:
 			op, wf, in = workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}
 		case inst.VMState == ledger.VMShelvedOffloaded && rng.IntN(10) < 7:
@@ -266,7 +280,17 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			return
 		}
 		how := c.interrupt(rng)
-		if how != "" {
+		if how == "" && (op == workflows.OpResize || op == workflows.OpColdMigration) && rng.IntN(2) == 0 {
+			decision := []string{workflows.DecisionConfirm, workflows.DecisionRevert}[rng.IntN(2)]
+			how = decision
+			time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Second))))
+			// Refused unless in VERIFY_RESIZE: it races the window too.
+			h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, RunID: run.GetRunID(),
+				UpdateName: workflows.ResizeDecisionUpdate, Args: []any{decision}, WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err == nil {
+				_ = h.Get(ctx, nil)
+			}
+		} else if how != "" {
 			// Anywhere in the operation: before, inside or after any step.
 			time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Second))))
 			switch how {
@@ -283,6 +307,9 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		outcome := "ok"
 		if err := run.Get(ctx, nil); err != nil {
 			outcome = "failed"
+			if os.Getenv("PINFLOW_CHAOS_DEBUG") != "" {
+				c.t.Logf("%s %s of %s: %v", op, how, uuid, err)
+			}
 			var canceled interface{ Error() string }
 			if errors.As(err, &canceled) && strings.Contains(err.Error(), "canceled") {
 				outcome = "cancelled"
