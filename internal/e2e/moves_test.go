@@ -1,0 +1,253 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// claimStates lists a host's claims of uuid as kind/state, sorted.
+func (s *stack) claimStates(host, uuid string) string {
+	s.t.Helper()
+	var out []string
+	for _, c := range s.host(host).Claims {
+		if c.Instance == uuid {
+			out = append(out, c.Kind+"/"+c.State)
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// waitResized waits until the guest is in VERIFY_RESIZE.
+func (s *stack) waitResized(uuid string) {
+	s.t.Helper()
+	s.eventually("VERIFY_RESIZE of "+uuid, 2*time.Minute, func() bool { return s.guest(uuid).VMState == "resized" })
+}
+
+// vcpusOf is the guest's vCPU count by its record.
+func (s *stack) vcpusOf(uuid string) int {
+	s.t.Helper()
+	var g struct {
+		Flavor struct {
+			VCPUs int `json:"vcpus"`
+		} `json:"flavor"`
+	}
+	s.jsonOf(&g, "show", uuid)
+	return g.Flavor.VCPUs
+}
+
+// TestResizeHoldsTheSource is Nova's resize record in one run: in
+// VERIFY_RESIZE the source claim is a hold that an audit with no grace
+// keeps (1944759, 1879878) and a boot cannot take (1647370); a revert
+// brings the guest back onto exactly its old pCPUs with its old flavor
+// (1805767, 1953359), the destination freed; a confirm frees the hold at
+// once, not at the next audit (1818914).
+func TestResizeHoldsTheSource(t *testing.T) {
+	s, vmA, _ := twoHosts(t) // A on a 0-1, B on b 0-1; 4 cores each
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.waitResized(vmA)
+	if got := s.claimStates("a", vmA); got != "boot/held" {
+		t.Errorf("in VERIFY_RESIZE a holds %q of A, want its boot claim held", got)
+	}
+	if got := s.claimStates("b", vmA); got != "resize-dest/committed" {
+		t.Errorf("in VERIFY_RESIZE b holds %q of A, want the committed resize-dest claim", got)
+	}
+	time.Sleep(2500 * time.Millisecond) // the minimum grace
+	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
+		t.Errorf("the audit in VERIFY_RESIZE freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
+	}
+	c := s.boot("C", "a", 2) // the two pCPUs left on a
+	if got := s.guest(c).pcpus(); got != "2-3" {
+		t.Errorf("a boot on a in VERIFY_RESIZE got %q, want 2-3 (0-1 are A's hold)", got)
+	}
+	s.refused("no fit", "boot", "--name", "D", "--host", "a", "--vcpus", "1", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated", "--wait")
+	s.noDoublePins("a", "b")
+
+	s.ok("resize", "revert", vmA, "--wait")
+	g := s.guest(vmA)
+	if hostOf(g) != "a" || g.pcpus() != "0-1" || g.VMState != "active" || s.vcpusOf(vmA) != 2 {
+		t.Errorf("after the revert A is %s on %q pinned %q, want active on a pinned 0-1", g.VMState, hostOf(g), g.pcpus())
+	}
+	if got := s.claimStates("b", vmA); got != "" {
+		t.Errorf("after the revert b still holds %q of A", got)
+	}
+	s.checkAgreement(vmA, "a")
+
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.waitResized(vmA)
+	s.ok("resize", "confirm", vmA, "--wait")
+	if got := s.claimStates("a", vmA); got != "" {
+		t.Errorf("right after the confirm a still holds %q of A", got)
+	}
+	if got := s.pinned("a"); got != "2-3" {
+		t.Errorf("after the confirm a has %q pinned, want only C's 2-3", got)
+	}
+	s.checkAgreement(vmA, "b")
+	s.noDoublePins("a", "b")
+	s.ok("check")
+}
+
+// TestResizeOnItsHost resizes a guest on the host it runs on, which can
+// hold both placements at once, and reverts and confirms there.
+func TestResizeOnItsHost(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "a", "--confirm-window", "0")
+	s.waitResized(vmA)
+	if got := s.claimStates("a", vmA); got != "boot/held,resize-dest/committed" {
+		t.Errorf("same-host VERIFY_RESIZE: a holds %q of A, want the hold and the new claim", got)
+	}
+	if got := s.guest(vmA).pcpus(); got != "2-3" {
+		t.Errorf("same-host resize placed A on %q, want 2-3 beside its hold on 0-1", got)
+	}
+	s.ok("resize", "revert", vmA, "--wait")
+	if g := s.guest(vmA); g.pcpus() != "0-1" || hostOf(g) != "a" {
+		t.Errorf("after the same-host revert A is on %q pinned %q, want a 0-1", hostOf(g), g.pcpus())
+	}
+	s.checkAgreement(vmA, "a")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "a", "--confirm-window", "1s", "--wait")
+	if g := s.guest(vmA); g.pcpus() != "2-3" || s.claimStates("a", vmA) != "resize-dest/committed" {
+		t.Errorf("after the auto-confirm A is pinned %q with claims %q, want 2-3 and the one claim", g.pcpus(), s.claimStates("a", vmA))
+	}
+	s.checkAgreement(vmA, "a")
+	s.ok("check")
+}
+
+// TestResizeRacingDecisions sends a confirm and a revert at once (Nova
+// 1879878 freed the pins twice): exactly one is taken, and the guest ends
+// where that one says, on one claim.
+func TestResizeRacingDecisions(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.waitResized(vmA)
+	var wg sync.WaitGroup
+	codes := map[string]int{}
+	var mu sync.Mutex
+	for _, d := range []string{"confirm", "revert"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _, code := s.run("resize", d, vmA)
+			mu.Lock()
+			codes[d] = code
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if (codes["confirm"] == 0) == (codes["revert"] == 0) {
+		t.Fatalf("confirm exit %d and revert exit %d: want exactly one taken", codes["confirm"], codes["revert"])
+	}
+	want := "b"
+	if codes["revert"] == 0 {
+		want = "a"
+	}
+	g := s.waitClosed(vmA)
+	if hostOf(g) != want || g.VMState != "active" {
+		t.Errorf("after the race A is %s on %q, want active on %s", g.VMState, hostOf(g), want)
+	}
+	s.checkAgreement(vmA, want)
+	s.ok("check")
+}
+
+// TestResizeInterrupted cancels a resize at each of its steps while they
+// are slow: the guest runs on its source as before, with its flavor and
+// exactly its pins, and nothing is left behind for an audit to free.
+func TestResizeInterrupted(t *testing.T) {
+	steps := []struct {
+		name, op string
+	}{
+		{"powering off", "shutdown"},
+		{"defining on the destination", "define"},
+		{"starting on the destination", "start"},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			s, vmA, _ := twoHosts(t)
+			s.ok("sim", "latency", "--op", st.op, "--seconds", "4")
+			s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+			s.eventually("the resize to reach "+st.name, time.Minute, func() bool {
+				g := s.guest(vmA)
+				return g.TaskState != nil && *g.TaskState == "resize_migrating"
+			})
+			time.Sleep(1500 * time.Millisecond)
+			s.ok("cancel", vmA)
+			s.ok("sim", "latency", "--op", st.op, "--seconds", "0")
+			g := s.waitClosed(vmA)
+			if hostOf(g) != "a" || g.pcpus() != "0-1" || g.VMState != "active" || g.TaskState != nil || s.vcpusOf(vmA) != 2 {
+				t.Errorf("after the cancel A is %s/%v on %q pinned %q with %d vCPUs, want active on a pinned 0-1 with 2",
+					g.VMState, g.TaskState, hostOf(g), g.pcpus(), s.vcpusOf(vmA))
+			}
+			s.checkAgreement(vmA, "a")
+			if got := s.claimStates("a", vmA) + "|" + s.claimStates("b", vmA); got != "boot/committed|" {
+				t.Errorf("after the cancel A's claims are %q, want only its committed boot claim on a", got)
+			}
+			time.Sleep(2500 * time.Millisecond)
+			if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
+				t.Errorf("the audit after the cancel freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
+			}
+			s.noDoublePins("a", "b")
+		})
+	}
+}
+
+// TestResizeTerminatedInVerify terminates a resize in VERIFY_RESIZE: no
+// workflow will ever decide, so the audit settles it as confirmed (the
+// guest lives on its new claim): the hold goes and the record is active.
+func TestResizeTerminatedInVerify(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.waitResized(vmA)
+	if err := s.temporal.Client.TerminateWorkflow(context.Background(), workflows.InstanceWorkflowID(vmA), "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	s.reconcile("--grace", "0")
+	s.eventually("the audit to settle the resize", time.Minute, func() bool {
+		return s.guest(vmA).VMState == "active" && s.claimStates("a", vmA) == ""
+	})
+	s.checkAgreement(vmA, "b")
+	s.ok("check")
+}
+
+// TestColdMigration moves a guest with its own flavor, confirmed by the
+// confirm window, and refuses one onto its own host.
+func TestColdMigration(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	s.refused("already runs on a", "migrate", vmA, "--cold", "--dest", "a")
+	s.ok("migrate", vmA, "--cold", "--confirm-window", "1s", "--wait")
+	g := s.guest(vmA)
+	if hostOf(g) != "b" || g.pcpus() != "2-3" || s.vcpusOf(vmA) != 2 {
+		t.Errorf("after the cold migration A is on %q pinned %q with %d vCPUs, want b pinned 2-3 with 2", hostOf(g), g.pcpus(), s.vcpusOf(vmA))
+	}
+	s.checkAgreement(vmA, "b")
+	s.ok("check")
+}
+
+// TestMovesBadInput: each refusal is one line, a non-zero exit, and no
+// change to any claim or record.
+func TestMovesBadInput(t *testing.T) {
+	s, vmA, _ := twoHosts(t)
+	state := func() string {
+		out, _ := json.Marshal([]any{s.host("a"), s.host("b"), s.guest(vmA)})
+		return string(out)
+	}
+	before := state()
+	s.refused("current flavor", "resize", vmA, "--vcpus", "2", "--memory-mb", "1024")
+	s.refused("no resize awaiting confirmation", "resize", "confirm", vmA)
+	s.refused("no resize awaiting confirmation", "resize", "revert", vmA)
+	s.refused("no fit", "resize", vmA, "--vcpus", "64", "--wait")
+	s.refused("allowed are 0", "resize", vmA, "--vcpus", "2", "--confirm-window", "-1s")
+	s.refused("only from a host fenced", "evacuate", vmA)
+	s.refused("add --fence", "host", "down", "a", "--reason", "maybe")
+	s.refused("unknown host", "host", "down", "nowhere", "--fence", "--reason", "x")
+	s.refused("is up already", "host", "up", "a")
+	s.refused("only from a host fenced", "host", "evacuate", "a")
+	if after := state(); after != before {
+		t.Errorf("the refusals changed the state:\nbefore %s\nafter  %s", before, after)
+	}
+	s.checkAgreement(vmA, "a")
+}
