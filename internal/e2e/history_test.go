@@ -41,11 +41,24 @@ func TestHistoriesReplay(t *testing.T) {
 	record(vmA, "unshelve-spawn-failed")
 	s.ok("unshelve", vmA, "--host", "b", "--wait")
 	record(vmA, "unshelve")
+	s.ok("migrate", vmA, "--cold", "--dest", "a", "--confirm-window", "1s", "--wait")
+	record(vmA, "cold-migration")
+	s.refused("no fit", "resize", vmA, "--vcpus", "3", "--host", "b", "--wait")
+	record(vmA, "resize-no-fit")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "a", "--confirm-window", "0")
+	s.waitResized(vmA)
+	s.ok("resize", "confirm", vmA, "--wait")
+	record(vmA, "resize-confirmed")
+	s.ok("resize", vmA, "--vcpus", "1", "--host", "b", "--confirm-window", "0")
+	s.waitResized(vmA)
+	s.ok("resize", "revert", vmA, "--wait")
+	record(vmA, "resize-reverted")
 	s.ok("delete", vmA, "--wait")
 	record(vmA, "delete")
 
 	replayer := worker.NewWorkflowReplayer()
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Settle} {
+	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Settle,
+		workflows.Resize, workflows.Evacuate, workflows.HostUp} {
 		replayer.RegisterWorkflow(wf)
 	}
 	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v1")
