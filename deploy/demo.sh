@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # pinflow's main job on a fresh dev stack: four simulated NUMA hosts, pinned
 # guests booted on them, live migrations running concurrently, a
-# shelve-offload and an unshelve; host CPU maps before and after, and the
-# ledger's invariants checked at the end. The stack keeps running so the
+# shelve-offload and an unshelve, a resize reverted and one confirmed, a
+# cold migration; host CPU maps before and after, and the ledger's
+# invariants checked at the end. The stack keeps running so the
 # workflows can be browsed in the Temporal Web UI; `make down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +53,24 @@ $pinflow shelve "$(uuid web-2)" --offload --wait
 $pinflow show "$(uuid web-2)"
 $pinflow unshelve "$(uuid web-2)" --wait
 $pinflow show "$(uuid web-2)"
+
+step "resizing cache-1 from 6 to 4 vCPUs: in VERIFY_RESIZE its old pins stay held (^), then a revert puts it back on them"
+$pinflow resize "$(uuid cache-1)" --vcpus 4 --confirm-window 0 >/dev/null
+until $pinflow show "$(uuid cache-1)" | grep -q 'vm_state resized'; do sleep 0.5; done
+$pinflow show "$(uuid cache-1)"
+$pinflow host list
+$pinflow resize revert "$(uuid cache-1)" --wait
+$pinflow show "$(uuid cache-1)"
+
+step "resizing it again and confirming: the hold is freed at once"
+$pinflow resize "$(uuid cache-1)" --vcpus 4 --confirm-window 0 >/dev/null
+until $pinflow show "$(uuid cache-1)" | grep -q 'vm_state resized'; do sleep 0.5; done
+$pinflow resize confirm "$(uuid cache-1)" --wait
+$pinflow show "$(uuid cache-1)"
+
+step "cold-migrating db-2 (powered off, moved, started; confirmed by a 2 s window)"
+$pinflow migrate "$(uuid db-2)" --cold --confirm-window 2s --wait
+$pinflow show "$(uuid db-2)"
 
 step "the hosts after the moves"
 $pinflow host list

@@ -219,7 +219,17 @@ type guestView struct {
 	Flavor    any     `json:"flavor"`
 	Placement any     `json:"placement"`
 	ClaimID   string  `json:"claim_id,omitempty"`
-	Updated   string  `json:"updated_at"`
+	// Resize is where a resize in VERIFY_RESIZE (or an interrupted one)
+	// comes from; no domain XML.
+	Resize  *resizeView `json:"resize,omitempty"`
+	Updated string      `json:"updated_at"`
+}
+
+type resizeView struct {
+	SourceHost    string `json:"source_host"`
+	SourceClaimID string `json:"source_claim_id"`
+	OldFlavor     any    `json:"old_flavor"`
+	Cold          bool   `json:"cold,omitempty"`
 }
 
 func show(args []string, stdout io.Writer) error {
@@ -246,6 +256,9 @@ func show(args []string, stdout io.Writer) error {
 		if inst.Placement != nil {
 			v.Placement = inst.Placement
 		}
+		if r := inst.Resize; r != nil {
+			v.Resize = &resizeView{SourceHost: r.SourceHost, SourceClaimID: r.SourceClaimID, OldFlavor: r.OldFlavor, Cold: r.Cold}
+		}
 		if *asJSON {
 			return writeJSON(stdout, v)
 		}
@@ -261,6 +274,10 @@ func show(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%s  %s\n  host %s  vm_state %s  task_state %s\n  %d vCPUs, %d MiB%s\n  placement: %s\n",
 			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, specList(inst.Request.ExtraSpecs, inst.Request.ImageProps), pins)
+		if r := inst.Resize; r != nil && inst.VMState == ledger.VMResized {
+			fmt.Fprintf(stdout, "  VERIFY_RESIZE: from %s, whose source hold %s is kept; it was %d vCPUs, %d MiB%s; 'pinflow resize confirm|revert %s'\n",
+				r.SourceHost, r.SourceClaimID, r.OldFlavor.VCPUs, r.OldFlavor.MemoryMB, specList(r.OldFlavor.ExtraSpecs, r.OldFlavor.ImageProps), inst.UUID)
+		}
 		return nil
 	})
 }
