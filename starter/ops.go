@@ -26,7 +26,7 @@ import (
 
 func init() {
 	register("boot", "boot a guest: boot --name N [--host H] --vcpus N --memory-mb N [--spec KEY=VALUE]... [--image-prop KEY=VALUE]... [--wait] [--json]", boot)
-	register("migrate", "live-migrate a guest, or cold-migrate it: migrate UUID [--dest H] [--cold [--confirm-window D]] [--wait] [--json]", migrate)
+	register("migrate", "live-migrate a guest, or cold-migrate it: migrate UUID [--dest H] [--cold | --cold-fallback] [--confirm-window D] [--wait] [--json]", migrate)
 	register("shelve", "shelve a guest and offload it from its host: shelve UUID --offload [--wait] [--json]", shelve)
 	register("unshelve", "bring a shelved guest back: unshelve UUID [--host H] [--wait] [--json]", unshelve)
 	register("delete", "delete a guest: delete UUID [--wait] [--json]", deleteGuest)
@@ -122,11 +122,19 @@ func migrate(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	dest := fs.String("dest", "", "destination host (default: pinflow chooses)")
 	cold := fs.Bool("cold", false, "cold-migrate: power the guest off, move it, start it, then confirm or revert (resize confirm|revert)")
+	fallback := fs.Bool("cold-fallback", false, "live-migrate, and cold-migrate instead if the hypervisor cannot live-migrate the guest")
 	window := confirmWindowFlag(fs)
 	return guestOp(fs, args, stdout, workflows.OpLiveMigration, workflows.LiveMigration,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if *cold {
+				if *fallback {
+					return opPlan{}, fmt.Errorf("migrate %s: --cold and --cold-fallback exclude each other: %w", inst.UUID, errUsage)
+				}
 				return coldMigrate(a, inst, *dest, *window)
+			}
+			w, err := windowInput(*window)
+			if err != nil {
+				return opPlan{}, err
 			}
 			if err := info(inst).CanLiveMigrate(); err != nil {
 				return opPlan{}, refused(err)
@@ -140,7 +148,12 @@ func migrate(args []string, stdout io.Writer) error {
 				}
 			}
 			summary := fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(*dest))
-			return opPlan{input: workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}, summary: summary, source: inst.Host, dest: *dest}, nil
+			in := workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}
+			if *fallback {
+				in.ColdFallback, in.ConfirmWindow = true, w
+				summary += " (cold if it cannot be live)"
+			}
+			return opPlan{input: in, summary: summary, source: inst.Host, dest: *dest}, nil
 		})
 }
 

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -15,6 +16,11 @@ type LiveMigrationInput struct {
 	UUID string `json:"uuid"`
 	// Dest is the destination host; empty lets pinflow choose one.
 	Dest string `json:"dest,omitempty"`
+	// ColdFallback: when the live migration itself fails (the hypervisor
+	// refuses to prepare or migrate, and the guest is back on its source),
+	// cold-migrate instead, with ConfirmWindow as a Resize's.
+	ColdFallback  bool          `json:"cold_fallback,omitempty"`
+	ConfirmWindow time.Duration `json:"confirm_window,omitempty"`
 }
 
 // LiveMigrationResult says where the guest went and how it is pinned there.
@@ -23,7 +29,15 @@ type LiveMigrationResult struct {
 	Source    string          `json:"source"`
 	Dest      string          `json:"dest"`
 	Placement *numa.Placement `json:"placement"`
+	// Cold is the cold migration the live one fell back to, if it did.
+	Cold *ResizeResult `json:"cold,omitempty"`
 }
+
+// errFallBack says a live migration failed cleanly (the guest runs on its
+// source as before) and asked to fall back to a cold migration.
+type errFallBack struct{ cause error }
+
+func (e errFallBack) Error() string { return e.cause.Error() }
 
 // LiveMigration moves a running guest to another host: claim its CPUs on
 // the destination (accepted), rewrite its domain XML for the destination
@@ -37,6 +51,22 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	if err != nil {
 		return nil, err
 	}
+	res, err := s.liveMigrate(ctx, in)
+	var fb errFallBack
+	if !errors.As(err, &fb) {
+		return res, err
+	}
+	s.status.Operation, s.status.Error, s.steps, s.done = OpColdMigration, "", 9, 0
+	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrOperation.ValueSet(string(OpColdMigration)))
+	s.phase(PhaseScheduling, "the live migration failed ("+fb.cause.Error()+"); cold-migrating instead")
+	cold, err := s.resize(ctx, ResizeInput{UUID: in.UUID, Dest: in.Dest, ConfirmWindow: in.ConfirmWindow})
+	if err != nil {
+		return nil, err
+	}
+	return &LiveMigrationResult{UUID: in.UUID, Source: cold.Source, Dest: cold.Dest, Placement: cold.Placement, Cold: cold}, nil
+}
+
+func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
 	var inst activities.InstanceInfo
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
@@ -102,6 +132,10 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	// the destination already, so that the operation commits instead.
 	failed := func(cause error) (bool, error) {
 		err := s.fail(cause)
+		if in.ColdFallback && err == cause && ctx.Err() == nil {
+			// Every compensation ran and the guest runs on its source.
+			return false, errFallBack{cause}
+		}
 		return errors.Is(err, errRolledForward), err
 	}
 	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement}

@@ -73,6 +73,13 @@ func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.resize(ctx, in)
+}
+
+// resize runs a resize or cold migration on the saga s (a Resize, or a
+// LiveMigration falling back to a cold one).
+func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
+	op := s.status.Operation
 	decision := ""
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, ResizeDecisionUpdate,
 		func(ctx workflow.Context, d string) (string, error) {
@@ -204,6 +211,7 @@ func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
 	s.phase(PhaseVerifyResize, verifyDetail(src, dst, window))
 	decided := func() bool { return decision != "" || verifyCtx.Err() != nil }
 	auto := false
+	var err error
 	if window < 0 {
 		err = workflow.Await(ctx, decided)
 	} else {

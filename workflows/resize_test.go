@@ -271,3 +271,26 @@ func TestHostUp(t *testing.T) {
 		t.Errorf("HostUp steps = %s, want %s", got, want)
 	}
 }
+
+// A live migration asked to fall back cold does so only after its own
+// failure was compensated, and then ends as a cold migration.
+func TestLiveMigrationFallsBackCold(t *testing.T) {
+	h := newHarness(t)
+	h.onResize()
+	h.on("prepare", a.PrepareMigration, "", failed("cannot live-migrate a guest with a passthrough device", activities.ErrTypeRejected))
+	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
+	h.on("release", a.ReleaseClaim, nil)
+	h.on("confirm", a.ConfirmResize, nil)
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, ColdFallback: true, ConfirmWindow: time.Minute})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("LiveMigration: %v", err)
+	}
+	var res LiveMigrationResult
+	if err := h.env.GetWorkflowResult(&res); err != nil || res.Cold == nil || res.Cold.Outcome != "auto-confirmed" {
+		t.Errorf("LiveMigration result = %+v, %v; want a cold migration, auto-confirmed", res, err)
+	}
+	want := "load,choose,task,claim,prepare,rollback,release,task," + "load,choose,task,begin,claim,hold,task,poweroff,move,task,finish,task,confirm"
+	if got := h.sequence(); got != want {
+		t.Errorf("steps =\n  %s\nwant\n  %s", got, want)
+	}
+}

@@ -214,9 +214,19 @@ func TestResizeTerminatedInVerify(t *testing.T) {
 }
 
 // TestColdMigration moves a guest with its own flavor, confirmed by the
-// confirm window, and refuses one onto its own host.
+// confirm window, and refuses one onto its own host; a live migration
+// the hypervisor refuses falls back to a cold one when asked.
 func TestColdMigration(t *testing.T) {
-	s, vmA, _ := twoHosts(t)
+	s, vmA, vmB := twoHosts(t)
+	s.ok("sim", "fault", "--host", "a", "--op", "prepare", "--times", "5")
+	s.refused("failed", "migrate", vmB, "--dest", "a", "--wait")
+	s.ok("migrate", vmB, "--dest", "a", "--cold-fallback", "--confirm-window", "1s", "--wait")
+	if g := s.guest(vmB); hostOf(g) != "a" || g.pcpus() != "2-3" {
+		t.Errorf("after the fallback B is on %q pinned %q, want a 2-3", hostOf(g), g.pcpus())
+	}
+	s.checkAgreement(vmB, "a")
+	s.ok("migrate", vmB, "--cold", "--dest", "b", "--confirm-window", "1s", "--wait")
+	s.ok("sim", "fault", "--host", "a", "--op", "prepare", "--clear")
 	s.refused("already runs on a", "migrate", vmA, "--cold", "--dest", "a")
 	s.ok("migrate", vmA, "--cold", "--confirm-window", "1s", "--wait")
 	g := s.guest(vmA)
