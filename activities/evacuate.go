@@ -38,6 +38,23 @@ func (a *Activities) TombstoneClaim(ctx context.Context, in ClaimRef) error {
 	return classify(err)
 }
 
+// HostDownInput marks a host down.
+type HostDownInput struct {
+	Host   string `json:"host"`
+	Reason string `json:"reason"`
+}
+
+// MarkHostDown records that the host is fenced (again: a host that could
+// not come back).
+func (a *Activities) MarkHostDown(ctx context.Context, in HostDownInput) error {
+	reason := in.Reason
+	if strings.TrimSpace(reason) == "" {
+		reason = "marked down"
+	}
+	_, err := a.Ledger.SetHostDown(ctx, in.Host, reason)
+	return classify(err)
+}
+
 // MarkHostReturning moves a fenced host to returning: it still takes no
 // claims, and no evacuation starts from it any more.
 func (a *Activities) MarkHostReturning(ctx context.Context, host string) error {

@@ -174,22 +174,31 @@ type HostUpResult struct {
 }
 
 // HostUp brings a fenced host back: it marks the host returning (no
-// claims, no new evacuations), waits for no operation on its guests to
-// be open, destroys the leftover of every guest evacuated from it and
-// clears its tombstone, and only then lets the host take claims again.
+// claims, no new evacuations), refuses while an operation on any of its
+// guests is open, destroys the leftover of every guest evacuated from it
+// and clears its tombstone, and only then lets the host take claims
+// again. A leftover it cannot destroy (the host's hypervisor still does
+// not answer) marks the host down again, as it was.
 func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
 	s, err := newSaga(ctx, OpHostUp, "", 4)
 	if err != nil {
 		return nil, err
 	}
 	s.setHosts(in.Host, "")
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" returning"), a.MarkHostReturning, in.Host).Get(ctx, nil); err != nil {
+	var st activities.HostStatus
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "state of "+in.Host), a.LoadHostStatus, in.Host).Get(ctx, &st); err != nil {
 		return nil, s.fail(err)
 	}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" returning"), a.MarkHostReturning, in.Host).Get(ctx, nil); err != nil {
+		// Retried until it took effect, or refused (the host is up):
+		// nothing to undo.
+		return nil, s.fail(err)
+	}
+	s.onFailure("mark "+in.Host+" down again", func(ctx workflow.Context) error {
+		down := activities.HostDownInput{Host: in.Host, Reason: st.Reason}
+		return workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" down"), a.MarkHostDown, down).Get(ctx, nil)
+	})
 	s.step()
-	// From here every step is retried until done: a host left returning
-	// takes no work, so the only way out is forwards.
-	ctx = s.commit(ctx)
 	var left []activities.Leftover
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "list the tombstones on "+in.Host), a.HostLeftovers, in.Host).Get(ctx, &left); err != nil {
 		return nil, s.fail(err)
@@ -197,11 +206,13 @@ func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
 	s.step()
 	s.phase(PhaseDeleting, fmt.Sprintf("destroying %d leftover guests on %s", len(left), in.Host))
 	for _, l := range left {
-		if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the leftover of "+l.UUID), a.ClearTombstone, l).Get(ctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "destroy the leftover of "+l.UUID), a.ClearTombstone, l).Get(ctx, nil); err != nil {
 			return nil, s.fail(err)
 		}
 	}
 	s.step()
+	// Every tombstone is gone: the host may take claims again.
+	ctx = s.commit(ctx)
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" up"), a.MarkHostUp, in.Host).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}

@@ -259,6 +259,7 @@ func TestEvacuate(t *testing.T) {
 func TestHostUp(t *testing.T) {
 	h := newHarness(t)
 	left := []activities.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}, {Host: "a", UUID: "u2", ClaimID: "boot-2"}}
+	h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostDown, Reason: "psu"}, nil)
 	h.on("returning", a.MarkHostReturning, nil)
 	h.on("leftovers", a.HostLeftovers, left, nil)
 	h.on("clear", a.ClearTombstone, nil)
@@ -267,7 +268,24 @@ func TestHostUp(t *testing.T) {
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("HostUp: %v", err)
 	}
-	if got, want := h.sequence(), "returning,leftovers,clear,clear,up"; got != want {
+	if got, want := h.sequence(), "state,returning,leftovers,clear,clear,up"; got != want {
+		t.Errorf("HostUp steps = %s, want %s", got, want)
+	}
+}
+
+// A leftover that cannot be destroyed puts the host back down.
+func TestHostUpFails(t *testing.T) {
+	h := newHarness(t)
+	h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostDown, Reason: "psu"}, nil)
+	h.on("returning", a.MarkHostReturning, nil)
+	h.on("leftovers", a.HostLeftovers, []activities.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}}, nil)
+	h.on("clear", a.ClearTombstone, failed("libvirtd does not answer", activities.ErrTypeRejected))
+	h.on("down", a.MarkHostDown, nil)
+	h.env.ExecuteWorkflow(HostUp, HostUpInput{Host: "a"})
+	if err := h.env.GetWorkflowError(); err == nil {
+		t.Fatal("HostUp succeeded with a leftover left")
+	}
+	if got, want := h.sequence(), "state,returning,leftovers,clear,down"; got != want {
 		t.Errorf("HostUp steps = %s, want %s", got, want)
 	}
 }
