@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -20,6 +21,41 @@ func init() {
 	register("host down", "record that a dead host is fenced (powered off or cut off), so its guests may be evacuated: host down NAME --fence --reason TEXT [--json]", hostDown)
 	register("host up", "bring a fenced host back: destroy the leftovers of its evacuated guests, then let it take guests again: host up NAME [--wait] [--json]", hostUp)
 	register("host evacuate", "evacuate every guest of a fenced host: host evacuate NAME [--json]", hostEvacuate)
+	register("host remove", "remove a host that holds no guest (a fenced one that never returns goes with its tombstones): host remove NAME", hostRemove)
+}
+
+func hostRemove(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host remove", flag.ContinueOnError)
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		if err := checkHost(a, host); err != nil {
+			return err
+		}
+		led, err := a.ledger()
+		if err != nil {
+			return err
+		}
+		n, err := led.RemoveHost(a.ctx, host)
+		if err != nil {
+			return err
+		}
+		if a.cfg.Driver == config.DriverSim {
+			drv, err := a.cfg.Simulator(a.rdb)
+			if err != nil {
+				return err
+			}
+			if err := drv.RemoveHost(a.ctx, host); err != nil {
+				// The ledger has let the host go; the simulated machine
+				// keeps its leftovers, as a dead machine would.
+				fmt.Fprintf(stdout, "the simulator keeps host %s: %v\n", host, err)
+			}
+		}
+		fmt.Fprintf(stdout, "host %s removed, with %d tombstones of guests evacuated from it\n", host, n)
+		return nil
+	})
 }
 
 // hostWorkflowID is the workflow id of operations on a whole host.

@@ -1,0 +1,53 @@
+package ledger
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+var (
+	hostRemoveScript = loadScript("host_remove")
+	hostUnlistScript = loadScript("host_unlist")
+)
+
+// RemoveHost removes a host that holds nothing but the tombstones of
+// guests evacuated from it, with them: a host that will never come back
+// (a returning host destroys its leftovers and keeps its keys). It
+// refuses a host with any live claim (ErrConflict, naming one), and one
+// with tombstones that is not down. It returns how many tombstones went.
+// Removing an unknown host is ErrUnknownHost; the name leaves the host
+// list last, so a crash in between is finished by removing again.
+func (l *Ledger) RemoveHost(ctx context.Context, host string) (int, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: remove host %s: %w", host, err) }
+	if err := checkHostName(host); err != nil {
+		return 0, wrap(err)
+	}
+	listed, err := l.rdb.SIsMember(ctx, l.hostsKey(), host).Result()
+	if err != nil {
+		return 0, wrap(err)
+	}
+	k := l.hostKeys(host)
+	res, err := l.change(ctx, hostRemoveScript, k.all()).StringSlice()
+	if err != nil {
+		return 0, wrap(err)
+	}
+	n := 0
+	switch res[0] {
+	case "gone":
+		if !listed {
+			return 0, wrap(fmt.Errorf("%w: %q", ErrUnknownHost, host))
+		}
+	case "live":
+		return 0, wrap(fmt.Errorf("%w: its claim %s is %s; evacuate, migrate or delete its guests first", ErrConflict, res[1], res[2]))
+	case "notdown":
+		return 0, wrap(fmt.Errorf("%w: it holds %s tombstones and is %s; a host that returns clears them with host up", ErrConflict, res[2], res[1]))
+	default:
+		n, _ = strconv.Atoi(res[1])
+	}
+	l.dropCache(host, nil)
+	if err := l.change(ctx, hostUnlistScript, []string{l.hostsKey()}, host).Err(); err != nil {
+		return 0, wrap(err)
+	}
+	return n, nil
+}
