@@ -20,7 +20,8 @@ import (
 func init() {
 	register("sim latency", "set how long a simulated operation takes: sim latency --op OP --seconds S [--host H] | --op OP --clear [--host H] [--json]", simLatency)
 	register("sim fault", "make a simulated operation fail: sim fault --host H --op OP --times N [--rate R] | --host H --op OP --clear [--json]", simFault)
-	register("sim show", "show the simulator's latencies and faults: sim show [--json]", simShow)
+	register("sim power", "power a simulated host off (a crash: its guests stop, calls to it fail) or back on: sim power --host H --off|--on [--json]", simPower)
+	register("sim show", "show the simulator's latencies, faults and powered-off hosts: sim show [--json]", simShow)
 }
 
 // simMaxSeconds bounds a latency: longer ones are typos, and a
@@ -216,6 +217,54 @@ func simFault(args []string, stdout io.Writer) error {
 	return err
 }
 
+func simPower(args []string, stdout io.Writer) error {
+	const cmd = "sim power"
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	host := fs.String("host", "", "the host to power off or on")
+	off := fs.Bool("off", false, "power the host off, as a crash would: its guests stop, and calls to it fail until --on")
+	on := fs.Bool("on", false, "power the host back on; its guests stay shut off")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) > 0:
+		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
+	case *host == "":
+		return fmt.Errorf("%s: --host is required: %w", cmd, errUsage)
+	case *off == *on:
+		return fmt.Errorf("%s: give exactly one of --off or --on: %w", cmd, errUsage)
+	}
+
+	ctx := context.Background()
+	d, closeDriver, err := simOpen(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeDriver()
+	if *off {
+		err = d.PowerOff(ctx, *host)
+	} else {
+		err = d.PowerOn(ctx, *host)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return simWriteJSON(stdout, struct {
+			Host       string `json:"host"`
+			PoweredOff bool   `json:"powered_off"`
+		}{*host, *off})
+	}
+	if *off {
+		_, err = fmt.Fprintf(stdout, "%s is powered off; its guests are shut off, and calls to it fail until sim power --host %s --on\n", *host, *host)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s is powered on; its guests stay shut off\n", *host)
+	return err
+}
+
 // simDescribeFault says what a fault does, in words.
 func simDescribeFault(f sim.Fault) string {
 	var parts []string
@@ -241,6 +290,8 @@ type simSettingsView struct {
 	DefaultRates map[sim.Op]float64         `json:"default_rates"`
 	Latency      map[sim.Op]float64         `json:"latency"`
 	Hosts        map[string]simHostSettings `json:"hosts"`
+	// PoweredOff lists the hosts that are powered off, sorted.
+	PoweredOff []string `json:"powered_off"`
 }
 
 type simHostSettings struct {
@@ -282,9 +333,15 @@ func simShow(args []string, stdout io.Writer) error {
 		hosts = append(hosts, h)
 	}
 	sort.Strings(hosts)
+	off := []string{}
+	for _, h := range hosts {
+		if s.Hosts[h].PoweredOff {
+			off = append(off, h)
+		}
+	}
 	if *asJSON {
 		v := simSettingsView{Defaults: simSeconds(s.Defaults), DefaultRates: s.DefaultRates,
-			Latency: simSeconds(s.Latency), Hosts: map[string]simHostSettings{}}
+			Latency: simSeconds(s.Latency), Hosts: map[string]simHostSettings{}, PoweredOff: off}
 		for _, h := range hosts {
 			v.Hosts[h] = simHostSettings{Latency: simSeconds(s.Hosts[h].Latency), Faults: s.Hosts[h].Faults}
 		}
@@ -333,9 +390,14 @@ func simShow(args []string, stdout io.Writer) error {
 		}
 	}
 	if len(faults) == 0 {
-		_, err = fmt.Fprintln(stdout, "FAULTS none")
+		fmt.Fprintln(stdout, "FAULTS none")
+	} else {
+		fmt.Fprintln(stdout, "FAULTS\n"+strings.Join(faults, "\n"))
+	}
+	if len(off) == 0 {
+		_, err = fmt.Fprintln(stdout, "POWERED OFF none")
 		return err
 	}
-	_, err = fmt.Fprintln(stdout, "FAULTS\n"+strings.Join(faults, "\n"))
+	_, err = fmt.Fprintln(stdout, "POWERED OFF "+strings.Join(off, ", "))
 	return err
 }

@@ -52,6 +52,9 @@ func TestSimCommands(t *testing.T) {
 		{[]string{"sim", "fault", "--host", "h1", "--op", "define", "--rate", "1"}, "define on h1: each call fails with probability 1\n", false},
 		{[]string{"sim", "fault", "--host", "h1", "--op", "stop", "--times", "0"}, "stop on h1 will not fail\n", false},
 		{[]string{"sim", "fault", "--host", "h1", "--op", "stop", "--clear"}, "stop fault on h1 cleared; the configured rate applies\n", false},
+		{[]string{"sim", "power", "--host", "h1", "--on"}, "h1 is powered on; its guests stay shut off\n", false},
+		{[]string{"sim", "power", "--host", "h1", "--off"}, "h1 is powered off; its guests are shut off, and calls to it fail until sim power --host h1 --on\n", false},
+		{[]string{"sim", "power", "--off", "--host", "h1"}, "h1 is powered off; its guests are shut off, and calls to it fail until sim power --host h1 --on\n", false},
 
 		{[]string{"sim", "latency", "--op", "reboot", "--seconds", "1"}, `sim latency: --op operation "reboot": must be one of define, start, shutdown, stop, undefine, prepare, migrate (or spawn, an alias for start): usage`, true},
 		{[]string{"sim", "latency", "--seconds", "1"}, "sim latency: --op is required; allowed: define, start (or spawn), shutdown, stop, undefine, prepare, migrate: usage", true},
@@ -67,6 +70,13 @@ func TestSimCommands(t *testing.T) {
 		{[]string{"sim", "fault", "--host", "h9", "--op", "start", "--times", "1"}, `sim: fault of start: host "h9": unknown host; add it first`, true},
 		{[]string{"sim", "fault", "--host", "h1", "--op", "start", "--times", "x"}, `sim fault: invalid value "x" for flag -times: parse error: usage`, true},
 		{[]string{"sim", "show", "extra"}, `sim show takes no arguments, got "extra": usage`, true},
+		{[]string{"sim", "power", "--host", "h1"}, "sim power: give exactly one of --off or --on: usage", true},
+		{[]string{"sim", "power", "--host", "h1", "--off", "--on"}, "sim power: give exactly one of --off or --on: usage", true},
+		{[]string{"sim", "power", "--on"}, "sim power: --host is required: usage", true},
+		{[]string{"sim", "power", "--host", "h1", "--on", "now"}, `sim power takes no arguments, got "now": usage`, true},
+		{[]string{"sim", "power", "--host", "h1", "--on=maybe"}, `sim power: invalid boolean value "maybe" for -on: parse error: usage`, true},
+		{[]string{"sim", "power", "--host", "h9", "--on"}, `sim: power on h9: host "h9": unknown host; add it first`, true},
+		{[]string{"sim", "power", "--host", "h9", "--off"}, `sim: power off h9: host "h9": unknown host; add it first`, true},
 	}
 	for _, tt := range tests {
 		var out bytes.Buffer
@@ -95,8 +105,9 @@ func TestSimCommands(t *testing.T) {
 		DefaultRates: map[sim.Op]float64{},
 		Latency:      map[sim.Op]time.Duration{sim.OpStart: 2500 * time.Millisecond},
 		Hosts: map[string]sim.HostSettings{"h1": {
-			Latency: map[sim.Op]time.Duration{sim.OpMigrate: 30 * time.Second},
-			Faults:  map[sim.Op]sim.Fault{sim.OpMigrate: {Times: 2, Rate: 0.1}, sim.OpDefine: {Rate: 1}},
+			Latency:    map[sim.Op]time.Duration{sim.OpMigrate: 30 * time.Second},
+			Faults:     map[sim.Op]sim.Fault{sim.OpMigrate: {Times: 2, Rate: 0.1}, sim.OpDefine: {Rate: 1}},
+			PoweredOff: true,
 		}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -128,6 +139,7 @@ h1          -       -      -         -      -         -        12s
 FAULTS
   every host (configured) migrate: each call fails with probability 0.05
   h1 migrate: the next 3 calls fail
+POWERED OFF none
 `
 	if diff := cmp.Diff(want, out.String()); diff != "" {
 		t.Errorf("pinflow sim show mismatch (-want +got):\n%s", diff)
@@ -149,6 +161,7 @@ FAULTS
 			Latency: map[sim.Op]float64{"migrate": 12},
 			Faults:  map[sim.Op]sim.Fault{"migrate": {Times: 3}},
 		}},
+		PoweredOff: []string{},
 	}
 	if diff := cmp.Diff(wantJSON, got); diff != "" {
 		t.Errorf("pinflow sim show --json mismatch (-want +got):\n%s", diff)
@@ -173,5 +186,65 @@ func TestSimCommandsRedisDown(t *testing.T) {
 	err = dispatch([]string{"sim", "show"}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "REDIS_URL is not a redis://") {
 		t.Errorf("pinflow sim show with a bad URL: %v, want an error naming the variable and value", err)
+	}
+}
+
+func TestSimPower(t *testing.T) {
+	d := simTestEnv(t)
+	ctx := context.Background()
+	const uuid = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	x := `<domain><name>a</name><uuid>` + uuid + `</uuid><memory unit='MiB'>512</memory><vcpu>1</vcpu></domain>`
+	if err := d.Define(ctx, "h1", x); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(ctx, "h1", uuid); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := dispatch([]string{"sim", "power", "--host", "h1", "--off", "--json"}, &out); err != nil {
+		t.Fatalf("pinflow sim power --host h1 --off --json: %v", err)
+	}
+	if want := "{\n  \"host\": \"h1\",\n  \"powered_off\": true\n}\n"; out.String() != want {
+		t.Errorf("pinflow sim power --host h1 --off --json = %q, want %q", out.String(), want)
+	}
+	if _, err := d.Lookup(ctx, "h1", uuid); !errors.Is(err, sim.ErrHostOff) {
+		t.Errorf("Lookup(h1) after pinflow sim power --off: %v, want ErrHostOff", err)
+	}
+
+	out.Reset()
+	if err := dispatch([]string{"sim", "show"}, &out); err != nil {
+		t.Fatalf("pinflow sim show: %v", err)
+	}
+	if !strings.HasSuffix(out.String(), "FAULTS none\nPOWERED OFF h1\n") {
+		t.Errorf("pinflow sim show with h1 off = %q, want it to end with FAULTS none and POWERED OFF h1", out.String())
+	}
+	out.Reset()
+	if err := dispatch([]string{"sim", "show", "--json"}, &out); err != nil {
+		t.Fatalf("pinflow sim show --json: %v", err)
+	}
+	var view simSettingsView
+	if err := json.Unmarshal(out.Bytes(), &view); err != nil {
+		t.Fatalf("pinflow sim show --json: %v in %s", err, out.String())
+	}
+	if diff := cmp.Diff([]string{"h1"}, view.PoweredOff); diff != "" {
+		t.Errorf("pinflow sim show --json powered_off mismatch (-want +got):\n%s", diff)
+	}
+
+	out.Reset()
+	if err := dispatch([]string{"sim", "power", "--host", "h1", "--on", "--json"}, &out); err != nil {
+		t.Fatalf("pinflow sim power --host h1 --on --json: %v", err)
+	}
+	if want := "{\n  \"host\": \"h1\",\n  \"powered_off\": false\n}\n"; out.String() != want {
+		t.Errorf("pinflow sim power --host h1 --on --json = %q, want %q", out.String(), want)
+	}
+	if dom, err := d.Lookup(ctx, "h1", uuid); err != nil || dom.State != "shutoff" {
+		t.Errorf("Lookup(h1) after a power cycle = %+v, %v; want the guest shut off", dom, err)
+	}
+	out.Reset()
+	if err := dispatch([]string{"sim", "show", "--json"}, &out); err != nil {
+		t.Fatalf("pinflow sim show --json: %v", err)
+	}
+	if !strings.Contains(out.String(), `"powered_off": []`) {
+		t.Errorf("pinflow sim show --json with every host on = %s, want \"powered_off\": []", out.String())
 	}
 }

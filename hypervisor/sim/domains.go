@@ -18,7 +18,10 @@ var _ hypervisor.Driver = (*Driver)(nil)
 // Define makes a persistent domain on host from domainXML, named by its
 // <uuid>; a new domain is shut off. Defining an existing domain replaces
 // its XML and keeps its state, as libvirt does. A domain lives on one host:
-// defining it on a second host is rejected while the first holds it.
+// defining it on a second host is rejected while the first holds it,
+// unless the first is powered off. Then the guest is rebuilt here, this
+// host becomes its home, and the first keeps its definition, shut off, as
+// a leftover (see Start).
 func (d *Driver) Define(ctx context.Context, host, domainXML string) error {
 	doc, err := parseDomain(domainXML)
 	if err != nil {
@@ -33,7 +36,7 @@ func (d *Driver) Define(ctx context.Context, host, domainXML string) error {
 	if err := d.pace(ctx, host, OpDefine); err != nil {
 		return fail(err)
 	}
-	if err := d.claimHome(ctx, host, doc.UUID); err != nil {
+	if err := d.claimHome(ctx, host, doc.UUID, false); err != nil {
 		return fail(err)
 	}
 	code, rest, err := d.runOnDomain(ctx, defineScript, host, doc.UUID, doc.UUID, doc.Name, domainXML)
@@ -45,9 +48,11 @@ func (d *Driver) Define(ctx context.Context, host, domainXML string) error {
 
 // claimHome makes host the domain's home. The home held by another host
 // moves only when that host no longer has the domain (a definition whose
-// undefine was interrupted, say). A dead migration of the domain is
-// aborted first.
-func (d *Driver) claimHome(ctx context.Context, host, uuid string) error {
+// undefine was interrupted, say), or, for a define (start false), when
+// that host is powered off. A dead migration of the domain is aborted
+// first. For a start, the incoming side of a migration in flight passes:
+// the start script refuses it.
+func (d *Driver) claimHome(ctx context.Context, host, uuid string, start bool) error {
 	reaped := false
 	for range 4 {
 		code, rest, err := d.run(ctx, claimHomeScript, []string{d.homeKey(uuid), d.migrationKey(uuid)}, host)
@@ -58,6 +63,9 @@ func (d *Driver) claimHome(ctx context.Context, host, uuid string) error {
 		case "OK":
 			return nil
 		case "MIGRATING":
+			if start && len(rest) > 1 && rest[1] == host {
+				return nil
+			}
 			if !reaped {
 				reaped = true
 				changed, err := d.reap(ctx, uuid, nil)
@@ -75,8 +83,21 @@ func (d *Driver) claimHome(ctx context.Context, host, uuid string) error {
 		if err != nil {
 			return err
 		}
+		if n == 1 && start {
+			// Even with other powered off: once back, it could start its
+			// copy, and two guests would write to the same disks.
+			return fmt.Errorf("the domain is defined on %s too; two copies would share its disks: %w", other, hypervisor.ErrRejected)
+		}
 		if n == 1 {
-			return fmt.Errorf("the domain is defined on %s, and a domain lives on one host; undefine it there first: %w", other, hypervisor.ErrRejected)
+			off, err := d.rdb.Exists(ctx, d.powerKey(other)).Result()
+			if err != nil {
+				return err
+			}
+			if off == 0 {
+				return fmt.Errorf("the domain is defined on %s, and a domain lives on one host; undefine it there first: %w", other, hypervisor.ErrRejected)
+			}
+			// A dead host's guest is rebuilt here; its copy stays there,
+			// shut off, and Start refuses it while this one exists.
 		}
 		if _, _, err := d.run(ctx, moveHomeScript, []string{d.homeKey(uuid)}, other, host); err != nil {
 			return err
@@ -93,6 +114,8 @@ func (d *Driver) codeErr(code string, rest []string, host, uuid string, fail fun
 		return nil
 	case "NOHOST":
 		return fail(unknownHost(host))
+	case "OFF":
+		return fail(hostOff(host))
 	case "NOTFOUND":
 		return fail(fmt.Errorf("%w", hypervisor.ErrNotFound))
 	case "INCOMING":
@@ -113,7 +136,10 @@ func (d *Driver) codeErr(code string, rest []string, host, uuid string, fail fun
 
 // Start boots a defined domain; a running one succeeds. A domain pinned to
 // CPUs or nodes the host lacks is rejected, as a real host fails to start
-// it. An injected failure leaves the domain shut off.
+// it. An injected failure leaves the domain shut off. A leftover copy (see
+// Define) is rejected while the domain's home is another host that holds
+// it, even a powered-off one; once it is the only copy it starts, and its
+// host becomes the domain's home.
 func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: start %s on %s: %w", uuid, host, err) }
 	id, err := hypervisor.ParseUUID(uuid)
@@ -137,6 +163,9 @@ func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 		}
 		if dom.State != hypervisor.StateRunning {
 			if err := checkPins(topo, dom.XML); err != nil {
+				return fail(err)
+			}
+			if err := d.claimHome(ctx, host, u, true); err != nil {
 				return fail(err)
 			}
 		}
@@ -276,12 +305,9 @@ func (d *Driver) Lookup(ctx context.Context, host, uuid string) (*hypervisor.Dom
 
 // lookup reads domain u (a normalised UUID) of host.
 func (d *Driver) lookup(ctx context.Context, host, u string) (*hypervisor.Domain, error) {
-	known, m, now, err := d.readDomain(ctx, host, u)
+	m, now, err := d.readDomain(ctx, host, u)
 	if err != nil {
 		return nil, err
-	}
-	if !known {
-		return nil, unknownHost(host)
 	}
 	if len(m) == 0 {
 		return nil, fmt.Errorf("%w", hypervisor.ErrNotFound)
@@ -289,29 +315,34 @@ func (d *Driver) lookup(ctx context.Context, host, u string) (*hypervisor.Domain
 	return domainOf(m, now), nil
 }
 
-// readDomain reads whether host is known, the hash of its domain u (empty
-// when there is none) and Redis's time. A domain carrying a migration mark
-// is read again after the migration's abort if it is dead.
-func (d *Driver) readDomain(ctx context.Context, host, u string) (bool, map[string]string, time.Time, error) {
+// readDomain reads the hash of domain u of host (empty when there is none)
+// and Redis's time; an unknown or powered-off host is an error (see
+// hostStatus). A domain carrying a migration mark is read again after the
+// migration's abort if it is dead.
+func (d *Driver) readDomain(ctx context.Context, host, u string) (map[string]string, time.Time, error) {
 	for reaped := false; ; reaped = true {
 		pipe := d.rdb.Pipeline()
 		exists := pipe.Exists(ctx, d.topoKey(host))
+		off := pipe.Exists(ctx, d.powerKey(host))
 		fields := pipe.HGetAll(ctx, d.domKey(host, u))
 		now := pipe.Time(ctx)
 		if _, err := pipe.Exec(ctx); err != nil {
-			return false, nil, time.Time{}, err
+			return nil, time.Time{}, err
+		}
+		if err := hostStatus(host, exists.Val() == 1, off.Val() == 1); err != nil {
+			return nil, time.Time{}, err
 		}
 		m := fields.Val()
 		if mk, marked := markOf(host, m); marked && !reaped {
 			changed, err := d.reap(ctx, u, &mk)
 			if err != nil {
-				return false, nil, time.Time{}, err
+				return nil, time.Time{}, err
 			}
 			if changed {
 				continue
 			}
 		}
-		return exists.Val() == 1, m, now.Val(), nil
+		return m, now.Val(), nil
 	}
 }
 
@@ -365,12 +396,13 @@ func (d *Driver) Domains(ctx context.Context, host string) ([]hypervisor.Domain,
 func (d *Driver) domains(ctx context.Context, host string) ([]hypervisor.Domain, map[string]mark, error) {
 	pipe := d.rdb.Pipeline()
 	exists := pipe.Exists(ctx, d.topoKey(host))
+	off := pipe.Exists(ctx, d.powerKey(host))
 	members := pipe.SMembers(ctx, d.domainsKey(host))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, nil, err
 	}
-	if exists.Val() == 0 {
-		return nil, nil, unknownHost(host)
+	if err := hostStatus(host, exists.Val() == 1, off.Val() == 1); err != nil {
+		return nil, nil, err
 	}
 	uuids := members.Val()
 	out := make([]hypervisor.Domain, 0, len(uuids))

@@ -109,6 +109,8 @@ func TestUnknownHost(t *testing.T) {
 		"Rollback":     func() error { return e.d.Rollback(e.ctx, "h1", "nope", uuidA) },
 		"SetLatency":   func() error { return e.d.SetLatency(e.ctx, "nope", OpStart, 0) },
 		"SetFault":     func() error { return e.d.SetFault(e.ctx, "nope", OpStart, Fault{Times: 1}) },
+		"PowerOff":     func() error { return e.d.PowerOff(e.ctx, "nope") },
+		"PowerOn":      func() error { return e.d.PowerOn(e.ctx, "nope") },
 	}
 	for name, call := range calls {
 		err := call()

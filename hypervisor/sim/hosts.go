@@ -46,11 +46,11 @@ func (d *Driver) AddHost(ctx context.Context, host string, topo *numa.Host) erro
 	return nil
 }
 
-// RemoveHost forgets host, its latencies and its faults. A host that still
-// holds domains is not removed (undefine them first); removing an unknown
-// host succeeds.
+// RemoveHost forgets host, its latencies, its faults and its power state
+// (a host added again is on). A host that still holds domains is not
+// removed (undefine them first); removing an unknown host succeeds.
 func (d *Driver) RemoveHost(ctx context.Context, host string) error {
-	keys := []string{d.topoKey(host), d.domainsKey(host), d.latencyKey(host), d.faultsKey(host)}
+	keys := []string{d.topoKey(host), d.domainsKey(host), d.latencyKey(host), d.faultsKey(host), d.powerKey(host)}
 	code, rest, err := d.run(ctx, removeHostScript, keys)
 	if err != nil {
 		return fmt.Errorf("sim: remove host %s: %w", host, err)
@@ -92,7 +92,8 @@ func (d *Driver) Hosts(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Capabilities returns the topology host was added with, without usage.
+// Capabilities returns the topology host was added with, without usage;
+// an error wrapping ErrHostOff while host is powered off.
 func (d *Driver) Capabilities(ctx context.Context, host string) (*numa.Host, error) {
 	topo, err := d.topology(ctx, host)
 	if err != nil {
@@ -101,14 +102,24 @@ func (d *Driver) Capabilities(ctx context.Context, host string) (*numa.Host, err
 	return topo, nil
 }
 
-// topology reads a host's topology; an unknown host is ErrUnknownHost.
+// topology reads a host's topology; an unknown host is ErrUnknownHost, a
+// powered-off one ErrHostOff.
 func (d *Driver) topology(ctx context.Context, host string) (*numa.Host, error) {
-	data, err := d.rdb.Get(ctx, d.topoKey(host)).Bytes()
+	pipe := d.rdb.Pipeline()
+	topo := pipe.Get(ctx, d.topoKey(host))
+	off := pipe.Exists(ctx, d.powerKey(host))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	data, err := topo.Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, unknownHost(host)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if off.Val() == 1 {
+		return nil, hostOff(host)
 	}
 	var h numa.Host
 	if err := json.Unmarshal(data, &h); err != nil {
@@ -117,14 +128,26 @@ func (d *Driver) topology(ctx context.Context, host string) (*numa.Host, error) 
 	return &h, nil
 }
 
-// checkHost returns ErrUnknownHost for a host that was never added.
+// checkHost returns ErrUnknownHost for a host that was never added, and
+// ErrHostOff for one that is powered off.
 func (d *Driver) checkHost(ctx context.Context, host string) error {
-	n, err := d.rdb.Exists(ctx, d.topoKey(host)).Result()
-	if err != nil {
+	pipe := d.rdb.Pipeline()
+	known := pipe.Exists(ctx, d.topoKey(host))
+	off := pipe.Exists(ctx, d.powerKey(host))
+	if _, err := pipe.Exec(ctx); err != nil {
 		return err
 	}
-	if n == 0 {
+	return hostStatus(host, known.Val() == 1, off.Val() == 1)
+}
+
+// hostStatus is the error of a call addressed to host, given whether the
+// host is known and whether it is powered off.
+func hostStatus(host string, known, off bool) error {
+	switch {
+	case !known:
 		return unknownHost(host)
+	case off:
+		return hostOff(host)
 	}
 	return nil
 }

@@ -70,9 +70,18 @@ func (d *Driver) record(ctx context.Context, u string) (*migration, error) {
 				continue
 			}
 		}
-		return &migration{src: f["src"], dst: f["dst"], destXML: f["dest_xml"], srcXML: f["src_xml"],
-			name: f["name"], token: f["token"], phase: f["phase"]}, nil
+		return migrationOf(f), nil
 	}
+}
+
+// migrationOf is the migration record stored in hash f; nil when f is
+// empty.
+func migrationOf(f map[string]string) *migration {
+	if len(f) == 0 {
+		return nil
+	}
+	return &migration{src: f["src"], dst: f["dst"], destXML: f["dest_xml"], srcXML: f["src_xml"],
+		name: f["name"], token: f["token"], phase: f["phase"]}
 }
 
 // domState is a domain as stored, with its migration marks.
@@ -87,7 +96,7 @@ type domState struct {
 // domain reads domain u of host, after aborting a dead migration that
 // marks it; nil when the host has no such domain.
 func (d *Driver) domain(ctx context.Context, host, u string) (*domState, error) {
-	_, f, now, err := d.readDomain(ctx, host, u)
+	f, now, err := d.readDomain(ctx, host, u)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +222,12 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 // at its next step or at its switchover, with an error, and changes
 // nothing. A migration past its switchover is never aborted: a retry
 // finishes it.
+//
+// A source or destination that powers off ends the migration at once (see
+// PowerOff). During the copy it is aborted as a dead one, and Migrate
+// fails with an error wrapping ErrHostOff; past the switchover it
+// completes, and Migrate fails with ErrHostOff only if the destination is
+// the host that went off, where the guest is then defined, shut off.
 func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
 	if progress == nil {
 		progress = func(hypervisor.Progress) {}
@@ -392,7 +407,14 @@ func (d *Driver) copyMemory(ctx context.Context, a *attempt) error {
 		if err != nil {
 			return err
 		}
-		return d.ownerErr(code)
+		if err := d.ownerErr(code); err != nil {
+			// PowerOff of either host ends the migration as dead; say so.
+			if offErr := d.anyOff(ctx, a.req.Source, a.req.Dest); offErr != nil {
+				return offErr
+			}
+			return err
+		}
+		return nil
 	}
 	// Sleeping to deadlines spread over the whole latency, not a rounded
 	// step, makes the migration last the latency exactly.
@@ -432,6 +454,12 @@ func (d *Driver) switchOver(ctx context.Context, a *attempt) error {
 		return d.abort(ctx, a, err)
 	}
 	if err := fence(ctx, a.req, "before the switchover"); err != nil {
+		return d.abort(ctx, a, err)
+	}
+	// A host that powered off during the copy has ended the migration
+	// (see PowerOff); one that powers off from here on finds it past the
+	// switchover, and finish copes.
+	if err := d.anyOff(ctx, a.req.Source, a.req.Dest); err != nil {
 		return d.abort(ctx, a, err)
 	}
 	code, _, err := d.run(ctx, switchoverScript, []string{d.homeKey(a.u), d.migrationKey(a.u)}, a.rec.token, a.req.Dest)
@@ -476,15 +504,23 @@ func fence(ctx context.Context, req hypervisor.MigrateRequest, point string) err
 }
 
 // finish runs steps 6-8 of a migration past its switchover. It ignores
-// ctx's cancellation: the guest already belongs to dst.
+// ctx's cancellation: the guest already belongs to dst. A dst that is
+// powered off keeps the guest defined, shut off (it died with the host),
+// and finish then completes the migration and returns an error wrapping
+// ErrHostOff; a src that is powered off loses its definition as usual.
 func (d *Driver) finish(ctx context.Context, src, dst, u string, rec *migration) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	code, _, err := d.run(ctx, promoteScript, []string{d.domKey(dst, u)}, rec.token, rec.destXML)
+	code, _, err := d.run(ctx, promoteScript, []string{d.domKey(dst, u), d.powerKey(dst)}, rec.token, rec.destXML)
 	if err != nil {
 		return err
 	}
-	if code != "OK" {
+	var result error
+	switch code {
+	case "OK":
+	case "OFF":
+		result = fmt.Errorf("%w after the switchover; the guest is defined there, shut off", hostOff(dst))
+	default:
 		return fmt.Errorf("the incoming domain on %s is gone (rolled back?); run Rollback", dst)
 	}
 	if err := d.crashAt("promoted"); err != nil {
@@ -504,7 +540,7 @@ func (d *Driver) finish(ctx context.Context, src, dst, u string, rec *migration)
 	if code != "OK" {
 		return fmt.Errorf("a rollback took this migration over; run Rollback again")
 	}
-	return nil
+	return result
 }
 
 // abort undoes an attempt's own steps 1-3, in reverse, and returns cause,

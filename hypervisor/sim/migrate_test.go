@@ -684,6 +684,23 @@ func TestRedisCluster(t *testing.T) {
 	if _, err := d.Settings(ctx); err != nil {
 		t.Errorf("Settings on a cluster: %v", err)
 	}
+	// Powering a host off runs one script over all its domains' keys.
+	if err := d.Define(ctx, "h4", domainXML(uuidA, "g", 3, 0)); err != nil {
+		t.Fatalf("Define(h4) on a cluster: %v", err)
+	}
+	if err := d.PowerOff(ctx, "h4"); err != nil {
+		t.Fatalf("PowerOff(h4) on a cluster: %v", err)
+	}
+	if _, err := d.Domains(ctx, "h4"); !errors.Is(err, ErrHostOff) {
+		t.Errorf("Domains(h4) on a cluster with h4 off: %v, want ErrHostOff", err)
+	}
+	if err := d.PowerOn(ctx, "h4"); err != nil {
+		t.Fatalf("PowerOn(h4) on a cluster: %v", err)
+	}
+	doms, err := d.Domains(ctx, "h4")
+	if err != nil || len(doms) != 2 || doms[0].State != hypervisor.StateShutoff || doms[1].State != hypervisor.StateShutoff {
+		t.Errorf("Domains(h4) on a cluster after a power cycle = %+v, %v; want both shut off", doms, err)
+	}
 }
 
 var errClaimGone = errors.New("claim gone")

@@ -11,7 +11,12 @@ import (
 // and answers a table whose first element is a status code; the Go side
 // turns codes into errors. A refusal because of a migration mark (INCOMING,
 // MIGRATING) carries the mark's token, so that the caller can abort a dead
-// migration holding the domain and try again (see reap).
+// migration holding the domain and try again (see reap). A script that
+// acts on a domain for a driver call (KEYS topo, domains, dom, power)
+// refuses with OFF while the host is powered off, since a dead host's
+// hypervisor does not answer; the steps that end a migration (promote,
+// remove the source, abort) do not, as they model what the hosts do once
+// the migration has failed or passed its switchover (see PowerOff).
 
 // clockLua starts the scripts that need the time: now() is Redis's clock
 // in ms, the one clock every worker shares.
@@ -48,17 +53,18 @@ if cur == ARGV[1] then return {'OK'} end
 return {'EXISTS'}
 `)
 
-// KEYS topo, domains, latency, faults.
+// KEYS topo, domains, latency, faults, power.
 var removeHostScript = redis.NewScript(`
 local n = redis.call('SCARD', KEYS[2])
 if n > 0 then return {'BUSY', tostring(n)} end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5])
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom. ARGV uuid, name, xml.
+// KEYS topo, domains, dom, power. ARGV uuid, name, xml.
 var defineScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 local g = redis.call('HMGET', KEYS[3], 'incoming', 'migration')
 if g[1] == '1' then return {'INCOMING', g[2] or ''} end
 if redis.call('EXISTS', KEYS[3]) == 0 then
@@ -69,11 +75,12 @@ redis.call('HSET', KEYS[3], 'name', ARGV[2], 'xml', ARGV[3])
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom. ARGV xml the placement was checked against. A
-// running domain whose shutdown is pending stays as it is: the guest is
-// powering off, as a real one would after Start found it running.
+// KEYS topo, domains, dom, power. ARGV xml the placement was checked
+// against. A running domain whose shutdown is pending stays as it is: the
+// guest is powering off, as a real one would after Start found it running.
 var startScript = redis.NewScript(settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 settle(KEYS[3])
 local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'xml')
 if not f[1] then return {'NOTFOUND'} end
@@ -84,9 +91,10 @@ redis.call('HSET', KEYS[3], 'state', 'running')
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom.
+// KEYS topo, domains, dom, power.
 var stopScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'migration')
 if not f[1] then return {'NOTFOUND'} end
 if f[2] == '1' then return {'INCOMING', f[3] or ''} end
@@ -96,11 +104,12 @@ redis.call('HDEL', KEYS[3], 'shutdown_due')
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom. ARGV latency in ms, ignored ("1": the guest
-// ignores the request). A latency of 0 shuts the domain off now; otherwise
-// it is due then, or earlier if an earlier request is pending.
+// KEYS topo, domains, dom, power. ARGV latency in ms, ignored ("1": the
+// guest ignores the request). A latency of 0 shuts the domain off now;
+// otherwise it is due then, or earlier if an earlier request is pending.
 var shutdownScript = redis.NewScript(settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 settle(KEYS[3])
 local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'migration', 'shutdown_due')
 if not f[1] then return {'NOTFOUND'} end
@@ -119,9 +128,10 @@ redis.call('HSET', KEYS[3], 'shutdown_due', string.format('%d', due))
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom. ARGV uuid.
+// KEYS topo, domains, dom, power. ARGV uuid.
 var undefineScript = redis.NewScript(settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 settle(KEYS[3])
 local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'migration')
 if not f[1] then
@@ -204,6 +214,62 @@ if m[1] == 'completed' and m[2] == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return {'OK'}
 `)
 
+// KEYS topo, domains, power, then the dom key of each UUID in ARGV, which
+// are the domains the caller read from the host's set. Powers the host
+// off: every domain on it is shut off at once, a pending shutdown with it,
+// and the answer lists the domains that carry a migration mark, as uuid,
+// incoming ("1" or ""), token triples, for the caller to end their
+// migrations. The host is off before the set is compared, so that no
+// domain can join it any more (every script that adds one refuses with
+// OFF); a set that has grown since the caller read it answers CHANGED,
+// and the caller reads it again.
+var powerOffScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+redis.call('SET', KEYS[3], 'off')
+local given = {}
+for _, u in ipairs(ARGV) do given[u] = true end
+for _, u in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if not given[u] then return {'CHANGED'} end
+end
+local out = {'OK'}
+for i, u in ipairs(ARGV) do
+  local k = KEYS[3 + i]
+  if redis.call('EXISTS', k) == 1 then
+    redis.call('HSET', k, 'state', 'shutoff')
+    redis.call('HDEL', k, 'shutdown_due')
+    local f = redis.call('HMGET', k, 'incoming', 'migration')
+    if f[1] == '1' or (f[2] and f[2] ~= '') then
+      table.insert(out, u)
+      table.insert(out, f[1] or '')
+      table.insert(out, f[2] or '')
+    end
+  end
+end
+return out
+`)
+
+// KEYS topo, power. Powers the host on; its domains stay as they are,
+// shut off.
+var powerOnScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+redis.call('DEL', KEYS[2])
+return {'OK'}
+`)
+
+// KEYS migration. ARGV host. A migration still copying to or from a host
+// that powered off is dead: it enters phase aborting, as staleScript puts
+// a stale one, and the abort of dead migrations (see reap) undoes it.
+// Answers the record's phase ("" without one).
+var hostDownScript = redis.NewScript(`
+local m = redis.call('HMGET', KEYS[1], 'phase', 'src', 'dst')
+if not m[1] then return {''} end
+if m[1] == 'copying' and (m[2] == ARGV[1] or m[3] == ARGV[1]) then
+  redis.call('HSET', KEYS[1], 'phase', 'aborting')
+  return {'aborting'}
+end
+return {m[1]}
+`)
+
 // Migration steps, in the order Migrate runs them.
 
 // KEYS home, migration. ARGV src, dst, dest_xml, src_xml, name, token,
@@ -217,11 +283,13 @@ redis.call('SET', KEYS[1], ARGV[1])
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom (source). ARGV token. Step 2: the source domain
-// must run, and not be shutting down; it is marked as migrating, which Stop
-// and Shutdown refuse. So a marked domain never has a shutdown pending.
+// KEYS topo, domains, dom, power (source). ARGV token. Step 2: the source
+// domain must run, and not be shutting down; it is marked as migrating,
+// which Stop and Shutdown refuse. So a marked domain never has a shutdown
+// pending.
 var markSourceScript = redis.NewScript(settleLua + `
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 settle(KEYS[3])
 local f = redis.call('HMGET', KEYS[3], 'state', 'incoming', 'shutdown_due')
 if not f[1] then return {'NOTFOUND'} end
@@ -232,11 +300,12 @@ redis.call('HSET', KEYS[3], 'migration', ARGV[1])
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom (destination). ARGV uuid, name, xml, token.
-// Step 3: the paused incoming domain; it replaces the incoming domain of an
-// interrupted attempt, never a domain of the host's own.
+// KEYS topo, domains, dom, power (destination). ARGV uuid, name, xml,
+// token. Step 3: the paused incoming domain; it replaces the incoming
+// domain of an interrupted attempt, never a domain of the host's own.
 var incomingScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('HGET', KEYS[3], 'incoming') ~= '1' then
   return {'EXISTS', redis.call('HGET', KEYS[3], 'state')}
 end
@@ -282,16 +351,27 @@ redis.call('SET', KEYS[1], ARGV[2])
 return {'OK'}
 `)
 
-// KEYS dom (destination). ARGV token, dest_xml. Step 6: the incoming
-// domain runs; done already when it runs with dest_xml.
+// KEYS dom, power (destination). ARGV token, dest_xml. Step 6: the
+// incoming domain runs; done already when it runs with dest_xml. On a
+// destination that powered off past the switchover the guest died with it:
+// the domain stays defined there, shut off, and the answer says OFF.
 var promoteScript = redis.NewScript(`
+local off = redis.call('EXISTS', KEYS[2]) == 1
 local f = redis.call('HMGET', KEYS[1], 'state', 'incoming', 'migration', 'xml')
 if f[2] == '1' and f[3] == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'state', 'running')
+  if off then
+    redis.call('HSET', KEYS[1], 'state', 'shutoff')
+  else
+    redis.call('HSET', KEYS[1], 'state', 'running')
+  end
   redis.call('HDEL', KEYS[1], 'incoming', 'migration')
+  if off then return {'OFF'} end
   return {'OK'}
 end
-if f[1] == 'running' and f[2] ~= '1' and (not f[3] or f[3] == '') and f[4] == ARGV[2] then return {'OK'} end
+if f[2] ~= '1' and (not f[3] or f[3] == '') and f[4] == ARGV[2] then
+  if f[1] == 'running' then return {'OK'} end
+  if off and f[1] == 'shutoff' then return {'OFF'} end
+end
 return {'SUPERSEDED'}
 `)
 
@@ -383,11 +463,12 @@ end
 return {'OK'}
 `)
 
-// KEYS topo, domains, dom (source). ARGV uuid, name, src_xml ("" when
+// KEYS topo, domains, dom, power (source). ARGV uuid, name, src_xml ("" when
 // unknown). Step 2: the source domain runs, restored from the record if a
 // switchover removed it; then (a plain SET) its home is the source.
 var rollbackSourceScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('HSET', KEYS[3], 'state', 'running')
   redis.call('HDEL', KEYS[3], 'migration', 'incoming', 'shutdown_due')
@@ -399,10 +480,11 @@ redis.call('SADD', KEYS[2], ARGV[1])
 return {'OK', 'restored'}
 `)
 
-// KEYS topo, domains, dom (destination). ARGV uuid. Step 3: no trace on
-// the destination.
+// KEYS topo, domains, dom, power (destination). ARGV uuid. Step 3: no
+// trace on the destination.
 var rollbackDestScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
+if redis.call('EXISTS', KEYS[4]) == 1 then return {'OFF'} end
 redis.call('DEL', KEYS[3])
 redis.call('SREM', KEYS[2], ARGV[1])
 return {'OK'}

@@ -94,7 +94,8 @@ func (d *Driver) storeFault(ctx context.Context, host string, op Op, times, rate
 	return nil
 }
 
-// Settings are the latencies and faults in force.
+// Settings are the latencies and faults in force, and which hosts are
+// powered off.
 type Settings struct {
 	// Defaults are the configured latencies of every operation.
 	Defaults map[Op]time.Duration
@@ -106,13 +107,17 @@ type Settings struct {
 	Hosts map[string]HostSettings
 }
 
-// HostSettings are one host's run-time latencies and faults.
+// HostSettings are one host's run-time latencies and faults, and its power
+// state.
 type HostSettings struct {
 	Latency map[Op]time.Duration
 	Faults  map[Op]Fault
+	// PoweredOff: the host is off (PowerOff) until PowerOn.
+	PoweredOff bool
 }
 
-// Settings reads the latencies and faults in force.
+// Settings reads the latencies and faults in force, and the power state
+// of every host.
 func (d *Driver) Settings(ctx context.Context) (*Settings, error) {
 	s := &Settings{Defaults: map[Op]time.Duration{}, DefaultRates: map[Op]float64{}, Hosts: map[string]HostSettings{}}
 	for _, op := range Ops() {
@@ -129,9 +134,11 @@ func (d *Driver) Settings(ctx context.Context) (*Settings, error) {
 	global := pipe.HGetAll(ctx, d.globalLatencyKey())
 	lat := make([]*redis.MapStringStringCmd, len(hosts))
 	faults := make([]*redis.MapStringStringCmd, len(hosts))
+	off := make([]*redis.IntCmd, len(hosts))
 	for i, h := range hosts {
 		lat[i] = pipe.HGetAll(ctx, d.latencyKey(h))
 		faults[i] = pipe.HGetAll(ctx, d.faultsKey(h))
+		off[i] = pipe.Exists(ctx, d.powerKey(h))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("sim: settings: %w", err)
@@ -140,7 +147,7 @@ func (d *Driver) Settings(ctx context.Context) (*Settings, error) {
 		return nil, fmt.Errorf("sim: settings: all hosts: %w", err)
 	}
 	for i, h := range hosts {
-		hs := HostSettings{Faults: map[Op]Fault{}}
+		hs := HostSettings{Faults: map[Op]Fault{}, PoweredOff: off[i].Val() == 1}
 		if hs.Latency, err = parseLatencies(lat[i].Val()); err != nil {
 			return nil, fmt.Errorf("sim: settings: host %s: %w", h, err)
 		}

@@ -20,6 +20,8 @@
 //	P:host:{h}:latency      hash   op -> latency on h (run time)
 //	P:host:{h}:faults       hash   "op:times" -> calls left to fail,
 //	                               "op:rate" -> failure probability
+//	P:host:{h}:power        string "off" while h is powered off (absent:
+//	                               on); see PowerOff
 //	P:dom:{u}:home          string the host the domain lives on
 //	P:dom:{u}:migration     hash   src, dst, dest_xml, src_xml, name, token,
 //	                               phase (copying, switchover, completed,
@@ -45,6 +47,17 @@
 // PrepareMigration, and the lifecycle calls refused by the mark) first
 // rolls it back, so that the guest runs on the source alone. A migration
 // past its switchover is never aborted; a retried Migrate finishes it.
+//
+// # Powered-off hosts
+//
+// PowerOff models a host that crashed or lost power, PowerOn its return.
+// While a host is off its guests are shut off and every driver call
+// addressed to it fails with ErrHostOff; its definitions stay, so that
+// once it is back they show as leftovers. A guest whose home host is off
+// may be defined on another host (rebuilt there, as an evacuation does):
+// that host becomes its home, and the copy on the off host stays behind,
+// shut off. A leftover cannot start while another host holds the domain,
+// so a guest never runs in two places; Stop and Undefine remove it.
 package sim
 
 import (
@@ -193,10 +206,11 @@ func (d *Driver) domainsKey(h string) string   { return d.hostKey(h, "domains") 
 func (d *Driver) domKey(h, uuid string) string { return d.hostKey(h, "dom:"+uuid) }
 func (d *Driver) latencyKey(h string) string   { return d.hostKey(h, "latency") }
 func (d *Driver) faultsKey(h string) string    { return d.hostKey(h, "faults") }
+func (d *Driver) powerKey(h string) string     { return d.hostKey(h, "power") }
 func (d *Driver) homeKey(uuid string) string   { return d.prefix + ":dom:{" + uuid + "}:home" }
 func (d *Driver) migrationKey(u string) string { return d.prefix + ":dom:{" + u + "}:migration" }
 func (d *Driver) domKeys(h, u string) []string {
-	return []string{d.topoKey(h), d.domainsKey(h), d.domKey(h, u)}
+	return []string{d.topoKey(h), d.domainsKey(h), d.domKey(h, u), d.powerKey(h)}
 }
 
 // hostNameRE is what a host name may look like: a DNS-like name, and
