@@ -65,8 +65,13 @@ func (a *Activities) auditHost(ctx context.Context, in AuditHostInput) (HostAudi
 	if err != nil {
 		return HostAudit{}, classify(err)
 	}
-	doms, domErr := a.Driver.Domains(ctx, in.Host)
-	if domErr != nil {
+	var doms []hypervisor.Domain
+	var domErr error
+	if snap.Status.State == ledger.HostDown {
+		// Fenced by an operator: its hypervisor does not answer, and no
+		// drift is reported until it comes back.
+		domErr = errHostDown
+	} else if doms, domErr = a.Driver.Domains(ctx, in.Host); domErr != nil {
 		au.fail("domains of %s: %v", in.Host, domErr)
 	}
 	au.pinnable = pinnable(snap.Topology)
@@ -91,6 +96,8 @@ func (a *Activities) auditHost(ctx context.Context, in AuditHostInput) (HostAudi
 	record(ctx, &au.res)
 	return au.res, nil
 }
+
+var errHostDown = errors.New("the host is down")
 
 // audit is one host's audit in progress.
 type audit struct {

@@ -78,7 +78,11 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 		if err != nil || why != "" {
 			return SettleResult{Reason: why}, err
 		}
-		if inst.Host != "" && inst.Host != in.Host {
+		prevDown, err := a.hostDown(ctx, inst.Host)
+		if err != nil {
+			return SettleResult{}, err
+		}
+		if inst.Host != "" && inst.Host != in.Host && !prevDown {
 			other, err := a.Driver.Lookup(ctx, inst.Host, in.UUID)
 			switch {
 			case errors.Is(err, hypervisor.ErrNotFound):
@@ -120,7 +124,17 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 		}
 	}
 	if res.PreviousClaimID != "" {
-		if err := a.Ledger.Release(ctx, res.PreviousHost, res.PreviousClaimID); err != nil {
+		down, err := a.hostDown(ctx, res.PreviousHost)
+		if err != nil {
+			return SettleResult{}, err
+		}
+		if down {
+			// An evacuation's: the fenced host may still define the
+			// guest, so its claim stays a tombstone until host up.
+			if _, err := a.Ledger.Tombstone(ctx, res.PreviousHost, res.PreviousClaimID); err != nil && !errors.Is(err, ledger.ErrUnknownClaim) {
+				return SettleResult{}, classify(err)
+			}
+		} else if err := a.Ledger.Release(ctx, res.PreviousHost, res.PreviousClaimID); err != nil {
 			return SettleResult{}, classify(err)
 		}
 	}
@@ -188,4 +202,20 @@ func pinnable(h *numa.Host) numa.CPUSet {
 		s = s.Union(c.PCPUs)
 	}
 	return s
+}
+
+// hostDown says whether an operator fenced host: its hypervisor is not
+// asked, and its claims of guests that moved become tombstones.
+func (a *Activities) hostDown(ctx context.Context, host string) (bool, error) {
+	if host == "" {
+		return false, nil
+	}
+	st, err := a.Ledger.HostStatus(ctx, host)
+	if errors.Is(err, ledger.ErrUnknownHost) {
+		return false, nil
+	}
+	if err != nil {
+		return false, classify(err)
+	}
+	return st.State == ledger.HostDown, nil
 }

@@ -1,0 +1,185 @@
+package activities
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/xmlpatch"
+)
+
+// resizeTo runs a resize of uuid from host src to dst up to VERIFY_RESIZE,
+// the way the Resize workflow does, and returns the destination claim.
+func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f Flavor) ClaimResult {
+	t.Helper()
+	ctx := context.Background()
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	step("BeginResize", w.acts.BeginResize(ctx, BeginResizeInput{UUID: uuid, NewFlavor: f}))
+	c, err := w.acts.Claim(ctx, ClaimInput{Host: dst, ClaimID: "resize-dest-1", UUID: uuid, Kind: KindResizeDest,
+		Owner: Owner{InstanceWorkflowID(uuid), "resize-1"}, Flavor: f})
+	step("Claim", err)
+	step("HoldClaim", w.acts.HoldClaim(ctx, ClaimRef{Host: src, ClaimID: srcClaim}))
+	step("PowerOff", w.acts.PowerOff(ctx, DomainInput{UUID: uuid, Host: src}))
+	xml, err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: uuid, Source: src, Dest: dst, ClaimID: c.ClaimID, Token: c.Token,
+		Placement: c.Placement, Start: true})
+	step("MoveResized", err)
+	step("FinishResize", w.acts.FinishResize(ctx, FinishResizeInput{UUID: uuid, Dest: dst, DestClaimID: c.ClaimID, DestXML: xml}))
+	return c
+}
+
+// runsPinned checks that uuid's only running domain is on host, pinned to
+// the claim, with vcpus vCPUs.
+func (w *world) runsPinned(t *testing.T, uuid, host string, c ClaimResult, vcpus int) {
+	t.Helper()
+	dom, err := w.drv.Lookup(context.Background(), host, uuid)
+	if err != nil || dom.State != hypervisor.StateRunning {
+		t.Fatalf("domain of %s on %s = %+v, %v; want it running", uuid, host, dom, err)
+	}
+	pins, err := xmlpatch.Read(dom.XML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := xmlpatch.PinsFor(&c.Placement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pins.HostCPUs(); !got.Equal(want.HostCPUs()) || len(pins.VCPUPins) != vcpus {
+		t.Errorf("domain of %s on %s pinned to %s with %d vCPUs, want %s with %d", uuid, host, got, len(pins.VCPUPins), want.HostCPUs(), vcpus)
+	}
+}
+
+// TestResizeRevertKeepsThePins: a revert makes the source hold resident
+// again, the same pCPUs, the old flavor and domain, the destination gone.
+func TestResizeRevertKeepsThePins(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(20)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	bigger := testFlavor
+	bigger.VCPUs = 3
+	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
+	w.runsPinned(t, u, "b", dst, 3)
+	if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateHeld {
+		t.Fatalf("source claim in VERIFY_RESIZE = %+v, %v; want held", c, err)
+	}
+
+	if err := w.acts.DestroyDomain(ctx, DomainInput{UUID: u, Host: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		if err := w.acts.RevertRecord(ctx, RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}); err != nil {
+			t.Fatalf("RevertRecord: %v", err)
+		}
+	}
+	if err := w.acts.RestoreDomain(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.ReleaseClaim(ctx, ReleaseInput{Host: "b", ClaimID: dst.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := w.led.Instance(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Host != "a" || inst.ClaimID != src.ClaimID || inst.Request.VCPUs != 2 || inst.Resize != nil {
+		t.Errorf("record after the revert = host %s claim %s %d vCPUs resize %+v; want a, %s, 2, none", inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.Resize, src.ClaimID)
+	}
+	w.runsPinned(t, u, "a", src, 2)
+	if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateCommitted || c.Token != src.Token {
+		t.Errorf("source claim after the revert = %+v, %v; want the same claim, committed", c, err)
+	}
+	if w.hasClaim(t, "b", dst.ClaimID) {
+		t.Errorf("the destination claim is still held after the revert")
+	}
+}
+
+// TestSettleInterruptedResize: a resize terminated after the guest
+// started on its new claim, before the record moved, is settled as
+// confirmed: the new flavor, the record on the new claim, the hold freed.
+func TestSettleInterruptedResize(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(21)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	bigger := testFlavor
+	bigger.VCPUs = 3
+	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: KindResizeDest,
+		Owner: Owner{InstanceWorkflowID(u), "resize-1"}, Flavor: bigger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
+		Placement: c.Placement, Start: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Terminated here: FinishResize never runs.
+	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	if err != nil || !res.Settled || res.PreviousClaimID != src.ClaimID {
+		t.Fatalf("SettleClaim of the interrupted resize = %+v, %v; want settled, freeing %s", res, err, src.ClaimID)
+	}
+	inst, err := w.led.Instance(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.Request.VCPUs != 3 || inst.Resize != nil || inst.VMState != ledger.VMActive {
+		t.Errorf("record after settling = host %s claim %s %d vCPUs %s resize %+v; want b, %s, 3, active, none",
+			inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.VMState, inst.Resize, c.ClaimID)
+	}
+	if w.hasClaim(t, "a", src.ClaimID) {
+		t.Errorf("the source hold is still held after settling")
+	}
+}
+
+// TestSettleInterruptedEvacuation: an evacuation terminated after the
+// guest started on its new host is settled there, and the fenced host's
+// claim becomes a tombstone, not free pCPUs: the host may still define
+// the guest when it returns.
+func TestSettleInterruptedEvacuation(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(22)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	if err := w.drv.PowerOff(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.led.SetHostDown(ctx, "a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	c := w.claim(t, "b", "evacuation-dest-1", u, KindEvacuation, Owner{InstanceWorkflowID(u), "evac-1"})
+	if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	if err != nil || !res.Settled {
+		t.Fatalf("SettleClaim of the interrupted evacuation = %+v, %v; want settled", res, err)
+	}
+	old, err := w.led.GetClaim(ctx, "a", src.ClaimID)
+	if err != nil || old.State != ledger.StateTombstone {
+		t.Errorf("the fenced host's claim after settling = %+v, %v; want a tombstone", old, err)
+	}
+	if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != c.ClaimID {
+		t.Errorf("record after settling = %+v, %v; want it on b's claim", inst, err)
+	}
+	w.runsPinned(t, u, "b", c, 2)
+}
