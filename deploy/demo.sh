@@ -2,8 +2,8 @@
 # pinflow's main job on a fresh dev stack: four simulated NUMA hosts, pinned
 # guests booted on them, live migrations running concurrently, a
 # shelve-offload and an unshelve, a resize reverted and one confirmed, a
-# cold migration; host CPU maps before and after, and the ledger's
-# invariants checked at the end. The stack keeps running so the
+# cold migration, a crashed host evacuated and brought back; host CPU maps
+# before and after, and the ledger's invariants checked at the end. The stack keeps running so the
 # workflows can be browsed in the Temporal Web UI; `make down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +71,17 @@ $pinflow show "$(uuid cache-1)"
 step "cold-migrating db-2 (powered off, moved, started; confirmed by a 2 s window)"
 $pinflow migrate "$(uuid db-2)" --cold --confirm-window 2s --wait
 $pinflow show "$(uuid db-2)"
+
+step "host-2 crashes: fenced by the operator, its guests evacuated, then it comes back"
+$pinflow sim power --host host-2 --off >/dev/null
+$pinflow host down host-2 --fence --reason "demo: power supply failed"
+$pinflow host evacuate host-2
+for g in db-2 rt-1; do
+  until $pinflow show "$(uuid $g)" | grep -q 'vm_state active  task_state -' && ! $pinflow show "$(uuid $g)" | grep -q 'host host-2 '; do sleep 0.5; done
+done
+$pinflow host list
+$pinflow sim power --host host-2 --on >/dev/null
+$pinflow host up host-2 --wait
 
 step "the hosts after the moves"
 $pinflow host list

@@ -53,6 +53,13 @@ func TestHistoriesReplay(t *testing.T) {
 	s.waitResized(vmA)
 	s.ok("resize", "revert", vmA, "--wait")
 	record(vmA, "resize-reverted")
+	s.ok("sim", "power", "--host", "a", "--off")
+	s.ok("host", "down", "a", "--fence", "--reason", "test")
+	s.ok("evacuate", vmA, "--wait")
+	record(vmA, "evacuation")
+	s.ok("sim", "power", "--host", "a", "--on")
+	s.ok("host", "up", "a", "--wait")
+	recorded, names = append(recorded, s.historyOf("host-a")), append(names, "host-up")
 	s.ok("delete", vmA, "--wait")
 	record(vmA, "delete")
 
@@ -81,7 +88,13 @@ func TestHistoriesReplay(t *testing.T) {
 // history returns the full history of the guest's latest workflow run.
 func (s *stack) history(uuid string) *historypb.History {
 	s.t.Helper()
-	it := s.temporal.Client.GetWorkflowHistory(context.Background(), workflows.InstanceWorkflowID(uuid), "", false,
+	return s.historyOf(workflows.InstanceWorkflowID(uuid))
+}
+
+// historyOf returns the full history of the workflow id's latest run.
+func (s *stack) historyOf(id string) *historypb.History {
+	s.t.Helper()
+	it := s.temporal.Client.GetWorkflowHistory(context.Background(), id, "", false,
 		enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	h := &historypb.History{}
 	for it.HasNext() {

@@ -261,3 +261,111 @@ func TestMovesBadInput(t *testing.T) {
 	}
 	s.checkAgreement(vmA, "a")
 }
+
+// TestEvacuation crashes a host, fences it, evacuates its two guests at
+// once (they race for the same best destination: the loser takes the
+// next host, Nova 1791075), and brings the host back: its leftovers are
+// destroyed and its tombstones cleared before it takes a guest again.
+func TestEvacuation(t *testing.T) {
+	s, vmA, vmB := twoHosts(t) // A on a 0-1, B on b 0-1
+	s.ok("host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	vmC := s.boot("C", "a", 2) // a 2-3
+	s.ok("sim", "power", "--host", "a", "--off")
+	s.refused("only from a host fenced", "evacuate", vmA)
+	s.ok("host", "down", "a", "--fence", "--reason", "power supply failed")
+	s.refused("is down", "boot", "--name", "X", "--host", "a", "--vcpus", "1", "--memory-mb", "512")
+	s.ok("host", "evacuate", "a")
+	for _, u := range []string{vmA, vmC} {
+		g := s.waitClosed(u)
+		if h := hostOf(g); g.VMState != "active" || h == "a" || h == "" {
+			t.Fatalf("after the evacuation %s is %s on %q, want active on b or c", u, g.VMState, h)
+		}
+		if got := s.claimStates("a", u); got != "boot/tombstone" {
+			t.Errorf("a holds %q of %s, want its boot claim as a tombstone", got, u)
+		}
+	}
+	if got := s.pinned("b") + "|" + s.pinned("c"); got != "0-3|0-1" {
+		t.Errorf("after the evacuation b|c have %q pinned, want 0-3|0-1 (one guest beside B, one on c)", got)
+	}
+	s.noDoublePins("b", "c")
+	time.Sleep(2500 * time.Millisecond)
+	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
+		t.Errorf("the audit after the evacuation freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
+	}
+
+	s.ok("sim", "power", "--host", "a", "--on")
+	s.ok("host", "up", "a", "--wait")
+	if claims := s.host("a").Claims; len(claims) != 0 {
+		t.Errorf("after host up a still has claims %+v", claims)
+	}
+	for _, u := range []string{vmA, vmB, vmC} {
+		s.checkAgreement(u, hostOf(s.guest(u)))
+	}
+	if d := s.boot("D", "a", 2); s.guest(d).pcpus() != "0-1" {
+		t.Errorf("a boot on the returned host got %q, want 0-1", s.guest(d).pcpus())
+	}
+	s.ok("check")
+}
+
+// TestEvacuatedHostRemoved removes a fenced host that never comes back,
+// with the tombstones of its evacuated guest.
+func TestEvacuatedHostRemoved(t *testing.T) {
+	s, _, vmB := twoHosts(t)
+	s.ok("sim", "power", "--host", "b", "--off")
+	s.ok("host", "down", "b", "--fence", "--reason", "mainboard died")
+	s.refused("evacuate, migrate or delete", "host", "remove", "a")
+	s.ok("evacuate", vmB, "--wait")
+	s.ok("host", "remove", "b")
+	s.refused("unknown host", "host", "show", "b")
+	s.checkAgreement(vmB, "a")
+	s.ok("check")
+}
+
+// TestEvacuationInterrupted cancels an evacuation during its rebuild (the
+// guest stays the fenced host's, nothing is left on the destination, and
+// a second evacuation succeeds), then terminates one there: the audit
+// either frees the orphaned claim or, if the rebuilt guest runs on it,
+// settles it, with the dead host's claim a tombstone. Never both, never
+// a leak.
+func TestEvacuationInterrupted(t *testing.T) {
+	s, vmA, vmB := twoHosts(t)
+	s.ok("sim", "power", "--host", "a", "--off")
+	s.ok("host", "down", "a", "--fence", "--reason", "test")
+	// The cancel reaches the rebuild within a heartbeat timeout (5 s),
+	// well inside the start's 10 s.
+	s.ok("sim", "latency", "--op", "start", "--seconds", "10")
+	s.ok("evacuate", vmA)
+	s.eventually("the rebuild on b", time.Minute, func() bool { return s.claimStates("b", vmA) == "evacuation-dest/pending" })
+	time.Sleep(1500 * time.Millisecond)
+	s.ok("cancel", vmA)
+	g := s.waitClosed(vmA)
+	if hostOf(g) != "a" || g.TaskState != nil || s.claimStates("b", vmA) != "" || s.claimStates("a", vmA) != "boot/committed" {
+		t.Errorf("after the cancel A is on %q (task %v) with claims a %q b %q; want its record and committed claim on a, nothing on b",
+			hostOf(g), g.TaskState, s.claimStates("a", vmA), s.claimStates("b", vmA))
+	}
+	s.noDoublePins("b")
+
+	s.ok("evacuate", vmA)
+	s.eventually("the rebuild on b", time.Minute, func() bool { return s.claimStates("b", vmA) == "evacuation-dest/pending" })
+	if err := s.temporal.Client.TerminateWorkflow(context.Background(), workflows.InstanceWorkflowID(vmA), "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(12 * time.Second) // the start finishes or is abandoned, and the minimum grace passes
+	s.reconcile("--grace", "0")
+	s.eventually("the audit to settle or free the evacuation", time.Minute, func() bool {
+		g := s.guest(vmA)
+		onB := hostOf(g) == "b" && g.VMState == "active" && s.claimStates("a", vmA) == "boot/tombstone"
+		onA := hostOf(g) == "a" && s.claimStates("b", vmA) == "" && s.claimStates("a", vmA) == "boot/committed"
+		if !onB && !onA {
+			s.reconcile("--grace", "0")
+		}
+		if onB {
+			t.Logf("the terminated rebuild had started A on b: settled there")
+		} else if onA {
+			t.Logf("the terminated rebuild never started A: its claim freed")
+		}
+		return onB || onA
+	})
+	s.noDoublePins("b")
+	s.checkAgreement(vmB, "b")
+}
