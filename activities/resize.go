@@ -44,7 +44,7 @@ func (a *Activities) BeginResize(ctx context.Context, in BeginResizeInput) error
 		return classify(err)
 	}
 	if r := inst.Resize; r != nil && (r.SourceClaimID != inst.ClaimID || r.SourceHost != inst.Host) {
-		return BadState(fmt.Sprintf("instance %s is in a resize from %s already; confirm or revert it first", in.UUID, r.SourceHost))
+		return BadState(fmt.Sprintf("instance %s is in a resize from %s already: confirm or revert it (one whose workflow ended is confirmed by the next audit)", in.UUID, r.SourceHost))
 	}
 	// A resize record that still names the resident claim is this
 	// resize's own (a retry), or one of a resize that was interrupted
