@@ -75,10 +75,7 @@ $pinflow show "$(uuid db-2)"
 step "host-2 crashes: fenced by the operator, its guests evacuated, then it comes back"
 $pinflow sim power --host host-2 --off >/dev/null
 $pinflow host down host-2 --fence --reason "demo: power supply failed"
-$pinflow host evacuate host-2
-for g in db-2 rt-1; do
-  until $pinflow show "$(uuid $g)" | grep -q 'vm_state active  task_state -' && ! $pinflow show "$(uuid $g)" | grep -q 'host host-2 '; do sleep 0.5; done
-done
+$pinflow host evacuate host-2 --wait
 $pinflow host list
 $pinflow sim power --host host-2 --on >/dev/null
 $pinflow host up host-2 --wait

@@ -20,7 +20,7 @@ import (
 func init() {
 	register("host down", "record that a dead host is fenced (powered off or cut off), so its guests may be evacuated: host down NAME --fence --reason TEXT [--json]", hostDown)
 	register("host up", "bring a fenced host back: destroy the leftovers of its evacuated guests, then let it take guests again: host up NAME [--wait] [--json]", hostUp)
-	register("host evacuate", "evacuate every guest of a fenced host: host evacuate NAME [--json]", hostEvacuate)
+	register("host evacuate", "evacuate every guest of a fenced host: host evacuate NAME [--wait] [--json]", hostEvacuate)
 	register("host remove", "remove a host that holds no guest (a fenced one that never returns goes with its tombstones): host remove NAME", hostRemove)
 }
 
@@ -173,7 +173,8 @@ func hostUp(args []string, stdout io.Writer) error {
 // fenced host, each under its own instance workflow id.
 func hostEvacuate(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("host evacuate", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
+	of := addOpFlags(fs)
+	asJSON := of.json
 	host, err := oneHost(fs, args)
 	if err != nil {
 		return err
@@ -200,9 +201,11 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 		type started struct {
 			UUID  string `json:"uuid"`
 			RunID string `json:"run_id,omitempty"`
+			Host  string `json:"host,omitempty"`
 			Error string `json:"error,omitempty"`
 		}
 		var out []started
+		var runs []client.WorkflowRun
 		failed := 0
 		for _, cl := range claims {
 			inst, err := led.Instance(a.ctx, cl.InstanceUUID)
@@ -220,6 +223,20 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 				continue
 			}
 			out = append(out, started{UUID: inst.UUID, RunID: run.GetRunID()})
+			runs = append(runs, run)
+		}
+		if *of.wait {
+			// Every evacuation runs under its own instance id; wait for
+			// each and say how it ended.
+			for i, run := range runs {
+				var res workflows.EvacuateResult
+				if err := run.Get(a.ctx, &res); err != nil {
+					failed++
+					out[i].Error = rootMessage(err)
+					continue
+				}
+				out[i].Host = res.Host
+			}
 		}
 		if *asJSON {
 			if err := writeJSON(stdout, out); err != nil {
@@ -227,16 +244,19 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 			}
 		} else {
 			for _, s := range out {
-				if s.Error != "" {
-					fmt.Fprintf(stdout, "%s: not started: %s\n", s.UUID, s.Error)
-				} else {
+				switch {
+				case s.Error != "":
+					fmt.Fprintf(stdout, "%s: failed: %s\n", s.UUID, s.Error)
+				case s.Host != "":
+					fmt.Fprintf(stdout, "%s: evacuated to %s\n", s.UUID, s.Host)
+				default:
 					fmt.Fprintf(stdout, "%s: evacuation started as workflow %s\n", s.UUID, workflows.InstanceWorkflowID(s.UUID))
 				}
 			}
-			fmt.Fprintf(stdout, "%d evacuations of guests of %s started, %d not\n", len(out)-failed, host, failed)
+			fmt.Fprintf(stdout, "%d evacuations of guests of %s, %d failed\n", len(out), host, failed)
 		}
 		if failed > 0 {
-			return fmt.Errorf("host evacuate %s: %d of %d evacuations did not start", host, failed, len(out))
+			return fmt.Errorf("host evacuate %s: %d of %d evacuations failed", host, failed, len(out))
 		}
 		return nil
 	})
