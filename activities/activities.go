@@ -204,7 +204,10 @@ func (a *Activities) CommitMigration(ctx context.Context, in CommitMigrationInpu
 	if _, err := a.Ledger.Commit(ctx, in.Dest, in.DestClaimID); err != nil {
 		return classify(err)
 	}
-	if err := a.Ledger.AttachInstance(ctx, in.UUID, in.Dest, in.DestClaimID, in.DestXML); err != nil {
+	// A resize record left by a resize interrupted before its guest moved
+	// names the claim released below: it goes with it.
+	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, DomainXML: in.DestXML, ClearResize: true}
+	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}
 	if in.SourceClaimID != "" {
@@ -226,6 +229,12 @@ func (a *Activities) ClearInstanceHost(ctx context.Context, in ClearHostInput) e
 	if inst.ClaimID != "" && (in.OnlyClaimID == "" || inst.ClaimID == in.OnlyClaimID) {
 		if err := a.Ledger.DetachInstance(ctx, in.UUID, inst.ClaimID); err != nil {
 			return classify(err)
+		}
+		if inst.Resize != nil {
+			// A guest off its host has no resize to go back from.
+			if err := a.Ledger.ClearResize(ctx, in.UUID); err != nil {
+				return classify(err)
+			}
 		}
 	}
 	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: ledger.TaskNone}))
@@ -251,7 +260,9 @@ func (a *Activities) Attach(ctx context.Context, in AttachInput) error {
 	if _, err := a.Ledger.Commit(ctx, in.Host, in.ClaimID); err != nil {
 		return classify(err)
 	}
-	if err := a.Ledger.AttachInstance(ctx, in.UUID, in.Host, in.ClaimID, in.DomainXML); err != nil {
+	// A guest spawned on a new claim has no resize to go back from.
+	m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, DomainXML: in.DomainXML, ClearResize: true}
+	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}
 	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}))

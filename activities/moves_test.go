@@ -183,3 +183,46 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 	}
 	w.runsPinned(t, u, "b", c, 2)
 }
+
+// TestMoveClearsAnInterruptedResize: a resize interrupted before its guest
+// moved leaves a resize record naming the resident claim; a migration
+// that then moves the guest drops it, so a later resize is not refused.
+func TestMoveClearsAnInterruptedResize(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(23)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	bigger := testFlavor
+	bigger.VCPUs = 3
+	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	// Terminated here. A live migration moves the guest to b.
+	dst := w.claim(t, "b", "migration-dest-1", u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	xml, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: xml, DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
+		t.Fatal(err)
+	}
+	commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID, Placement: dst.Placement, DestXML: xml}
+	if err := w.acts.CommitMigration(ctx, commit); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := w.led.Instance(ctx, u)
+	if err != nil || inst.Resize != nil || inst.Host != "b" {
+		t.Fatalf("record after the migration = %+v, %v; want it on b with no resize", inst, err)
+	}
+	if w.hasClaim(t, "a", src.ClaimID) {
+		t.Errorf("the stale hold on a is still held after the migration")
+	}
+	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
+		t.Errorf("BeginResize after the migration: %v", err)
+	}
+}
