@@ -226,3 +226,24 @@ func TestMoveClearsAnInterruptedResize(t *testing.T) {
 		t.Errorf("BeginResize after the migration: %v", err)
 	}
 }
+
+// TestResizeOfAVanishedClaim: a record naming a claim the ledger does not
+// hold (an interrupted shelve released it) is refused at once, not
+// retried forever.
+func TestResizeOfAVanishedClaim(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	u := uuidN(24)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	if err := w.led.Release(ctx, "a", src.ClaimID); err != nil {
+		t.Fatal(err)
+	}
+	err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor})
+	if !isType(err, ErrTypeBadState) {
+		t.Errorf("BeginResize of a record naming a released claim = %v, want a BadState", err)
+	}
+	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); !isType(err, ErrTypeBadState) {
+		t.Errorf("HoldClaim of a released claim = %v, want a BadState", err)
+	}
+}

@@ -53,6 +53,17 @@ func (a *Activities) BeginResize(ctx context.Context, in BeginResizeInput) error
 	if inst.Host == "" || inst.ClaimID == "" {
 		return BadState(fmt.Sprintf("instance %s is on no host; only a guest on a host can be resized or cold-migrated", in.UUID))
 	}
+	c, err := a.Ledger.GetClaim(ctx, inst.Host, inst.ClaimID)
+	switch {
+	case errors.Is(err, ledger.ErrUnknownClaim):
+		// An interrupted operation released it and never detached the
+		// record: there is nothing to hold, and retrying cannot help.
+		return BadState(fmt.Sprintf("instance %s's record names claim %s on %s, which the ledger does not hold (an interrupted shelve or delete released it); delete the instance, or run an audit", in.UUID, inst.ClaimID, inst.Host))
+	case err != nil:
+		return classify(err)
+	case c.State != ledger.StateCommitted && c.State != ledger.StateHeld:
+		return BadState(fmt.Sprintf("instance %s's claim %s on %s is %s, not resident", in.UUID, c.ID, inst.Host, c.State))
+	}
 	xml := inst.DomainXML
 	if inst.Resize != nil && inst.Resize.OldDomainXML != "" {
 		xml = inst.Resize.OldDomainXML
@@ -83,12 +94,19 @@ func (a *Activities) EndResize(ctx context.Context, uuid string) error {
 // HoldClaim turns the guest's resident claim into a source hold.
 func (a *Activities) HoldClaim(ctx context.Context, in ClaimRef) error {
 	_, err := a.Ledger.Hold(ctx, in.Host, in.ClaimID)
+	if errors.Is(err, ledger.ErrUnknownClaim) || errors.Is(err, ledger.ErrConflict) {
+		return BadState(err.Error())
+	}
 	return classify(err)
 }
 
-// UnholdClaim turns a source hold back into the resident claim.
+// UnholdClaim turns a source hold back into the resident claim; a claim
+// that is gone has nothing to undo.
 func (a *Activities) UnholdClaim(ctx context.Context, in ClaimRef) error {
 	_, err := a.Ledger.Unhold(ctx, in.Host, in.ClaimID)
+	if errors.Is(err, ledger.ErrUnknownClaim) {
+		return nil
+	}
 	return classify(err)
 }
 
