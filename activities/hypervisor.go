@@ -362,21 +362,29 @@ func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
 		}
 	}
 	err = a.heartbeating(ctx, func(ctx context.Context) error {
-		for _, act := range []func(ctx context.Context) error{
-			func(ctx context.Context) error { return a.Driver.Define(ctx, in.Host, xml) },
-			func(ctx context.Context) error { return a.Driver.Start(ctx, in.Host, in.UUID) },
-		} {
-			fctx, cancel, err := a.fence(ctx, in.Host, in.ClaimID, in.Token)
-			if err != nil {
-				return err
-			}
-			err = act(fctx)
-			cancel()
-			if err != nil {
-				return classify(err)
-			}
-		}
-		return nil
+		return a.defineAndStart(ctx, in.Host, in.UUID, xml, in.ClaimID, in.Token, true)
 	})
 	return xml, err
+}
+
+// defineAndStart defines the guest on host from xml and, when start is
+// set, starts it, fencing on the claim right before each of the two: an
+// attempt whose claim was freed defines and starts nothing more.
+func (a *Activities) defineAndStart(ctx context.Context, host, uuid, xml, claimID, token string, start bool) error {
+	acts := []func(ctx context.Context) error{func(ctx context.Context) error { return a.Driver.Define(ctx, host, xml) }}
+	if start {
+		acts = append(acts, func(ctx context.Context) error { return a.Driver.Start(ctx, host, uuid) })
+	}
+	for _, act := range acts {
+		fctx, cancel, err := a.fence(ctx, host, claimID, token)
+		if err != nil {
+			return err
+		}
+		err = act(fctx)
+		cancel()
+		if err != nil {
+			return classify(err)
+		}
+	}
+	return nil
 }

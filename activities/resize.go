@@ -172,22 +172,7 @@ func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (stri
 			// On the same host, a running guest was started with its new
 			// definition by an earlier attempt: PowerOff stopped the old.
 		}
-		acts := []func(ctx context.Context) error{func(ctx context.Context) error { return a.Driver.Define(ctx, in.Dest, xml) }}
-		if in.Start {
-			acts = append(acts, func(ctx context.Context) error { return a.Driver.Start(ctx, in.Dest, in.UUID) })
-		}
-		for _, act := range acts {
-			fctx, cancel, err := a.fence(ctx, in.Dest, in.ClaimID, in.Token)
-			if err != nil {
-				return err
-			}
-			err = act(fctx)
-			cancel()
-			if err != nil {
-				return classify(err)
-			}
-		}
-		return nil
+		return a.defineAndStart(ctx, in.Dest, in.UUID, xml, in.ClaimID, in.Token, in.Start)
 	})
 	return xml, err
 }

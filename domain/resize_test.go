@@ -1,15 +1,13 @@
 package domain
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/xmlpatch"
 )
@@ -54,26 +52,6 @@ func fit(t *testing.T, f flavorSpec) (*numa.Request, *numa.Placement) {
 		t.Fatalf("Fit(%v): %v", f.specs, err)
 	}
 	return req, p
-}
-
-// validate checks doc against libvirt's domain schema, as xmlpatch's tests
-// do; without virt-xml-validate it skips, except in CI.
-func validate(t *testing.T, name, doc string) {
-	t.Helper()
-	tool, err := exec.LookPath("virt-xml-validate")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("virt-xml-validate not found (install libvirt-clients and libxml2-utils, see deploy/deps.sh): %v", err)
-		}
-		t.Skipf("virt-xml-validate not found; skipping schema validation of %s", name)
-	}
-	file := filepath.Join(t.TempDir(), "domain.xml")
-	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(tool, file, "domain").CombinedOutput(); err != nil {
-		t.Errorf("virt-xml-validate on %s: %v\n%s\ndocument:\n%s", name, err, out, doc)
-	}
 }
 
 func parse(t *testing.T, what, doc string) *libvirtxml.Domain {
@@ -182,7 +160,7 @@ func TestResize(t *testing.T) {
 				t.Errorf("Resize(%v -> %v) lost what the guest held (-source +got):\n%s", tt.from, tt.to, diff)
 			}
 
-			validate(t, "Resize("+tt.name+")", out)
+			testenv.ValidateDomainXML(t, "Resize("+tt.name+")", out)
 			if !p.HasNUMA() {
 				// Nothing to patch: the result must carry no pins at all.
 				pins, err := xmlpatch.Read(out)
@@ -198,7 +176,7 @@ func TestResize(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Patch(Resize(%v -> %v), %s): %v", tt.from, tt.to, p, err)
 			}
-			validate(t, "Patch(Resize("+tt.name+"))", patched)
+			testenv.ValidateDomainXML(t, "Patch(Resize("+tt.name+"))", patched)
 			pins, err := xmlpatch.Read(patched)
 			if err != nil {
 				t.Fatalf("Read(Patch(Resize(%v -> %v))): %v", tt.from, tt.to, err)
@@ -277,7 +255,7 @@ func TestResizeDropsOldPins(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Resize(oldGuest): %v", err)
 	}
-	validate(t, "Resize(oldGuest)", out)
+	testenv.ValidateDomainXML(t, "Resize(oldGuest)", out)
 	got, old := parse(t, "Resize(oldGuest)", out), parse(t, "oldGuest", oldGuest)
 	zero := uint(0)
 	want := *old

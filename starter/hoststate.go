@@ -107,6 +107,20 @@ func hostDown(args []string, stdout io.Writer) error {
 	})
 }
 
+// hostStatus checks that host is registered and returns the ledger and
+// the host's state.
+func hostStatus(a *app, host string) (*ledger.Ledger, ledger.HostStatus, error) {
+	if err := checkHost(a, host); err != nil {
+		return nil, ledger.HostStatus{}, err
+	}
+	led, err := a.ledger()
+	if err != nil {
+		return nil, ledger.HostStatus{}, err
+	}
+	st, err := led.HostStatus(a.ctx, host)
+	return led, st, err
+}
+
 func hostUp(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("host up", flag.ContinueOnError)
 	of := addOpFlags(fs)
@@ -115,14 +129,7 @@ func hostUp(args []string, stdout io.Writer) error {
 		return err
 	}
 	return withApp(func(a *app) error {
-		if err := checkHost(a, host); err != nil {
-			return err
-		}
-		led, err := a.ledger()
-		if err != nil {
-			return err
-		}
-		st, err := led.HostStatus(a.ctx, host)
+		_, st, err := hostStatus(a, host)
 		if err != nil {
 			return err
 		}
@@ -180,14 +187,7 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 		return err
 	}
 	return withApp(func(a *app) error {
-		if err := checkHost(a, host); err != nil {
-			return err
-		}
-		led, err := a.ledger()
-		if err != nil {
-			return err
-		}
-		st, err := led.HostStatus(a.ctx, host)
+		led, st, err := hostStatus(a, host)
 		if err != nil {
 			return err
 		}

@@ -377,14 +377,7 @@ func checkHost(a *app, host string) error {
 
 // checkTarget refuses a host that is unknown or takes no guests now.
 func checkTarget(a *app, host string) error {
-	if err := checkHost(a, host); err != nil {
-		return err
-	}
-	led, err := a.ledger()
-	if err != nil {
-		return err
-	}
-	st, err := led.HostStatus(a.ctx, host)
+	_, st, err := hostStatus(a, host)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,27 +106,6 @@ func checkUntouched(t testing.TB, name, src, got string) {
 	gotRest, _ := split(mustCanonical(t, name+" output", got), "cputune", "numatune")
 	if diff := cmp.Diff(srcRest, gotRest); diff != "" {
 		t.Errorf("Patch(%s): document outside <cputune>/<numatune> changed (-source +got):\n%s", name, diff)
-	}
-}
-
-// validate runs virt-xml-validate on doc. Without the tool the test is
-// skipped, unless CI=true, where a missing dependency fails.
-func validate(t testing.TB, name, doc string) {
-	t.Helper()
-	tool, err := exec.LookPath("virt-xml-validate")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("virt-xml-validate not found (install libvirt-clients and libxml2-utils, see deploy/deps.sh): %v", err)
-		}
-		t.Skipf("virt-xml-validate not found; skipping schema validation of %s", name)
-	}
-	file := filepath.Join(t.TempDir(), "domain.xml")
-	if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(tool, file, "domain").CombinedOutput()
-	if err != nil {
-		t.Errorf("virt-xml-validate on %s: %v\n%s\ndocument:\n%s", name, err, out, doc)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -39,7 +40,7 @@ func TestPatchNovaReference(t *testing.T) {
 				t.Errorf("Patch(domain-src.xml, %s): <cputune>/<numatune> differ from domain-dst.xml (-want +got):\n%s", tt.name, diff)
 			}
 			checkUntouched(t, "domain-src.xml", src, got)
-			validate(t, "Patch(domain-src.xml, "+tt.name+")", got)
+			testenv.ValidateDomainXML(t, "Patch(domain-src.xml, "+tt.name+")", got)
 		})
 	}
 }
@@ -110,7 +111,7 @@ func TestPatchFixtures(t *testing.T) {
 				t.Fatalf("Patch(%s): %v", name, err)
 			}
 			checkUntouched(t, tt.file, src, got)
-			validate(t, "Patch("+name+")", got)
+			testenv.ValidateDomainXML(t, "Patch("+name+")", got)
 			pins, err := Read(got)
 			if err != nil {
 				t.Fatalf("Read(Patch(%s)): %v", name, err)
@@ -202,7 +203,7 @@ func TestPatchLayout(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			validate(t, tt.name+" source", tt.src)
+			testenv.ValidateDomainXML(t, tt.name+" source", tt.src)
 			got, err := Patch(tt.src, tt.p)
 			if err != nil {
 				t.Fatalf("Patch(%s): %v", tt.name, err)
@@ -214,7 +215,7 @@ func TestPatchLayout(t *testing.T) {
 			}
 			checkUntouched(t, tt.name, tt.src, got)
 			checkKeptChildren(t, tt.name, tt.src, got)
-			validate(t, "Patch("+tt.name+")", got)
+			testenv.ValidateDomainXML(t, "Patch("+tt.name+")", got)
 		})
 	}
 }
@@ -323,7 +324,7 @@ func TestPatchRealtimePriority(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Patch(rt-vm.xml, realtime %q priority %d): %v", tt.rt, tt.prio, err)
 		}
-		validate(t, "Patch(rt-vm.xml)", got)
+		testenv.ValidateDomainXML(t, "Patch(rt-vm.xml)", got)
 		pins, err := Read(got)
 		if err != nil {
 			t.Fatalf("Read(Patch(rt-vm.xml, realtime %q priority %d)): %v", tt.rt, tt.prio, err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -212,13 +213,13 @@ func TestRoundTrip(t *testing.T) {
 			}
 			t.Logf("Fit(%v) = %s, emulator %s, realtime %s", tt.specs, p, p.EmulatorPCPUs(), p.RealtimeVCPUs)
 			src := domainFor(p, tt.extra)
-			validate(t, tt.name+" source", src)
+			testenv.ValidateDomainXML(t, tt.name+" source", src)
 			got, err := Patch(src, p)
 			if err != nil {
 				t.Fatalf("Patch(%s, %s): %v", tt.name, p, err)
 			}
 			checkUntouched(t, tt.name, src, got)
-			validate(t, "Patch("+tt.name+")", got)
+			testenv.ValidateDomainXML(t, "Patch("+tt.name+")", got)
 			read, err := Read(got)
 			if err != nil {
 				t.Fatalf("Read(Patch(%s)): %v", tt.name, err)
