@@ -247,3 +247,25 @@ func TestResizeOfAVanishedClaim(t *testing.T) {
 		t.Errorf("HoldClaim of a released claim = %v, want a BadState", err)
 	}
 }
+
+// TestResizeAfterAnInterruptedOne: the hold left by a resize interrupted
+// before its guest moved does not stop the next resize.
+func TestResizeAfterAnInterruptedOne(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(25)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	// Terminated here; a new resize starts.
+	bigger := testFlavor
+	bigger.VCPUs = 3
+	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
+	w.runsPinned(t, u, "b", dst, 3)
+}

@@ -61,7 +61,13 @@ func (a *Activities) BeginResize(ctx context.Context, in BeginResizeInput) error
 		return BadState(fmt.Sprintf("instance %s's record names claim %s on %s, which the ledger does not hold (an interrupted shelve or delete released it); delete the instance, or run an audit", in.UUID, inst.ClaimID, inst.Host))
 	case err != nil:
 		return classify(err)
-	case c.State != ledger.StateCommitted && c.State != ledger.StateHeld:
+	case c.State == ledger.StateHeld:
+		// The hold of a resize interrupted before its guest moved (or
+		// this one's, on a retry): resident again until this one holds it.
+		if _, err := a.Ledger.Unhold(ctx, inst.Host, c.ID); err != nil {
+			return classify(err)
+		}
+	case c.State != ledger.StateCommitted:
 		return BadState(fmt.Sprintf("instance %s's claim %s on %s is %s, not resident", in.UUID, c.ID, inst.Host, c.State))
 	}
 	xml := inst.DomainXML
