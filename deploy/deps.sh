@@ -20,15 +20,43 @@ have libvirtd || need_pkgs+=(libvirt-daemon libvirt-daemon-driver-qemu)
 have qemu-system-x86_64 || need_pkgs+=(qemu-system-x86)
 have virsh || need_pkgs+=(libvirt-clients)
 
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "deps: installing ${need_pkgs[*]}"
+# WAITAOF (local fsync acknowledgements) needs Redis 7.2; where Debian's
+# redis-server is older (bookworm has 7.0), the durability tests run it on
+# valkey-server, which bookworm has in its backports.
+redis_has_waitaof() {
+  local v
+  v=$(redis-server --version 2>/dev/null | sed -n 's/.*v=\([0-9]*\)\.\([0-9]*\).*/\1 \2/p')
+  [ -n "$v" ] && set -- $v && { [ "$1" -gt 7 ] || { [ "$1" -eq 7 ] && [ "$2" -ge 2 ]; }; }
+}
+need_valkey=0
+if ! have valkey-server && ! { have redis-server && redis_has_waitaof; }; then
+  need_valkey=1
+fi
+
+if [ ${#need_pkgs[@]} -gt 0 ] || [ $need_valkey = 1 ]; then
+  [ ${#need_pkgs[@]} -eq 0 ] || echo "deps: installing ${need_pkgs[*]}"
   if [ "$(id -u)" -ne 0 ]; then
     echo "deps: need root to install ${need_pkgs[*]} (or install them yourself)" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  if [ $need_valkey = 1 ] && [ "$(. /etc/os-release && echo "${VERSION_CODENAME:-}")" = bookworm ] &&
+    [ ! -e /etc/apt/sources.list.d/bookworm-backports.sources ]; then
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      >/etc/apt/sources.list.d/bookworm-backports.sources
+  fi
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  if [ ${#need_pkgs[@]} -gt 0 ]; then
+    apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  fi
+  if [ $need_valkey = 1 ]; then
+    echo "deps: installing valkey-server (WAITAOF, for the durability tests)"
+    if apt-cache policy valkey-server | grep -q bookworm-backports; then
+      apt-get install -y -qq --no-install-recommends -t bookworm-backports valkey-server >/dev/null
+    else
+      apt-get install -y -qq --no-install-recommends valkey-server >/dev/null
+    fi
+  fi
 fi
 
 mkdir -p bin

@@ -45,14 +45,21 @@ func hasWAITAOF(t testing.TB, addr string) bool {
 	return err == nil || !strings.Contains(strings.ToLower(err.Error()), "unknown command")
 }
 
-// killServer kills a redis-server with SIGKILL, as a crash would, and
-// leaves it dead (testenv's KillAndRestart starts it again at once).
-func killServer(t testing.TB, srv *testenv.Redis) {
+// pidOf returns the process id of a running server.
+func pidOf(t testing.TB, srv *testenv.Redis) int {
 	t.Helper()
 	pid, err := strconv.Atoi(info(t, client(t, srv.Addr), "server", "process_id"))
 	if err != nil {
 		t.Fatalf("process_id of %s: %v", srv.Addr, err)
 	}
+	return pid
+}
+
+// killServer kills a redis-server with SIGKILL, as a crash would, and
+// leaves it dead (testenv's KillAndRestart starts it again at once).
+func killServer(t testing.TB, srv *testenv.Redis) {
+	t.Helper()
+	pid := pidOf(t, srv)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 %d (%s): %v", pid, srv.Addr, err)
 	}
@@ -342,14 +349,14 @@ func TestAcknowledgedChangesSurviveKill(t *testing.T) {
 		wantLoss bool
 	}{
 		{"appendfsync always", []testenv.RedisOption{testenv.AppendOnly()}, Durability{}, false},
-		{"appendfsync always and WAITAOF", []testenv.RedisOption{testenv.AppendOnly()}, Durability{Local: true}, false},
-		{"appendfsync everysec and WAITAOF", []testenv.RedisOption{testenv.RedisConfigLines("appendonly yes", "appendfsync everysec")}, Durability{Local: true}, false},
+		{"appendfsync always and WAITAOF", []testenv.RedisOption{testenv.WithWAITAOF(), testenv.AppendOnly()}, Durability{Local: true}, false},
+		{"appendfsync everysec and WAITAOF", []testenv.RedisOption{testenv.WithWAITAOF(), testenv.RedisConfigLines("appendonly yes", "appendfsync everysec")}, Durability{Local: true}, false},
 		{"no append-only file and no waits", nil, Durability{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testenv.StartRedis(t, tc.opts...)
 			if tc.d.Local && !hasWAITAOF(t, srv.Addr) {
-				t.Skipf("redis-server %s has no WAITAOF (Redis 7.2 and later)", info(t, client(t, srv.Addr), "server", "redis_version"))
+				t.Fatalf("the server testenv.WithWAITAOF started (%s) has no WAITAOF", info(t, client(t, srv.Addr), "server", "redis_version"))
 			}
 			l := loadLedger(t, srv.Addr, tc.d)
 			if err := l.CheckDurability(context.Background()); err != nil {
@@ -452,10 +459,25 @@ func TestAcknowledgedChangesSurviveFailover(t *testing.T) {
 // the connection moves the point the wait counts to): every retry fails
 // with ErrNotDurable while the replica stalls, and succeeds once it has
 // caught up.
+//
+// It runs on the installed redis-server and on a server with Redis 7.2's
+// semantics (testenv.WithWAITAOF), so both ways of counting are tried.
 func TestRetryWaitsForTheFirstTry(t *testing.T) {
+	for _, sv := range []struct {
+		name string
+		opt  testenv.RedisOption
+	}{
+		{"installed redis-server", testenv.RedisConfigLines()},
+		{"a server with WAITAOF", testenv.WithWAITAOF()},
+	} {
+		t.Run(sv.name, func(t *testing.T) { retryWaitsForTheFirstTry(t, sv.opt) })
+	}
+}
+
+func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 	ctx := context.Background()
-	m := testenv.StartRedis(t, testenv.RedisConfigLines("repl-diskless-sync-delay 0"))
-	r := testenv.StartRedis(t, debuggable)
+	m := testenv.StartRedis(t, server, testenv.RedisConfigLines("repl-diskless-sync-delay 0"))
+	r := testenv.StartRedis(t, server, debuggable)
 	replicate(t, r, m)
 	d := Options{Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}}
 	first, retry, cold := ledgerOn(t, m.Addr, d), ledgerOn(t, m.Addr, d), ledgerOn(t, m.Addr, d)
@@ -582,6 +604,7 @@ func TestRetryWaitsForTheFirstTry(t *testing.T) {
 func TestOpenChecksDurability(t *testing.T) {
 	ctx := context.Background()
 	srv := testenv.StartRedis(t)
+	noAOF := testenv.StartRedis(t, testenv.WithWAITAOF())
 	local := "appendonly yes"
 	if !hasWAITAOF(t, srv.Addr) {
 		local = "has no WAITAOF (Redis 7.2 and later)"
@@ -593,6 +616,7 @@ func TestOpenChecksDurability(t *testing.T) {
 	}{
 		{"replicas the master lacks", Config{URL: srv.URL(), WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond}, "REDIS_WAIT_REPLICAS=1, but only 0 replicas acknowledged"},
 		{"local fsync", Config{URL: srv.URL(), WaitLocal: true}, local},
+		{"local fsync without an append-only file", Config{URL: noAOF.URL(), WaitLocal: true}, "appendonly yes"},
 		{"negative replicas", Config{URL: srv.URL(), WaitReplicas: -1}, "wait replicas -1: invalid input"},
 		{"negative timeout", Config{URL: srv.URL(), WaitReplicas: 1, WaitTimeout: -time.Second}, "wait timeout -1s: invalid input"},
 		{"sub-millisecond timeout", Config{URL: srv.URL(), WaitReplicas: 1, WaitTimeout: time.Microsecond}, "wait timeout 1µs: invalid input"},
@@ -613,12 +637,25 @@ func TestOpenChecksDurability(t *testing.T) {
 		_ = rdb.Close()
 		_ = l
 	}
+	aof := testenv.StartRedis(t, testenv.WithWAITAOF(), testenv.AppendOnly())
+	if _, rdb, err := Open(ctx, Config{URL: aof.URL(), WaitLocal: true}); err != nil {
+		t.Errorf("Open with WAITAOF on a server with it and an append-only file: %v", err)
+	} else {
+		_ = rdb.Close()
+	}
 }
 
 // startReplicatedCluster starts a Redis Cluster of three masters with one
 // replica each (testenv's clusters have no replicas) and returns the
 // masters' addresses and each master's replica by master address.
 func startReplicatedCluster(t *testing.T) (masters []string, replicaOf map[string]*testenv.Redis) {
+	masters, replicaOf, _ = startReplicatedClusterNodes(t)
+	return masters, replicaOf
+}
+
+// startReplicatedClusterNodes is startReplicatedCluster that also returns
+// every node by address, for a test that kills one.
+func startReplicatedClusterNodes(t *testing.T) (masters []string, replicaOf, nodeAt map[string]*testenv.Redis) {
 	t.Helper()
 	cli := testenv.RequireProgram(t, testenv.RedisCLIBin)
 	var nodes []*testenv.Redis
@@ -642,8 +679,9 @@ func startReplicatedCluster(t *testing.T) (masters []string, replicaOf map[strin
 	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	replicaOf = map[string]*testenv.Redis{}
+	replicaOf, nodeAt = map[string]*testenv.Redis{}, map[string]*testenv.Redis{}
 	for _, n := range nodes {
+		nodeAt[n.Addr] = n
 		c := client(t, n.Addr)
 		waitUntil(t, 30*time.Second, "cluster node "+n.Addr+" ok", func() bool {
 			s, err := c.ClusterInfo(context.Background()).Result()
@@ -661,7 +699,99 @@ func startReplicatedCluster(t *testing.T) (masters []string, replicaOf map[strin
 	if len(masters) != 3 || len(replicaOf) != 3 {
 		t.Fatalf("cluster of %d masters and %d replicas, want 3 and 3", len(masters), len(replicaOf))
 	}
-	return masters, replicaOf
+	return masters, replicaOf, nodeAt
+}
+
+// TestAcknowledgedChangesSurviveClusterFailover runs the load against a
+// Redis Cluster of three masters with a replica each, cuts the replica of
+// the master that holds the load's host off for a moment, kills that
+// master with SIGKILL and lets the cluster promote the replica by itself.
+// With WAIT 1 no acknowledged change is missing afterwards: the changes
+// made while the replica was cut off failed with ErrNotDurable instead. Without WAIT the
+// master acknowledged them and the failover loses them, so the check can
+// fail.
+func TestAcknowledgedChangesSurviveClusterFailover(t *testing.T) {
+	const workers = 8
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		wantLoss bool
+	}{
+		{"WAIT 1", 1, false},
+		{"no WAIT", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			masters, replicaOf, nodeAt := startReplicatedClusterNodes(t)
+			clusterLedger := func(d Durability) *Ledger {
+				rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: masters, PoolSize: 64, MaxRetries: 1, DialerRetries: 1})
+				t.Cleanup(func() { _ = rdb.Close() })
+				l, err := New(rdb, Options{Durability: d})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return l
+			}
+			l := clusterLedger(Durability{Replicas: tc.replicas, Timeout: 200 * time.Millisecond})
+			setUpLoad(t, clusterLedger(Durability{Replicas: tc.replicas, Timeout: 5 * time.Second}), workers)
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: masters})
+			t.Cleanup(func() { _ = cc.Close() })
+			node, err := cc.MasterForKey(ctx, l.hostKeys(loadHost).topo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := nodeAt[node.Options().Addr]
+			r := replicaOf[m.Addr]
+			caughtUp(t, r, m)
+
+			log := newAckLog()
+			stop := make(chan struct{})
+			wg := startLoad(t, l, workers, log, stop)
+			waitForCalls(log, 300, true, 20*time.Second)
+			// The replica is stopped (SIGSTOP) and the master drops its
+			// link, so the replica cannot make it again: the master
+			// acknowledges what the replica never receives (or, with
+			// WAIT, refuses to). Then the master dies and the replica
+			// goes on.
+			replicaPID := pidOf(t, r)
+			if err := syscall.Kill(replicaPID, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			if err := client(t, m.Addr).Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
+				t.Fatalf("CLIENT KILL TYPE replica on %s: %v", m.Addr, err)
+			}
+			waitForCalls(log, 40, false, 2*time.Second)
+			killServer(t, m)
+			if err := syscall.Kill(replicaPID, syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, 60*time.Second, "the cluster promotes "+r.Addr, func() bool {
+				return info(t, client(t, r.Addr), "replication", "role") == "master"
+			})
+			// The load goes on against the promoted replica.
+			waitForCalls(log, 50, true, 20*time.Second)
+			close(stop)
+			wg.Wait()
+
+			check := clusterLedger(Durability{})
+			lost := log.lost(t, check, workers)
+			acks, calls, notDurable := log.counts()
+			t.Logf("%d calls, %d acknowledged, %d not durable; after the cluster's failover %d acknowledged changes are missing: %s",
+				calls, acks, notDurable, len(lost), summary(lost))
+			switch {
+			case tc.wantLoss && len(lost) == 0:
+				t.Errorf("no acknowledged change lost without WAIT: the check cannot tell a loss")
+			case !tc.wantLoss && len(lost) > 0:
+				t.Errorf("%d acknowledged changes lost: %s", len(lost), summary(lost))
+			}
+			if tc.replicas > 0 && notDurable == 0 {
+				t.Errorf("no call failed with ErrNotDurable while the replica was cut off")
+			}
+			if !tc.wantLoss {
+				snapshot(t, check, loadHost)
+			}
+		})
+	}
 }
 
 // TestClusterWaitsOnTheSlotsMaster runs WAIT 1 on a cluster of three

@@ -17,10 +17,14 @@ import (
 )
 
 // Programs the Redis helpers run; deploy/deps.sh installs them (Debian
-// packages redis-server and redis-tools).
+// packages redis-server and redis-tools, and valkey-server where
+// redis-server predates WAITAOF).
 const (
 	RedisServerBin = "redis-server"
 	RedisCLIBin    = "redis-cli"
+	// ValkeyServerBin serves the same protocol and configuration as
+	// redis-server 7.2, WAITAOF included (Valkey 7.2 and later).
+	ValkeyServerBin = "valkey-server"
 )
 
 // errExited marks a server that exited while starting, most likely
@@ -44,6 +48,8 @@ type Redis struct {
 }
 
 type redisConfig struct {
+	server      string // the program startRedis chose
+	waitAOF     bool   // the server must have WAITAOF
 	appendOnly  bool
 	cluster     bool
 	clusterPort int // the cluster bus port, chosen at start
@@ -57,6 +63,14 @@ type RedisOption func(*redisConfig)
 // the server acknowledged survives a restart, even one after SIGKILL.
 func AppendOnly() RedisOption {
 	return func(c *redisConfig) { c.appendOnly = true }
+}
+
+// WithWAITAOF starts a server that has WAITAOF (Redis 7.2 and later):
+// redis-server when it is recent enough, else valkey-server. Under CI=true
+// a missing one fails the test, so the durability that needs WAITAOF is
+// always exercised there.
+func WithWAITAOF() RedisOption {
+	return func(c *redisConfig) { c.waitAOF = true }
 }
 
 // RedisConfigLines adds raw redis.conf lines, such as "maxclients 20000".
@@ -93,7 +107,11 @@ func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 
 func startRedis(t testing.TB, dir string, cfg redisConfig) *Redis {
 	t.Helper()
-	RequireProgram(t, RedisServerBin)
+	cfg.server = RedisServerBin
+	if cfg.waitAOF && !hasWAITAOF(t, RedisServerBin) {
+		cfg.server = ValkeyServerBin
+	}
+	RequireProgram(t, cfg.server)
 	// A port found free can be taken before the server binds it; try again
 	// with another one when the server exits at start.
 	var lastErr error
@@ -172,10 +190,11 @@ func (r *Redis) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(RedisServerBin, conf)
+	bin := r.cfg.server
+	cmd := exec.Command(bin, conf)
 	cmd.Dir = r.Dir
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s on %s: %w", RedisServerBin, r.Addr, err)
+		return fmt.Errorf("start %s on %s: %w", bin, r.Addr, err)
 	}
 	r.cmd, r.done = cmd, make(chan error, 1)
 	go func() { r.done <- cmd.Wait() }()
@@ -185,14 +204,14 @@ func (r *Redis) start() error {
 		select {
 		case err := <-r.done:
 			r.cmd = nil
-			return fmt.Errorf("%s on %s %w before answering PING (%v); log: %s", RedisServerBin, r.Addr, errExited, err, r.logTail())
+			return fmt.Errorf("%s on %s %w before answering PING (%v); log: %s", bin, r.Addr, errExited, err, r.logTail())
 		default:
 		}
 		if err := ping(r.Addr); err == nil {
 			return nil
 		} else if time.Now().After(deadline) {
 			r.stop(syscall.SIGKILL)
-			return fmt.Errorf("%s on %s did not answer PING within %s: %v; log: %s", RedisServerBin, r.Addr, startTimeout, err, r.logTail())
+			return fmt.Errorf("%s on %s did not answer PING within %s: %v; log: %s", bin, r.Addr, startTimeout, err, r.logTail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -221,6 +240,36 @@ func (r *Redis) logTail() string {
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-5):], " | ")
+}
+
+// hasWAITAOF says whether the installed program is Redis 7.2 or later,
+// from its --version line ("Redis server v=7.0.15 ...").
+func hasWAITAOF(t testing.TB, bin string) bool {
+	t.Helper()
+	RequireProgram(t, bin)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatalf("testenv: %s --version: %v", bin, err)
+	}
+	return versionAtLeast(string(out), 7, 2)
+}
+
+// versionAtLeast reads the "v=MAJOR.MINOR" of a server's --version line.
+func versionAtLeast(line string, major, minor int) bool {
+	_, v, ok := strings.Cut(line, "v=")
+	if !ok {
+		return false
+	}
+	parts := strings.SplitN(strings.Fields(v)[0], ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	maj, err1 := strconv.Atoi(parts[0])
+	mnr, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return maj > major || maj == major && mnr >= minor
 }
 
 // freePort returns a loopback TCP port nothing listens on right now.

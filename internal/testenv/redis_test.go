@@ -119,3 +119,31 @@ func TestRequireProgramMissing(t *testing.T) {
 		}
 	}
 }
+
+func TestVersionAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{"Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=1", false},
+		{"Redis server v=7.2.0 sha=00000000:0", true},
+		{"Redis server v=8.0.1 sha=00000000:0", true},
+		{"Valkey server v=8.0.1 sha=00000000:0 malloc=jemalloc-5.3.0", true},
+		{"Redis server v=6.9.99", false},
+		{"no version here", false},
+		{"v=x.y", false},
+	} {
+		if got := versionAtLeast(tc.line, 7, 2); got != tc.want {
+			t.Errorf("versionAtLeast(%q, 7, 2) = %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}
+
+// TestWithWAITAOFAnswersWAITAOF: the server WithWAITAOF starts knows the
+// command, whatever redis-server is installed.
+func TestWithWAITAOFAnswersWAITAOF(t *testing.T) {
+	srv := StartRedis(t, WithWAITAOF(), AppendOnly())
+	if got := do(t, srv.Addr, "WAITAOF 1 0 1000"); !strings.HasPrefix(got, "*2") {
+		t.Errorf("WAITAOF 1 0 1000 on %s = %q, want a two-element array", srv.Addr, got)
+	}
+}
