@@ -29,6 +29,9 @@ type Activities struct {
 	ProgressEvery time.Duration
 	// Owners tells the ledger audit whether a claim's workflow is open.
 	Owners OwnerChecker
+	// Holders tells a recovery which claims an open operation made; nil
+	// quarantines what a lost claim of an open operation held.
+	Holders ClaimHolders
 	// Grace is the audit's default grace period: younger claims are not
 	// judged.
 	Grace time.Duration

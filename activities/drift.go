@@ -85,6 +85,14 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 				Detail: fmt.Sprintf("domain %s runs pinned to %s with no claim on %s", d.Name, orNone(cpus), snap.Host)}
 			au.quarantineVanished(ctx, snap, d, cpus.Difference(other), &f)
 			found = append(found, f)
+		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StatePaused && !au.res.DryRun:
+			// The incoming side of a migration whose claim vanished: its
+			// open operation gets the claim back, and goes on.
+			if rc, ok, err := au.a.restoreHeld(ctx, snap.Host, false, snap.Topology, d.UUID, cpus.Difference(other)); err == nil && ok {
+				found = append(found, Drift{Kind: DriftDomainWithoutClaim, Instance: d.UUID, CPUs: cpus.String(),
+					Detail: fmt.Sprintf("domain %s is paused pinned to %s with no claim on %s; made again as claim %s of its open operation, pending",
+						d.Name, orNone(cpus), snap.Host, rc.ClaimID)})
+			}
 		case len(byInstance[d.UUID]) > 0:
 			if out := cpus.Difference(own).Difference(other); !out.IsEmpty() {
 				f := Drift{Kind: DriftPinsOutsideClaim, Instance: d.UUID, CPUs: out.String(),
@@ -124,10 +132,16 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 // quarantineVanished claims, as a quarantine, the pCPUs a running domain
 // uses that the ledger calls free: its claim vanished (Redis lost it) or
 // it was started outside pinflow, and either way the next claim must not
-// take them. The claim is a compare-and-set on free pCPUs, so a claim made
-// since the snapshot wins and nothing is quarantined.
+// take them. A domain pinned exactly to a claim its open operation made
+// gets that claim back instead (restoreHeld), so the operation goes on.
+// The claim is a compare-and-set on free pCPUs, so a claim made since the
+// snapshot wins and nothing is quarantined.
 func (au *audit) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, cpus numa.CPUSet, f *Drift) {
 	if cpus.IsEmpty() || d.State != hypervisor.StateRunning || au.res.DryRun {
+		return
+	}
+	if rc, ok, err := au.a.restoreHeld(ctx, snap.Host, false, snap.Topology, d.UUID, cpus); err == nil && ok {
+		f.Detail += "; made again as claim " + rc.ClaimID + " of its open operation, pending"
 		return
 	}
 	rc, err := au.a.quarantine(ctx, snap.Host, snap.Topology, d.UUID, cpus, "a running domain uses pCPUs the ledger called free", false)

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
 )
 
 // OwnerState is what Temporal says of the workflow that owns a claim.
@@ -86,4 +90,43 @@ func (t TemporalOwners) OwnerStatus(ctx context.Context, workflowID string) (Own
 		return OwnerStatus{}, fmt.Errorf("activities: describe workflow %s: the server reports no first run id", workflowID)
 	}
 	return st, nil
+}
+
+// HeldClaimsQuery is the query every operation that claims answers with
+// the claims it made ([]HeldClaim), so that a recovery can make a lost
+// one again exactly as its workflow knows it.
+const HeldClaimsQuery = "pinflow-held-claims"
+
+// HeldClaim is a claim an operation made, as its workflow knows it: the
+// token its fenced steps prove themselves with, and the placement.
+type HeldClaim struct {
+	Host       string           `json:"host"`
+	ClaimID    string           `json:"claim_id"`
+	Kind       ledger.ClaimKind `json:"kind"`
+	Token      string           `json:"token"`
+	OwnerRunID string           `json:"owner_run_id"`
+	Placement  numa.Placement   `json:"placement"`
+}
+
+// ClaimHolders asks an open operation which claims it made.
+type ClaimHolders interface {
+	HeldClaims(ctx context.Context, workflowID string) ([]HeldClaim, error)
+}
+
+// HeldClaims queries the open run of workflowID. A workflow that does not
+// answer the query (a run from before it existed) holds none known.
+func (t TemporalOwners) HeldClaims(ctx context.Context, workflowID string) ([]HeldClaim, error) {
+	v, err := t.Client.QueryWorkflow(ctx, workflowID, "", HeldClaimsQuery)
+	if err != nil {
+		var qf *serviceerror.QueryFailed
+		if errors.As(err, &qf) && strings.Contains(qf.Error(), "unknown queryType") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("activities: query %s of workflow %s: %w", HeldClaimsQuery, workflowID, err)
+	}
+	var held []HeldClaim
+	if err := v.Get(&held); err != nil {
+		return nil, fmt.Errorf("activities: query %s of workflow %s: %w", HeldClaimsQuery, workflowID, err)
+	}
+	return held, nil
 }

@@ -28,6 +28,9 @@ type RecoveredClaim struct {
 	Instance string `json:"instance"`
 	CPUs     string `json:"cpus"`
 	Why      string `json:"why"`
+	// Pending: the claim was made again pending, for the open operation
+	// that made it, rather than committed as a resident claim.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // RecoverHostResult says what RecoverHost found and did.
@@ -63,6 +66,10 @@ func (r RecoverHostResult) Changed() bool {
 //   - a domain whose pCPUs no claim of its instance holds, and whose record
 //     names this host with the same pins, gets its resident claim back
 //     (the record's claim id and placement), committed;
+//   - a domain pinned exactly to a claim its instance's open operation
+//     made on this host gets that claim back as the operation knows it:
+//     pending, with its id, owner, placement and token, so the operation's
+//     fenced steps go on;
 //   - the pCPUs of any other such domain are quarantined: a claim of kind
 //     quarantine, owned by no workflow, that the audit never frees and
 //     that only an operator releases.
@@ -175,12 +182,59 @@ func (a *Activities) recoverDomain(ctx context.Context, in RecoverHostInput, top
 			return rc, true, nil
 		}
 	}
+	if missing.Equal(used) {
+		rc, ok, err := a.restoreHeld(ctx, in.Host, in.DryRun, topo, d.UUID, used)
+		if err != nil || ok {
+			return rc, ok, err
+		}
+	}
 	why := "no record of the instance"
 	if inst != nil {
 		why = fmt.Sprintf("its record says host %q, claim %q", inst.Host, inst.ClaimID)
 	}
 	rc, err := a.quarantine(ctx, in.Host, topo, d.UUID, missing, why, in.DryRun)
 	return rc, false, err
+}
+
+// restoreHeld makes again, pending and with its own token, the lost claim
+// of the instance's open operation that the running domain is pinned to
+// exactly (the incoming side of a migration, a guest an unshelve or a
+// resize has started), so that the operation goes on as if nothing had
+// been lost. It says whether there was such a claim; when Temporal cannot
+// tell, there is none, and the pCPUs are quarantined instead.
+func (a *Activities) restoreHeld(ctx context.Context, host string, dryRun bool, topo *numa.Host, uuid string, used numa.CPUSet) (RecoveredClaim, bool, error) {
+	if a.Holders == nil || a.Owners == nil {
+		return RecoveredClaim{}, false, nil
+	}
+	wid := InstanceWorkflowID(uuid)
+	if st, err := a.Owners.OwnerStatus(ctx, wid); err != nil || st.State != OwnerRunning {
+		return RecoveredClaim{}, false, nil
+	}
+	held, err := a.Holders.HeldClaims(ctx, wid)
+	if err != nil {
+		return RecoveredClaim{}, false, nil
+	}
+	for _, h := range held {
+		if h.Host != host || h.Token == "" {
+			continue
+		}
+		placed, err := placementCPUs(topo, &h.Placement)
+		if err != nil || !placed.Equal(used) {
+			continue
+		}
+		rc := RecoveredClaim{ClaimID: h.ClaimID, Instance: uuid, CPUs: used.String(), Pending: true,
+			Why: fmt.Sprintf("the open operation %s made it (%s) and its guest runs pinned to it", wid, h.Kind)}
+		if dryRun {
+			return rc, true, nil
+		}
+		p := h.Placement
+		if _, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: h.ClaimID, Host: host, InstanceUUID: uuid, Kind: h.Kind,
+			OwnerWorkflowID: wid, OwnerRunID: h.OwnerRunID, Placement: &p, Token: h.Token}); err != nil {
+			return RecoveredClaim{}, false, err
+		}
+		return rc, true, nil
+	}
+	return RecoveredClaim{}, false, nil
 }
 
 // quarantine claims cpus of host for the instance's domain, as kind

@@ -106,6 +106,10 @@ type ClaimSpec struct {
 	OwnerRunID      string
 	Request         *numa.Request
 	Placement       *numa.Placement
+	// Token, when set, is the claim's token instead of a new random one:
+	// recovery makes a lost claim again for the open workflow that holds
+	// it, whose fenced steps prove themselves with the token it was given.
+	Token string
 }
 
 func (s *ClaimSpec) check() error {
@@ -121,6 +125,9 @@ func (s *ClaimSpec) check() error {
 	if !s.Kind.valid() {
 		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s, %s, %s, %s or %s", s.Kind, ErrInvalid,
 			KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest)
+	}
+	if strings.Contains(s.Token, "|") {
+		return fmt.Errorf("%w: token %q: a token has no '|'", ErrInvalid, s.Token)
 	}
 	if s.OwnerWorkflowID == "" || s.OwnerRunID == "" {
 		return fmt.Errorf("%w: owner workflow id %q and run id %q must both be set", ErrInvalid, s.OwnerWorkflowID, s.OwnerRunID)
@@ -148,21 +155,26 @@ func (s *ClaimSpec) check() error {
 // instance is ErrConflict. A request that fits nowhere is a
 // *numa.NoFitError; an explicit placement that does not belong on the host
 // is ErrInvalid, one on pCPUs owned by others ErrConflict. A host an
-// operator marked down or returning takes no new claims: ErrHostDown.
+// operator marked down or returning takes no new claims: ErrHostDown; a
+// disabled one takes them (the caller named it).
 func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error) {
 	defer func(start time.Time) { observeClaim(ctx, start, err) }(time.Now())
 	wrap := func(err error) error { return fmt.Errorf("ledger: claim %s on %s: %w", spec.ID, spec.Host, err) }
 	if err := spec.check(); err != nil {
 		return nil, wrap(err)
 	}
-	var tok [16]byte
-	if _, err := crand.Read(tok[:]); err != nil {
-		return nil, wrap(fmt.Errorf("token: %w", err))
+	token := spec.Token
+	if token == "" {
+		var tok [16]byte
+		if _, err := crand.Read(tok[:]); err != nil {
+			return nil, wrap(fmt.Errorf("token: %w", err))
+		}
+		token = hex.EncodeToString(tok[:])
 	}
 	c := &Claim{
 		State: StatePending, ID: spec.ID, Host: spec.Host, InstanceUUID: spec.InstanceUUID, Kind: spec.Kind,
 		OwnerWorkflowID: spec.OwnerWorkflowID, OwnerRunID: spec.OwnerRunID,
-		Token: hex.EncodeToString(tok[:]), CreatedAt: l.now().UTC(),
+		Token: token, CreatedAt: l.now().UTC(),
 	}
 	k := l.hostKeys(spec.Host)
 	lost := ""

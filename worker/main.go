@@ -73,7 +73,7 @@ func run() error {
 		w.RegisterWorkflow(wf)
 	}
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions,
-		Owners: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
+		Owners: activities.TemporalOwners{Client: tc}, Holders: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
 		Settler:         workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue},
 		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,

@@ -134,9 +134,8 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 			return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+host), a.ReleaseClaim,
 				activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil)
 		})
-		var claim activities.ClaimResult
 		claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: activities.KindEvacuation, Owner: owner(ctx), Flavor: inst.Flavor}
-		err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+host), a.Claim, claimIn).Get(ctx, &claim)
+		claim, err := s.claim(ctx, claimIn)
 		if err == nil {
 			return host, claim, nil
 		}

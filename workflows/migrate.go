@@ -105,10 +105,10 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
 			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
 	})
-	var claim activities.ClaimResult
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindMigrationDest,
 		Owner: owner(ctx), Flavor: inst.Flavor}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+dst), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+	claim, err := s.claim(ctx, claimIn)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()

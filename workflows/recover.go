@@ -24,8 +24,9 @@ type RecoverResult struct {
 
 // Recover rebuilds hosts' ledgers after Redis lost data, one host after
 // the other (activities.RecoverHost): it restores the resident claims
-// whose records agree with the running domains, and quarantines the
-// pCPUs of running domains that no record explains. It only adds claims,
+// whose records agree with the running domains and the pending claims of
+// open operations whose guests run pinned to them, and quarantines the
+// pCPUs of running domains that nothing explains. It only adds claims,
 // never frees one.
 func Recover(ctx workflow.Context, in RecoverInput) (*RecoverResult, error) {
 	s, err := newSaga(ctx, OpRecover, "", 1)
@@ -73,7 +74,11 @@ func RecoverReport(res *RecoverResult) string {
 			fmt.Fprintf(&b, "  %sregister its topology again from the hypervisor\n", verb)
 		}
 		for _, c := range h.Restored {
-			fmt.Fprintf(&b, "  %srestore claim %s of %s on pCPUs %s: %s\n", verb, c.ClaimID, c.Instance, c.CPUs, c.Why)
+			state := "committed"
+			if c.Pending {
+				state = "pending"
+			}
+			fmt.Fprintf(&b, "  %srestore claim %s of %s on pCPUs %s, %s: %s\n", verb, c.ClaimID, c.Instance, c.CPUs, state, c.Why)
 		}
 		for _, c := range h.Quarantined {
 			fmt.Fprintf(&b, "  %squarantine pCPUs %s of %s as claim %s: %s\n", verb, c.CPUs, c.Instance, c.ClaimID, c.Why)

@@ -146,10 +146,10 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
 			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
 	})
-	var claim activities.ClaimResult
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindResizeDest,
 		Owner: owner(ctx), Flavor: flavor}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+dst), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+	claim, err := s.claim(ctx, claimIn)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -211,7 +211,6 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.phase(PhaseVerifyResize, verifyDetail(src, dst, window))
 	decided := func() bool { return decision != "" || verifyCtx.Err() != nil }
 	auto := false
-	var err error
 	if window < 0 {
 		err = workflow.Await(ctx, decided)
 	} else {

@@ -74,6 +74,8 @@ type saga struct {
 	steps   int // total steps, for Progress
 	done    int
 	undo    []compensation
+	// held are the claims the operation made, for HeldClaimsQuery.
+	held []activities.HeldClaim
 }
 
 type compensation struct {
@@ -87,6 +89,9 @@ func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga,
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
+	if err := workflow.SetQueryHandler(ctx, activities.HeldClaimsQuery, func() ([]activities.HeldClaim, error) { return s.held, nil }); err != nil {
+		return nil, err
+	}
 	attrs := []temporal.SearchAttributeUpdate{AttrOperation.ValueSet(string(op)), AttrPhase.ValueSet(string(PhaseStarted))}
 	if uuid != "" {
 		attrs = append(attrs, AttrInstance.ValueSet(uuid))
@@ -95,6 +100,18 @@ func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga,
 		return nil, err
 	}
 	return s, nil
+}
+
+// claim claims pinned CPUs on in.Host and remembers the claim, so that a
+// recovery after Redis lost it can make it again as this run knows it.
+func (s *saga) claim(ctx workflow.Context, in activities.ClaimInput) (activities.ClaimResult, error) {
+	var c activities.ClaimResult
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+in.Host), a.Claim, in).Get(ctx, &c); err != nil {
+		return c, err
+	}
+	s.held = append(s.held, activities.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
+		OwnerRunID: in.Owner.FirstRunID, Placement: c.Placement})
+	return c, nil
 }
 
 // phase records a new phase in the status, the search attributes and the

@@ -150,9 +150,9 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 		clear := activities.ClearHostInput{UUID: inst.UUID, VMState: inst.VMState, OnlyClaimID: id}
 		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil)
 	})
-	var claim activities.ClaimResult
 	claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: kind, Owner: owner(ctx), Flavor: inst.Flavor}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+host), a.Claim, claimIn).Get(ctx, &claim); err != nil {
+	claim, err := s.claim(ctx, claimIn)
+	if err != nil {
 		return "", nil, err
 	}
 	s.step()

@@ -37,13 +37,20 @@ func (s *stack) loseHost(host string) {
 // TestRecoverAfterLedgerLoss: host a's ledger keys are gone while its
 // guests run and a migration onto it is in flight. No boot can land on a
 // until it is recovered; recover restores the claims whose records
-// agree, quarantines what no record explains, and check and an audit
-// pass afterwards.
+// agree, gives the open migration its pending claim back with its own
+// token (so its fenced switchover goes on and it completes), quarantines
+// nothing, and check and an audit pass afterwards.
 func TestRecoverAfterLedgerLoss(t *testing.T) {
 	s, vmA, vmB := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
 	s.ok("migrate", vmB, "--dest", "a")
 	s.waitDestClaim("a", vmB)
+	var destClaim string
+	for _, c := range s.host("a").Claims {
+		if c.Instance == vmB {
+			destClaim = c.ID
+		}
+	}
 	s.loseHost("a")
 
 	// Nothing can be placed on a host the ledger does not know.
@@ -60,34 +67,29 @@ func TestRecoverAfterLedgerLoss(t *testing.T) {
 	if !strings.Contains(out, "restore claim") || !strings.Contains(out, vmA) {
 		t.Errorf("recover did not restore A's claim:\n%s", out)
 	}
-	if !strings.Contains(out, "quarantine pCPUs 2-3 of "+vmB) {
-		t.Errorf("recover did not quarantine the pCPUs of B's incoming side:\n%s", out)
+	if want := "restore claim " + destClaim + " of " + vmB + " on pCPUs 2-3, pending"; !strings.Contains(out, want) {
+		t.Errorf("recover did not give B's open migration its claim back (%q):\n%s", want, out)
 	}
-	// B's migration lost its destination claim: its fence refuses the
-	// switchover, and B stays on b; the incoming side's pCPUs were
-	// quarantined until then.
+	if strings.Contains(out, "quarantine") {
+		t.Errorf("recover quarantined what an open migration holds:\n%s", out)
+	}
+	// B's migration fences on its claim, made again with its token: it
+	// completes onto a.
 	g := s.waitClosed(vmB)
-	if hostOf(g) != "b" {
-		t.Errorf("B migrated onto a claim that vanished: it is on %q", hostOf(g))
+	if hostOf(g) != "a" {
+		t.Errorf("B's migration did not complete on its restored claim: it is on %q", hostOf(g))
 	}
 	s.ok("check")
-	// What the quarantine held is released by an operator once B's
-	// incoming side is gone.
-	for _, c := range s.host("a").Claims {
-		if c.Kind == string(ledger.KindQuarantine) {
-			s.ok("quarantine", "release", "--host", "a", c.ID)
-		}
-	}
 	s.checkAgreement(vmA, "a")
-	s.checkAgreement(vmB, "b")
+	s.checkAgreement(vmB, "a")
 	time.Sleep(2500 * time.Millisecond) // the minimum grace
 	res := s.reconcile("--grace", "0")
 	if n := res.Total.Freed.Total(); n != 0 {
 		t.Errorf("the audit after the recovery freed %d claims: %+v", n, res.Hosts)
 	}
-	d := s.boot("D", "a", 1)
+	d := s.boot("D", "b", 1)
 	s.noDoublePins("a", "b")
-	s.checkAgreement(d, "a")
+	s.checkAgreement(d, "b")
 
 	// A host that is fine, and one nobody knows: one line, nothing changed.
 	s.refused("is fine", "recover", "--host", "a")
@@ -114,17 +116,7 @@ func TestAuditQuarantinesVanishedClaims(t *testing.T) {
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	vmA := s.boot("A", "a", 2)
-	opts, err := redis.ParseURL(s.redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	ctx := context.Background()
-	base := ledger.DefaultKeyPrefix + ":host:{a}:"
-	if err := rdb.Del(ctx, base+"pins", base+"claims", base+"usage", base+"undo", base+"lease").Err(); err != nil {
-		t.Fatal(err)
-	}
+	s.loseClaims("a")
 	res := s.reconcile("--grace", "0")
 	if got := res.Total.Drift.Total(); got == 0 {
 		t.Errorf("the audit found no drift after A's claim vanished: %+v", res.Hosts)
@@ -142,5 +134,69 @@ func TestAuditQuarantinesVanishedClaims(t *testing.T) {
 	s.noDoublePins("a")
 	if got := s.guest(b).pcpus(); got != "2-3" {
 		t.Errorf("B pinned to %q, want 2-3 (A's 0-1 are quarantined)", got)
+	}
+	// The operator deletes A and releases the quarantine by hand: its
+	// pCPUs take the next guest.
+	s.ok("delete", vmA, "--wait")
+	for _, c := range s.host("a").Claims {
+		if c.Kind == string(ledger.KindQuarantine) {
+			s.ok("quarantine", "release", "--host", "a", c.ID)
+		}
+	}
+	c := s.boot("C", "a", 2)
+	s.noDoublePins("a")
+	if got := s.guest(c).pcpus(); got != "0-1" {
+		t.Errorf("C pinned to %q, want 0-1 (the released quarantine's)", got)
+	}
+}
+
+// TestAuditRestoresAnOpenMigrationsLostClaim: Redis loses host a's claims
+// while a migration onto it is in flight. The next audit makes the
+// migration's destination claim again, pending and with its token, so the
+// migration completes; the resident claim of A, whose guest runs, is
+// quarantined (only recover restores resident claims).
+func TestAuditRestoresAnOpenMigrationsLostClaim(t *testing.T) {
+	s, vmA, vmB := twoHosts(t)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
+	s.ok("migrate", vmB, "--dest", "a")
+	s.waitDestClaim("a", vmB)
+	var destClaim string
+	for _, c := range s.host("a").Claims {
+		if c.Instance == vmB {
+			destClaim = c.ID
+		}
+	}
+	s.loseClaims("a")
+	s.reconcile("--grace", "0")
+	kinds := map[string]string{}
+	for _, c := range s.host("a").Claims {
+		kinds[c.Instance] = c.Kind + "/" + c.ID
+	}
+	if want := "migration-dest/" + destClaim; kinds[vmB] != want {
+		t.Errorf("after the audit B's claim on a is %q, want %q", kinds[vmB], want)
+	}
+	if !strings.HasPrefix(kinds[vmA], string(ledger.KindQuarantine)+"/") {
+		t.Errorf("after the audit A's pCPUs on a are held by %q, want a quarantine", kinds[vmA])
+	}
+	if g := s.waitClosed(vmB); hostOf(g) != "a" {
+		t.Errorf("B's migration did not complete on its restored claim: it is on %q", hostOf(g))
+	}
+	s.noDoublePins("a", "b")
+	s.checkAgreement(vmB, "a")
+}
+
+// loseClaims deletes host's claims, pins, usage, undo log and leases, as
+// a Redis that lost them would; its topology and registration stay.
+func (s *stack) loseClaims(host string) {
+	s.t.Helper()
+	opts, err := redis.ParseURL(s.redisURL)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	base := ledger.DefaultKeyPrefix + ":host:{" + host + "}:"
+	if err := rdb.Del(context.Background(), base+"pins", base+"claims", base+"usage", base+"undo", base+"lease").Err(); err != nil {
+		s.t.Fatal(err)
 	}
 }
