@@ -13,9 +13,10 @@
 //	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB> -> count in use
 //	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
 //	<prefix>:host:{h}:lease   hash: claim id -> token|end of its fence lease (ms, server clock)
-//	<prefix>:host:{h}:state   hash: state (down, returning; none: up), reason, token, since
-//	<prefix>:inst:{uuid}      hash: one instance record
+//	<prefix>:host:{h}:state   hash: state (down, returning, disabled; none: up), reason, token, since
+//	<prefix>:inst:{uuid}      hash: one instance record (no index of them: Instances scans for the keys)
 //	<prefix>:hosts            set: registered host names
+//	<prefix>:placement:changed  sorted set: host -> when its usage or topology last changed (µs, server clock)
 //
 // gen is the topology generation; it grows when RegisterHost changes the
 // topology, and a claim fitted against an older generation is refused. rev
@@ -71,14 +72,18 @@
 // # Host states
 //
 // A host is up unless an operator said otherwise: down (SetHostDown: it is
-// fenced, powered off or cut off, and its guests may be evacuated) or
+// fenced, powered off or cut off, and its guests may be evacuated),
 // returning (SetHostReturning: it is back and its tombstones are being
-// cleared). The state lives in the host's slot, so the apply script
-// refuses every new claim on a host that is not up (ErrHostDown) in the
-// same step that would make it; releases and the other scripts still work
-// there. SetHostUp takes a returning host back only while it holds no
-// tombstone, in the same script that counts them. Each fencing records a
-// new random token; marking a host down again is a retry and keeps it.
+// cleared) or disabled (SetHostDisabled: its guests stay, and new ones
+// come only when an operation names it, as before maintenance). The state
+// lives in the host's slot, so the apply script refuses every new claim on
+// a host that is down or returning (ErrHostDown) in the same step that
+// would make it; releases and the other scripts still work there. A
+// disabled host takes claims: it is the choice of a host that passes it
+// by. SetHostUp takes a returning host back only while it holds no
+// tombstone, in the same script that counts them; SetHostEnabled takes a
+// disabled one back. Each fencing records a new random token; marking a
+// host down again is a retry and keeps it.
 //
 // # Fences
 //

@@ -516,6 +516,12 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 	if err := first.MoveInstance(ctx, "u5", Move{Host: "h", ClaimID: "rs", Resize: rec}); err != nil {
 		t.Fatal(err)
 	}
+	// A host to disable, and one disabled to enable.
+	register(t, first, "m", testHost(1, 2))
+	register(t, first, "e", testHost(1, 2))
+	if _, err := first.SetHostDisabled(ctx, "e", "maintenance"); err != nil {
+		t.Fatal(err)
+	}
 	// Each call below waits up to 0.2s (Redis times waits out on its
 	// 100ms clock), twice for a script the server has not seen yet: the
 	// replica sleeps long enough for all of them.
@@ -549,6 +555,8 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 		{"SetHostDown", func(l *Ledger) error { _, err := l.SetHostDown(ctx, "f", "fenced"); return err }},
 		{"Tombstone", func(l *Ledger) error { _, err := l.Tombstone(ctx, "f", "dead"); return err }},
 		{"SetHostReturning", func(l *Ledger) error { _, err := l.SetHostReturning(ctx, "f"); return err }},
+		{"SetHostDisabled", func(l *Ledger) error { _, err := l.SetHostDisabled(ctx, "m", "maintenance"); return err }},
+		{"SetHostEnabled", func(l *Ledger) error { _, err := l.SetHostEnabled(ctx, "e"); return err }},
 	}
 	for _, s := range steps {
 		for _, try := range []struct {
@@ -587,6 +595,11 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 	}
 	if st, err := promoted.HostStatus(ctx, "f"); err != nil || st.State != HostReturning {
 		t.Errorf("HostStatus(f) on the replica = %+v, %v; want returning", st, err)
+	}
+	for h, want := range map[string]HostState{"m": HostDisabled, "e": HostUp} {
+		if st, err := promoted.HostStatus(ctx, h); err != nil || st.State != want {
+			t.Errorf("HostStatus(%s) on the replica = %+v, %v; want %s", h, st, err, want)
+		}
 	}
 	for _, u := range []string{"u4", "u5"} {
 		in, err := promoted.Instance(ctx, u)

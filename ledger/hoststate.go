@@ -21,6 +21,7 @@ const (
 	HostUp        HostState = "up"        // the default: takes new claims
 	HostDown      HostState = "down"      // fenced by an operator: powered off or cut off, its guests may be evacuated; takes no claims
 	HostReturning HostState = "returning" // coming back: its tombstones are being cleared; takes no claims, no evacuation starts from it
+	HostDisabled  HostState = "disabled"  // kept from new guests by an operator (maintenance): its guests stay; takes the claims that name it, automatic choice skips it
 )
 
 // HostStatus is a host's state with the operator's reason, the fencing token
@@ -138,7 +139,8 @@ func checkReason(reason string) error {
 
 // SetHostDown records that an operator fenced the host (reason 1-200 printable chars,
 // else ErrInvalid), with a new random token; a host already down keeps its
-// token and reason (a retry). A returning host goes back to down with a new token.
+// token and reason (a retry). A returning host goes back to down with a new
+// token, and so does a disabled one, its reason replaced by the fencing's.
 //
 // From then on the apply script refuses every new claim on the host
 // (ErrHostDown); releases and every other change still work there.
@@ -150,27 +152,59 @@ func (l *Ledger) SetHostDown(ctx context.Context, host, reason string) (HostStat
 	if _, err := crand.Read(tok[:]); err != nil {
 		return HostStatus{}, fmt.Errorf("ledger: set host %s down: token: %w", host, err)
 	}
-	return l.setHostState(ctx, host, HostDown, reason, hex.EncodeToString(tok[:]))
+	return l.setHostState(ctx, host, string(HostDown), reason, hex.EncodeToString(tok[:]))
 }
 
-// SetHostReturning moves a down host to returning (returning stays returning); an up host: ErrConflict.
+// SetHostReturning moves a down host to returning (returning stays returning);
+// an up or disabled host: ErrConflict.
 func (l *Ledger) SetHostReturning(ctx context.Context, host string) (HostStatus, error) {
-	return l.setHostState(ctx, host, HostReturning, "", "")
+	return l.setHostState(ctx, host, string(HostReturning), "", "")
 }
 
 // SetHostUp moves a returning host to up, only while it holds no tombstone (else
-// ErrConflict naming how many); up stays up; a down host: ErrConflict (it must return first).
+// ErrConflict naming how many); up stays up; a down host: ErrConflict (it must
+// return first); a disabled one: ErrConflict (SetHostEnabled brings it up).
 func (l *Ledger) SetHostUp(ctx context.Context, host string) (HostStatus, error) {
-	return l.setHostState(ctx, host, HostUp, "", "")
+	return l.setHostState(ctx, host, string(HostUp), "", "")
 }
 
-func (l *Ledger) setHostState(ctx context.Context, host string, to HostState, reason, token string) (HostStatus, error) {
-	wrap := func(err error) error { return fmt.Errorf("ledger: set host %s %s: %w", host, to, err) }
+// SetHostDisabled records that an operator keeps new guests off an up host
+// (reason 1-200 printable chars, else ErrInvalid), with the reason and the
+// time. A host disabled already takes the new reason and keeps its time (a
+// retry, or a new word on the same maintenance). A down or returning host
+// is ErrConflict: it must be up first.
+//
+// The apply script still takes claims there: only the automatic choice of a
+// host skips a host that is not up, so an operation that names the host
+// lands on it. SetHostDown fences a disabled host like any other; the host
+// that returns from that comes up enabled.
+func (l *Ledger) SetHostDisabled(ctx context.Context, host, reason string) (HostStatus, error) {
+	if err := checkReason(reason); err != nil {
+		return HostStatus{}, fmt.Errorf("ledger: set host %s disabled: %w", host, err)
+	}
+	return l.setHostState(ctx, host, string(HostDisabled), reason, "")
+}
+
+// SetHostEnabled moves a disabled host back to up, dropping its reason; an up
+// host stays up (a retry). A down or returning host is ErrConflict: it comes
+// back with SetHostReturning and SetHostUp.
+func (l *Ledger) SetHostEnabled(ctx context.Context, host string) (HostStatus, error) {
+	return l.setHostState(ctx, host, moveEnabled, "", "")
+}
+
+// moveEnabled is the host state script's move from disabled to up; its
+// target "up" is the move from returning.
+const moveEnabled = "enabled"
+
+// setHostState runs the host state script's move: a target state, or
+// moveEnabled.
+func (l *Ledger) setHostState(ctx context.Context, host, move, reason, token string) (HostStatus, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: set host %s %s: %w", host, move, err) }
 	if err := checkHostName(host); err != nil {
 		return HostStatus{}, fmt.Errorf("ledger: set host state: %w", err)
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, hostStateScript, []string{k.topo, k.state, k.claims}, string(to), reason, token, l.timestamp()).Slice()
+	res, err := l.change(ctx, hostStateScript, []string{k.topo, k.state, k.claims}, move, reason, token, l.timestamp()).Slice()
 	if err != nil {
 		return HostStatus{}, wrap(err)
 	}
@@ -180,13 +214,7 @@ func (l *Ledger) setHostState(ctx context.Context, host string, to HostState, re
 		return HostStatus{}, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, host))
 	case "conflict":
 		cur, _ := res[1].(string)
-		switch HostState(cur) {
-		case HostUp:
-			return HostStatus{}, wrap(fmt.Errorf("%w: the host is up; only a host that is down can be returning", ErrConflict))
-		case HostDown:
-			return HostStatus{}, wrap(fmt.Errorf("%w: the host is down; it must be returning before it is up", ErrConflict))
-		}
-		return HostStatus{}, wrap(fmt.Errorf("%w: the host is %q", ErrConflict, cur))
+		return HostStatus{}, wrap(fmt.Errorf("%w: %s", ErrConflict, refusal(move, HostState(cur))))
 	case "tombstones":
 		return HostStatus{}, wrap(fmt.Errorf("%w: the host still holds %d tombstone claims; destroy the guests left there and release them first",
 			ErrConflict, toInt(res[1])))
@@ -198,4 +226,19 @@ func (l *Ledger) setHostState(ctx context.Context, host string, to HostState, re
 		return st, nil
 	}
 	return HostStatus{}, wrap(fmt.Errorf("host state script replied %v", res))
+}
+
+// refusal says why the host state script refused move from state cur.
+func refusal(move string, cur HostState) string {
+	switch {
+	case move == string(HostReturning):
+		return fmt.Sprintf("the host is %s; only a host that is down can be returning", cur)
+	case move == string(HostUp) && cur == HostDown:
+		return "the host is down; it must be returning before it is up"
+	case move == string(HostUp) && cur == HostDisabled:
+		return "the host is disabled, not returning; enabling it brings it up"
+	case move == string(HostDisabled) || move == moveEnabled:
+		return fmt.Sprintf("the host is %s; only an up or disabled host is disabled or enabled: it must be brought up first", cur)
+	}
+	return fmt.Sprintf("the host is %q", cur)
 }

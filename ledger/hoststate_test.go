@@ -18,7 +18,13 @@ func hostIn(t *testing.T, l *Ledger, host string, state HostState) {
 	t.Helper()
 	ctx := context.Background()
 	register(t, l, host, testHost(1, 8))
-	if state == HostUp {
+	switch state {
+	case HostUp:
+		return
+	case HostDisabled:
+		if _, err := l.SetHostDisabled(ctx, host, "first"); err != nil {
+			t.Fatalf("SetHostDisabled(%s): %v", host, err)
+		}
 		return
 	}
 	if _, err := l.SetHostDown(ctx, host, "power supply failed"); err != nil {
@@ -150,6 +156,13 @@ func TestHostStateBadInput(t *testing.T) {
 		{"down: bad host name", func() error { _, err := l.SetHostDown(ctx, "h{1}", "x"); return err }, ErrInvalid, `host name "h{1}"`},
 		{"up: bad host name", func() error { _, err := l.SetHostUp(ctx, "h 1"); return err }, ErrInvalid, `host name "h 1"`},
 		{"statuses: bad host name", func() error { _, err := l.HostStatuses(ctx, []string{"h1", "h{1}"}); return err }, ErrInvalid, `host name "h{1}"`},
+		{"disable: empty reason", func() error { _, err := l.SetHostDisabled(ctx, "h1", ""); return err }, ErrInvalid, `reason "": invalid input: reasons are 1-200 printable characters`},
+		{"disable: reason with a newline", func() error { _, err := l.SetHostDisabled(ctx, "h1", "bios\nupdate"); return err }, ErrInvalid, `reason "bios\nupdate"`},
+		{"disable: reason of 201 characters", func() error { _, err := l.SetHostDisabled(ctx, "h1", strings.Repeat("x", 201)); return err }, ErrInvalid, "1-200 printable"},
+		{"disable: unknown host", func() error { _, err := l.SetHostDisabled(ctx, "h9", "update"); return err }, ErrUnknownHost, `"h9" is not registered`},
+		{"enable: unknown host", func() error { _, err := l.SetHostEnabled(ctx, "h9"); return err }, ErrUnknownHost, `"h9" is not registered`},
+		{"disable: bad host name", func() error { _, err := l.SetHostDisabled(ctx, "h{1}", "x"); return err }, ErrInvalid, `host name "h{1}"`},
+		{"enable: bad host name", func() error { _, err := l.SetHostEnabled(ctx, "h 1"); return err }, ErrInvalid, `host name "h 1"`},
 	} {
 		err := tc.do()
 		msg := fmt.Sprint(err)
@@ -315,7 +328,7 @@ func TestHostUpWaitsForTombstones(t *testing.T) {
 func TestHostStatusesAndSnapshot(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
-	states := map[string]HostState{"a": HostUp, "b": HostDown, "c": HostReturning}
+	states := map[string]HostState{"a": HostUp, "b": HostDown, "c": HostReturning, "d": HostDisabled}
 	want := map[string]HostStatus{}
 	for h, st := range states {
 		hostIn(t, l, h, st)
@@ -328,12 +341,12 @@ func TestHostStatusesAndSnapshot(t *testing.T) {
 			t.Errorf("Snapshot(%s).Status = %+v, want %+v", h, snap.Status, s)
 		}
 	}
-	got, err := l.HostStatuses(ctx, []string{"a", "b", "c", "not-registered"})
+	got, err := l.HostStatuses(ctx, []string{"a", "b", "c", "d", "not-registered"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("HostStatuses(a, b, c, not-registered) (-want +got):\n%s", diff)
+		t.Errorf("HostStatuses(a, b, c, d, not-registered) (-want +got):\n%s", diff)
 	}
 	if got, err := l.HostStatuses(ctx, nil); err != nil || len(got) != 0 {
 		t.Errorf("HostStatuses(none) = %v, %v; want empty", got, err)
@@ -342,5 +355,159 @@ func TestHostStatusesAndSnapshot(t *testing.T) {
 	b, err := json.Marshal(got["a"])
 	if err != nil || string(b) != `{"host":"a","state":"up"}` {
 		t.Errorf("json.Marshal(status of a host never marked) = %s, %v; want {\"host\":\"a\",\"state\":\"up\"}", b, err)
+	}
+}
+
+// TestHostDisableMoves: an up host is disabled and enabled again; a down or
+// returning one is neither, and a disabled one is fenced like any other.
+func TestHostDisableMoves(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	do := map[string]func(host string) (HostStatus, error){
+		"disable":   func(h string) (HostStatus, error) { return l.SetHostDisabled(ctx, h, "firmware update") },
+		"enable":    func(h string) (HostStatus, error) { return l.SetHostEnabled(ctx, h) },
+		"down":      func(h string) (HostStatus, error) { return l.SetHostDown(ctx, h, "power supply failed") },
+		"returning": func(h string) (HostStatus, error) { return l.SetHostReturning(ctx, h) },
+		"up":        func(h string) (HostStatus, error) { return l.SetHostUp(ctx, h) },
+	}
+	const mustBeUp = "only an up or disabled host is disabled or enabled: it must be brought up first"
+	for i, tc := range []struct {
+		from    HostState
+		move    string
+		want    HostState
+		wantErr error
+		in      string
+	}{
+		{HostUp, "disable", HostDisabled, nil, ""},
+		{HostUp, "enable", HostUp, nil, ""},
+		{HostDisabled, "enable", HostUp, nil, ""},
+		{HostDisabled, "down", HostDown, nil, ""},
+		{HostDisabled, "returning", "", ErrConflict, "the host is disabled; only a host that is down can be returning"},
+		{HostDisabled, "up", "", ErrConflict, "the host is disabled, not returning; enabling it brings it up"},
+		{HostDown, "disable", "", ErrConflict, "the host is down; " + mustBeUp},
+		{HostDown, "enable", "", ErrConflict, "the host is down; " + mustBeUp},
+		{HostReturning, "disable", "", ErrConflict, "the host is returning; " + mustBeUp},
+		{HostReturning, "enable", "", ErrConflict, "the host is returning; " + mustBeUp},
+	} {
+		host := fmt.Sprintf("h%d", i)
+		name := fmt.Sprintf("%s a host %s", tc.move, tc.from)
+		hostIn(t, l, host, tc.from)
+		before, err := l.HostStatus(ctx, host)
+		if err != nil {
+			t.Fatalf("HostStatus(%s): %v", host, err)
+		}
+		got, err := do[tc.move](host)
+		if tc.wantErr != nil {
+			if !errors.Is(err, tc.wantErr) || !strings.Contains(fmt.Sprint(err), tc.in) {
+				t.Errorf("%s: error = %v, want %v saying %q", name, err, tc.wantErr, tc.in)
+			}
+			if after, _ := l.HostStatus(ctx, host); after != before {
+				t.Errorf("%s refused changed the status from %+v to %+v", name, before, after)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if stored, _ := l.HostStatus(ctx, host); stored != got {
+			t.Errorf("%s returned %+v, HostStatus says %+v", name, got, stored)
+		}
+		switch {
+		case got.Host != host || got.State != tc.want:
+			t.Errorf("%s = %+v, want host %s %s", name, got, host, tc.want)
+		case tc.from == tc.want:
+			if got != before {
+				t.Errorf("%s (a retry) = %+v, want it unchanged: %+v", name, got, before)
+			}
+		case tc.want == HostDisabled:
+			if got.Reason != "firmware update" || got.Token != "" || got.Since.IsZero() {
+				t.Errorf("%s = %+v, want the reason, no token and the time", name, got)
+			}
+		case tc.want == HostUp:
+			if got.Reason != "" || got.Token != "" || !got.Since.After(before.Since) {
+				t.Errorf("%s = %+v, want no reason nor token and a new time (was %+v)", name, got, before)
+			}
+		case tc.want == HostDown:
+			if len(got.Token) != 32 || got.Reason != "power supply failed" || !got.Since.After(before.Since) {
+				t.Errorf("%s = %+v, want a new token, the fencing's reason and a new time (was %+v)", name, got, before)
+			}
+		}
+	}
+
+	// Disabling again takes the new reason and keeps the time it started.
+	hostIn(t, l, "again", HostUp)
+	first, err := l.SetHostDisabled(ctx, "again", "first reason")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := l.SetHostDisabled(ctx, "again", "second reason")
+	want := first
+	want.Reason = "second reason"
+	if err != nil || second != want {
+		t.Errorf("SetHostDisabled(disabled host, another reason) = %+v, %v; want %+v", second, err, want)
+	}
+	// A disabled host fenced and brought back comes up enabled.
+	for _, move := range []string{"down", "returning", "up"} {
+		if _, err := do[move]("again"); err != nil {
+			t.Fatalf("%s the disabled host: %v", move, err)
+		}
+	}
+	if st, _ := l.HostStatus(ctx, "again"); st.State != HostUp || st.Reason != "" || st.Token != "" {
+		t.Errorf("a disabled host fenced and brought back is %+v, want up with no reason nor token", st)
+	}
+}
+
+// TestClaimsOnDisabledHost: a disabled host takes the claims that name it,
+// and refuses them once it is fenced.
+func TestClaimsOnDisabledHost(t *testing.T) {
+	ctx := context.Background()
+	l, _, srv := newLedger(t)
+	register(t, l, "h1", testHost(2, 8))
+	resident, err := l.Claim(ctx, spec("resident", "h1", dedicated(t, 2, 512)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Commit(ctx, "h1", "resident"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SetHostDisabled(ctx, "h1", "kernel update"); err != nil {
+		t.Fatal(err)
+	}
+	// Cached and cold ledgers, concurrent claims in one batch, as above.
+	cold := secondLedger(t, srv.Addr)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			led := l
+			if i%2 == 1 {
+				led = cold
+			}
+			_, errs[i] = led.Claim(ctx, spec(fmt.Sprintf("new-%d", i), "h1", dedicated(t, 1, 64)))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("Claim(new-%d) on a disabled host: %v", i, err)
+		}
+	}
+	s := snapshot(t, l, "h1")
+	if len(s.Claims) != 9 || len(s.Pins) != 10 || s.Status.State != HostDisabled {
+		t.Errorf("disabled host after the claims: %d claims, %d pins, %s; want 9, 10, disabled", len(s.Claims), len(s.Pins), s.Status.State)
+	}
+	// The guest that was there stays, and its claim works as before.
+	if err := l.Release(ctx, "h1", resident.ID); err != nil {
+		t.Errorf("Release on a disabled host: %v", err)
+	}
+	if _, err := l.SetHostDown(ctx, "h1", "it died during the update"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Claim(ctx, spec("late", "h1", dedicated(t, 1, 64)))
+	if !errors.Is(err, ErrHostDown) {
+		t.Errorf("Claim on a disabled host fenced since: error = %v, want ErrHostDown", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,6 +57,12 @@ const (
 
 var taskStates = []TaskState{TaskNone, TaskSpawning, TaskMigrating, TaskShelving, TaskUnshelving, TaskDeleting,
 	TaskResizePrep, TaskResizeMigrating, TaskResizeFinish, TaskResizeConfirming, TaskResizeReverting, TaskRebuilding}
+
+// VMStates returns every vm state a record may have.
+func VMStates() []VMState { return slices.Clone(vmStates) }
+
+// TaskStates returns every task state a record may have, TaskNone first.
+func TaskStates() []TaskState { return slices.Clone(taskStates) }
 
 func checkVMState(s VMState) error {
 	for _, v := range vmStates {
@@ -178,28 +185,38 @@ func (l *Ledger) Instance(ctx context.Context, uuid string) (*Instance, error) {
 	if f["uuid"] == "" {
 		return nil, wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
 	}
-	in := &Instance{UUID: f["uuid"], Name: f["name"], Host: f["host"], VMState: VMState(f["vm_state"]),
-		TaskState: TaskState(f["task_state"]), DomainXML: f["domain_xml"], ClaimID: f["claim_id"]}
-	if in.Node, err = parseNode(f["node"]); err != nil {
+	in, err := parseInstance(f)
+	if err != nil {
 		return nil, wrap(err)
 	}
+	return in, nil
+}
+
+// parseInstance reads an instance record's hash fields.
+func parseInstance(f map[string]string) (*Instance, error) {
+	in := &Instance{UUID: f["uuid"], Name: f["name"], Host: f["host"], VMState: VMState(f["vm_state"]),
+		TaskState: TaskState(f["task_state"]), DomainXML: f["domain_xml"], ClaimID: f["claim_id"]}
+	var err error
+	if in.Node, err = parseNode(f["node"]); err != nil {
+		return nil, err
+	}
 	if err := json.Unmarshal([]byte(f["request"]), &in.Request); err != nil {
-		return nil, wrap(fmt.Errorf("stored request: %w", err))
+		return nil, fmt.Errorf("stored request: %w", err)
 	}
 	if p := f["placement"]; p != "" {
 		in.Placement = &numa.Placement{}
 		if err := json.Unmarshal([]byte(p), in.Placement); err != nil {
-			return nil, wrap(fmt.Errorf("stored placement: %w", err))
+			return nil, fmt.Errorf("stored placement: %w", err)
 		}
 	}
 	if r := f["resize"]; r != "" {
 		in.Resize = &ResizeRecord{}
 		if err := json.Unmarshal([]byte(r), in.Resize); err != nil {
-			return nil, wrap(fmt.Errorf("stored resize: %w", err))
+			return nil, fmt.Errorf("stored resize: %w", err)
 		}
 	}
 	if in.UpdatedAt, err = time.Parse(time.RFC3339Nano, f["updated_at"]); err != nil {
-		return nil, wrap(fmt.Errorf("stored updated_at %q: %w", f["updated_at"], err))
+		return nil, fmt.Errorf("stored updated_at %q: %w", f["updated_at"], err)
 	}
 	return in, nil
 }

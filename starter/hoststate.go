@@ -22,6 +22,8 @@ func init() {
 	register("host up", "bring a fenced host back: destroy the leftovers of its evacuated guests, then let it take guests again: host up NAME [--wait] [--json]", hostUp)
 	register("host evacuate", "evacuate every guest of a fenced host: host evacuate NAME [--wait] [--json]", hostEvacuate)
 	register("host remove", "remove a host that holds no guest (a fenced one that never returns goes with its tombstones): host remove NAME", hostRemove)
+	register("host disable", "keep new guests off a host (maintenance): its guests stay, and it takes only operations that name it: host disable NAME --reason TEXT [--json]", hostDisable)
+	register("host enable", "let pinflow choose a disabled host for new guests again: host enable NAME [--json]", hostEnable)
 }
 
 func hostRemove(args []string, stdout io.Writer) error {
@@ -107,6 +109,68 @@ func hostDown(args []string, stdout io.Writer) error {
 	})
 }
 
+func hostDisable(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host disable", flag.ContinueOnError)
+	reason := fs.String("reason", "", "why, for the record: one line of up to 200 characters (required)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(*reason) == "" {
+		return fmt.Errorf("host disable %s: --reason is required (why no new guests should land there, for the record): %w", host, errUsage)
+	}
+	return withApp(func(a *app) error {
+		led, st, err := hostStatus(a, host)
+		if err != nil {
+			return err
+		}
+		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+			return fmt.Errorf("host disable %s: the host is %s; only an up host is disabled: bring it back with 'pinflow host up %s --wait' first", host, st.State, host)
+		}
+		if st, err = led.SetHostDisabled(a.ctx, host, *reason); err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, st)
+		}
+		fmt.Fprintf(stdout, "host %s is disabled (%s): its guests stay; new guests land there only when an operation names it; 'pinflow host enable %s' ends it\n",
+			host, st.Reason, host)
+		return nil
+	})
+}
+
+func hostEnable(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host enable", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		led, st, err := hostStatus(a, host)
+		if err != nil {
+			return err
+		}
+		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+			return fmt.Errorf("host enable %s: the host is %s, not disabled; bring it back with 'pinflow host up %s --wait'", host, st.State, host)
+		}
+		was := st.State
+		if st, err = led.SetHostEnabled(a.ctx, host); err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(stdout, st)
+		}
+		if was == ledger.HostUp {
+			fmt.Fprintf(stdout, "host %s is up (it was not disabled)\n", host)
+			return nil
+		}
+		fmt.Fprintf(stdout, "host %s is up: pinflow chooses it for new guests again\n", host)
+		return nil
+	})
+}
+
 // hostStatus checks that host is registered and returns the ledger and
 // the host's state.
 func hostStatus(a *app, host string) (*ledger.Ledger, ledger.HostStatus, error) {
@@ -135,6 +199,9 @@ func hostUp(args []string, stdout io.Writer) error {
 		}
 		if st.State == ledger.HostUp {
 			return fmt.Errorf("host up %s: the host is up already; host up brings back a host marked down with 'pinflow host down'", host)
+		}
+		if st.State == ledger.HostDisabled {
+			return fmt.Errorf("host up %s: the host is disabled, not down; 'pinflow host enable %s' lets pinflow choose it again", host, host)
 		}
 		c, err := a.client()
 		if err != nil {

@@ -339,7 +339,7 @@ func instance(a *app, uuid string) (*ledger.Instance, error) {
 	}
 	inst, err := led.Instance(a.ctx, uuid)
 	if errors.Is(err, ledger.ErrUnknownInstance) {
-		return nil, fmt.Errorf("unknown instance %q; 'pinflow host list' shows the guests on each host", uuid)
+		return nil, fmt.Errorf("unknown instance %q; 'pinflow list' shows the guests", uuid)
 	}
 	return inst, err
 }
@@ -375,11 +375,16 @@ func checkHost(a *app, host string) error {
 	return fmt.Errorf("unknown host %q; registered hosts are %s", host, strings.Join(hosts, ", "))
 }
 
-// checkTarget refuses a host that is unknown or takes no guests now.
+// checkTarget refuses a host that is unknown or takes no guests now. A
+// disabled host takes the guests an operator sends it by name.
 func checkTarget(a *app, host string) error {
 	_, st, err := hostStatus(a, host)
 	if err != nil {
 		return err
+	}
+	if st.State == ledger.HostDisabled {
+		fmt.Fprintf(os.Stderr, "pinflow: note: host %s is disabled (%s); it takes this guest because it was named\n", host, st.Reason)
+		return nil
 	}
 	if st.State != ledger.HostUp {
 		return fmt.Errorf("host %s is %s (%s) and takes no guests; choose another, or bring it back with 'pinflow host up %s'", host, st.State, st.Reason, host)

@@ -24,7 +24,8 @@
 -- Returns one reply per operation.
 --   A claim: {'ok', rev, the m fields' new values}, {'exists', record},
 --   {'nohost'}, {'down', host state} (an operator fenced the host, or it
---   is returning: it takes no new claims), {'gen', current}, or why it
+--   is returning: it takes no new claims; a disabled host takes them, as
+--   only an operation that names it claims there), {'gen', current}, or why it
 --   lost a race followed by the host's state, so the caller re-fits
 --   without reading it again:
 --   {'taken', rev, pins, usage, cpu, owner} or
@@ -182,8 +183,9 @@ end
 local t = call('HMGET', topo, 'gen', 'rev')
 local gen, rev0 = t[1], tonumber(t[2]) or 0
 local rev = rev0
--- A host an operator marked down or returning takes no new claims; the
--- state is read only for a batch that has any (an unmarked host is up).
+-- A host an operator marked down or returning takes no new claims; up and
+-- disabled hosts do. The state is read only for a batch that has any (an
+-- unmarked host is up).
 local hostState = 'up'
 if anyClaim then
   hostState = call('HGET', stateKey, 'state') or 'up'
@@ -297,7 +299,7 @@ for i = 1, nops do
       rests = true
     elseif not gen then
       reply = {'nohost'}
-    elseif hostState ~= 'up' then
+    elseif hostState ~= 'up' and hostState ~= 'disabled' then
       reply = {'down', hostState}
     elseif gen ~= ARGV[p + 3] then
       -- The caps come from the caller's copy of the topology; they are
