@@ -22,11 +22,14 @@ const (
 	ErrTypeBadState        = "BadState"
 	ErrTypeRejected        = "Rejected"
 	ErrTypeHostDown        = "HostDown"
+	// ErrTypeConflict: a drain's reservation or its adoption found the
+	// pCPUs or the claim taken or changed; the drain plans the guest again.
+	ErrTypeConflict = "Conflict"
 )
 
 // NonRetryableErrorTypes lists the error types above, for retry policies.
 var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
-	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown}
+	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeConflict}
 
 // BadState is the error of an operation the instance's state forbids.
 func BadState(msg string) error {
@@ -36,6 +39,15 @@ func BadState(msg string) error {
 // BadRequest is the error of an operation that can never succeed as asked.
 func BadRequest(msg string) error {
 	return temporal.NewNonRetryableApplicationError(msg, ErrTypeInvalidRequest, nil)
+}
+
+// conflict is classify for the steps where a lost race or a claim gone is
+// final, not retried: a reservation and its adoption.
+func conflict(err error) error {
+	if errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrUnknownClaim) {
+		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, err)
+	}
+	return classify(err)
 }
 
 // classify marks the errors that retrying cannot fix as non-retryable,

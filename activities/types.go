@@ -44,6 +44,7 @@ const (
 	KindBoot          = ledger.KindBoot
 	KindResizeDest    = ledger.KindResizeDest
 	KindEvacuation    = ledger.KindEvacuationDest
+	KindReservation   = ledger.KindReservation
 )
 
 // InstanceInfo is what workflows need of an instance record. It leaves

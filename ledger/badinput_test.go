@@ -44,7 +44,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"unknown host", with(func(s *ClaimSpec) { s.Host = "h9" }), ErrUnknownHost, `"h9" is not registered`},
 		{"empty claim id", with(func(s *ClaimSpec) { s.ID = "" }), ErrInvalid, `claim id "": invalid input: claim ids are 1-200`},
 		{"host name with a hash tag", with(func(s *ClaimSpec) { s.Host = "h{1}" }), ErrInvalid, `host name "h{1}"`},
-		{"bad kind", with(func(s *ClaimSpec) { s.Kind = "resize" }), ErrInvalid, `claim kind "resize": invalid input: kinds are instance, migration-dest, unshelve, boot, quarantine, resize-dest or evacuation-dest`},
+		{"bad kind", with(func(s *ClaimSpec) { s.Kind = "resize" }), ErrInvalid, `claim kind "resize": invalid input: kinds are instance, migration-dest, unshelve, boot, quarantine, resize-dest, evacuation-dest or reservation`},
 		{"no owner", with(func(s *ClaimSpec) { s.OwnerRunID = "" }), ErrInvalid, "must both be set"},
 		{"request and placement", with(func(s *ClaimSpec) { s.Placement = foreign }), ErrInvalid, "exactly one of"},
 		{"neither request nor placement", with(func(s *ClaimSpec) { s.Request = nil }), ErrInvalid, "exactly one of"},

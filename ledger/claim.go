@@ -33,11 +33,14 @@ const (
 	// explains (after Redis lost data, say): no claim can take them, and
 	// only an operator frees them.
 	KindQuarantine ClaimKind = "quarantine"
+	// KindReservation is capacity a drain holds for a guest it will move
+	// there; the guest's migration adopts it (Adopt).
+	KindReservation ClaimKind = "reservation"
 )
 
 func (k ClaimKind) valid() bool {
 	switch k {
-	case KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest:
+	case KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest, KindReservation:
 		return true
 	}
 	return false
@@ -123,8 +126,8 @@ func (s *ClaimSpec) check() error {
 		return err
 	}
 	if !s.Kind.valid() {
-		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s, %s, %s, %s or %s", s.Kind, ErrInvalid,
-			KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest)
+		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s, %s, %s, %s, %s or %s", s.Kind, ErrInvalid,
+			KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest, KindReservation)
 	}
 	if strings.Contains(s.Token, "|") {
 		return fmt.Errorf("%w: token %q: a token has no '|'", ErrInvalid, s.Token)

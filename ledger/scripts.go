@@ -39,6 +39,7 @@ var (
 	applyScript           = loadScript("apply")
 	applySource           = applyScript.src
 	claimStateScript      = loadScript("claim_state")
+	claimAdoptScript      = loadScript("claim_adopt")
 	fenceScript           = loadScript("fence")
 	registerScript        = loadScript("register")
 	listHostScript        = loadScript("list_host")

@@ -69,7 +69,7 @@ func run() error {
 	w := worker.New(tc, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()},
 		WorkerStopTimeout: cfg.WorkerStopTimeout})
 	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete,
-		workflows.Reconcile, workflows.Settle, workflows.Recover, workflows.Resize, workflows.Evacuate, workflows.HostUp} {
+		workflows.Reconcile, workflows.Settle, workflows.Recover, workflows.Resize, workflows.Evacuate, workflows.HostUp, workflows.Drain} {
 		w.RegisterWorkflow(wf)
 	}
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions,

@@ -21,6 +21,12 @@ type LiveMigrationInput struct {
 	// cold-migrate instead, with ConfirmWindow as a Resize's.
 	ColdFallback  bool          `json:"cold_fallback,omitempty"`
 	ConfirmWindow time.Duration `json:"confirm_window,omitempty"`
+	// AutoConfirm confirms the cold migration it falls back to as soon as
+	// the guest runs on its destination.
+	AutoConfirm bool `json:"auto_confirm,omitempty"`
+	// Reservation is a drain's claim for the guest on its destination,
+	// which the migration adopts instead of claiming; Dest is its host.
+	Reservation *activities.Reservation `json:"reservation,omitempty"`
 }
 
 // LiveMigrationResult says where the guest went and how it is pinned there.
@@ -59,7 +65,13 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	s.status.Operation, s.status.Error, s.steps, s.done = OpColdMigration, "", 9, 0
 	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrOperation.ValueSet(string(OpColdMigration)))
 	s.phase(PhaseScheduling, "the live migration failed ("+fb.cause.Error()+"); cold-migrating instead")
-	cold, err := s.resize(ctx, ResizeInput{UUID: in.UUID, Dest: in.Dest, ConfirmWindow: in.ConfirmWindow})
+	// A reservation the live attempt adopted was released when it rolled
+	// back: the cold migration claims its host anew.
+	dest := in.Dest
+	if in.Reservation != nil {
+		dest = in.Reservation.Host
+	}
+	cold, err := s.resize(ctx, ResizeInput{UUID: in.UUID, Dest: dest, ConfirmWindow: in.ConfirmWindow, AutoConfirm: in.AutoConfirm})
 	if err != nil {
 		return nil, err
 	}
@@ -75,11 +87,17 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		return nil, s.fail(err)
 	}
 	src := inst.Host
-	s.setHosts(src, in.Dest)
+	dst := in.Dest
+	if r := in.Reservation; r != nil {
+		if dst != "" && dst != r.Host {
+			return nil, s.fail(activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dst, r.Host)))
+		}
+		dst = r.Host
+	}
+	s.setHosts(src, dst)
 	s.step()
 
 	s.phase(PhaseScheduling, "choosing the destination")
-	dst := in.Dest
 	if dst == "" {
 		choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: inst.Flavor, Exclude: []string{src}}
 		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
@@ -101,15 +119,26 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	}
 
 	destClaim := claimID(ctx, "migration-dest")
-	s.onFailure("release the destination claim", func(ctx workflow.Context) error {
+	if in.Reservation != nil {
+		destClaim = in.Reservation.ClaimID
+	}
+	releaseDest := func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
 			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
-	})
+	}
+	// A claim of our own may exist after an unknown outcome: release it on
+	// any failure. A reservation becomes ours only once adopted.
+	if in.Reservation == nil {
+		s.onFailure("release the destination claim", releaseDest)
+	}
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindMigrationDest,
 		Owner: owner(ctx), Flavor: inst.Flavor}
-	claim, err := s.claim(ctx, claimIn)
+	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
 	if err != nil {
 		return nil, s.fail(err)
+	}
+	if in.Reservation != nil {
+		s.onFailure("release the destination claim", releaseDest)
 	}
 	s.step()
 	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())

@@ -40,6 +40,12 @@ type ResizeInput struct {
 	// itself: 0 takes DefaultConfirmWindow, a negative one waits for an
 	// operator however long it takes.
 	ConfirmWindow time.Duration `json:"confirm_window,omitempty"`
+	// AutoConfirm confirms as soon as the guest runs on its destination,
+	// with no VERIFY_RESIZE wait: a drain's cold migrations.
+	AutoConfirm bool `json:"auto_confirm,omitempty"`
+	// Reservation is a drain's claim for the guest on its destination,
+	// which the operation adopts instead of claiming; Dest is its host.
+	Reservation *activities.Reservation `json:"reservation,omitempty"`
 }
 
 // ResizeResult says where the guest ended and how the resize ended.
@@ -101,6 +107,12 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return nil, s.fail(err)
 	}
 	flavor, src, dst := inst.Flavor, inst.Host, in.Dest
+	if r := in.Reservation; r != nil {
+		if dst != "" && dst != r.Host {
+			return nil, s.fail(activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dst, r.Host)))
+		}
+		dst = r.Host
+	}
 	if in.Flavor != nil {
 		if sameFlavor(*in.Flavor, inst.Flavor) {
 			return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s has that flavor already (%d vCPUs, %d MiB); a resize needs another", in.UUID, inst.Flavor.VCPUs, inst.Flavor.MemoryMB)))
@@ -142,15 +154,24 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.step()
 
 	destClaim := claimID(ctx, "resize-dest")
-	s.onFailure("release the destination claim", func(ctx workflow.Context) error {
+	if in.Reservation != nil {
+		destClaim = in.Reservation.ClaimID
+	}
+	releaseDest := func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
 			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
-	})
+	}
+	if in.Reservation == nil {
+		s.onFailure("release the destination claim", releaseDest)
+	}
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindResizeDest,
 		Owner: owner(ctx), Flavor: flavor}
-	claim, err := s.claim(ctx, claimIn)
+	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
 	if err != nil {
 		return nil, s.fail(err)
+	}
+	if in.Reservation != nil {
+		s.onFailure("release the destination claim", releaseDest)
 	}
 	s.step()
 	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
@@ -211,9 +232,12 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.phase(PhaseVerifyResize, verifyDetail(src, dst, window))
 	decided := func() bool { return decision != "" || verifyCtx.Err() != nil }
 	auto := false
-	if window < 0 {
+	switch {
+	case in.AutoConfirm:
+		auto = true
+	case window < 0:
 		err = workflow.Await(ctx, decided)
-	} else {
+	default:
 		var ok bool
 		ok, err = workflow.AwaitWithTimeout(ctx, window, decided)
 		auto = !ok

@@ -114,6 +114,24 @@ func (s *saga) claim(ctx workflow.Context, in activities.ClaimInput) (activities
 	return c, nil
 }
 
+// claimDest claims the destination with in, or, when the operation moves
+// a guest for a drain, adopts the drain's reservation there instead: the
+// pCPUs the drain held for the guest become the operation's own pending
+// claim without ever being free.
+func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *activities.Reservation) (activities.ClaimResult, error) {
+	if r == nil {
+		return s.claim(ctx, in)
+	}
+	var c activities.ClaimResult
+	adopt := activities.AdoptInput{Reservation: *r, UUID: in.UUID, Kind: in.Kind, Owner: in.Owner}
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "adopt the drain's reservation on "+r.Host), a.AdoptClaim, adopt).Get(ctx, &c); err != nil {
+		return c, err
+	}
+	s.held = append(s.held, activities.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
+		OwnerRunID: in.Owner.FirstRunID, Placement: c.Placement})
+	return c, nil
+}
+
 // phase records a new phase in the status, the search attributes and the
 // UI's current details.
 func (s *saga) phase(p Phase, detail string) {

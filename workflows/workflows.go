@@ -125,6 +125,7 @@ const (
 	OpColdMigration Operation = "cold-migration"
 	OpEvacuation    Operation = "evacuation"
 	OpHostUp        Operation = "host-up"
+	OpDrain         Operation = "drain"
 )
 
 // Phase is where an operation stands, as shown in PinflowPhase and the

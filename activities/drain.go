@@ -1,0 +1,215 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+)
+
+// PlanDrainInput names the host to empty.
+type PlanDrainInput struct {
+	Host string `json:"host"`
+}
+
+// PlanDrain plans where every guest at rest on the host goes (drain.Make),
+// from the ledger as it is now: the host's resident claims and their
+// instance records, and every other host that takes new guests (up;
+// disabled, down and returning hosts are no targets). Claims that are no
+// guest at rest are reported as blocking. It changes nothing.
+func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Plan, error) {
+	snap, err := a.Ledger.Snapshot(ctx, in.Host)
+	if err != nil {
+		return drain.Plan{}, classify(err)
+	}
+	var guests []drain.Guest
+	var blocked []drain.Unplaceable
+	for _, c := range snap.Claims {
+		inst, err := a.Ledger.Instance(ctx, c.InstanceUUID)
+		if err != nil && !errors.Is(err, ledger.ErrUnknownInstance) {
+			return drain.Plan{}, classify(err)
+		}
+		if c.State == ledger.StateCommitted && inst != nil && inst.Host == in.Host && inst.ClaimID == c.ID {
+			req, err := inst.Request.Request()
+			if err != nil {
+				blocked = append(blocked, drain.Unplaceable{UUID: inst.UUID, Name: inst.Name, Reason: fmt.Sprintf("its flavor makes no request: %v", err)})
+				continue
+			}
+			guests = append(guests, drain.Guest{UUID: inst.UUID, Name: inst.Name, Request: req})
+			continue
+		}
+		b := drain.Unplaceable{UUID: c.InstanceUUID, Reason: blockReason(&c)}
+		if inst != nil {
+			b.Name = inst.Name
+		}
+		blocked = append(blocked, b)
+	}
+	targets, err := a.drainTargets(ctx, in.Host)
+	if err != nil {
+		return drain.Plan{}, err
+	}
+	plan := drain.Make(in.Host, guests, targets)
+	plan.Blocked = blocked
+	return plan, nil
+}
+
+// blockReason says why a claim on a host to drain is no guest at rest.
+func blockReason(c *ledger.Claim) string {
+	switch {
+	case c.Kind == ledger.KindQuarantine:
+		return fmt.Sprintf("quarantine %s holds pCPUs until an operator releases it", c.ID)
+	case c.State == ledger.StatePending:
+		return fmt.Sprintf("claim %s (%s) is pending: operation %s is in flight", c.ID, c.Kind, c.OwnerWorkflowID)
+	case c.State == ledger.StateHeld:
+		return fmt.Sprintf("claim %s is a resize's source hold: confirm or revert the resize", c.ID)
+	case c.State == ledger.StateTombstone:
+		return fmt.Sprintf("claim %s is a tombstone of an evacuated guest", c.ID)
+	default:
+		return fmt.Sprintf("claim %s (%s, %s) is not its instance's resident claim on this host", c.ID, c.Kind, c.State)
+	}
+}
+
+// drainTargets reads every host but source that takes new guests.
+func (a *Activities) drainTargets(ctx context.Context, source string) (map[string]*numa.Host, error) {
+	names, err := a.Ledger.Hosts(ctx)
+	if err != nil {
+		return nil, classify(err)
+	}
+	sort.Strings(names)
+	states, err := a.Ledger.HostStatuses(ctx, names)
+	if err != nil {
+		return nil, classify(err)
+	}
+	targets := map[string]*numa.Host{}
+	for _, n := range names {
+		if n == source {
+			continue
+		}
+		if st := states[n].State; st != ledger.HostUp && st != "" {
+			continue
+		}
+		h, err := a.Ledger.Host(ctx, n)
+		if err != nil {
+			return nil, classify(err)
+		}
+		targets[n] = h
+	}
+	return targets, nil
+}
+
+// Reservation is capacity a drain holds for one guest on its target: the
+// guest's move adopts it (AdoptClaim) instead of claiming anew.
+type Reservation struct {
+	Host    string `json:"host"`
+	ClaimID string `json:"claim_id"`
+	// Owner is the drain's workflow id, the owner the claim must have.
+	Owner string `json:"owner"`
+	// Token is the drain's token: its conditional release frees the claim
+	// only while no move has adopted it.
+	Token string `json:"token"`
+}
+
+// ReserveInput asks for a drain's reservation of an exact placement.
+type ReserveInput struct {
+	Host      string         `json:"host"`
+	ClaimID   string         `json:"claim_id"`
+	UUID      string         `json:"uuid"`
+	Owner     Owner          `json:"owner"`
+	Placement numa.Placement `json:"placement"`
+}
+
+// Reserve claims exactly the planned placement for a guest the drain will
+// move, owned by the drain. pCPUs taken since the plan: ErrConflict, a
+// non-retryable Conflict the drain answers by planning the guest again.
+func (a *Activities) Reserve(ctx context.Context, in ReserveInput) (Reservation, error) {
+	p := in.Placement
+	c, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: in.ClaimID, Host: in.Host, InstanceUUID: in.UUID, Kind: ledger.KindReservation,
+		OwnerWorkflowID: in.Owner.WorkflowID, OwnerRunID: in.Owner.FirstRunID, Placement: &p})
+	if err != nil {
+		return Reservation{}, conflict(err)
+	}
+	return Reservation{Host: c.Host, ClaimID: c.ID, Owner: c.OwnerWorkflowID, Token: c.Token}, nil
+}
+
+// ReleaseReservation frees a reservation the drain still owns; one a move
+// adopted (its token changed) or that is gone is left alone.
+func (a *Activities) ReleaseReservation(ctx context.Context, r Reservation) error {
+	_, err := a.Ledger.ReleaseIfUnchanged(ctx, r.Host, r.ClaimID, r.Token, ledger.StatePending)
+	if errors.Is(err, ledger.ErrUnknownClaim) {
+		return nil
+	}
+	return classify(err)
+}
+
+// AdoptInput asks for a drain's reservation as an operation's own claim.
+type AdoptInput struct {
+	Reservation Reservation `json:"reservation"`
+	UUID        string      `json:"uuid"`
+	Kind        ClaimKind   `json:"kind"`
+	Owner       Owner       `json:"owner"`
+}
+
+// AdoptClaim makes the reservation the calling operation's pending claim,
+// with a token of its own (ledger.Adopt); adopting it again is a retry.
+func (a *Activities) AdoptClaim(ctx context.Context, in AdoptInput) (ClaimResult, error) {
+	r := in.Reservation
+	c, err := a.Ledger.Adopt(ctx, ledger.Adoption{Host: r.Host, ClaimID: r.ClaimID, InstanceUUID: in.UUID, FromWorkflowID: r.Owner,
+		Kind: in.Kind, OwnerWorkflowID: in.Owner.WorkflowID, OwnerRunID: in.Owner.FirstRunID})
+	if err != nil {
+		return ClaimResult{}, conflict(err)
+	}
+	return ClaimResult{Host: c.Host, ClaimID: c.ID, Token: c.Token, State: c.State, Placement: *c.Placement}, nil
+}
+
+// DisableHostInput asks to keep new guests off a host.
+type DisableHostInput struct {
+	Host   string `json:"host"`
+	Reason string `json:"reason"`
+}
+
+// DisableHost disables an up or disabled host (a drain's first step); a
+// host that is down or returning is a BadState: evacuate it instead.
+func (a *Activities) DisableHost(ctx context.Context, in DisableHostInput) error {
+	st, err := a.Ledger.HostStatus(ctx, in.Host)
+	if err != nil {
+		return classify(err)
+	}
+	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+		return BadState(fmt.Sprintf("host %s is %s: a drain moves guests off a running host; evacuate a fenced one", in.Host, st.State))
+	}
+	_, err = a.Ledger.SetHostDisabled(ctx, in.Host, in.Reason)
+	return classify(err)
+}
+
+// PlanGuestInput asks where one guest of a drained host goes now.
+type PlanGuestInput struct {
+	Host    string   `json:"host"`
+	UUID    string   `json:"uuid"`
+	Exclude []string `json:"exclude,omitempty"`
+}
+
+// PlanGuest plans one guest of the host again, on the ledger as it is
+// now, leaving out the targets it already failed on: a reservation that
+// lost its race, or a move that failed.
+func (a *Activities) PlanGuest(ctx context.Context, in PlanGuestInput) (drain.Plan, error) {
+	inst, err := a.Ledger.Instance(ctx, in.UUID)
+	if err != nil {
+		return drain.Plan{}, classify(err)
+	}
+	req, err := inst.Request.Request()
+	if err != nil {
+		return drain.Plan{}, classify(err)
+	}
+	targets, err := a.drainTargets(ctx, in.Host)
+	if err != nil {
+		return drain.Plan{}, err
+	}
+	for _, h := range in.Exclude {
+		delete(targets, h)
+	}
+	return drain.Make(in.Host, []drain.Guest{{UUID: inst.UUID, Name: inst.Name, Request: req}}, targets), nil
+}

@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// TestPlanDrain: host plan-drain plans every guest of a host onto the
+// others, NUMA-cell exact and packed, changing nothing; a guest that fits
+// nowhere is reported before anything moves, with a non-zero exit; a
+// disabled host is no target; bad input is one line.
+func TestPlanDrain(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	vmA := s.boot("A", "a", 2)
+	vmB := s.boot("B", "a", 2)
+	s.boot("C", "b", 2)
+	before := s.ok("host", "list", "--json")
+
+	var plan drain.Plan
+	s.jsonOf(&plan, "host", "plan-drain", "a")
+	if !plan.Complete() || len(plan.Moves) != 2 {
+		t.Fatalf("plan of a = %+v, want both guests moved", plan)
+	}
+	targets := map[string]string{}
+	for _, m := range plan.Moves {
+		targets[m.UUID] = m.Target
+		if m.Placement == nil || len(m.Placement.Cells) != 1 || len(m.Placement.Cells[0].Pins) != 2 {
+			t.Errorf("move of %s has placement %+v, want one cell of 2 pins", m.UUID, m.Placement)
+		}
+	}
+	// Packing: the first guest fills b's last two pCPUs, the second goes
+	// to the empty c.
+	if got := []string{targets[vmA], targets[vmB]}; !(got[0] == "b" && got[1] == "c" || got[0] == "c" && got[1] == "b") {
+		t.Errorf("targets of A and B = %v, want b and c", got)
+	}
+	out := s.ok("host", "plan-drain", "a")
+	if !strings.Contains(out, "2 guests move, 0 fit nowhere") {
+		t.Errorf("plan-drain a says:\n%s", out)
+	}
+	if after := s.ok("host", "list", "--json"); after != before {
+		t.Errorf("planning changed the ledger:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// With c disabled, only one of A and B has a place: the other is
+	// reported, and the exit says the drain cannot complete.
+	s.ok("host", "disable", "c", "--reason", "maintenance")
+	stdout, stderr, code := s.run("host", "plan-drain", "a", "--json")
+	if code == 0 || !strings.Contains(stderr, "1 guests fit nowhere") {
+		t.Errorf("plan-drain a with c disabled: exit %d, stderr %q", code, stderr)
+	}
+	plan = drain.Plan{}
+	if err := json.Unmarshal([]byte(stdout), &plan); err != nil {
+		t.Fatalf("plan-drain --json printed %q: %v", stdout, err)
+	}
+	if len(plan.Moves) != 1 || plan.Moves[0].Target != "b" || len(plan.Unplaceable) != 1 {
+		t.Errorf("plan with c disabled = %+v, want one move onto b and one unplaceable", plan)
+	}
+	if u := plan.Unplaceable; len(u) == 1 && !strings.Contains(u[0].Reason, "b:") {
+		t.Errorf("unplaceable reason %q does not say why b cannot take it", u[0].Reason)
+	}
+
+	s.refused("nowhere", "host", "plan-drain", "nowhere")
+	s.refused("one host NAME", "host", "plan-drain")
+}
+
+// drainDone waits until no drain of host runs.
+func (s *stack) drainDone(host string) {
+	s.t.Helper()
+	s.eventually("the drain of "+host+" ends", 3*time.Minute, func() bool {
+		_, _, code := s.run("host", "drain", "status", host)
+		return code != 0
+	})
+}
+
+// claimsOfKind counts host's claims of kind.
+func (s *stack) claimsOfKind(host, kind string) int {
+	n := 0
+	for _, c := range s.host(host).Claims {
+		if c.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// TestDrain: a drain of a full host onto a cloud with just enough room.
+// Its guests' targets are reserved before anything moves, so a stream of
+// boots started meanwhile never takes them; the moves respect the
+// parallelism; every guest lands NUMA-exact where the plan put it; the
+// host ends empty and disabled, and check and the hypervisors agree.
+func TestDrain(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	vmA := s.boot("A", "a", 2)
+	vmB := s.boot("B", "a", 2)
+	s.boot("C", "b", 1)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "2")
+
+	s.ok("host", "drain", "a", "--parallel", "1", "--reason", "kernel upgrade")
+	s.eventually("both reservations", time.Minute, func() bool {
+		return s.claimsOfKind("b", "reservation")+s.claimsOfKind("c", "reservation")+s.claimsOfKind("b", "migration-dest")+s.claimsOfKind("c", "migration-dest") >= 2
+	})
+	// Boots that leave the choice to pinflow take only what no reservation
+	// holds: three 1-vCPU guests fit (b's last pCPU, c's last two), the
+	// fourth fits nowhere.
+	var booted []string
+	for i := range 4 {
+		out, errOut, code := s.run("boot", "--name", fmt.Sprintf("D%d", i), "--vcpus", "1", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated", "--wait", "--json")
+		if code == 0 {
+			var g struct{ UUID string }
+			if err := json.Unmarshal([]byte(out), &g); err != nil {
+				t.Fatal(err)
+			}
+			booted = append(booted, g.UUID)
+		} else if !strings.Contains(errOut, "no host can take") {
+			t.Errorf("boot D%d during the drain: %s", i, errOut)
+		}
+		s.noDoublePins("a", "b", "c")
+	}
+	if len(booted) != 3 {
+		t.Errorf("%d boots landed during the drain, want 3 (the reservations hold the rest)", len(booted))
+	}
+	// Sampled until it ends: never more than one move at a time.
+	s.eventually("the drain of a ends", 3*time.Minute, func() bool {
+		out, _, code := s.run("host", "drain", "status", "a", "--json")
+		if code != 0 {
+			return true
+		}
+		var st workflows.DrainStatus
+		if err := json.Unmarshal([]byte(out), &st); err != nil {
+			t.Fatalf("drain status --json printed %q: %v", out, err)
+		}
+		if st.Moving > 1 || st.MaxMoving > 1 {
+			t.Errorf("drain with --parallel 1 ran %d moves at once (at most %d)", st.Moving, st.MaxMoving)
+		}
+		return false
+	})
+
+	for _, g := range []string{vmA, vmB} {
+		h := hostOf(s.guest(g))
+		if h != "b" && h != "c" {
+			t.Errorf("guest %s is on %q after the drain, want b or c", g, h)
+		}
+		s.checkAgreement(g, h)
+	}
+	if n := len(s.host("a").Claims); n != 0 {
+		t.Errorf("host a holds %d claims after its drain: %+v", n, s.host("a").Claims)
+	}
+	for _, h := range []string{"b", "c"} {
+		if n := s.claimsOfKind(h, "reservation"); n != 0 {
+			t.Errorf("host %s still holds %d reservations", h, n)
+		}
+	}
+	if out := s.ok("host", "list"); !strings.Contains(out, "disabled: drain: kernel upgrade") {
+		t.Errorf("host list after the drain does not show a disabled:\n%s", out)
+	}
+	s.noDoublePins("a", "b", "c")
+	s.ok("check")
+	var plan drain.Plan
+	s.jsonOf(&plan, "host", "drain", "a", "--dry-run", "--json")
+	if len(plan.Moves) != 0 || !plan.Complete() {
+		t.Errorf("a drained host plans %+v, want nothing left", plan)
+	}
+}
+
+// TestDrainRefusals: a guest that fits nowhere stops the drain before
+// anything moves (the host is not even disabled); a second drain of a
+// draining host, bad limits, a bad policy and an unknown host are one line
+// and change nothing.
+func TestDrainRefusals(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	s.boot("A", "a", 3)
+	s.boot("B", "b", 2)
+	before := s.ok("host", "list", "--json")
+	s.refused("fits nowhere", "host", "drain", "a", "--wait")
+	if after := s.ok("host", "list", "--json"); after != before {
+		t.Errorf("a refused drain changed the ledger:\nbefore %s\nafter  %s", before, after)
+	}
+	s.refused("--parallel 0: it must be at least 1", "host", "drain", "a", "--parallel", "0")
+	s.refused(`drain policy "fast": policies are live, cold and live-then-cold`, "host", "drain", "a", "--policy", "fast")
+	s.refused("nowhere", "host", "drain", "nowhere")
+	s.refused("no drain of a is running", "host", "drain", "pause", "a")
+
+	// b can take a's guest once B is gone; a slow migration keeps the
+	// drain running while a second one is refused.
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "4")
+	s.ok("delete", firstGuest(s, "b"), "--wait")
+	s.ok("host", "drain", "a")
+	s.refused("being drained already", "host", "drain", "a")
+	s.drainDone("a")
+}
+
+func firstGuest(s *stack, host string) string {
+	s.t.Helper()
+	for _, c := range s.host(host).Claims {
+		return c.Instance
+	}
+	s.t.Fatalf("no guest on %s", host)
+	return ""
+}
+
+// TestDrainCancel: a drain cancelled while a guest moves rolls that move
+// back, releases every reservation no move adopted, and leaves each guest
+// running on exactly one host; an audit afterwards frees nothing.
+func TestDrainCancel(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	vmA := s.boot("A", "a", 2)
+	vmB := s.boot("B", "a", 2)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
+	s.ok("host", "drain", "a", "--parallel", "1")
+	s.eventually("a move running", time.Minute, func() bool {
+		return s.claimsOfKind("b", "migration-dest")+s.claimsOfKind("c", "migration-dest") == 1
+	})
+	s.ok("host", "drain", "pause", "a")
+	s.ok("host", "drain", "cancel", "a")
+	s.drainDone("a")
+	for _, h := range []string{"b", "c"} {
+		if n := s.claimsOfKind(h, "reservation") + s.claimsOfKind(h, "migration-dest"); n != 0 {
+			t.Errorf("host %s holds %d reservations or destination claims after the cancel: %+v", h, n, s.host(h).Claims)
+		}
+	}
+	for _, g := range []string{vmA, vmB} {
+		s.checkAgreement(g, hostOf(s.guest(g)))
+	}
+	s.noDoublePins("a", "b", "c")
+	time.Sleep(2500 * time.Millisecond) // the minimum grace
+	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
+		t.Errorf("the audit after the cancelled drain freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
+	}
+	s.ok("check")
+}

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+func init() {
+	register("host plan-drain", "plan where every guest of a host would go, NUMA-cell exact, and report the ones that fit nowhere; changes nothing: host plan-drain NAME [--json]", hostPlanDrain)
+	register("host drain", "empty a host for maintenance: plan, disable it, reserve each guest's target, move the guests: host drain NAME [--dry-run] [--policy live|cold|live-then-cold] [--parallel N] [--per-target N] [--attempts N] [--reason TEXT] [--wait] [--json]; host drain pause|resume|cancel|status NAME", hostDrain)
+}
+
+// errIncomplete: the plan leaves guests without a target, or claims
+// block the drain; the plan was printed.
+var errIncomplete = errors.New("the drain cannot complete")
+
+func hostPlanDrain(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host plan-drain", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		led, _, err := hostStatus(a, host)
+		if err != nil {
+			return err
+		}
+		plan, err := (&activities.Activities{Ledger: led}).PlanDrain(a.ctx, activities.PlanDrainInput{Host: host})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := writeJSON(stdout, plan); err != nil {
+				return err
+			}
+		} else {
+			renderPlan(stdout, &plan)
+		}
+		if !plan.Complete() {
+			return fmt.Errorf("host plan-drain %s: %w: %d guests fit nowhere, %d claims block it", host, errIncomplete, len(plan.Unplaceable), len(plan.Blocked))
+		}
+		return nil
+	})
+}
+
+// renderPlan prints a drain plan for people.
+func renderPlan(w io.Writer, p *drain.Plan) {
+	fmt.Fprintf(w, "drain of %s: %d guests move, %d fit nowhere, %d claims block it\n", p.Source, len(p.Moves), len(p.Unplaceable), len(p.Blocked))
+	for _, m := range p.Moves {
+		fmt.Fprintf(w, "  %s (%s) -> %s: %s\n", m.UUID, m.Name, m.Target, m.Placement.String())
+	}
+	for _, u := range p.Unplaceable {
+		fmt.Fprintf(w, "  %s (%s) fits nowhere: %s\n", u.UUID, u.Name, u.Reason)
+	}
+	for _, b := range p.Blocked {
+		fmt.Fprintf(w, "  %s (%s) blocks the drain: %s\n", b.UUID, b.Name, b.Reason)
+	}
+}
+
+func hostDrain(args []string, stdout io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "pause", "resume", "cancel", "status":
+			return hostDrainControl(args[0], args[1:], stdout)
+		}
+	}
+	fs := flag.NewFlagSet("host drain", flag.ContinueOnError)
+	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing (as host plan-drain)")
+	policy := fs.String("policy", string(workflows.DrainLive), "how each guest moves: live, cold or live-then-cold")
+	parallel := fs.Int("parallel", workflows.DefaultDrainParallel, "moves running at once off the host")
+	perTarget := fs.Int("per-target", workflows.DefaultDrainPerTarget, "moves running at once onto one target")
+	attempts := fs.Int("attempts", workflows.DefaultDrainAttempts, "targets tried per guest before it is left on the host")
+	reason := fs.String("reason", "", "why, for the host's record (one line)")
+	of := addOpFlags(fs)
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		name string
+		v    int
+	}{{"--parallel", *parallel}, {"--per-target", *perTarget}, {"--attempts", *attempts}} {
+		if l.v < 1 {
+			return fmt.Errorf("host drain %s: %s %d: it must be at least 1: %w", host, l.name, l.v, errUsage)
+		}
+	}
+	in := workflows.DrainInput{Host: host, Reason: *reason, Policy: workflows.DrainPolicy(*policy), Parallel: *parallel, PerTarget: *perTarget, Attempts: *attempts}
+	if _, err := in.Check(); err != nil {
+		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
+	}
+	if strings.ContainsAny(*reason, "\n\r") || len(*reason) > 180 {
+		return fmt.Errorf("host drain %s: --reason must be one line of at most 180 characters: %w", host, errUsage)
+	}
+	if *dryRun {
+		return hostPlanDrain(append([]string{host}, jsonFlag(*of.json)...), stdout)
+	}
+	return withApp(func(a *app) error {
+		_, st, err := hostStatus(a, host)
+		if err != nil {
+			return err
+		}
+		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+			return fmt.Errorf("host drain %s: the host is %s; a drain moves guests off a running host (evacuate a fenced one)", host, st.State)
+		}
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		id := workflows.DrainWorkflowID(host)
+		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+			ID: id, TaskQueue: a.cfg.TaskQueue,
+			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+			WorkflowExecutionErrorWhenAlreadyStarted: true,
+			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpDrain)),
+				workflows.AttrSourceHost.ValueSet(host)),
+			StaticSummary: "drain host " + host,
+		}, workflows.Drain, in)
+		if err != nil {
+			var started *serviceerror.WorkflowExecutionAlreadyStarted
+			if errors.As(err, &started) {
+				return fmt.Errorf("host drain %s: the host is being drained already (workflow %s); 'pinflow host drain status %s' follows it", host, id, host)
+			}
+			return fmt.Errorf("host drain %s: %w", host, err)
+		}
+		if !*of.wait {
+			if *of.json {
+				return writeJSON(stdout, map[string]string{"host": host, "workflow_id": id, "run_id": run.GetRunID()})
+			}
+			fmt.Fprintf(stdout, "drain of %s started: workflow %s run %s\n", host, id, run.GetRunID())
+			return nil
+		}
+		return followDrain(a, c, stdout, *of.json, run, host)
+	})
+}
+
+func jsonFlag(on bool) []string {
+	if on {
+		return []string{"--json"}
+	}
+	return nil
+}
+
+// followDrain prints the drain's progress line whenever it changes, then
+// its result; guests left on the host make the exit non-zero.
+func followDrain(a *app, c client.Client, stdout io.Writer, asJSON bool, run client.WorkflowRun, host string) error {
+	done := make(chan error, 1)
+	var res workflows.DrainResult
+	go func() { done <- run.Get(a.ctx, &res) }()
+	last := ""
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("host drain %s failed: %s", host, rootMessage(err))
+			}
+			if asJSON {
+				if err := writeJSON(stdout, res); err != nil {
+					return err
+				}
+			} else {
+				for _, g := range res.Guests {
+					if g.State == workflows.GuestMoved {
+						fmt.Fprintf(stdout, "  %s (%s) moved to %s\n", g.UUID, g.Name, g.Target)
+					} else {
+						fmt.Fprintf(stdout, "  %s (%s) left on %s: %s\n", g.UUID, g.Name, host, g.Error)
+					}
+				}
+				fmt.Fprintf(stdout, "drain of %s: %d guests moved, %d left; the host stays disabled until 'pinflow host enable %s'\n", host, res.Moved, res.Failed, host)
+			}
+			if res.Failed > 0 {
+				return fmt.Errorf("host drain %s: %w: %d guests left on the host", host, errIncomplete, res.Failed)
+			}
+			return nil
+		case <-tick.C:
+			if asJSON {
+				continue
+			}
+			st, err := drainStatus(a, c, host)
+			if err != nil {
+				continue
+			}
+			if line := drainLine(&st); line != last {
+				fmt.Fprintln(os.Stderr, line)
+				last = line
+			}
+		}
+	}
+}
+
+func drainStatus(a *app, c client.Client, host string) (workflows.DrainStatus, error) {
+	var st workflows.DrainStatus
+	v, err := c.QueryWorkflow(a.ctx, workflows.DrainWorkflowID(host), "", workflows.DrainStatusQuery)
+	if err != nil {
+		return st, err
+	}
+	return st, v.Get(&st)
+}
+
+// drainLine is one line of a drain's progress.
+func drainLine(st *workflows.DrainStatus) string {
+	n := map[workflows.DrainGuestState]int{}
+	for _, g := range st.Guests {
+		n[g.State]++
+	}
+	line := fmt.Sprintf("drain of %s: %d of %d guests moved, %d moving, %d failed", st.Host, n[workflows.GuestMoved], len(st.Guests), st.Moving, n[workflows.GuestFailed])
+	if st.Paused {
+		line += " (paused)"
+	}
+	return line
+}
+
+// hostDrainControl pauses, resumes, cancels or shows a running drain.
+func hostDrainControl(verb string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host drain "+verb, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		if err := checkHost(a, host); err != nil {
+			return err
+		}
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		id := workflows.DrainWorkflowID(host)
+		d, err := c.DescribeWorkflow(a.ctx, id, "")
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) || err == nil && d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
+		}
+		if err != nil {
+			return fmt.Errorf("host drain %s %s: %w", verb, host, err)
+		}
+		st, err := drainStatus(a, c, host)
+		if err != nil {
+			return fmt.Errorf("host drain %s %s: %w", verb, host, err)
+		}
+		switch verb {
+		case "pause":
+			err = c.SignalWorkflow(a.ctx, id, "", workflows.DrainPauseSignal, nil)
+		case "resume":
+			err = c.SignalWorkflow(a.ctx, id, "", workflows.DrainResumeSignal, nil)
+		case "cancel":
+			err = c.CancelWorkflow(a.ctx, id, "")
+		}
+		if err != nil {
+			return fmt.Errorf("host drain %s %s: %w", verb, host, err)
+		}
+		if *asJSON {
+			return writeJSON(stdout, st)
+		}
+		switch verb {
+		case "status":
+			fmt.Fprintln(stdout, drainLine(&st))
+			for _, g := range st.Guests {
+				fmt.Fprintf(stdout, "  %s (%s) %s %s %s\n", g.UUID, g.Name, g.State, g.Target, g.Error)
+			}
+		case "cancel":
+			fmt.Fprintf(stdout, "drain of %s cancelled: running moves roll back, reservations are released; the host stays disabled\n", host)
+		default:
+			fmt.Fprintf(stdout, "drain of %s: %s sent\n", host, verb)
+		}
+		return nil
+	})
+}

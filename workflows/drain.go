@@ -1,0 +1,449 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/drain"
+)
+
+// DrainPolicy is how a drain moves each guest.
+type DrainPolicy string
+
+// Drain policies.
+const (
+	DrainLive DrainPolicy = "live" // live migration; the default
+	DrainCold DrainPolicy = "cold" // cold migration, confirmed at once
+	// DrainLiveThenCold live-migrates, and cold-migrates a guest whose
+	// live migration fails.
+	DrainLiveThenCold DrainPolicy = "live-then-cold"
+)
+
+// DrainPolicies are the policies a drain takes.
+var DrainPolicies = []DrainPolicy{DrainLive, DrainCold, DrainLiveThenCold}
+
+// Drain limits, KubeVirt's defaults: two outbound migrations per source
+// host (the drain's parallelism) and two inbound per target; each guest
+// is tried on up to three targets.
+const (
+	DefaultDrainParallel  = 2
+	DefaultDrainPerTarget = 2
+	DefaultDrainAttempts  = 3
+)
+
+// DrainInput names the host to empty and how.
+type DrainInput struct {
+	Host   string      `json:"host"`
+	Reason string      `json:"reason,omitempty"`
+	Policy DrainPolicy `json:"policy,omitempty"`
+	// Parallel bounds the moves running at once (outbound from the host);
+	// 0 takes DefaultDrainParallel.
+	Parallel int `json:"parallel,omitempty"`
+	// PerTarget bounds the moves running at once onto one target; 0 takes
+	// DefaultDrainPerTarget.
+	PerTarget int `json:"per_target,omitempty"`
+	// Attempts bounds the targets tried for one guest; 0 takes
+	// DefaultDrainAttempts.
+	Attempts int `json:"attempts,omitempty"`
+}
+
+// Check fills in the zero limits and checks the rest: one line naming a
+// bad value and what is allowed.
+func (in DrainInput) Check() (DrainInput, error) {
+	if in.Policy == "" {
+		in.Policy = DrainLive
+	}
+	ok := false
+	for _, p := range DrainPolicies {
+		ok = ok || p == in.Policy
+	}
+	if !ok {
+		return in, fmt.Errorf("drain policy %q: policies are live, cold and live-then-cold", in.Policy)
+	}
+	for _, l := range []struct {
+		name string
+		v    *int
+		def  int
+	}{{"parallel", &in.Parallel, DefaultDrainParallel}, {"per-target", &in.PerTarget, DefaultDrainPerTarget}, {"attempts", &in.Attempts, DefaultDrainAttempts}} {
+		if *l.v < 0 {
+			return in, fmt.Errorf("drain %s %d: it must be at least 1", l.name, *l.v)
+		}
+		if *l.v == 0 {
+			*l.v = l.def
+		}
+	}
+	return in, nil
+}
+
+// DrainGuestState is where one guest of a drain is.
+type DrainGuestState string
+
+// Drain guest states.
+const (
+	GuestReserved DrainGuestState = "reserved" // its target's capacity is held
+	GuestMoving   DrainGuestState = "moving"
+	GuestMoved    DrainGuestState = "moved"
+	GuestFailed   DrainGuestState = "failed" // left on the host, with Error
+)
+
+// DrainGuest is one guest of a drain and how its move goes.
+type DrainGuest struct {
+	UUID     string          `json:"uuid"`
+	Name     string          `json:"name,omitempty"`
+	Target   string          `json:"target,omitempty"`
+	State    DrainGuestState `json:"state"`
+	Attempts int             `json:"attempts"`
+	// Tried are the targets its moves failed on.
+	Tried []string `json:"tried,omitempty"`
+	Error string   `json:"error,omitempty"`
+	// Reservation is what the drain holds for it on Target, until its move
+	// adopts it.
+	Reservation *activities.Reservation `json:"reservation,omitempty"`
+	placement   *drain.Move
+}
+
+// DrainStatus is a drain's progress, as its status query answers.
+type DrainStatus struct {
+	Host   string       `json:"host"`
+	Paused bool         `json:"paused"`
+	Moving int          `json:"moving"`
+	Guests []DrainGuest `json:"guests"`
+	// MaxMoving and MaxPerTarget are the most moves seen running at once,
+	// in all and onto one target: the limits held.
+	MaxMoving    int  `json:"max_moving"`
+	MaxPerTarget int  `json:"max_per_target"`
+	Done         bool `json:"done"`
+}
+
+// DrainResult is how a drain ended, guest by guest.
+type DrainResult struct {
+	Host   string       `json:"host"`
+	Guests []DrainGuest `json:"guests"`
+	Moved  int          `json:"moved"`
+	Failed int          `json:"failed"`
+}
+
+// Drain queries and signals.
+const (
+	DrainStatusQuery  = "drain-status"
+	DrainPauseSignal  = "drain-pause"
+	DrainResumeSignal = "drain-resume"
+)
+
+// DrainWorkflowID is the one workflow id of a host's drain: a second
+// drain of the host while one runs is refused.
+func DrainWorkflowID(host string) string { return "drain-" + host }
+
+// drainRun is one drain's state.
+type drainRun struct {
+	s       *saga
+	in      DrainInput
+	st      DrainStatus
+	inbound map[string]int
+}
+
+// Drain empties a host for maintenance. It plans every guest onto the
+// other hosts first (NUMA-cell exact, hardest first) and fails, changing
+// nothing, when one fits nowhere or a claim there is no guest at rest. It
+// then disables the host, so no new guest lands there, and reserves each
+// guest's planned capacity with claims of its own, which concurrent boots
+// cannot take. Then it moves the guests as child workflows under each
+// instance's own workflow id (so it never races another operation on a
+// guest), each adopting its reservation, at most Parallel at once and
+// PerTarget onto one target. A guest whose move fails is planned again
+// without the targets it failed on, up to Attempts targets, and is then
+// left on the host with the reason. A pause stops new moves; a cancel
+// cancels the running ones (they roll back) and releases the reservations
+// no move adopted. The host stays disabled: an operator enables it after
+// the maintenance.
+func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
+	s, err := newSaga(ctx, OpDrain, "", 3)
+	if err != nil {
+		return nil, err
+	}
+	in, err := input.Check()
+	if err != nil {
+		return nil, s.fail(activities.BadRequest(err.Error()))
+	}
+	d := &drainRun{s: s, in: in, st: DrainStatus{Host: in.Host, Guests: []DrainGuest{}}, inbound: map[string]int{}}
+	if err := workflow.SetQueryHandler(ctx, DrainStatusQuery, func() (DrainStatus, error) { return d.st, nil }); err != nil {
+		return nil, err
+	}
+	s.setHosts(in.Host, "")
+	workflow.Go(ctx, d.listen)
+
+	s.phase(PhaseScheduling, "planning where every guest of "+in.Host+" goes")
+	var plan drain.Plan
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "plan the drain of "+in.Host), a.PlanDrain, activities.PlanDrainInput{Host: in.Host}).Get(ctx, &plan); err != nil {
+		return nil, s.fail(err)
+	}
+	if !plan.Complete() {
+		return nil, s.fail(activities.BadState(incomplete(&plan)))
+	}
+	s.steps += len(plan.Moves)
+	s.step()
+
+	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "disable "+in.Host), a.DisableHost,
+		activities.DisableHostInput{Host: in.Host, Reason: drainReason(in)}).Get(ctx, nil); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+
+	s.onFailure("release the reservations no move adopted", d.releaseAll)
+	s.phase(PhaseAccepted, fmt.Sprintf("reserving the targets of %d guests", len(plan.Moves)))
+	for i := range plan.Moves {
+		m := plan.Moves[i]
+		d.st.Guests = append(d.st.Guests, DrainGuest{UUID: m.UUID, Name: m.Name, Target: m.Target, placement: &m})
+	}
+	for i := range d.st.Guests {
+		if err := d.reserve(ctx, &d.st.Guests[i]); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	s.step()
+
+	s.phase(PhaseRunning, d.progress())
+	if err := d.moveAll(ctx); err != nil {
+		// Cancelled: the running moves were cancelled with us; wait until
+		// they have rolled back before releasing what they did not adopt.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		_ = workflow.Await(dctx, func() bool { return d.st.Moving == 0 })
+		return nil, s.fail(err)
+	}
+	d.st.Done = true
+	res := &DrainResult{Host: in.Host, Guests: d.st.Guests}
+	for _, g := range d.st.Guests {
+		switch g.State {
+		case GuestMoved:
+			res.Moved++
+		case GuestFailed:
+			res.Failed++
+		}
+	}
+	detail := fmt.Sprintf("%d guests moved off %s, %d left there", res.Moved, in.Host, res.Failed)
+	if res.Failed == 0 {
+		detail += "; it stays disabled until 'pinflow host enable " + in.Host + "'"
+	}
+	s.phase(PhaseCompleted, detail)
+	return res, nil
+}
+
+func drainReason(in DrainInput) string {
+	if in.Reason == "" {
+		return "drain"
+	}
+	return "drain: " + in.Reason
+}
+
+// incomplete says why a plan cannot be carried out.
+func incomplete(p *drain.Plan) string {
+	var parts []string
+	for _, u := range p.Unplaceable {
+		parts = append(parts, fmt.Sprintf("%s (%s) fits nowhere: %s", u.UUID, u.Name, u.Reason))
+	}
+	for _, b := range p.Blocked {
+		parts = append(parts, fmt.Sprintf("%s blocks it: %s", b.UUID, b.Reason))
+	}
+	return fmt.Sprintf("the drain of %s cannot complete, so nothing moved: %s", p.Source, strings.Join(parts, "; "))
+}
+
+// listen follows the pause and resume signals for the drain's lifetime.
+func (d *drainRun) listen(ctx workflow.Context) {
+	pause := workflow.GetSignalChannel(ctx, DrainPauseSignal)
+	resume := workflow.GetSignalChannel(ctx, DrainResumeSignal)
+	for ctx.Err() == nil {
+		sel := workflow.NewSelector(ctx)
+		sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); d.st.Paused = true })
+		sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); d.st.Paused = false })
+		sel.Select(ctx)
+		d.s.phase(PhaseRunning, d.progress())
+	}
+}
+
+// progress is the status line the UI and --wait show.
+func (d *drainRun) progress() string {
+	n := map[DrainGuestState]int{}
+	for _, g := range d.st.Guests {
+		n[g.State]++
+	}
+	line := fmt.Sprintf("%d of %d guests moved, %d moving, %d failed", n[GuestMoved], len(d.st.Guests), d.st.Moving, n[GuestFailed])
+	if d.st.Paused {
+		line += "; paused: no new move starts until 'pinflow host drain resume " + d.in.Host + "'"
+	}
+	return line
+}
+
+// reserve holds the guest's planned placement on its target; a lost race
+// plans the guest again elsewhere, up to the attempts allowed.
+func (d *drainRun) reserve(ctx workflow.Context, g *DrainGuest) error {
+	for g.Reservation == nil && g.State != GuestFailed {
+		in := activities.ReserveInput{Host: g.Target, ClaimID: fmt.Sprintf("%s-%s-%d", claimID(ctx, string(activities.KindReservation)), g.UUID, g.Attempts),
+			UUID: g.UUID, Owner: owner(ctx), Placement: *g.placement.Placement}
+		var r activities.Reservation
+		err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "reserve "+g.Target+" for "+g.UUID), a.Reserve, in).Get(ctx, &r)
+		if err == nil {
+			g.Reservation, g.State = &r, GuestReserved
+			return nil
+		}
+		if !isConflict(err) {
+			return err
+		}
+		if err := d.replan(ctx, g, "its reservation on "+g.Target+" lost a race: "+err.Error()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// replan marks the guest's target tried and plans it again without every
+// target tried so far, or leaves it failed once its attempts are spent or
+// nothing else takes it.
+func (d *drainRun) replan(ctx workflow.Context, g *DrainGuest, why string) error {
+	g.Tried, g.Attempts, g.Error, g.Reservation = append(g.Tried, g.Target), g.Attempts+1, why, nil
+	if g.Attempts >= d.in.Attempts {
+		g.State, g.Target = GuestFailed, ""
+		g.Error = fmt.Sprintf("tried %d targets (%s); last: %s", g.Attempts, strings.Join(g.Tried, ", "), why)
+		return nil
+	}
+	var plan drain.Plan
+	in := activities.PlanGuestInput{Host: d.in.Host, UUID: g.UUID, Exclude: g.Tried}
+	if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "plan "+g.UUID+" again"), a.PlanGuest, in).Get(ctx, &plan); err != nil {
+		return err
+	}
+	if len(plan.Moves) == 0 {
+		g.State, g.Target = GuestFailed, ""
+		g.Error = fmt.Sprintf("%s; and no other target takes it: %s", why, plan.Unplaceable[0].Reason)
+		return nil
+	}
+	g.Target, g.placement = plan.Moves[0].Target, &plan.Moves[0]
+	return nil
+}
+
+// moveAll starts the reserved guests' moves within the limits, each as
+// soon as a slot is free and the drain is not paused, and returns once
+// every guest has moved or failed; a cancel ends it early.
+func (d *drainRun) moveAll(ctx workflow.Context) error {
+	next := func() *DrainGuest {
+		if d.st.Paused || d.st.Moving >= d.in.Parallel {
+			return nil
+		}
+		for i := range d.st.Guests {
+			if g := &d.st.Guests[i]; g.State == GuestReserved && d.inbound[g.Target] < d.in.PerTarget {
+				return g
+			}
+		}
+		return nil
+	}
+	settled := func() bool {
+		for _, g := range d.st.Guests {
+			if g.State != GuestMoved && g.State != GuestFailed {
+				return false
+			}
+		}
+		return true
+	}
+	for {
+		var g *DrainGuest
+		if err := workflow.Await(ctx, func() bool { g = next(); return g != nil || settled() }); err != nil {
+			return err
+		}
+		if g == nil {
+			return nil
+		}
+		g.State, d.st.Moving = GuestMoving, d.st.Moving+1
+		d.inbound[g.Target]++
+		d.st.MaxMoving = max(d.st.MaxMoving, d.st.Moving)
+		d.st.MaxPerTarget = max(d.st.MaxPerTarget, d.inbound[g.Target])
+		d.s.phase(PhaseRunning, d.progress())
+		workflow.Go(ctx, func(ctx workflow.Context) { d.move(ctx, g) })
+	}
+}
+
+// move runs one guest's move as a child workflow under its instance's
+// workflow id, adopting its reservation; a failure releases what it did
+// not adopt and plans the guest again.
+func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
+	target := g.Target
+	defer func() {
+		d.st.Moving--
+		d.inbound[target]--
+		d.s.phase(PhaseRunning, d.progress())
+	}()
+	err := d.runChild(ctx, g)
+	if err == nil {
+		g.State, g.Error, g.Reservation = GuestMoved, "", nil
+		d.s.step()
+		return
+	}
+	if ctx.Err() != nil {
+		g.State = GuestReserved // the drain's compensation releases what is left
+		return
+	}
+	// The move rolled back and released the claim it adopted; a
+	// reservation it never adopted is still the drain's to release.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	if rerr := workflow.ExecuteActivity(d.s.ledgerStep(dctx, "release the reservation on "+target), a.ReleaseReservation, *g.Reservation).Get(dctx, nil); rerr != nil {
+		g.State, g.Error = GuestFailed, fmt.Sprintf("its move failed (%v) and its reservation could not be released: %v", err, rerr)
+		return
+	}
+	if rerr := d.replan(ctx, g, fmt.Sprintf("its move to %s failed: %v", target, err)); rerr != nil {
+		g.State, g.Error = GuestFailed, fmt.Sprintf("%v; planning it again failed: %v", err, rerr)
+		return
+	}
+	if g.State != GuestFailed {
+		if rerr := d.reserve(ctx, g); rerr != nil {
+			g.State, g.Error = GuestFailed, fmt.Sprintf("%v; reserving a new target failed: %v", err, rerr)
+		}
+	}
+	if g.State == GuestFailed {
+		d.s.step()
+	}
+}
+
+// runChild moves the guest with the drain's policy and waits for it.
+func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:        InstanceWorkflowID(g.UUID),
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		// A cancelled drain waits for each move to roll back.
+		WaitForCancellation: true,
+		StaticSummary:       fmt.Sprintf("drain %s: move %s to %s", d.in.Host, g.UUID, g.Target),
+	})
+	var f workflow.ChildWorkflowFuture
+	switch d.in.Policy {
+	case DrainCold:
+		f = workflow.ExecuteChildWorkflow(cctx, Resize, ResizeInput{UUID: g.UUID, Reservation: g.Reservation, AutoConfirm: true})
+	default:
+		f = workflow.ExecuteChildWorkflow(cctx, LiveMigration, LiveMigrationInput{UUID: g.UUID, Reservation: g.Reservation,
+			ColdFallback: d.in.Policy == DrainLiveThenCold, AutoConfirm: true})
+	}
+	return f.Get(ctx, nil)
+}
+
+// releaseAll releases every reservation the drain still holds (a move
+// that adopted one changed its token, so it is not released).
+func (d *drainRun) releaseAll(ctx workflow.Context) error {
+	for i := range d.st.Guests {
+		g := &d.st.Guests[i]
+		if g.Reservation == nil || g.State == GuestMoved {
+			continue
+		}
+		if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "release the reservation on "+g.Target), a.ReleaseReservation, *g.Reservation).Get(ctx, nil); err != nil {
+			return err
+		}
+		g.Reservation = nil
+	}
+	return nil
+}
+
+// isConflict says whether a step failed because its claim lost a race.
+func isConflict(err error) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && (app.Type() == activities.ErrTypeConflict || app.Type() == activities.ErrTypeNoFit)
+}
