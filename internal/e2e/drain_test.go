@@ -246,3 +246,41 @@ func TestDrainCancel(t *testing.T) {
 	}
 	s.ok("check")
 }
+
+// TestDrainSurvivesWorkerKills: the worker is killed with SIGKILL again
+// and again while a drain reserves and moves; the drain carries on from
+// its history, every guest lands on one host, no reservation is left and
+// an audit afterwards frees nothing.
+func TestDrainSurvivesWorkerKills(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	vms := []string{s.boot("A", "a", 2), s.boot("B", "a", 1), s.boot("C", "a", 1)}
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "2")
+	s.ok("host", "drain", "a", "--parallel", "2")
+	for range 4 {
+		time.Sleep(1500 * time.Millisecond)
+		s.killWorker()
+		s.startWorker()
+	}
+	s.drainDone("a")
+	for _, g := range vms {
+		h := hostOf(s.guest(g))
+		if h != "b" && h != "c" {
+			t.Errorf("guest %s is on %q after the drain, want b or c", g, h)
+		}
+		s.checkAgreement(g, h)
+	}
+	for _, h := range []string{"a", "b", "c"} {
+		if n := s.claimsOfKind(h, "reservation"); n != 0 {
+			t.Errorf("host %s holds %d reservations after the drain", h, n)
+		}
+	}
+	s.noDoublePins("a", "b", "c")
+	time.Sleep(2500 * time.Millisecond) // the minimum grace
+	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
+		t.Errorf("the audit after the drain freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
+	}
+	s.ok("check")
+}
