@@ -12,12 +12,6 @@ import (
 	"github.com/pinflow/pinflow/numa"
 )
 
-// evacuationCandidates bounds the destinations an evacuation tries when
-// a chosen host's claim fails (another operation took the room between
-// the choice and the claim): unlike Nova's, a claim is a compare-and-set,
-// so trying the next host is safe.
-const evacuationCandidates = 3
-
 // EvacuateInput names the guest of a fenced host and, optionally, where
 // to rebuild it.
 type EvacuateInput struct {
@@ -116,7 +110,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo, dest string) (string, activities.ClaimResult, error) {
 	exclude := []string{inst.Host}
 	var last error
-	for try := 0; try < evacuationCandidates; try++ {
+	for try := 0; try < alternateHosts; try++ {
 		host := dest
 		if host == "" {
 			s.phase(PhaseScheduling, "choosing a host")

@@ -98,8 +98,9 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	s.step()
 
 	s.phase(PhaseScheduling, "choosing the destination")
-	if dst == "" {
-		choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: inst.Flavor, Exclude: []string{src}}
+	chosen := dst == ""
+	choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: inst.Flavor, Exclude: []string{src}}
+	if chosen {
 		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
 			return nil, s.fail(err)
 		}
@@ -134,6 +135,11 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindMigrationDest,
 		Owner: owner(ctx), Flavor: inst.Flavor}
 	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
+	if err != nil && chosen {
+		claim, err = s.retryElsewhere(ctx, err, &claimIn, choose, "migration-dest")
+		dst, destClaim = claimIn.Host, claimIn.ClaimID
+		s.setHosts(src, dst)
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}

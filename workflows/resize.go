@@ -127,11 +127,12 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.step()
 
 	s.phase(PhaseScheduling, "choosing the destination")
-	if dst == "" {
-		choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: flavor}
-		if op == OpColdMigration {
-			choose.Exclude = []string{src}
-		}
+	chosen := dst == ""
+	choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: flavor}
+	if op == OpColdMigration {
+		choose.Exclude = []string{src}
+	}
+	if chosen {
 		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
 			return nil, s.fail(err)
 		}
@@ -167,6 +168,11 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindResizeDest,
 		Owner: owner(ctx), Flavor: flavor}
 	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
+	if err != nil && chosen {
+		claim, err = s.retryElsewhere(ctx, err, &claimIn, choose, "resize-dest")
+		dst, destClaim = claimIn.Host, claimIn.ClaimID
+		s.setHosts(src, dst)
+	}
 	if err != nil {
 		return nil, s.fail(err)
 	}

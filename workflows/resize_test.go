@@ -98,7 +98,8 @@ func TestResizeCompensations(t *testing.T) {
 		typ    string
 		want   string
 	}{
-		{"claim", activities.ErrTypeNoFit, "load,choose,task,begin,claim,release,end,task"},
+		// A claim with no room tries two more hosts pinflow chooses.
+		{"claim", activities.ErrTypeNoFit, "load,choose,task,begin,claim,choose,claim,choose,claim,release,end,task"},
 		{"hold", activities.ErrTypeBadState, "load,choose,task,begin,claim,hold,unhold,release,end,task"},
 		{"poweroff", activities.ErrTypeRejected, "load,choose,task,begin,claim,hold,task,poweroff,restore,unhold,release,end,task"},
 		{"move", activities.ErrTypeFenced, "load,choose,task,begin,claim,hold,task,poweroff,move,destroy,restore,unhold,release,end,task"},

@@ -114,6 +114,33 @@ func (s *saga) claim(ctx workflow.Context, in activities.ClaimInput) (activities
 	return c, nil
 }
 
+// alternateHosts bounds the hosts an operation tries when pinflow chose
+// its destination and a claim there finds no room (another operation took
+// it between the choice and the claim), like Nova's alternates: a claim
+// is a compare-and-set, so trying the next host is safe.
+const alternateHosts = 3
+
+// retryElsewhere follows a claim on a host pinflow chose that found no
+// room: it chooses again without the hosts tried and claims there, up to
+// alternateHosts hosts in all. in ends naming the host and claim id of the
+// last try; the first try's compensation, which reads the caller's host
+// and claim id variables, must see them updated from in.
+func (s *saga) retryElsewhere(ctx workflow.Context, first error, in *activities.ClaimInput, choose activities.ChooseHostInput, kind string) (activities.ClaimResult, error) {
+	err := first
+	var c activities.ClaimResult
+	for try := 1; err != nil && lostRoom(err) && try < alternateHosts; try++ {
+		choose.Exclude = append(choose.Exclude, in.Host)
+		var next string
+		if cerr := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose another host"), a.ChooseHost, choose).Get(ctx, &next); cerr != nil {
+			return c, errors.Join(err, cerr)
+		}
+		s.phase(PhaseScheduling, fmt.Sprintf("%s had no room left (%v); trying %s", in.Host, err, next))
+		in.Host, in.ClaimID = next, fmt.Sprintf("%s-%d", claimID(ctx, kind), try)
+		c, err = s.claim(ctx, *in)
+	}
+	return c, err
+}
+
 // claimDest claims the destination with in, or, when the operation moves
 // a guest for a drain, adopts the drain's reservation there instead: the
 // pCPUs the drain held for the guest become the operation's own pending

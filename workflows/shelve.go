@@ -133,8 +133,9 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 // domain, release the claim and clear whatever host data the record holds.
 func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, host string, kind activities.ClaimKind) (string, *numa.Placement, error) {
 	s.phase(PhaseScheduling, "choosing a host")
-	if host == "" {
-		choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor}
+	chosen := host == ""
+	choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor}
+	if chosen {
 		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a host"), a.ChooseHost, choose).Get(ctx, &host); err != nil {
 			return "", nil, err
 		}
@@ -152,6 +153,11 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	})
 	claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: kind, Owner: owner(ctx), Flavor: inst.Flavor}
 	claim, err := s.claim(ctx, claimIn)
+	if err != nil && chosen {
+		claim, err = s.retryElsewhere(ctx, err, &claimIn, choose, string(kind))
+		host, id = claimIn.Host, claimIn.ClaimID
+		s.setHosts("", host)
+	}
 	if err != nil {
 		return "", nil, err
 	}

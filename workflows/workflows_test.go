@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -406,5 +407,64 @@ func TestBootNamesItsCreator(t *testing.T) {
 	}
 	if creator == "" {
 		t.Errorf("Boot created the record with no creator")
+	}
+}
+
+// TestLiveMigrationTriesAnotherHost: the claim on the host pinflow chose
+// lost its room to another operation; the migration chooses again without
+// that host and completes on the next one. A named destination is not
+// replaced.
+func TestLiveMigrationTriesAnotherHost(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	var excluded [][]string
+	h.env.OnActivity(a.ChooseHost, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ChooseHostInput) (string, error) {
+			excluded = append(excluded, in.Exclude)
+			return map[int]string{1: "b", 2: "c"}[len(excluded)], nil
+		})
+	h.on("task", a.SetTaskState, nil)
+	var claimed []activities.ClaimInput
+	h.env.OnActivity(a.Claim, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.ClaimInput) (activities.ClaimResult, error) {
+			claimed = append(claimed, in)
+			if in.Host == "b" {
+				return activities.ClaimResult{}, failed("no host cell has room", activities.ErrTypeNoFit)
+			}
+			return activities.ClaimResult{Host: in.Host, ClaimID: in.ClaimID, Placement: placement}, nil
+		})
+	var prepared activities.PrepareMigrationInput
+	h.env.OnActivity(a.PrepareMigration, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.PrepareMigrationInput) (string, error) {
+			prepared = in
+			return "<domain/>", nil
+		})
+	h.on("migrate", a.Migrate, nil)
+	var committed activities.CommitMigrationInput
+	h.env.OnActivity(a.CommitMigration, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CommitMigrationInput) error { committed = in; return nil })
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed) != 2 || claimed[0].Host != "b" || claimed[1].Host != "c" || claimed[0].ClaimID == claimed[1].ClaimID {
+		t.Fatalf("claims = %+v, want one on b, then one with another id on c", claimed)
+	}
+	if len(excluded) != 2 || !slices.Equal(excluded[1], []string{"a", "b"}) {
+		t.Errorf("choices excluded %v, want the source, then the source and b", excluded)
+	}
+	if prepared.Dest != "c" || committed.Dest != "c" || committed.DestClaimID != claimed[1].ClaimID {
+		t.Errorf("prepared on %q, committed %q/%q; want c and the claim made there", prepared.Dest, committed.Dest, committed.DestClaimID)
+	}
+
+	// Named: a claim with no room fails the migration.
+	h = newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room", activities.ErrTypeNoFit))
+	h.on("release", a.ReleaseClaim, nil)
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	if got := h.sequence(); got != "load,task,claim,release,task" {
+		t.Errorf("named destination without room: steps %s, want load,task,claim,release,task", got)
 	}
 }
