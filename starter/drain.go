@@ -22,6 +22,7 @@ import (
 
 func init() {
 	register("host plan-drain", "plan where every guest of a host would go, NUMA-cell exact, and report the ones that fit nowhere; changes nothing: host plan-drain NAME [--json]", hostPlanDrain)
+	register("host undrain", "enable a drained host and move back the guests its last drain moved off it: host undrain NAME [--wait] [--json]", hostUndrain)
 	register("host drain", "empty a host for maintenance: plan, disable it, reserve each guest's target, move the guests: host drain NAME [--dry-run] [--policy live|cold|live-then-cold] [--parallel N] [--per-target N] [--attempts N] [--reason TEXT] [--wait] [--json]; host drain pause|resume|cancel|status NAME", hostDrain)
 }
 
@@ -281,6 +282,112 @@ func hostDrainControl(verb string, args []string, stdout io.Writer) error {
 			fmt.Fprintf(stdout, "drain of %s cancelled: running moves roll back, reservations are released; the host stays disabled\n", host)
 		default:
 			fmt.Fprintf(stdout, "drain of %s: %s sent\n", host, verb)
+		}
+		return nil
+	})
+}
+
+// hostUndrain enables a drained host and live-migrates back, each under
+// its own instance workflow id, every guest its last drain moved that is
+// still where the drain put it.
+func hostUndrain(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("host undrain", flag.ContinueOnError)
+	of := addOpFlags(fs)
+	host, err := oneHost(fs, args)
+	if err != nil {
+		return err
+	}
+	return withApp(func(a *app) error {
+		led, st, err := hostStatus(a, host)
+		if err != nil {
+			return err
+		}
+		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+			return fmt.Errorf("host undrain %s: the host is %s; bring it back with 'pinflow host up %s --wait' first", host, st.State, host)
+		}
+		c, err := a.client()
+		if err != nil {
+			return err
+		}
+		id := workflows.DrainWorkflowID(host)
+		d, err := c.DescribeWorkflow(a.ctx, id, "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			return fmt.Errorf("host undrain %s: the host was never drained (or its drain is past the namespace's retention)", host)
+		case err != nil:
+			return fmt.Errorf("host undrain %s: %w", host, err)
+		case d.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			return fmt.Errorf("host undrain %s: the host is being drained; 'pinflow host drain cancel %s' first", host, host)
+		}
+		var res workflows.DrainResult
+		if err := c.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res); err != nil {
+			return fmt.Errorf("host undrain %s: its last drain did not complete (%s), so pinflow does not know what it moved; move guests back one by one", host, rootMessage(err))
+		}
+		if _, err := led.SetHostEnabled(a.ctx, host); err != nil {
+			return err
+		}
+		type back struct {
+			UUID  string `json:"uuid"`
+			From  string `json:"from"`
+			Error string `json:"error,omitempty"`
+			Done  bool   `json:"done,omitempty"`
+		}
+		var out []back
+		var runs []client.WorkflowRun
+		var idx []int
+		for _, g := range res.Guests {
+			if g.State != workflows.GuestMoved {
+				continue
+			}
+			inst, err := led.Instance(a.ctx, g.UUID)
+			if err != nil || inst.Host != g.Target {
+				continue // gone, or moved again since
+			}
+			run, err := startOp(a, g.UUID, workflows.OpLiveMigration, workflows.LiveMigration,
+				opPlan{input: workflows.LiveMigrationInput{UUID: g.UUID, Dest: host}, summary: "undrain: move " + g.UUID + " back to " + host, source: g.Target, dest: host})
+			out = append(out, back{UUID: g.UUID, From: g.Target})
+			if err != nil {
+				out[len(out)-1].Error = err.Error()
+				continue
+			}
+			runs, idx = append(runs, run), append(idx, len(out)-1)
+		}
+		failed := 0
+		for i, run := range runs {
+			if !*of.wait {
+				break
+			}
+			if err := run.Get(a.ctx, nil); err != nil {
+				out[idx[i]].Error = rootMessage(err)
+				continue
+			}
+			out[idx[i]].Done = true
+		}
+		for _, b := range out {
+			if b.Error != "" {
+				failed++
+			}
+		}
+		if *of.json {
+			if err := writeJSON(stdout, out); err != nil {
+				return err
+			}
+		} else {
+			for _, b := range out {
+				switch {
+				case b.Error != "":
+					fmt.Fprintf(stdout, "%s: not moved back from %s: %s\n", b.UUID, b.From, b.Error)
+				case b.Done:
+					fmt.Fprintf(stdout, "%s: moved back from %s\n", b.UUID, b.From)
+				default:
+					fmt.Fprintf(stdout, "%s: moving back from %s (workflow %s)\n", b.UUID, b.From, workflows.InstanceWorkflowID(b.UUID))
+				}
+			}
+			fmt.Fprintf(stdout, "host %s is enabled; %d guests of its last drain moving back, %d failed\n", host, len(out), failed)
+		}
+		if failed > 0 {
+			return fmt.Errorf("host undrain %s: %d of %d moves back failed", host, failed, len(out))
 		}
 		return nil
 	})

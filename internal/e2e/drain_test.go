@@ -172,6 +172,17 @@ func TestDrain(t *testing.T) {
 	if len(plan.Moves) != 0 || !plan.Complete() {
 		t.Errorf("a drained host plans %+v, want nothing left", plan)
 	}
+
+	// After the maintenance, undrain enables a and moves A and B back.
+	s.ok("host", "undrain", "a", "--wait")
+	for _, g := range []string{vmA, vmB} {
+		s.checkAgreement(g, "a")
+	}
+	if out := s.ok("host", "list"); strings.Contains(out, "disabled") {
+		t.Errorf("host list after undrain still shows a disabled host:\n%s", out)
+	}
+	s.noDoublePins("a", "b", "c")
+	s.refused("never drained", "host", "undrain", "b")
 }
 
 // TestDrainRefusals: a guest that fits nowhere stops the drain before
