@@ -273,6 +273,7 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 		}
 		var out []started
 		var runs []client.WorkflowRun
+		var runOf []int // runs[i] is the evacuation of out[runOf[i]]
 		failed := 0
 		for _, cl := range claims {
 			inst, err := led.Instance(a.ctx, cl.InstanceUUID)
@@ -290,7 +291,7 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 				continue
 			}
 			out = append(out, started{UUID: inst.UUID, RunID: run.GetRunID()})
-			runs = append(runs, run)
+			runs, runOf = append(runs, run), append(runOf, len(out)-1)
 		}
 		if *of.wait {
 			// Every evacuation runs under its own instance id; wait for
@@ -299,10 +300,10 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 				var res workflows.EvacuateResult
 				if err := run.Get(a.ctx, &res); err != nil {
 					failed++
-					out[i].Error = rootMessage(err)
+					out[runOf[i]].Error = rootMessage(err)
 					continue
 				}
-				out[i].Host = res.Host
+				out[runOf[i]].Host = res.Host
 			}
 		}
 		if *asJSON {
