@@ -61,6 +61,9 @@ type MigrateRequest struct {
 	// wants it (the destination claim it acts for still exists with its
 	// token); nil means no fence.
 	Fence func(ctx context.Context) error
+	// Policy bounds the migration and says what may help it converge; the
+	// zero value sets no bound (see MigrationPolicy).
+	Policy MigrationPolicy
 }
 
 // ErrFenced: the operation a hypervisor step acts for no longer holds
@@ -102,6 +105,11 @@ type Driver interface {
 	// then it completes and Migrate returns nil. req.Fence, when set, is
 	// called before the migration starts and as close before its point of
 	// no return as the hypervisor allows; its error aborts the migration.
+	// A switch to post-copy is such a point: the fence is called right
+	// before it, and a refusal aborts instead. A timeout of req.Policy
+	// that aborts leaves the guest running on its source, as a cancel
+	// does, and returns an error matching ErrMigrationTimeout; a bad
+	// req.Policy is refused with ErrRejected before anything starts.
 	Migrate(ctx context.Context, req MigrateRequest, progress func(Progress)) error
 	// Rollback undoes a failed or aborted migration: the guest runs on src,
 	// and dst holds no trace of it.

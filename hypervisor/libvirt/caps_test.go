@@ -124,9 +124,10 @@ func TestParseCapabilitiesErrors(t *testing.T) {
 
 // TestCheckDestXML: a destination XML for another domain, or whose pins
 // do not read, is refused before any host is asked; one that reads gives
-// its pins for hypervisor.PinsFit.
+// its pins for hypervisor.PinsFit and its memory for the completion
+// timeout.
 func TestCheckDestXML(t *testing.T) {
-	const domain = `<domain type='qemu'><name>t</name><uuid>` + testUUID + `</uuid><vcpu>2</vcpu>%s</domain>`
+	const domain = `<domain type='qemu'><name>t</name><uuid>` + testUUID + `</uuid><memory unit='MiB'>1536</memory><vcpu>2</vcpu>%s</domain>`
 	tests := []struct {
 		name, xml, wantErr string
 	}{
@@ -138,13 +139,16 @@ func TestCheckDestXML(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pins, err := checkDestXML(testUUID, tt.xml)
+			id, pins, err := checkDestXML(testUUID, tt.xml)
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("checkDestXML(%s) = %v, want nil", tt.xml, err)
 				}
 				if got := pins.VCPUPins[1].String(); got != "5" {
 					t.Errorf("checkDestXML(%s) pins of vCPU 1 = %q, want \"5\"", tt.xml, got)
+				}
+				if got := id.memoryBytes(); got != 1536<<20 {
+					t.Errorf("checkDestXML(%s) memory = %d bytes, want %d", tt.xml, got, 1536<<20)
 				}
 				return
 			}

@@ -11,13 +11,28 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-// identity is what a domain XML says about which domain it is.
+// identity is what a domain XML says about which domain it is, and its
+// memory, which sizes a migration's completion timeout.
 type identity struct {
 	XMLName xml.Name `xml:"domain"`
 	Name    string   `xml:"name"`
 	UUID    string   `xml:"uuid"`
+	Memory  struct {
+		Unit  string `xml:"unit,attr"`
+		Value string `xml:",chardata"`
+	} `xml:"memory"`
+}
+
+// memoryBytes is the guest memory in bytes, 0 when absent or unreadable.
+func (id identity) memoryBytes() uint64 {
+	n, err := xmlpatch.ScaledBytes(id.Memory.Value, id.Memory.Unit)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // parseIdentity reads a domain XML's name and UUID. A domain without a UUID

@@ -13,14 +13,18 @@
 // Migrate calls MigrateRequest.Fence, when set, right before it asks the
 // source libvirtd to start the migration (DomainMigratePerform3Params), and
 // then at every poll of the job's progress, every Config.ProgressInterval,
-// until that call returns. A fence that fails before the start means no
-// migration was started. A fence that fails at a poll makes Migrate abort
-// the job exactly as a cancelled ctx does (DomainAbortJob until the call
-// returns): the guest keeps running on the source, the destination keeps
-// nothing, and the error wraps hypervisor.ErrFenced and the fence's error.
+// until that call returns or the migration switches to post-copy. A fence
+// that fails before the start means no migration was started. A fence that
+// fails at a poll makes Migrate abort the job exactly as a cancelled ctx
+// does (DomainAbortJob until the call returns): the guest keeps running on
+// the source, the destination keeps nothing, and the error wraps
+// hypervisor.ErrFenced and the fence's error. A switch to post-copy
+// (DomainMigrateStartPostCopy) is a point of no return that Migrate
+// chooses itself, so the fence is called right before it; a fence that
+// refuses it aborts the job instead.
 //
 // That is all the fence guarantees. libvirt has no hook right before its
-// switchover, so a fence failure can only abort a job that is still
+// own switchover, so a fence failure can only abort a job that is still
 // copying memory. A fence that would fail only after the last poll (up to
 // one ProgressInterval before the switchover), or whose abort reaches
 // libvirt once the switchover has begun, does not stop the migration: it
@@ -29,6 +33,23 @@
 // fence checks. Nor does a retried Migrate fence a migration that an
 // earlier call left running and that it waits for instead of starting its
 // own.
+//
+// # Migration policy
+//
+// MigrateRequest.Policy becomes libvirt's flags and parameters at the
+// start: VIR_MIGRATE_AUTO_CONVERGE and VIR_MIGRATE_POSTCOPY when allowed,
+// the bandwidth cap as the bandwidth (and, with post-copy, the
+// bandwidth.postcopy) parameter, and the downtime limit through
+// DomainMigrateSetMaxDowntime on the source just before it, 300ms (QEMU's
+// default) when the policy sets none, since the limit stays on the guest
+// after a migration that failed. The timeouts are Migrate's own, checked
+// at each poll against the job's data remaining (the progress timeout
+// tracks its lowest figure, which a migration that does not converge stops
+// lowering) and the time since the start. One that fires aborts the job
+// as a cancel does, or switches it to post-copy when the policy says so;
+// a switch that fails, or that the fence refuses, aborts it instead. A
+// retried Migrate that waits for an earlier call's migration applies no
+// timeout to it.
 package libvirt
 
 import (

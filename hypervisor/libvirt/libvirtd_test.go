@@ -34,9 +34,16 @@ type guest struct {
 	vcpuPins   [2]string
 	emulator   string
 	nodeset    string
+	// kernel is a multiboot kernel file the guest boots (see
+	// dirtyingKernel); empty, it idles in the BIOS.
+	kernel string
 }
 
 func (g guest) xml() string {
+	kernel := ""
+	if g.kernel != "" {
+		kernel = "<kernel>" + g.kernel + "</kernel>"
+	}
 	return fmt.Sprintf(`<domain type='qemu'>
   <name>%s</name>
   <uuid>%s</uuid>
@@ -52,7 +59,7 @@ func (g guest) xml() string {
     <memnode cellid='0' mode='strict' nodeset='%[6]s'/>
     <memnode cellid='1' mode='strict' nodeset='%[6]s'/>
   </numatune>
-  <os><type arch='x86_64' machine='pc'>hvm</type></os>
+  <os><type arch='x86_64' machine='pc'>hvm</type>%[7]s</os>
   <cpu mode='custom' match='exact'>
     <model fallback='forbid'>qemu64</model>
     <topology sockets='2' dies='1' cores='1' threads='1'/>
@@ -71,7 +78,7 @@ func (g guest) xml() string {
     <console type='pty'><target type='serial' port='0'/></console>
     <memballoon model='none'/>
   </devices>
-</domain>`, g.name, g.uuid, g.vcpuPins[0], g.vcpuPins[1], g.emulator, g.nodeset)
+</domain>`, g.name, g.uuid, g.vcpuPins[0], g.vcpuPins[1], g.emulator, g.nodeset, kernel)
 }
 
 // newGuest returns a guest named after n with a UUID of its own, pinned to

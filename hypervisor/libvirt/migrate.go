@@ -21,6 +21,7 @@ const (
 	PhaseWaiting   = "waiting"   // an earlier attempt's migration is still running
 	PhaseSetup     = "setup"     // libvirt has not reported any data yet
 	PhaseMigrating = "migrating" // memory is being copied
+	PhasePostCopy  = "post-copy" // switched to post-copy: the guest runs on the destination
 	PhaseAborting  = "aborting"  // cancelled; libvirt is aborting the job
 	PhaseCompleted = "completed" // the guest runs on the destination only
 )
@@ -31,25 +32,56 @@ const (
 const migrateFlags = golibvirt.MigrateLive | golibvirt.MigratePeer2peer | golibvirt.MigratePersistDest |
 	golibvirt.MigrateUndefineSource | golibvirt.MigrateAbortOnError
 
+// defaultMaxDowntime is QEMU's own downtime limit. Migrate sets it when
+// the policy leaves MaxDowntime zero, since the limit stays on the guest
+// after a failed migration and would otherwise carry over to the next.
+const defaultMaxDowntime = 300 * time.Millisecond
+
+// policyFlags are the migration flags for policy p: auto-converge and
+// post-copy are asked for at the start, or not at all.
+func policyFlags(p hypervisor.MigrationPolicy) golibvirt.DomainMigrateFlags {
+	f := migrateFlags
+	if p.AllowAutoConverge {
+		f |= golibvirt.MigrateAutoConverge
+	}
+	if p.AllowPostCopy {
+		f |= golibvirt.MigratePostcopy
+	}
+	return f
+}
+
+// policyParams are the migration parameters for policy p: its bandwidth
+// cap, for the post-copy phase too when post-copy is allowed.
+func policyParams(p hypervisor.MigrationPolicy) []golibvirt.TypedParam {
+	if p.BandwidthMiBs == 0 {
+		return nil
+	}
+	params := []golibvirt.TypedParam{{Field: golibvirt.MigrateParamBandwidth, Value: *golibvirt.NewTypedParamValueUllong(p.BandwidthMiBs)}}
+	if p.AllowPostCopy {
+		params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamBandwidthPostcopy, Value: *golibvirt.NewTypedParamValueUllong(p.BandwidthMiBs)})
+	}
+	return params
+}
+
 // checkDestXML checks that destXML is a domain XML for uuid whose pinning
-// xmlpatch reads, and returns its pins.
-func checkDestXML(uuid, destXML string) (*xmlpatch.Pins, error) {
+// xmlpatch reads, and returns what it says of the domain and its pins.
+func checkDestXML(uuid, destXML string) (identity, *xmlpatch.Pins, error) {
 	id, err := parseIdentity(destXML)
 	if err != nil {
-		return nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+		return identity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
 	}
 	want, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
-		return nil, err
+		return identity{}, nil, err
 	}
 	if got, _ := hypervisor.ParseUUID(id.UUID); got != want {
-		return nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
+		return identity{}, nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
 	}
 	pins, err := xmlpatch.Read(destXML)
 	if err != nil {
-		return nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+		return identity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
 	}
-	return pins, nil
+	return id, pins, nil
 }
 
 // PrepareMigration checks, before any data moves, that dst answers, that
@@ -58,7 +90,7 @@ func checkDestXML(uuid, destXML string) (*xmlpatch.Pins, error) {
 // already. A domain already running on dst is accepted: it is the outcome
 // of an earlier attempt of the same migration, which Migrate confirms.
 func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string) error {
-	pins, err := checkDestXML(uuid, destXML)
+	_, pins, err := checkDestXML(uuid, destXML)
 	if err != nil {
 		return fmt.Errorf("libvirt: prepare migration of %s to host %s: %w", uuid, dst, err)
 	}
@@ -113,6 +145,10 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 // for when it is called. A destination that refuses destXML (a CPU or NUMA
 // node it does not have, changed guest NUMA cells) gives an error wrapping
 // hypervisor.ErrRejected, and the guest stays on src.
+//
+// req.Policy applies as the package documentation says (see Migration
+// policy). A timeout that aborts returns a *hypervisor.MigrationTimeoutError
+// once libvirt has ended the job, with the guest running on src.
 func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
 	src, dst, uuid, destXML := req.Source, req.Dest, req.UUID, req.DestXML
 	if progress == nil {
@@ -125,8 +161,12 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	if src == dst {
 		return fail(fmt.Errorf("source and destination are the same host; pick another destination"))
 	}
-	if _, err := checkDestXML(uuid, destXML); err != nil {
+	id, _, err := checkDestXML(uuid, destXML)
+	if err != nil {
 		return fail(err)
+	}
+	if err := req.Policy.Validate(); err != nil {
+		return fail(fmt.Errorf("%w: %w", hypervisor.ErrRejected, err))
 	}
 	sc, err := d.connect(ctx, src)
 	if err != nil {
@@ -173,26 +213,37 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 			params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamListenAddress, Value: *golibvirt.NewTypedParamValueString(u.Hostname())})
 		}
 	}
+	params = append(params, policyParams(req.Policy)...)
 	dconnuri := golibvirt.OptString{dc.hc.URI}
+	if err := sc.setMaxDowntime(ctx, dom, uuid, req.Policy.MaxDowntime); err != nil {
+		return fail(err)
+	}
 	// The last moment before anything moves.
 	if err := fence(ctx, req, "before the start"); err != nil {
 		return fail(err)
 	}
 	result := make(chan error, 1)
+	flags := policyFlags(req.Policy)
 	go func() {
-		_, err := sc.l.DomainMigratePerform3Params(dom, dconnuri, params, nil, migrateFlags)
+		_, err := sc.l.DomainMigratePerform3Params(dom, dconnuri, params, nil, flags)
 		result <- err
 	}()
 
-	last, migErr, stopped, err := d.follow(ctx, sc, dom, req, result, progress)
+	o, err := d.follow(ctx, sc, dom, req, id.memoryBytes(), result, progress)
 	if err != nil {
 		return fail(err)
 	}
+	last, migErr, stopped := o.last, o.migErr, o.stopped
 	if migErr != nil && !isLibvirtError(migErr) {
 		// The connection to the source broke: its libvirtd may still be
 		// migrating, so the outcome is unknown until it is asked again.
 		sc.drop()
 		return fail(fmt.Errorf("lost the source connection; the migration may still run there, call Migrate again to follow it or Rollback to undo it: %w", oneLine{migErr}))
+	}
+	if migErr != nil && o.postCopy {
+		// The guest ran on dst from the switch on; resuming it on src
+		// would run it twice, with memory dst has changed since.
+		return fail(fmt.Errorf("the migration failed after its switch to post-copy, so the source cannot take the guest back; libvirt leaves it paused on the destination, to recover there: %w", oneLine{migErr}))
 	}
 	if migErr != nil {
 		// libvirt resumes the source when a live migration fails; make
@@ -276,31 +327,51 @@ func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string, progress
 	}
 }
 
+// outcome is how a migration call ended, as follow saw it.
+type outcome struct {
+	last   hypervisor.Progress // the last progress reported
+	migErr error               // the migration call's own error
+	// stopped is why follow aborted the job; nil when it did not.
+	stopped error
+	// postCopy: the migration switched to post-copy, so it was past its
+	// point of no return.
+	postCopy bool
+}
+
 // follow reports progress until the migration call returns, aborting the
-// job when ctx ends or req.Fence fails at a poll. It returns the last
-// progress, the migration's own error, why the job was aborted (nil when
-// it was not), and an error when the migration did not end within the
-// abort timeout.
-func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest,
-	result <-chan error, progress func(hypervisor.Progress)) (last hypervisor.Progress, migErr, stopped, err error) {
-	last = hypervisor.Progress{Phase: PhaseSetup}
+// job when ctx ends, req.Fence fails at a poll, or a timeout of req.Policy
+// fires (or switching to post-copy instead, when the policy says so). A
+// guest with memory bytes sizes the completion timeout. Its error says the
+// migration did not end within the abort timeout.
+func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, memory uint64,
+	result <-chan error, progress func(hypervisor.Progress)) (outcome, error) {
+	o := outcome{last: hypervisor.Progress{Phase: PhaseSetup}}
 	bg := context.WithoutCancel(ctx)
+	start, timer := time.Now(), req.Policy.Timer(memory)
 	tick := time.NewTicker(d.cfg.ProgressInterval)
 	defer tick.Stop()
-	stop := func(why error) (hypervisor.Progress, error, error, error) {
-		last.Phase = PhaseAborting
-		progress(last)
+	stop := func(why error) (outcome, error) {
+		o.last.Phase = PhaseAborting
+		progress(o.last)
 		migErr, err := d.abort(bg, sc, dom, result)
-		return last, migErr, why, err
+		o.migErr, o.stopped = migErr, why
+		return o, err
 	}
 	cancelled := func() error { return fmt.Errorf("cancelled; the guest stays on the source: %w", ctx.Err()) }
+	done := ctx.Done()
 	for {
 		select {
-		case migErr = <-result:
-			return last, migErr, nil, nil
-		case <-ctx.Done():
+		case o.migErr = <-result:
+			return o, nil
+		case <-done:
 			return stop(cancelled())
 		case <-tick.C:
+			if o.postCopy {
+				// Past the point of no return there is nothing left to
+				// fence or abort.
+				poll(bg, sc, dom, &o.last, PhasePostCopy, progress)
+				continue
+			}
 			if ferr := fence(ctx, req, "at a progress poll"); ferr != nil {
 				if ctx.Err() != nil {
 					// The fence failed for the cancellation; say so.
@@ -308,14 +379,67 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 				}
 				return stop(fmt.Errorf("aborted; the guest stays on the source: %w", ferr))
 			}
-			job, err := sc.job(bg, dom)
-			if err != nil || !job.active {
-				continue // between libvirt's phases, or just ended
+			poll(bg, sc, dom, &o.last, "", progress)
+			timeout := timer.Observe(time.Since(start), o.last)
+			if timeout == nil {
+				continue
 			}
-			last = job.progress
-			progress(last)
+			if !req.Policy.PostCopyOnTimeout() {
+				return stop(timeout)
+			}
+			if ctx.Err() != nil {
+				return stop(cancelled())
+			}
+			if err := startPostCopy(ctx, sc, dom, req); err != nil {
+				timeout.NoPostCopy = err
+				return stop(timeout)
+			}
+			o.postCopy, done = true, nil
+			o.last.Phase = PhasePostCopy
+			progress(o.last)
 		}
 	}
+}
+
+// poll reads the job's statistics into last and reports them, in phase
+// when it is not empty. A job that is not active (between libvirt's
+// phases, or just ended) changes nothing.
+func poll(ctx context.Context, sc *conn, dom golibvirt.Domain, last *hypervisor.Progress, phase string, progress func(hypervisor.Progress)) {
+	job, err := sc.job(ctx, dom)
+	if err != nil || !job.active {
+		return
+	}
+	*last = job.progress
+	if phase != "" {
+		last.Phase = phase
+	}
+	progress(*last)
+}
+
+// startPostCopy switches the migration to post-copy, its point of no
+// return, if req.Fence still allows it right before. The call itself is
+// not cut short by ctx, so that its outcome is known.
+func startPostCopy(ctx context.Context, sc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest) error {
+	if err := fence(ctx, req, "before the switch to post-copy"); err != nil {
+		return err
+	}
+	if err := do(context.WithoutCancel(ctx), sc, func(l *golibvirt.Libvirt) error { return l.DomainMigrateStartPostCopy(dom, 0) }); err != nil {
+		return sc.errorf(err, "switch the migration of domain %s to post-copy", uuid.UUID(dom.UUID).String())
+	}
+	return nil
+}
+
+// setMaxDowntime sets the domain's downtime limit for its next migration,
+// QEMU's default for 0.
+func (c *conn) setMaxDowntime(ctx context.Context, dom golibvirt.Domain, id string, limit time.Duration) error {
+	if limit <= 0 {
+		limit = defaultMaxDowntime
+	}
+	ms := uint64(max(limit.Milliseconds(), 1))
+	if err := do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainMigrateSetMaxDowntime(dom, ms, 0) }); err != nil {
+		return c.errorf(err, "set the maximum downtime of domain %s to %dms", id, ms)
+	}
+	return nil
 }
 
 // fence asks req.Fence whether the migration may go on; its error, at

@@ -172,13 +172,26 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 }
 
 // Migrate moves the running domain req.UUID from req.Source to req.Dest,
-// where req.DestXML becomes its definition, calling progress with a rising
-// Percent. Its total duration is the migrate latency of the source, and
-// the migrate fault of the source, when due, fails it half-way. Cancelling
-// ctx, an injected fault, or a failing req.Fence aborts it: the domain
-// keeps running on the source, the destination holds no trace of it, and
-// the error wraps ctx's error, ErrInjected, or hypervisor.ErrFenced and
-// the fence's error.
+// where req.DestXML becomes its definition, calling progress as it goes.
+// Its copy lasts the migrate latency of the source, with a rising Percent,
+// unless the source has Rates: then it lasts as long as sending the
+// guest's memory (its <memory>) takes while the guest dirties it again,
+// and the bandwidth cap, downtime and auto-converge of req.Policy apply
+// as they do on a real hypervisor (see rateCopy). The migrate fault of the
+// source, when due, fails it half-way. Cancelling ctx, an injected fault,
+// or a failing req.Fence aborts it: the domain keeps running on the
+// source, the destination holds no trace of it, and the error wraps ctx's
+// error, ErrInjected, or hypervisor.ErrFenced and the fence's error.
+//
+// The timeouts of req.Policy count the copy's own time (the latency, or
+// the steps of the rates), not the wall clock, so that a test's Sleep
+// that does not wait still times out as a real migration would. One that
+// fires aborts the migration as a cancel does and returns a
+// *hypervisor.MigrationTimeoutError, or, when the policy says post-copy,
+// switches: the guest belongs to the destination from then on, and the
+// rest of its memory is fetched at the transfer rate (ProgressPostCopy
+// reports) before the migration completes. A bad req.Policy is refused
+// with hypervisor.ErrRejected.
 //
 // The steps, each atomic on one Redis slot and idempotent:
 //
@@ -197,9 +210,11 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 //
 // req.Fence is called right before step 1, so a fenced attempt changes
 // nothing, and right before step 5, the point of no return, so a fence
-// that fails during the copy aborts it. Between that call and the
-// switchover script there is no fence: the caller's lease covers that
-// window, as it covers the same window of a real hypervisor.
+// that fails during the copy aborts it; a switch to post-copy is step 5
+// too, and a fence that refuses it aborts the migration instead. Between
+// that call and the switchover script there is no fence: the caller's
+// lease covers that window, as it covers the same window of a real
+// hypervisor.
 //
 // A retry after a crash finds: a record in phase copying (steps 1-4) and
 // restarts the migration, replacing the marks of the lost attempt; a record
@@ -248,9 +263,13 @@ type attempt struct {
 	progress func(hypervisor.Progress)
 
 	// Set by begin.
-	rec      *migration    // this attempt's record
-	latency  time.Duration // how long the copy takes
-	injected error         // a fault that strikes half-way through the copy
+	rec      *migration // this attempt's record
+	model    copyModel  // how the copy goes
+	injected error      // a fault that strikes half-way through the copy
+
+	// Set by copyMemory.
+	last    hypervisor.Progress               // the last progress of the copy
+	timeout *hypervisor.MigrationTimeoutError // the policy timeout that fired
 }
 
 // completed is the progress reported once the guest runs on the
@@ -270,6 +289,9 @@ func (d *Driver) migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	if req.Source == req.Dest {
 		return fmt.Errorf("source and destination are the same host; a migration needs two: %w", hypervisor.ErrRejected)
 	}
+	if err := req.Policy.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", hypervisor.ErrRejected, err)
+	}
 	if err := d.checkHost(ctx, req.Source); err != nil {
 		return err
 	}
@@ -285,10 +307,11 @@ func (d *Driver) migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 		if err := d.begin(ctx, a, srcDom); err != nil {
 			return err
 		}
-		if err := d.copyMemory(ctx, a); err != nil {
+		postCopy, err := d.copyMemory(ctx, a)
+		if err != nil {
 			return err
 		}
-		if err := d.switchOver(ctx, a); err != nil {
+		if err := d.switchOver(ctx, a, postCopy); err != nil {
 			return err
 		}
 	}
@@ -348,12 +371,13 @@ func (d *Driver) locate(ctx context.Context, a *attempt) (srcDom *domState, done
 	return srcDom, false, nil
 }
 
-// begin starts a new attempt from srcDom: it reads the migrate latency of
-// the source, calls the fence, draws the migrate fault, and runs steps 1-3.
-// A failure after step 1 aborts the attempt.
+// begin starts a new attempt from srcDom: it reads how the copy will go
+// (the migrate latency or the rates of the source), calls the fence, draws
+// the migrate fault, and runs steps 1-3. A failure after step 1 aborts the
+// attempt.
 func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error {
 	src, dst, u := a.req.Source, a.req.Dest, a.u
-	latency, err := d.latencyOf(ctx, src, OpMigrate)
+	model, err := d.copyModelOf(ctx, a)
 	if err != nil {
 		return err
 	}
@@ -368,7 +392,7 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 	if injected != nil && !errors.Is(injected, ErrInjected) {
 		return injected
 	}
-	a.latency, a.injected = latency, injected
+	a.model, a.injected = model, injected
 	a.rec = &migration{src: src, dst: dst, destXML: a.req.DestXML, srcXML: srcDom.XML, name: a.name, token: rand.Text(), phase: phaseCopying}
 
 	started := time.Now().UTC().Format(time.RFC3339Nano)
@@ -396,65 +420,77 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 	return d.crashAt("incoming")
 }
 
-// copyMemory is step 4: it lasts the attempt's latency, in steps that each
-// touch the record (an attempt that stops touching it for
+// copyMemory is step 4: the copy goes as a.model says, in steps that
+// each touch the record (an attempt that stops touching it for
 // Options.StaleMigration is dead, see reap), check ctx and report
-// progress. The injected fault strikes half-way. A failure aborts the
+// progress, until it converges. The injected fault strikes half-way. A
+// timeout of the policy aborts the attempt, or, when the policy says
+// post-copy, ends the copy with postCopy set. A failure aborts the
 // attempt.
-func (d *Driver) copyMemory(ctx context.Context, a *attempt) error {
-	touch := func() error {
-		code, _, err := d.run(ctx, touchScript, []string{d.migrationKey(a.u)}, a.rec.token)
-		if err != nil {
-			return err
+func (d *Driver) copyMemory(ctx context.Context, a *attempt) (postCopy bool, err error) {
+	timer := a.req.Policy.Timer(a.total)
+	for {
+		st := a.model.next()
+		if err := d.sleep(ctx, st.wait); err != nil {
+			return false, d.abort(ctx, a, err)
 		}
-		if err := d.ownerErr(code); err != nil {
-			// PowerOff of either host ends the migration as dead; say so.
-			if offErr := d.anyOff(ctx, a.req.Source, a.req.Dest); offErr != nil {
-				return offErr
-			}
-			return err
+		if err := d.touch(ctx, a); err != nil {
+			return false, d.abort(ctx, a, err)
 		}
-		return nil
-	}
-	// Sleeping to deadlines spread over the whole latency, not a rounded
-	// step, makes the migration last the latency exactly.
-	steps := minSteps
-	if a.latency > minSteps*stepInterval {
-		steps = int(a.latency / stepInterval)
-	}
-	var slept time.Duration
-	for i := 1; i <= steps; i++ {
-		next := time.Duration(int64(a.latency) * int64(i) / int64(steps))
-		if err := d.sleep(ctx, next-slept); err != nil {
-			return d.abort(ctx, a, err)
+		if a.injected != nil && st.halfway {
+			return false, d.abort(ctx, a, a.injected)
 		}
-		slept = next
-		if err := touch(); err != nil {
-			return d.abort(ctx, a, err)
-		}
-		if a.injected != nil && i == (steps+1)/2 {
-			return d.abort(ctx, a, a.injected)
-		}
-		pct := min(99, i*100/steps)
-		processed := a.total / 100 * uint64(pct)
-		a.progress(hypervisor.Progress{Percent: pct, DataTotal: a.total, DataProcessed: processed,
-			DataRemaining: a.total - processed, Phase: ProgressCopying})
+		a.last = st.progress
+		a.progress(st.progress)
 		if err := d.crashAt("copying"); err != nil {
-			return err
+			return false, err
 		}
+		if st.converged {
+			return false, nil
+		}
+		if a.timeout = timer.Observe(st.elapsed, st.progress); a.timeout != nil {
+			if a.req.Policy.PostCopyOnTimeout() {
+				return true, nil
+			}
+			return false, d.abort(ctx, a, a.timeout)
+		}
+	}
+}
+
+// touch marks the attempt's record as making progress; its error says why
+// the attempt must stop.
+func (d *Driver) touch(ctx context.Context, a *attempt) error {
+	code, _, err := d.run(ctx, touchScript, []string{d.migrationKey(a.u)}, a.rec.token)
+	if err != nil {
+		return err
+	}
+	if err := d.ownerErr(code); err != nil {
+		// PowerOff of either host ends the migration as dead; say so.
+		if offErr := d.anyOff(ctx, a.req.Source, a.req.Dest); offErr != nil {
+			return offErr
+		}
+		return err
 	}
 	return nil
 }
 
 // switchOver passes the point of no return, step 5, after a last look at
 // ctx and the fence (a failure there aborts the attempt), and then
-// finishes the migration, steps 6-8.
-func (d *Driver) switchOver(ctx context.Context, a *attempt) error {
+// finishes the migration, steps 6-8. With postCopy the switch is to
+// post-copy: a fence that refuses it aborts the attempt with the timeout
+// that asked for it, and after it the rest of the memory is pulled before
+// the migration finishes.
+func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) error {
 	if err := ctx.Err(); err != nil {
 		return d.abort(ctx, a, err)
 	}
-	if err := fence(ctx, a.req, "before the switchover"); err != nil {
-		return d.abort(ctx, a, err)
+	if !postCopy {
+		if err := fence(ctx, a.req, "before the switchover"); err != nil {
+			return d.abort(ctx, a, err)
+		}
+	} else if err := fence(ctx, a.req, "before the switch to post-copy"); err != nil {
+		a.timeout.NoPostCopy = err
+		return d.abort(ctx, a, a.timeout)
 	}
 	// A host that powered off during the copy has ended the migration
 	// (see PowerOff); one that powers off from here on finds it past the
@@ -471,6 +507,9 @@ func (d *Driver) switchOver(ctx context.Context, a *attempt) error {
 	}
 	if err := d.crashAt("switchover"); err != nil {
 		return err
+	}
+	if postCopy {
+		d.pull(ctx, a)
 	}
 	return d.finish(ctx, a.req.Source, a.req.Dest, a.u, a.rec)
 }

@@ -53,11 +53,11 @@ if cur == ARGV[1] then return {'OK'} end
 return {'EXISTS'}
 `)
 
-// KEYS topo, domains, latency, faults, power.
+// KEYS topo, domains, and the host's other keys (latency, faults, ...).
 var removeHostScript = redis.NewScript(`
 local n = redis.call('SCARD', KEYS[2])
 if n > 0 then return {'BUSY', tostring(n)} end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5])
+redis.call('DEL', KEYS[1], unpack(KEYS, 3))
 return {'OK'}
 `)
 
@@ -173,8 +173,9 @@ redis.call('HSET', KEYS[2], rf, ARGV[3])
 return {'OK'}
 `)
 
-// KEYS topo, latency. ARGV op, latency ("" clears).
-var setHostLatencyScript = redis.NewScript(`
+// KEYS topo, a hash of the host's settings (latency, rates). ARGV field,
+// value ("" clears).
+var setHostFieldScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end
 if ARGV[2] == '' then redis.call('HDEL', KEYS[2], ARGV[1]) else redis.call('HSET', KEYS[2], ARGV[1], ARGV[2]) end
 return {'OK'}

@@ -1,0 +1,355 @@
+package libvirt
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/pinflow/pinflow/hypervisor"
+)
+
+// An idle test guest sends well under 1 MiB when it migrates: its memory
+// is zero pages. The policy tests need a guest that keeps dirtying memory,
+// so that a bandwidth cap keeps its migration from converging. Without an
+// OS or a disk, the guest boots a 36-byte multiboot kernel (QEMU loads it
+// from <kernel> itself).
+
+// Parameters of the dirtying kernel the policy tests boot: it writes to
+// every page of an 8 MiB region, spinning between two pages. Unthrottled
+// it dirties 10 to 20 times more memory a second than the cap below lets
+// the migration send, so it does not converge even with a busy machine
+// starving its vCPU; with auto-converge's throttle at its top (99%) it
+// dirties far less, and converges.
+const (
+	busyPages = 2048
+	busySpin  = 20000
+	// busyCapMiBs is the bandwidth cap that keeps the busy guest's
+	// migration from converging: 8 MiB dirty at every iteration takes 2s
+	// to send, over 6 times QEMU's default downtime of 300ms.
+	busyCapMiBs = 4
+)
+
+// dirtyingKernel is a multiboot kernel that, loaded at 1 MiB, writes a
+// rising counter to the first word of each of pages pages from 4 MiB on,
+// spinning spin times between two pages, and starts over, forever.
+func dirtyingKernel(pages, spin uint32) []byte {
+	const load, entry = 0x100000, 0x100020
+	le := binary.LittleEndian
+	header := make([]byte, 0x20)
+	var magic, flags uint32 = 0x1BADB002, 1 << 16 // the load addresses below are valid
+	le.PutUint32(header[0:], magic)
+	le.PutUint32(header[4:], flags)
+	le.PutUint32(header[8:], -(magic + flags))
+	le.PutUint32(header[12:], load) // header_addr
+	le.PutUint32(header[16:], load) // load_addr; load_end 0: the whole file, no bss
+	le.PutUint32(header[28:], entry)
+	code := []byte{
+		0xBE, 0x00, 0x00, 0x40, 0x00, //       mov esi, 0x400000
+		0x31, 0xD2, //                         xor edx, edx
+		0x89, 0xF7, //                  pass:  mov edi, esi
+		0xBB, 0, 0, 0, 0, //                   mov ebx, pages
+		0x42,       //                  page:  inc edx
+		0x89, 0x17, //                         mov [edi], edx
+		0x81, 0xC7, 0x00, 0x10, 0x00, 0x00, // add edi, 4096
+		0xB9, 0, 0, 0, 0, //                   mov ecx, spin
+		0x49,       //                  spin:  dec ecx
+		0x75, 0xFD, //                         jnz spin
+		0x4B,       //                         dec ebx
+		0x75, 0xEC, //                         jnz page
+		0xEB, 0xE3, //                         jmp pass
+	}
+	le.PutUint32(code[10:], pages)
+	le.PutUint32(code[24:], spin)
+	return append(header, code...)
+}
+
+// busyGuest returns a guest named after n that boots the dirtying kernel,
+// written to a file of the test's.
+func busyGuest(t *testing.T, n int) guest {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "dirtying-kernel.bin")
+	if err := os.WriteFile(path, dirtyingKernel(busyPages, busySpin), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g := newGuest(n)
+	g.kernel = path
+	return g
+}
+
+// jobWatch polls the source's job of a migration the test runs, keeping
+// the most of libvirt's auto-converge throttle and of the domain's downtime
+// limit seen while the job was active.
+type jobWatch struct {
+	mu       sync.Mutex
+	throttle uint64 // percent
+	downtime uint64 // ms
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+func (e *migrationEnv) watchJob(t *testing.T, g guest) *jobWatch {
+	t.Helper()
+	ctx := opContext(t)
+	c, err := e.d.connect(ctx, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := c.lookup(ctx, g.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &jobWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			typ, params, err := c.l.DomainGetJobStats(dom, 0)
+			if err != nil || !isActiveJob(typ) {
+				continue
+			}
+			downtime, err := c.l.DomainMigrateGetMaxDowntime(dom, 0)
+			w.mu.Lock()
+			for _, p := range params {
+				if v, ok := paramUint(p.Value); ok && p.Field == golibvirt.DomainJobAutoConvergeThrottle {
+					w.throttle = max(w.throttle, v)
+				}
+			}
+			if err == nil {
+				w.downtime = max(w.downtime, downtime)
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.end)
+	return w
+}
+
+// end stops the watch and returns what it saw.
+func (w *jobWatch) end() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *jobWatch) seen() (throttle, downtime uint64) {
+	w.end()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.throttle, w.downtime
+}
+
+// timeoutOf returns the timeout err carries, failing the test unless err is
+// a 'libvirt: migrate' error matching ErrMigrationTimeout.
+func timeoutOf(t *testing.T, what string, err error) *hypervisor.MigrationTimeoutError {
+	t.Helper()
+	var to *hypervisor.MigrationTimeoutError
+	if !errors.Is(err, hypervisor.ErrMigrationTimeout) || !errors.As(err, &to) || !strings.HasPrefix(err.Error(), "libvirt: migrate ") {
+		t.Fatalf("%s = %v; want a 'libvirt: migrate' error matching ErrMigrationTimeout", what, err)
+	}
+	return to
+}
+
+// TestMigrationPolicy migrates a guest that dirties memory faster than a
+// bandwidth cap lets its migration send it, on real libvirtd and QEMU, and
+// checks what each knob of the policy makes of that.
+func TestMigrationPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots QEMU guests on two libvirtd hosts and migrates them for up to a minute each; slow, skipped with -short")
+	}
+	e := startMigrationEnv(t)
+	destPins, destEmulator := [2]string{"1", "1"}, "1"
+	// start boots g on src and returns a migration of it to dst under p,
+	// and its QEMU pid on src.
+	start := func(t *testing.T, g guest, p hypervisor.MigrationPolicy) (hypervisor.MigrateRequest, int) {
+		t.Helper()
+		e.boot(t, "src", g)
+		src, err := e.d.Lookup(opContext(t), "src", g.uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := e.hosts["src"].QEMUPid(g.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := migration("src", "dst", g.uuid, repin(t, src.XML, destPins, destEmulator, "0"))
+		req.Policy = p
+		return req, pid
+	}
+	// stayed checks that g runs on src only, in the QEMU process it had.
+	stayed := func(t *testing.T, g guest, pid int) {
+		t.Helper()
+		e.runsOn(t, "src", g, g.vcpuPins, g.emulator)
+		if now, err := e.hosts["src"].QEMUPid(g.name); err != nil || now != pid {
+			t.Errorf("the guest's QEMU pid on src is %d (%v), want %d: it must keep running", now, err, pid)
+		}
+		if err := e.d.Rollback(opContext(t), "src", "dst", g.uuid); err != nil {
+			t.Errorf("Rollback(src, dst, %s) after the abort = %v, want nil: nothing to undo", g.name, err)
+		}
+		e.runsOn(t, "src", g, g.vcpuPins, g.emulator)
+	}
+
+	t.Run("the completion timeout aborts a migration the bandwidth cap keeps from converging", func(t *testing.T) {
+		g := busyGuest(t, 30)
+		req, pid := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs})
+		var reports []hypervisor.Progress
+		err := e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) { reports = append(reports, p) })
+		t.Logf("Migrate = %v", err)
+		to := timeoutOf(t, "Migrate slower than its completion timeout", err)
+		if to.Timeout != hypervisor.TimeoutCompletion || to.Limit != 4*time.Second || to.Memory != 128<<20 || to.DataRemaining == 0 {
+			t.Errorf("Migrate slower than its completion timeout: %+v; want the completion timeout of 4s for 128 MiB, with data remaining", *to)
+		}
+		if !strings.Contains(err.Error(), "aborted: not completed within 4s") {
+			t.Errorf("Migrate slower than its completion timeout = %q; want it to say which timeout fired", err)
+		}
+		if last := reports[len(reports)-1]; last.Phase != PhaseAborting {
+			t.Errorf("Migrate slower than its completion timeout: last progress %+v, want phase %s", last, PhaseAborting)
+		}
+		var sent uint64
+		for _, p := range reports {
+			sent = max(sent, p.DataProcessed)
+		}
+		if sent < busyPages<<12 {
+			t.Errorf("Migrate slower than its completion timeout sent %d bytes; the busy guest should have made it send more than its %d-page region", sent, busyPages)
+		}
+		stayed(t, g, pid)
+
+		// Without the cap the same guest moves: it was the cap.
+		req.Policy = hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: time.Minute}
+		if err := e.d.Migrate(opContext(t), req, nil); err != nil {
+			t.Fatalf("Migrate without the bandwidth cap = %v, want nil", err)
+		}
+		e.runsOn(t, "dst", g, destPins, destEmulator)
+	})
+
+	t.Run("the progress timeout aborts a migration whose data remaining stops falling", func(t *testing.T) {
+		g := busyGuest(t, 31)
+		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: 3 * time.Second, BandwidthMiBs: busyCapMiBs})
+		err := e.d.Migrate(opContext(t), req, nil)
+		t.Logf("Migrate = %v", err)
+		to := timeoutOf(t, "Migrate that does not converge", err)
+		if to.Timeout != hypervisor.TimeoutProgress || to.Limit != 3*time.Second || to.LowestRemaining == 0 {
+			t.Errorf("Migrate that does not converge: %+v; want the progress timeout of 3s, with its lowest data remaining", *to)
+		}
+		if !strings.Contains(err.Error(), "aborted: no progress for 3s (data remaining ") {
+			t.Errorf("Migrate that does not converge = %q; want it to say which timeout fired, with the figures", err)
+		}
+		stayed(t, g, pid)
+	})
+
+	t.Run("a switch to post-copy completes a migration that does not converge", func(t *testing.T) {
+		g := busyGuest(t, 32)
+		req, _ := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs,
+			AllowPostCopy: true, TimeoutAction: hypervisor.TimeoutPostCopy})
+		var fences int
+		req.Fence = func(context.Context) error { fences++; return nil }
+		// Past the switch nothing aborts the migration, not even a cancel.
+		ctx, cancel := context.WithCancel(opContext(t))
+		defer cancel()
+		var phases []string
+		err := e.d.Migrate(ctx, req, func(p hypervisor.Progress) {
+			if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+				phases = append(phases, p.Phase)
+			}
+			if p.Phase == PhasePostCopy {
+				cancel()
+			}
+		})
+		t.Logf("Migrate = %v; phases %v; %d fence calls", err, phases, fences)
+		if err != nil {
+			t.Fatalf("Migrate that switches to post-copy = %v, want nil", err)
+		}
+		// Setup may be over before the first poll.
+		if want := PhaseMigrating + " " + PhasePostCopy + " " + PhaseCompleted; !strings.HasSuffix(strings.Join(phases, " "), want) {
+			t.Errorf("Migrate that switches to post-copy went through phases %v, want them to end %s", phases, want)
+		}
+		// Before the start, at each poll of the 4s, and before the switch.
+		if fences < 3 {
+			t.Errorf("Migrate that switches to post-copy called its fence %d times, want it before the start, at the polls and before the switch", fences)
+		}
+		e.runsOn(t, "dst", g, destPins, destEmulator)
+	})
+
+	t.Run("a fence refusing the switch to post-copy aborts instead", func(t *testing.T) {
+		g := busyGuest(t, 33)
+		req, pid := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs,
+			AllowPostCopy: true, TimeoutAction: hypervisor.TimeoutPostCopy})
+		// The polls fence every ProgressInterval; the switch fences right
+		// after a poll's, one job query later. With polls this far apart
+		// the claim is gone for the switch only.
+		d := newTestDriver(t, e.hosts["src"], e.hosts["dst"])
+		d.cfg.ProgressInterval = 500 * time.Millisecond
+		var last time.Time
+		req.Fence = func(context.Context) error {
+			now := time.Now()
+			defer func() { last = now }()
+			if !last.IsZero() && now.Sub(last) < d.cfg.ProgressInterval/2 {
+				return errClaimGone
+			}
+			return nil
+		}
+		var reports []hypervisor.Progress
+		err := d.Migrate(opContext(t), req, func(p hypervisor.Progress) { reports = append(reports, p) })
+		t.Logf("Migrate = %v", err)
+		to := timeoutOf(t, "Migrate whose fence refuses the switch to post-copy", err)
+		if to.Timeout != hypervisor.TimeoutCompletion || !errors.Is(err, hypervisor.ErrFenced) || !errors.Is(err, errClaimGone) {
+			t.Errorf("Migrate whose fence refuses the switch to post-copy = %v; want the completion timeout, ErrFenced and the fence's error", err)
+		}
+		if !strings.Contains(err.Error(), "before the switch to post-copy") {
+			t.Errorf("Migrate whose fence refuses the switch to post-copy = %q; want it to say where the fence refused", err)
+		}
+		for _, p := range reports {
+			if p.Phase == PhasePostCopy {
+				t.Errorf("Migrate whose fence refuses the switch to post-copy reported %+v", p)
+			}
+		}
+		stayed(t, g, pid)
+	})
+
+	t.Run("auto-converge slows the guest down until its migration converges", func(t *testing.T) {
+		g := busyGuest(t, 34)
+		req, _ := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 3 * time.Minute, BandwidthMiBs: busyCapMiBs, AllowAutoConverge: true})
+		w := e.watchJob(t, g)
+		err := e.d.Migrate(opContext(t), req, nil)
+		throttle, _ := w.seen()
+		t.Logf("Migrate = %v; auto-converge throttle up to %d%%", err, throttle)
+		if err != nil {
+			t.Fatalf("Migrate with auto-converge = %v, want nil", err)
+		}
+		if throttle == 0 {
+			t.Errorf("Migrate with auto-converge: libvirt never reported the guest throttled")
+		}
+		e.runsOn(t, "dst", g, destPins, destEmulator)
+	})
+
+	t.Run("a longer max downtime lets the busy guest switch over", func(t *testing.T) {
+		g := busyGuest(t, 35)
+		// The 8 MiB region takes 2s at the cap.
+		req, _ := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: time.Minute, BandwidthMiBs: busyCapMiBs, MaxDowntime: 5 * time.Second})
+		w := e.watchJob(t, g)
+		err := e.d.Migrate(opContext(t), req, nil)
+		_, downtime := w.seen()
+		t.Logf("Migrate = %v; downtime limit %dms", err, downtime)
+		if err != nil {
+			t.Fatalf("Migrate with a max downtime of 5s = %v, want nil", err)
+		}
+		if downtime != 5000 {
+			t.Errorf("Migrate with a max downtime of 5s: the job's downtime limit was %dms, want 5000", downtime)
+		}
+		e.runsOn(t, "dst", g, destPins, destEmulator)
+	})
+}
