@@ -87,6 +87,14 @@ bench-ledger: deps
 bench-reconcile: deps
 	$(GO) test ./activities -run '^$$' -bench ReconcileAudit -benchtime 1x -count 1 -timeout 30m
 
+# ChooseHost p50 and p99 among 1,000, 10,000 and 100,000 hosts of varied
+# fill on one redis-server: the placement index next to the exhaustive
+# scan, on the same fleet and requests (a handful of exhaustive calls at
+# 100,000 hosts).
+.PHONY: bench-place
+bench-place: deps
+	$(GO) test ./placement -run '^$$' -bench ChooseHost -benchtime 1x -count 1 -timeout 60m
+
 # The Web UI check: a migration through the CLI on a dev stack, then the
 # Temporal Web UI in headless Chromium (installed here when missing and
 # root). Screenshots and DOM dumps go to UI_CHECK_DIR.

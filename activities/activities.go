@@ -8,14 +8,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/pinflow/pinflow/domain"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/placement"
 )
 
 // Activities holds what the steps need. Workflows refer to its methods
@@ -48,6 +47,13 @@ type Activities struct {
 	// FenceLease is how long a fenced hypervisor step may take to act
 	// after its fence; 0 takes DefaultFenceLease.
 	FenceLease time.Duration
+	// MigrationPolicy bounds every live migration (see
+	// hypervisor.MigrationPolicy); the zero value sets no bound, and the
+	// worker sets it from the configuration.
+	MigrationPolicy hypervisor.MigrationPolicy
+	// Placement chooses hosts (ChooseHost); nil fits every host for each
+	// choice.
+	Placement *placement.Index
 }
 
 // LoadInstance returns the instance record.
@@ -94,78 +100,26 @@ func (a *Activities) SetTaskState(ctx context.Context, in TaskStateInput) error 
 
 // ChooseHost returns the host that takes the guest and, of those, the one
 // left with the fewest free pinnable CPUs (packing keeps whole hosts free
-// for large guests), ties broken by name.
+// for large guests), ties broken by name: through the placement index,
+// or, without one, by fitting every host (placement.Exhaustive).
 func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string, error) {
 	req, err := in.Flavor.Request()
 	if err != nil {
 		return "", classify(err)
 	}
-	hosts, err := a.Ledger.Hosts(ctx)
-	if err != nil {
-		return "", err
+	r := placement.Request{UUID: in.UUID, Request: req, Exclude: in.Exclude}
+	var host string
+	if a.Placement != nil {
+		host, err = a.Placement.Choose(ctx, r)
+	} else {
+		host, err = placement.Exhaustive(ctx, a.Ledger, r)
 	}
-	sort.Strings(hosts)
-	states, err := a.Ledger.HostStatuses(ctx, hosts)
-	if err != nil {
-		return "", err
+	var noFit *numa.NoFitError
+	if errors.As(err, &noFit) {
+		return "", classify(err)
 	}
-	best, bestFree := "", -1
-	var misses []string
-	for _, name := range hosts {
-		if contains(in.Exclude, name) {
-			continue
-		}
-		if st := states[name].State; st != ledger.HostUp && st != "" {
-			misses = append(misses, fmt.Sprintf("%s: the host is %s", name, st))
-			continue
-		}
-		h, err := a.Ledger.Host(ctx, name)
-		if err != nil {
-			return "", err
-		}
-		p, err := numa.Fit(h, req)
-		if err != nil {
-			misses = append(misses, fmt.Sprintf("%s: %v", name, strings.TrimPrefix(err.Error(), "numa: ")))
-			continue
-		}
-		free := freePCPUs(h, p)
-		if best == "" || free < bestFree {
-			best, bestFree = name, free
-		}
-	}
-	if best == "" {
-		msg := fmt.Sprintf("no host can take instance %s", in.UUID)
-		if len(misses) == 0 {
-			msg += ": there are no other hosts"
-		} else {
-			msg += ": " + strings.Join(misses, "; ")
-		}
-		return "", classify(&numa.NoFitError{Reason: msg})
-	}
-	return best, nil
-}
-
-// freePCPUs counts the pinnable CPUs h would have left after placing p.
-func freePCPUs(h *numa.Host, p *numa.Placement) int {
-	free := 0
-	for _, c := range h.Cells {
-		free += c.FreePCPUs().Len()
-	}
-	if us, err := numa.Usage(h, p); err == nil {
-		for _, u := range us {
-			free -= u.PinnedCPUs.Len()
-		}
-	}
-	return free
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
+	// Anything else (Redis unreachable) is worth retrying.
+	return host, err
 }
 
 // Claim fits the guest on the host and claims what the fit chose, owned by

@@ -25,11 +25,14 @@ const (
 	// ErrTypeConflict: a drain's reservation or its adoption found the
 	// pCPUs or the claim taken or changed; the drain plans the guest again.
 	ErrTypeConflict = "Conflict"
+	// ErrTypeMigrationTimeout: a timeout of the migration policy aborted
+	// the live migration, and the guest runs on its source.
+	ErrTypeMigrationTimeout = "MigrationTimeout"
 )
 
 // NonRetryableErrorTypes lists the error types above, for retry policies.
 var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
-	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeConflict}
+	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeMigrationTimeout, ErrTypeConflict}
 
 // BadState is the error of an operation the instance's state forbids.
 func BadState(msg string) error {
@@ -73,6 +76,8 @@ func classify(err error) error {
 		typ = ErrTypeRejected
 	case errors.Is(err, ledger.ErrHostDown):
 		typ = ErrTypeHostDown
+	case errors.Is(err, hypervisor.ErrMigrationTimeout):
+		typ = ErrTypeMigrationTimeout
 	case errors.Is(err, context.Canceled):
 		return err
 	default:

@@ -120,6 +120,11 @@ func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationIn
 // A worker that stops (a rolling restart) does not abort the migration:
 // the attempt ends with a retryable error and the hypervisor goes on, and
 // the next attempt, on another worker, follows it to its end.
+//
+// The migration runs under a.MigrationPolicy. One that a timeout of the
+// policy aborts fails with the non-retryable ErrTypeMigrationTimeout: the
+// guest runs on its source, and the same migration would time out again,
+// so the workflow compensates.
 func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	// The driver's context ends on a cancel or timeout of this attempt,
 	// but not when the worker stops.
@@ -129,7 +134,7 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	if activity.IsActivity(ctx) {
 		stopping = activity.GetWorkerStopChannel(ctx)
 	}
-	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: in.DestXML}
+	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: in.DestXML, Policy: a.MigrationPolicy}
 	if in.DestClaimID != "" {
 		req.Fence = func(ctx context.Context) error {
 			_, err := a.Ledger.Fence(ctx, in.Dest, in.DestClaimID, in.DestToken, a.lease())

@@ -52,7 +52,9 @@ type Config struct {
 	// Driver is the hypervisor driver: sim or libvirt.
 	Driver string `envconfig:"DRIVER" default:"sim"`
 	Reconcile
+	Placement
 	Steps
+	Migration
 	Operations
 }
 
@@ -117,6 +119,18 @@ type Reconcile struct {
 	MinGrace time.Duration `envconfig:"RECONCILE_MIN_GRACE" default:"10s"`
 }
 
+// Placement configures the worker's index of hosts' free capacity, which
+// ChooseHost fits a few candidates from instead of every host.
+type Placement struct {
+	// PollInterval is how often the index reads the hosts that changed
+	// since its last look, named in the ledger's change hints.
+	PollInterval time.Duration `envconfig:"PLACEMENT_POLL_INTERVAL" default:"500ms"`
+	// SweepInterval is how often the index reads every host's version and
+	// the hosts it holds stale: a change whose hint a crash lost is seen
+	// within it.
+	SweepInterval time.Duration `envconfig:"PLACEMENT_SWEEP_INTERVAL" default:"60s"`
+}
+
 // Load reads the configuration from the environment.
 func Load() (*Config, error) {
 	var c Config
@@ -129,6 +143,13 @@ func Load() (*Config, error) {
 	if c.ShutdownTimeout < 0 || c.FenceLease <= 0 || c.WorkerStopTimeout < 0 || c.MinGrace < 0 {
 		return nil, fmt.Errorf("config: %s_SHUTDOWN_TIMEOUT %s, %s_FENCE_LEASE %s, %s_WORKER_STOP_TIMEOUT %s, %s_RECONCILE_MIN_GRACE %s: the lease must be positive, the others 0 or more",
 			Prefix, c.ShutdownTimeout, Prefix, c.FenceLease, Prefix, c.WorkerStopTimeout, Prefix, c.MinGrace)
+	}
+	if _, err := c.Migration.Policy(); err != nil {
+		return nil, err
+	}
+	if c.Placement.PollInterval <= 0 || c.Placement.SweepInterval <= 0 {
+		return nil, fmt.Errorf("config: %s_PLACEMENT_POLL_INTERVAL %s and %s_PLACEMENT_SWEEP_INTERVAL %s: both must be positive",
+			Prefix, c.Placement.PollInterval, Prefix, c.Placement.SweepInterval)
 	}
 	if err := c.Operations.check(); err != nil {
 		return nil, err

@@ -6,9 +6,18 @@ package config
 // "package path.Type.Field".
 var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/config.Config.Driver":                       "Driver is the hypervisor driver: sim or libvirt.",
+	"github.com/pinflow/pinflow/config.Migration.AllowAutoConverge":         "AllowAutoConverge lets the hypervisor slow a guest's vCPUs down while its migration does not converge.",
+	"github.com/pinflow/pinflow/config.Migration.AllowPostCopy":             "AllowPostCopy starts every live migration able to switch to post-copy. After a switch a failure of either host or of the network between them loses the guest.",
+	"github.com/pinflow/pinflow/config.Migration.BandwidthMiBs":             "BandwidthMiBs caps each live migration's transfer rate, in MiB/s; 0 sets no cap.",
+	"github.com/pinflow/pinflow/config.Migration.CompletionTimeoutPerGiB":   "CompletionTimeoutPerGiB bounds a live migration: it is aborted (or switched to post-copy, see PINFLOW_MIGRATION_TIMEOUT_ACTION) once it has run this long per GiB of guest memory, a guest under 1 GiB counting as 1 GiB; 0 sets no bound.",
+	"github.com/pinflow/pinflow/config.Migration.MaxDowntime":               "MaxDowntime is the longest a guest may be paused at the end of its live migration; 0 keeps the hypervisor's default (300ms for QEMU).",
+	"github.com/pinflow/pinflow/config.Migration.ProgressTimeout":           "ProgressTimeout aborts (or switches to post-copy) a live migration whose data remaining has not fallen below its lowest figure for this long, as one whose guest dirties memory faster than it is sent; 0 sets no bound.",
+	"github.com/pinflow/pinflow/config.Migration.TimeoutAction":             "TimeoutAction is what a timeout does: abort (the guest stays on its source and the operation rolls back) or post-copy (the guest switches to the destination and the migration completes; needs PINFLOW_MIGRATION_ALLOW_POST_COPY).",
 	"github.com/pinflow/pinflow/config.Operations.HealthAddr":               "HealthAddr is a host:port where the worker serves /livez, /readyz (Redis PING and Temporal health check) and, with prometheus metrics, /metrics; empty serves nothing.",
 	"github.com/pinflow/pinflow/config.Operations.LogFormat":                "LogFormat is text or json.",
 	"github.com/pinflow/pinflow/config.Operations.LogLevel":                 "LogLevel is debug, info, warn or error.",
+	"github.com/pinflow/pinflow/config.Placement.PollInterval":              "PollInterval is how often the index reads the hosts that changed since its last look, named in the ledger's change hints.",
+	"github.com/pinflow/pinflow/config.Placement.SweepInterval":             "SweepInterval is how often the index reads every host's version and the hosts it holds stale: a change whose hint a crash lost is seen within it.",
 	"github.com/pinflow/pinflow/config.Reconcile.Concurrency":               "Concurrency bounds how many hosts are audited at once.",
 	"github.com/pinflow/pinflow/config.Reconcile.Grace":                     "Grace is how old a claim must be before the audit judges it.",
 	"github.com/pinflow/pinflow/config.Reconcile.Interval":                  "Interval between audits run by the schedule; 0 turns the schedule off.",

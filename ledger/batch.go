@@ -33,8 +33,9 @@ const (
 // shares the script's reads and writes and the round trip, which cost more
 // than an operation itself.
 type batcher struct {
-	rdb  redis.UniversalClient
-	acks *acker // the waits for durability after each pipeline
+	rdb   redis.UniversalClient
+	acks  *acker  // the waits for durability after each pipeline
+	hints *hinter // the hosts a script changed, for placement indexes
 
 	mu        sync.Mutex
 	more      sync.Cond // signalled when a batch is due or one returns
@@ -44,8 +45,8 @@ type batcher struct {
 	opsOnWire int // the operations in them
 }
 
-func newBatcher(rdb redis.UniversalClient, acks *acker) *batcher {
-	b := &batcher{rdb: rdb, acks: acks}
+func newBatcher(rdb redis.UniversalClient, acks *acker, hints *hinter) *batcher {
+	b := &batcher{rdb: rdb, acks: acks, hints: hints}
 	b.more.L = &b.mu
 	return b
 }
@@ -149,7 +150,7 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			res, err = b.rdb.Do(ctx, evalInstead(*args)...).Result()
 		}
-		deliver(scripts[0], res, err, nil)
+		b.deliver(scripts[0], res, err, nil)
 		putArgs(args)
 		return
 	}
@@ -169,7 +170,7 @@ func (b *batcher) send(ctx context.Context, batch []*hostOp) {
 			// cluster node): EVAL loads it.
 			res, err = b.rdb.Do(ctx, evalInstead(*args[i])...).Result()
 		}
-		deliver(ops, res, err, nil)
+		b.deliver(ops, res, err, nil)
 		putArgs(args[i])
 	}
 }
@@ -188,7 +189,7 @@ func (b *batcher) sendDurable(ctx context.Context, scripts [][]*hostOp) {
 	}
 	b.acks.do(ctx, ws)
 	for i, ops := range scripts {
-		deliver(ops, ws[i].res, ws[i].err, ws[i].ack)
+		b.deliver(ops, ws[i].res, ws[i].err, ws[i].ack)
 		putArgs(args[i])
 	}
 }
@@ -223,14 +224,19 @@ func evalInstead(args []any) []any {
 // When the waits after the script failed (notDurable), every operation
 // whose reply acknowledges a change, or rests on one, gets that error
 // instead; a claim's lost race keeps its reply, which Claim retries on.
-func deliver(ops []*hostOp, res any, err, notDurable error) {
+// A script that changed its host queues the host's change hint: the
+// change is made, durable or not.
+func (b *batcher) deliver(ops []*hostOp, res any, err, notDurable error) {
 	replies, _ := res.([]any)
 	if err == nil && len(replies) != len(ops) {
 		err = fmt.Errorf("apply script replied %d results for %d operations", len(replies), len(ops))
 	}
+	// Read before the first operation goes back to its caller, who reuses it.
+	host, changed := ops[0].keys.host, false
 	for i, o := range ops {
 		if err == nil {
 			o.reply, _ = replies[i].([]any)
+			changed = changed || changedHost(o.reply)
 		}
 		switch {
 		case err != nil:
@@ -242,6 +248,24 @@ func deliver(ops []*hostOp, res any, err, notDurable error) {
 		}
 		o.done <- struct{}{}
 	}
+	if changed {
+		b.hints.add(host)
+	}
+}
+
+// changedHost says whether an operation's reply is a claim made or a
+// claim released.
+func changedHost(reply []any) bool {
+	if len(reply) == 0 {
+		return false
+	}
+	switch v := reply[0].(type) {
+	case string:
+		return v == "ok"
+	case int64:
+		return v == 1
+	}
+	return false
 }
 
 // lostRaceReply says whether o is a claim the script refused.

@@ -24,6 +24,14 @@
 // that changed while it checked them, and a cached view of the host knows
 // which of two replies is the newer.
 //
+// No script can write the changed set along with a host's keys (another
+// slot), so after every claim, release, registration and removal the
+// ledger adds the host to it in a command of its own, a few milliseconds
+// later at most: a hint for the placement indexes of every process, which
+// read the hosts changed since their last look (ChangedSince) and, since a
+// crash can lose a hint, every host now and then (HostVersions,
+// ReadHosts).
+//
 // # Claims
 //
 // Claim fits a request on this process's cached view of the host (its

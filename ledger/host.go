@@ -96,6 +96,9 @@ func (l *Ledger) listHost(ctx context.Context, name, gen string) (int64, error) 
 	if err := l.change(ctx, listHostScript, []string{l.hostsKey()}, name).Err(); err != nil {
 		return 0, fmt.Errorf("ledger: register host %s: add to host list: %w", name, err)
 	}
+	// Also when nothing changed: a registration that crashed before its
+	// hint is finished by registering again.
+	l.hints.now(ctx, name)
 	return strconv.ParseInt(gen, 10, 64)
 }
 

@@ -46,6 +46,7 @@ func (l *Ledger) RemoveHost(ctx context.Context, host string) (int, error) {
 		n, _ = strconv.Atoi(res[1])
 	}
 	l.dropCache(host, nil)
+	l.hints.now(ctx, host)
 	if err := l.change(ctx, hostUnlistScript, []string{l.hostsKey()}, host).Err(); err != nil {
 		return 0, wrap(err)
 	}

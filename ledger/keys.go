@@ -65,6 +65,8 @@ type hostKeys struct {
 	topo, pins, claims, usage, undo, lease string
 	// state is what operators said of the host (HostStatus).
 	state string
+	// host is the host's name, for the change hints (see hinter).
+	host string
 }
 
 func (l *Ledger) hostKeys(host string) *hostKeys {
@@ -74,7 +76,7 @@ func (l *Ledger) hostKeys(host string) *hostKeys {
 	}
 	base := l.prefix + ":host:{" + host + "}:"
 	k := &hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage", undo: base + "undo",
-		lease: base + "lease", state: base + "state"}
+		lease: base + "lease", state: base + "state", host: host}
 	l.keys.Store(host, k)
 	return k
 }
@@ -89,3 +91,7 @@ func (l *Ledger) instKey(uuid string) string { return l.prefix + ":inst:{" + uui
 // hostsKey is the set of registered host names. It lives in its own slot,
 // so it is written in its own command, after the host's topology.
 func (l *Ledger) hostsKey() string { return l.prefix + ":hosts" }
+
+// changedKey is the sorted set of hosts whose usage or topology changed
+// lately (see ChangedSince), in its own slot like hostsKey.
+func (l *Ledger) changedKey() string { return l.prefix + ":placement:changed" }

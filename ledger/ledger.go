@@ -43,6 +43,8 @@ type Ledger struct {
 	batch *batcher
 	// acks sends changes followed by the waits for durability.
 	acks *acker
+	// hints tells other processes' placement indexes which hosts changed.
+	hints *hinter
 }
 
 // New returns a ledger on rdb, a single-node or cluster client.
@@ -51,13 +53,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
 		return nil, err
 	}
 	acks := newAcker(rdb, opts.Durability)
-	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, batch: newBatcher(rdb, acks), acks: acks}
+	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, acks: acks}
 	if l.prefix == "" {
 		l.prefix = DefaultKeyPrefix
 	}
 	if !validPrefix(l.prefix) {
 		return nil, fmt.Errorf("ledger: key prefix %q: %w: prefixes are 1-64 characters of letters, digits, '.', '_', ':' and '-'", l.prefix, ErrInvalid)
 	}
+	l.hints = newHinter(rdb, l.changedKey())
+	l.batch = newBatcher(rdb, acks, l.hints)
 	if l.maxAttempts < 0 {
 		return nil, fmt.Errorf("ledger: max attempts %d: %w: must be 0 (default %d) or more", l.maxAttempts, ErrInvalid, DefaultMaxAttempts)
 	}

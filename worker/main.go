@@ -17,6 +17,7 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/placement"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -53,6 +54,10 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	policy, err := cfg.Migration.Policy()
+	if err != nil {
+		return err
+	}
 	driver = tel.Driver(driver)
 	tc, err := cfg.Dial(ctx, logger, config.WithTelemetry(tel))
 	if err != nil {
@@ -72,10 +77,15 @@ func run() error {
 		workflows.Reconcile, workflows.Settle, workflows.Recover, workflows.Resize, workflows.Evacuate, workflows.HostUp, workflows.Drain} {
 		w.RegisterWorkflow(wf)
 	}
-	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions,
+	// The index lives as long as the worker: a choice fits a few hosts of
+	// it, read afresh, instead of every host.
+	hosts := placement.NewIndex(led, placement.Options{PollInterval: cfg.Placement.PollInterval,
+		SweepInterval: cfg.Placement.SweepInterval, Logger: logger})
+	go func() { _ = hosts.Run(ctx) }()
+	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions, Placement: hosts,
 		Owners: activities.TemporalOwners{Client: tc}, Holders: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
 		Settler:         workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue},
-		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease})
+		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, MigrationPolicy: policy})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
 		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver,
 		"traces", cfg.Traces, "metrics", cfg.Metrics, "health", cfg.HealthAddr)
