@@ -90,10 +90,12 @@ bench-reconcile: deps
 # ChooseHost p50 and p99 among 1,000, 10,000 and 100,000 hosts of varied
 # fill on one redis-server: the placement index next to the exhaustive
 # scan, on the same fleet and requests (a handful of exhaustive calls at
-# 100,000 hosts).
+# 100,000 hosts); then a drain of a 40-guest host onto 200 hosts through a
+# dev server at parallelism 1, 5 and 20.
 .PHONY: bench-place
 bench-place: deps
 	$(GO) test ./placement -run '^$$' -bench ChooseHost -benchtime 1x -count 1 -timeout 60m
+	$(GO) test ./internal/e2e -run '^$$' -bench Drain -benchtime 1x -count 1 -timeout 30m
 
 # The Web UI check: a migration through the CLI on a dev stack, then the
 # Temporal Web UI in headless Chromium (installed here when missing and
