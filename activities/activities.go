@@ -51,6 +51,9 @@ type Activities struct {
 	// hypervisor.MigrationPolicy); the zero value sets no bound, and the
 	// worker sets it from the configuration.
 	MigrationPolicy hypervisor.MigrationPolicy
+	// DrainMaxMoves bounds the moves all drains run at once in the whole
+	// cloud (TakeMoveSlot); 0 takes DefaultDrainMaxMoves.
+	DrainMaxMoves int
 	// Placement chooses hosts (ChooseHost); nil fits every host for each
 	// choice.
 	Placement *placement.Index

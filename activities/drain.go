@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/ledger"
@@ -212,4 +213,58 @@ func (a *Activities) PlanGuest(ctx context.Context, in PlanGuestInput) (drain.Pl
 		delete(targets, h)
 	}
 	return drain.Make(in.Host, []drain.Guest{{UUID: inst.UUID, Name: inst.Name, Request: req}}, targets), nil
+}
+
+// DefaultDrainMaxMoves is the cloud's limit on drain moves running at
+// once when Activities.DrainMaxMoves is 0.
+const DefaultDrainMaxMoves = 5
+
+// MoveSlotLease is how long a move's slot lasts unless renewed: a drain
+// renews its slots well within it, and the slots of a drain that was
+// terminated end by themselves after it.
+const MoveSlotLease = 10 * time.Minute
+
+// MoveSlotInput asks for a slot for one drain move onto Target, at most
+// PerTarget moves running onto it in the whole cloud.
+type MoveSlotInput struct {
+	Move      string `json:"move"`
+	Target    string `json:"target"`
+	PerTarget int    `json:"per_target"`
+}
+
+// MoveSlotResult says whether the slot was taken, and if not which limit
+// is full.
+type MoveSlotResult struct {
+	Taken bool   `json:"taken"`
+	Full  string `json:"full,omitempty"`
+}
+
+// TakeMoveSlot takes a slot for the move if the cloud's and its target's
+// limits allow (ledger.TakeMoveSlot).
+func (a *Activities) TakeMoveSlot(ctx context.Context, in MoveSlotInput) (MoveSlotResult, error) {
+	limit := a.DrainMaxMoves
+	if limit <= 0 {
+		limit = DefaultDrainMaxMoves
+	}
+	ok, full, err := a.Ledger.TakeMoveSlot(ctx, ledger.MoveSlot{Move: in.Move, Target: in.Target},
+		ledger.MoveLimits{Cloud: limit, Target: in.PerTarget}, MoveSlotLease)
+	return MoveSlotResult{Taken: ok, Full: full}, classify(err)
+}
+
+// RenewMoveSlots extends the leases of a drain's slots.
+func (a *Activities) RenewMoveSlots(ctx context.Context, slots []MoveSlotInput) error {
+	return classify(a.Ledger.RenewMoveSlots(ctx, moveSlots(slots), MoveSlotLease))
+}
+
+// GiveMoveSlots gives a drain's slots back.
+func (a *Activities) GiveMoveSlots(ctx context.Context, slots []MoveSlotInput) error {
+	return classify(a.Ledger.GiveMoveSlots(ctx, moveSlots(slots)...))
+}
+
+func moveSlots(in []MoveSlotInput) []ledger.MoveSlot {
+	out := make([]ledger.MoveSlot, len(in))
+	for i, s := range in {
+		out[i] = ledger.MoveSlot{Move: s.Move, Target: s.Target}
+	}
+	return out
 }

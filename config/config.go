@@ -83,6 +83,10 @@ type Steps struct {
 	// activities finish; a live migration is handed to the next attempt
 	// instead of being aborted.
 	WorkerStopTimeout time.Duration `envconfig:"WORKER_STOP_TIMEOUT" default:"30s"`
+	// DrainMaxMoves bounds the moves every drain together runs at once in
+	// the whole cloud (KubeVirt's default is 5 migrations per cluster);
+	// give every worker the same value.
+	DrainMaxMoves int `envconfig:"DRAIN_MAX_MOVES" default:"5"`
 }
 
 // Temporal is how to reach the Temporal frontend.
@@ -143,6 +147,9 @@ func Load() (*Config, error) {
 	if c.ShutdownTimeout < 0 || c.FenceLease <= 0 || c.WorkerStopTimeout < 0 || c.MinGrace < 0 {
 		return nil, fmt.Errorf("config: %s_SHUTDOWN_TIMEOUT %s, %s_FENCE_LEASE %s, %s_WORKER_STOP_TIMEOUT %s, %s_RECONCILE_MIN_GRACE %s: the lease must be positive, the others 0 or more",
 			Prefix, c.ShutdownTimeout, Prefix, c.FenceLease, Prefix, c.WorkerStopTimeout, Prefix, c.MinGrace)
+	}
+	if c.DrainMaxMoves < 1 {
+		return nil, fmt.Errorf("config: %s_DRAIN_MAX_MOVES %d: it must be at least 1", Prefix, c.DrainMaxMoves)
 	}
 	if _, err := c.Migration.Policy(); err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/config.Reconcile.Grace":                     "Grace is how old a claim must be before the audit judges it.",
 	"github.com/pinflow/pinflow/config.Reconcile.Interval":                  "Interval between audits run by the schedule; 0 turns the schedule off.",
 	"github.com/pinflow/pinflow/config.Reconcile.MinGrace":                  "MinGrace is the least time an owner must have been closed before the audit frees its claim, whatever grace an audit asks for: the owner's last activity attempts may still be writing.",
+	"github.com/pinflow/pinflow/config.Steps.DrainMaxMoves":                 "DrainMaxMoves bounds the moves every drain together runs at once in the whole cloud (KubeVirt's default is 5 migrations per cluster); give every worker the same value.",
 	"github.com/pinflow/pinflow/config.Steps.FenceLease":                    "FenceLease is how long a hypervisor step that passed its fence may take to act (start a guest, switch a migration over); the audit cannot free the claim meanwhile.",
 	"github.com/pinflow/pinflow/config.Steps.ShutdownTimeout":               "ShutdownTimeout is how long a shelve-offload waits for the guest to power itself off before it destroys it.",
 	"github.com/pinflow/pinflow/config.Steps.WorkerStopTimeout":             "WorkerStopTimeout is how long a stopping worker lets running activities finish; a live migration is handed to the next attempt instead of being aborted.",

@@ -17,6 +17,7 @@
 //	<prefix>:inst:{uuid}      hash: one instance record (no index of them: Instances scans for the keys)
 //	<prefix>:hosts            set: registered host names
 //	<prefix>:placement:changed  sorted set: host -> when its usage or topology last changed (µs, server clock)
+//	<prefix>:moves            sorted set: "target|move" -> lease end (ms, server clock): the drains' moves running (TakeMoveSlot)
 //
 // gen is the topology generation; it grows when RegisterHost changes the
 // topology, and a claim fitted against an older generation is refused. rev

@@ -92,6 +92,9 @@ func (l *Ledger) instKey(uuid string) string { return l.prefix + ":inst:{" + uui
 // so it is written in its own command, after the host's topology.
 func (l *Ledger) hostsKey() string { return l.prefix + ":hosts" }
 
+// movesKey holds the slots of the moves running at once (TakeMoveSlot).
+func (l *Ledger) movesKey() string { return l.prefix + ":moves" }
+
 // changedKey is the sorted set of hosts whose usage or topology changed
 // lately (see ChangedSince), in its own slot like hostsKey.
 func (l *Ledger) changedKey() string { return l.prefix + ":placement:changed" }

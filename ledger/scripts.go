@@ -40,6 +40,7 @@ var (
 	applySource           = applyScript.src
 	claimStateScript      = loadScript("claim_state")
 	claimAdoptScript      = loadScript("claim_adopt")
+	moveSlotScript        = loadScript("move_slot")
 	fenceScript           = loadScript("fence")
 	registerScript        = loadScript("register")
 	listHostScript        = loadScript("list_host")

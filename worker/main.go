@@ -85,7 +85,7 @@ func run() error {
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions, Placement: hosts,
 		Owners: activities.TemporalOwners{Client: tc}, Holders: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
 		Settler:         workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue},
-		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, MigrationPolicy: policy})
+		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, DrainMaxMoves: cfg.DrainMaxMoves, MigrationPolicy: policy})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
 		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver,
 		"traces", cfg.Traces, "metrics", cfg.Metrics, "health", cfg.HealthAddr)

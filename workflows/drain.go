@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -106,6 +107,7 @@ type DrainGuest struct {
 	// adopts it.
 	Reservation *activities.Reservation `json:"reservation,omitempty"`
 	placement   *drain.Move
+	slot        *activities.MoveSlotInput // held while it moves
 }
 
 // DrainStatus is a drain's progress, as its status query answers.
@@ -116,9 +118,11 @@ type DrainStatus struct {
 	Guests []DrainGuest `json:"guests"`
 	// MaxMoving and MaxPerTarget are the most moves seen running at once,
 	// in all and onto one target: the limits held.
-	MaxMoving    int  `json:"max_moving"`
-	MaxPerTarget int  `json:"max_per_target"`
-	Done         bool `json:"done"`
+	MaxMoving    int `json:"max_moving"`
+	MaxPerTarget int `json:"max_per_target"`
+	// Waiting says which cloud-wide limit holds the next move back.
+	Waiting string `json:"waiting,omitempty"`
+	Done    bool   `json:"done"`
 }
 
 // DrainResult is how a drain ended, guest by guest.
@@ -177,6 +181,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	}
 	s.setHosts(in.Host, "")
 	workflow.Go(ctx, d.listen)
+	workflow.Go(ctx, d.renewSlots)
 
 	s.phase(PhaseScheduling, "planning where every guest of "+in.Host+" goes")
 	var plan drain.Plan
@@ -253,6 +258,30 @@ func incomplete(p *drain.Plan) string {
 	return fmt.Sprintf("the drain of %s cannot complete, so nothing moved: %s", p.Source, strings.Join(parts, "; "))
 }
 
+// slotRetry is how long a move that found a cloud-wide limit full waits
+// before it asks again; slotRenew is how often the drain renews the slots
+// of its running moves, well within activities.MoveSlotLease.
+const (
+	slotRetry = 5 * time.Second
+	slotRenew = 2 * time.Minute
+)
+
+// renewSlots keeps the leases of the running moves' slots for the
+// drain's lifetime.
+func (d *drainRun) renewSlots(ctx workflow.Context) {
+	for workflow.Sleep(ctx, slotRenew) == nil {
+		var held []activities.MoveSlotInput
+		for _, g := range d.st.Guests {
+			if g.slot != nil {
+				held = append(held, *g.slot)
+			}
+		}
+		if len(held) > 0 {
+			_ = workflow.ExecuteActivity(d.s.ledgerStep(ctx, "renew the move slots"), a.RenewMoveSlots, held).Get(ctx, nil)
+		}
+	}
+}
+
 // listen follows the pause and resume signals for the drain's lifetime.
 func (d *drainRun) listen(ctx workflow.Context) {
 	pause := workflow.GetSignalChannel(ctx, DrainPauseSignal)
@@ -275,6 +304,9 @@ func (d *drainRun) progress() string {
 	line := fmt.Sprintf("%d of %d guests moved, %d moving, %d failed", n[GuestMoved], len(d.st.Guests), d.st.Moving, n[GuestFailed])
 	if d.st.Paused {
 		line += "; paused: no new move starts until 'pinflow host drain resume " + d.in.Host + "'"
+	}
+	if d.st.Waiting != "" {
+		line += "; waiting: " + d.st.Waiting
 	}
 	return line
 }
@@ -350,12 +382,31 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 	}
 	for {
 		var g *DrainGuest
-		if err := workflow.Await(ctx, func() bool { g = next(); return g != nil || settled() }); err != nil {
+		// Done once every guest has moved or failed and every move has
+		// given its slot back.
+		if err := workflow.Await(ctx, func() bool { g = next(); return g != nil || settled() && d.st.Moving == 0 }); err != nil {
 			return err
 		}
 		if g == nil {
 			return nil
 		}
+		// The limits of the whole cloud, shared by every drain.
+		slot := activities.MoveSlotInput{Move: fmt.Sprintf("drain-%s-%s", firstRunID(ctx), g.UUID), Target: g.Target, PerTarget: d.in.PerTarget}
+		var took activities.MoveSlotResult
+		if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "take a move slot onto "+g.Target), a.TakeMoveSlot, slot).Get(ctx, &took); err != nil {
+			return err
+		}
+		if !took.Taken {
+			if d.st.Waiting != took.Full {
+				d.st.Waiting = took.Full
+				d.s.phase(PhaseRunning, d.progress())
+			}
+			if err := workflow.Sleep(ctx, slotRetry); err != nil {
+				return err
+			}
+			continue
+		}
+		d.st.Waiting, g.slot = "", &slot
 		g.State, d.st.Moving = GuestMoving, d.st.Moving+1
 		d.inbound[g.Target]++
 		d.st.MaxMoving = max(d.st.MaxMoving, d.st.Moving)
@@ -371,6 +422,11 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 	target := g.Target
 	defer func() {
+		// Given back even when cancelled; a slot left behind ends with its
+		// lease.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		_ = workflow.ExecuteActivity(d.s.ledgerStep(dctx, "give the move slot back"), a.GiveMoveSlots, []activities.MoveSlotInput{*g.slot}).Get(dctx, nil)
+		g.slot = nil
 		d.st.Moving--
 		d.inbound[target]--
 		d.s.phase(PhaseRunning, d.progress())

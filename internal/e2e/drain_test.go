@@ -295,3 +295,64 @@ func TestDrainSurvivesWorkerKills(t *testing.T) {
 	}
 	s.ok("check")
 }
+
+// TestDrainsShareCloudLimits: two drains at once, each allowed two moves,
+// in a cloud that allows one (PINFLOW_DRAIN_MAX_MOVES=1): at no sampled
+// instant does more than one guest move, a drain says it is waiting for
+// the cloud's limit, and both complete.
+func TestDrainsShareCloudLimits(t *testing.T) {
+	s := newStack(t, "PINFLOW_DRAIN_MAX_MOVES=1")
+	for _, h := range []string{"a1", "a2", "t1", "t2"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	var vms []string
+	for _, h := range []string{"a1", "a2"} {
+		vms = append(vms, s.boot(h+"-x", h, 1), s.boot(h+"-y", h, 1))
+	}
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "2")
+	// Neither source is the other's target.
+	s.ok("host", "disable", "a2", "--reason", "next")
+	s.ok("host", "drain", "a1", "--parallel", "2")
+	s.ok("host", "drain", "a2", "--parallel", "2")
+	moving := func() int {
+		n := 0
+		for _, h := range []string{"t1", "t2"} {
+			for _, c := range s.host(h).Claims {
+				if c.Kind == "migration-dest" && c.State == "pending" {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	waited := false
+	s.eventually("both drains end", 3*time.Minute, func() bool {
+		if n := moving(); n > 1 {
+			t.Errorf("%d guests move at once in a cloud that allows 1", n)
+		}
+		running := false
+		for _, h := range []string{"a1", "a2"} {
+			out, _, code := s.run("host", "drain", "status", h, "--json")
+			if code != 0 {
+				continue
+			}
+			running = true
+			var st workflows.DrainStatus
+			if err := json.Unmarshal([]byte(out), &st); err == nil && strings.Contains(st.Waiting, "in the cloud") {
+				waited = true
+			}
+		}
+		return !running
+	})
+	if !waited {
+		t.Errorf("no drain ever said it waited for the cloud's limit")
+	}
+	for _, g := range vms {
+		h := hostOf(s.guest(g))
+		if h != "t1" && h != "t2" {
+			t.Errorf("guest %s is on %q after the drains, want t1 or t2", g, h)
+		}
+	}
+	s.noDoublePins("a1", "a2", "t1", "t2")
+	s.ok("check")
+}
