@@ -10,6 +10,7 @@ import (
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/placement"
 )
 
 // PlanDrainInput names the host to empty.
@@ -90,7 +91,7 @@ func (a *Activities) drainTargets(ctx context.Context, source string) (map[strin
 		if n == source {
 			continue
 		}
-		if st := states[n].State; st != ledger.HostUp && st != "" {
+		if !placement.Usable(states[n]) {
 			continue
 		}
 		h, err := a.Ledger.Host(ctx, n)

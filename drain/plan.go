@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/placement"
 )
 
 // Guest is one guest to move off the host.
@@ -58,8 +59,8 @@ func (p *Plan) Complete() bool { return len(p.Unplaceable) == 0 && len(p.Blocked
 // Make plans guests onto targets (host name to its current ledger state;
 // the caller leaves out the source and every host that must not take
 // guests). Each guest goes to the target that fits it and is left with
-// the fewest free pinnable CPUs (the packing ChooseHost uses), ties broken
-// by name. The targets' states are not changed.
+// the fewest free pinnable CPUs (placement.FreeAfter, the packing
+// ChooseHost uses), ties broken by name. The targets' states are not changed.
 func Make(source string, guests []Guest, targets map[string]*numa.Host) Plan {
 	names := make([]string, 0, len(targets))
 	state := make(map[string]*numa.Host, len(targets))
@@ -79,7 +80,7 @@ func Make(source string, guests []Guest, targets map[string]*numa.Host) Plan {
 				misses = append(misses, fmt.Sprintf("%s: %s", n, strings.TrimPrefix(err.Error(), "numa: ")))
 				continue
 			}
-			if free := freeAfter(h, p); best == "" || free < bestFree {
+			if free := placement.FreeAfter(h, p); best == "" || free < bestFree {
 				best, bestFree, bestP = n, free, p
 			}
 		}
@@ -129,20 +130,6 @@ func pinned(r *numa.Request) int {
 		n += c.DedicatedVCPUs.Len()
 	}
 	return n
-}
-
-// freeAfter counts the pinnable CPUs h has left after placing p.
-func freeAfter(h *numa.Host, p *numa.Placement) int {
-	free := 0
-	for _, c := range h.Cells {
-		free += c.FreePCPUs().Len()
-	}
-	if us, err := numa.Usage(h, p); err == nil {
-		for _, u := range us {
-			free -= u.PinnedCPUs.Len()
-		}
-	}
-	return free
 }
 
 // noTarget says why no target took a guest, naming a few of the targets'

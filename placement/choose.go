@@ -142,7 +142,7 @@ func (ix *Index) nextBatch(q *query, pos position, best choice, seen map[string]
 			}
 			seen[e.name] = true
 			batch = append(batch, candidate{e.name, e.up})
-			if f := freePCPUs(e.host, p); e.up && prov.beats(e.name, f) {
+			if f := FreeAfter(e.host, p); e.up && prov.beats(e.name, f) {
 				prov = choice{e.name, f}
 			}
 			if len(batch) == maxBatch {
@@ -183,7 +183,7 @@ func (ix *Index) verify(ctx context.Context, q *query, batch []candidate) ([]cho
 	}
 	var late []string
 	for _, n := range names {
-		if st, ok := states[n]; ok && usable(st) && !read[n] {
+		if st, ok := states[n]; ok && Usable(st) && !read[n] {
 			late = append(late, n)
 		}
 	}
@@ -197,11 +197,11 @@ func (ix *Index) verify(ctx context.Context, q *query, batch []candidate) ([]cho
 	ix.learn(names, states, views)
 	var out []choice
 	for _, v := range views {
-		if st, ok := states[v.Name]; !ok || !usable(st) || v.Host == nil {
+		if st, ok := states[v.Name]; !ok || !Usable(st) || v.Host == nil {
 			continue
 		}
 		if p, err := numa.Fit(v.Host, q.Request.Request); err == nil {
-			out = append(out, choice{v.Name, freePCPUs(v.Host, p)})
+			out = append(out, choice{v.Name, FreeAfter(v.Host, p)})
 		}
 	}
 	return out, nil
@@ -219,7 +219,7 @@ func (ix *Index) learn(names []string, states map[string]ledger.HostStatus, view
 			}
 			continue
 		}
-		ix.setUp(n, usable(st))
+		ix.setUp(n, Usable(st))
 	}
 	for _, v := range views {
 		ix.put(v, false)
@@ -265,13 +265,13 @@ func (ix *Index) explain(ctx context.Context, q *query) (choice, *misses, error)
 		st, ok := states[n]
 		switch {
 		case !ok || views[i].Host == nil:
-		case !usable(st):
+		case !Usable(st):
 			m.add(n, downMiss(st))
 		default:
 			p, err := numa.Fit(views[i].Host, q.Request.Request)
 			if err != nil {
 				m.add(n, fitMiss(err))
-			} else if free := freePCPUs(views[i].Host, p); found.beats(n, free) {
+			} else if free := FreeAfter(views[i].Host, p); found.beats(n, free) {
 				found = choice{n, free}
 			}
 		}

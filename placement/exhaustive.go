@@ -33,7 +33,7 @@ func Exhaustive(ctx context.Context, led *ledger.Ledger, r Request) (string, err
 		st, registered := states[name]
 		switch {
 		case q.exclude[name] || !registered:
-		case !usable(st):
+		case !Usable(st):
 			m.add(name, downMiss(st))
 		default:
 			up = append(up, name)
@@ -57,7 +57,7 @@ func Exhaustive(ctx context.Context, led *ledger.Ledger, r Request) (string, err
 			m.add(v.Name, fitMiss(err))
 			continue
 		}
-		if free := freePCPUs(v.Host, p); best.beats(v.Name, free) {
+		if free := FreeAfter(v.Host, p); best.beats(v.Name, free) {
 			best = choice{v.Name, free}
 		}
 	}

@@ -288,7 +288,7 @@ func (ix *Index) sweep(ctx context.Context) error {
 	inUse := map[string]*numa.Host{}
 	for n, e := range ix.entries {
 		if st, ok := states[n]; ok {
-			e.up = usable(st)
+			e.up = Usable(st)
 		}
 		inUse[e.ver.Digest] = ix.topos[e.ver.Digest]
 	}

@@ -507,7 +507,7 @@ func TestQueryBounds(t *testing.T) {
 			threads = max(threads, c.ThreadsPerCore())
 			before += c.FreePCPUs().Len()
 		}
-		after := freePCPUs(h, p)
+		after := FreeAfter(h, p)
 		if pinned := before - after; pinned < q.need || pinned > q.most(threads) {
 			t.Fatalf("case %d: %+v pins %d pCPUs, want %d to %d", i, *r, pinned, q.need, q.most(threads))
 		}

@@ -22,13 +22,15 @@ type Request struct {
 	Exclude []string
 }
 
-// usable says whether a host in this state may be chosen: only one that
+// Usable says whether a host in this state may be chosen: only one that
 // is up. Down and returning hosts take no claims; a disabled one takes
 // them only when an operation names it.
-func usable(st ledger.HostStatus) bool { return st.State == ledger.HostUp || st.State == "" }
+func Usable(st ledger.HostStatus) bool { return st.State == ledger.HostUp || st.State == "" }
 
-// freePCPUs counts the pinnable CPUs h would have left after placing p.
-func freePCPUs(h *numa.Host, p *numa.Placement) int {
+// FreeAfter counts the pinnable CPUs h would have left after placing p:
+// the packing every choice of pinflow's minimises (a drain's plan too),
+// which keeps whole hosts free for large guests.
+func FreeAfter(h *numa.Host, p *numa.Placement) int {
 	free := 0
 	for _, c := range h.Cells {
 		free += c.FreePCPUs().Len()
