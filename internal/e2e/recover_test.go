@@ -150,6 +150,30 @@ func TestAuditQuarantinesVanishedClaims(t *testing.T) {
 	}
 }
 
+// TestScheduledAudit: the worker's Temporal Schedule runs the audit by
+// itself; a claim Redis lost while its guest runs is quarantined with no
+// operator acting, and a second worker leaves the one schedule as it is.
+func TestScheduledAudit(t *testing.T) {
+	s := newStack(t, "PINFLOW_RECONCILE_INTERVAL=2s")
+	s.startWorker()
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	vmA := s.boot("A", "a", 2)
+	s.loseClaims("a")
+	s.eventually("a scheduled audit quarantines A's pCPUs", time.Minute, func() bool {
+		for _, c := range s.host("a").Claims {
+			if c.Kind == string(ledger.KindQuarantine) && c.Instance == vmA {
+				return true
+			}
+		}
+		return false
+	})
+	b := s.boot("B", "a", 2)
+	s.noDoublePins("a")
+	if got := s.guest(b).pcpus(); got != "2-3" {
+		t.Errorf("B pinned to %q, want 2-3 (A's 0-1 are quarantined)", got)
+	}
+}
+
 // TestAuditRestoresAnOpenMigrationsLostClaim: Redis loses host a's claims
 // while a migration onto it is in flight. The next audit makes the
 // migration's destination claim again, pending and with its token, so the

@@ -88,6 +88,9 @@ func newStackWith(t *testing.T, redisOpts []testenv.RedisOption, env ...string) 
 		"PINFLOW_RECONCILE_MIN_GRACE=2s",
 		"PINFLOW_FENCE_LEASE=10s",
 		"PINFLOW_SHUTDOWN_TIMEOUT=2s",
+		// A scheduled audit at a minute boundary would race the audits
+		// a test runs and asserts on; TestScheduledAudit turns it on.
+		"PINFLOW_RECONCILE_INTERVAL=0",
 	)
 	s.env = append(s.env, env...)
 	s.startWorker()
