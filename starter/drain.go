@@ -164,7 +164,7 @@ func followDrain(a *app, c client.Client, stdout io.Writer, asJSON bool, run cli
 	done := make(chan error, 1)
 	var res workflows.DrainResult
 	go func() { done <- run.Get(a.ctx, &res) }()
-	last := ""
+	last, seen := "", map[string]string{}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -178,12 +178,8 @@ func followDrain(a *app, c client.Client, stdout io.Writer, asJSON bool, run cli
 					return err
 				}
 			} else {
-				for _, g := range res.Guests {
-					if g.State == workflows.GuestMoved {
-						fmt.Fprintf(stdout, "  %s (%s) moved to %s\n", g.UUID, g.Name, g.Target)
-					} else {
-						fmt.Fprintf(stdout, "  %s (%s) left on %s: %s\n", g.UUID, g.Name, host, g.Error)
-					}
+				for i := range res.Guests {
+					fmt.Fprintln(stdout, guestLine(host, &res.Guests[i]))
 				}
 				fmt.Fprintf(stdout, "drain of %s: %d guests moved, %d left; the host stays disabled until 'pinflow host enable %s'\n", host, res.Moved, res.Failed, host)
 			}
@@ -203,6 +199,14 @@ func followDrain(a *app, c client.Client, stdout io.Writer, asJSON bool, run cli
 				fmt.Fprintln(os.Stderr, line)
 				last = line
 			}
+			// Each guest's step as it happens.
+			for i := range st.Guests {
+				g := &st.Guests[i]
+				if line := guestLine(host, g); seen[g.UUID] != line {
+					fmt.Fprintln(os.Stderr, line)
+					seen[g.UUID] = line
+				}
+			}
 		}
 	}
 }
@@ -218,13 +222,27 @@ func drainStatus(a *app, c client.Client, host string) (workflows.DrainStatus, e
 
 // drainLine is one line of a drain's progress.
 func drainLine(st *workflows.DrainStatus) string {
-	n := map[workflows.DrainGuestState]int{}
-	for _, g := range st.Guests {
-		n[g.State]++
+	return "drain of " + st.Host + ": " + st.Summary()
+}
+
+// guestLine is one guest of a drain, as --wait and status print it.
+func guestLine(host string, g *workflows.DrainGuest) string {
+	line := fmt.Sprintf("  %s (%s) %s", g.UUID, g.Name, g.State)
+	switch g.State {
+	case workflows.GuestMoved:
+		line += " to " + g.Target
+	case workflows.GuestFailed:
+		line += ", left on " + host
+	default:
+		if g.Target != "" {
+			line += ", target " + g.Target
+		}
 	}
-	line := fmt.Sprintf("drain of %s: %d of %d guests moved, %d moving, %d failed", st.Host, n[workflows.GuestMoved], len(st.Guests), st.Moving, n[workflows.GuestFailed])
-	if st.Paused {
-		line += " (paused)"
+	if g.Attempts > 0 {
+		line += fmt.Sprintf(", %d failed attempts", g.Attempts)
+	}
+	if g.Error != "" {
+		line += ": " + g.Error
 	}
 	return line
 }
@@ -275,8 +293,8 @@ func hostDrainControl(verb string, args []string, stdout io.Writer) error {
 		switch verb {
 		case "status":
 			fmt.Fprintln(stdout, drainLine(&st))
-			for _, g := range st.Guests {
-				fmt.Fprintf(stdout, "  %s (%s) %s %s %s\n", g.UUID, g.Name, g.State, g.Target, g.Error)
+			for i := range st.Guests {
+				fmt.Fprintln(stdout, guestLine(host, &st.Guests[i]))
 			}
 		case "cancel":
 			fmt.Fprintf(stdout, "drain of %s cancelled: running moves roll back, reservations are released; the host stays disabled\n", host)

@@ -235,7 +235,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	if res.Failed == 0 {
 		detail += "; it stays disabled until 'pinflow host enable " + in.Host + "'"
 	}
-	s.phase(PhaseCompleted, detail)
+	s.phase(PhaseCompleted, detail+"\n\n"+d.st.Table())
 	return res, nil
 }
 
@@ -295,20 +295,46 @@ func (d *drainRun) listen(ctx workflow.Context) {
 	}
 }
 
-// progress is the status line the UI and --wait show.
-func (d *drainRun) progress() string {
+// Summary is the drain's progress in one line, as --wait prints it.
+func (st *DrainStatus) Summary() string {
 	n := map[DrainGuestState]int{}
-	for _, g := range d.st.Guests {
+	for _, g := range st.Guests {
 		n[g.State]++
 	}
-	line := fmt.Sprintf("%d of %d guests moved, %d moving, %d failed", n[GuestMoved], len(d.st.Guests), d.st.Moving, n[GuestFailed])
-	if d.st.Paused {
-		line += "; paused: no new move starts until 'pinflow host drain resume " + d.in.Host + "'"
+	line := fmt.Sprintf("%d of %d guests moved, %d moving, %d failed", n[GuestMoved], len(st.Guests), st.Moving, n[GuestFailed])
+	if st.Paused {
+		line += "; paused: no new move starts until 'pinflow host drain resume " + st.Host + "'"
 	}
-	if d.st.Waiting != "" {
-		line += "; waiting: " + d.st.Waiting
+	if st.Waiting != "" {
+		line += "; waiting: " + st.Waiting
 	}
 	return line
+}
+
+// Table is each guest's progress as the markdown table the UI shows.
+func (st *DrainStatus) Table() string {
+	if len(st.Guests) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| guest | name | state | target | attempts | note |\n|---|---|---|---|---|---|\n")
+	for _, g := range st.Guests {
+		b.WriteString(fmt.Sprintf("| `%s` | %s | %s | %s | %d | %s |\n", g.UUID, cell(g.Name), g.State, cell(g.Target), g.Attempts, cell(g.Error)))
+	}
+	return b.String()
+}
+
+// cell keeps a value from breaking its markdown table row.
+func cell(v string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(v)
+}
+
+// progress is the detail the UI shows: the summary and each guest.
+func (d *drainRun) progress() string {
+	if t := d.st.Table(); t != "" {
+		return d.st.Summary() + "\n\n" + t
+	}
+	return d.st.Summary()
 }
 
 // reserve holds the guest's planned placement on its target; a lost race

@@ -193,8 +193,13 @@ func (s *saga) details() string {
 	if st.Instance != "" {
 		md = fmt.Sprintf("**%s** of `%s`: phase **%s** (%d%%)", st.Operation, st.Instance, st.Phase, st.Progress)
 	}
-	if st.Source != "" || st.Dest != "" {
+	switch {
+	case st.Source != "" && st.Dest != "":
 		md += fmt.Sprintf("\n\nsource `%s` → destination `%s`", st.Source, st.Dest)
+	case st.Source != "":
+		md += fmt.Sprintf("\n\nhost `%s`", st.Source)
+	case st.Dest != "":
+		md += fmt.Sprintf("\n\nhost `%s`", st.Dest)
 	}
 	if st.Detail != "" {
 		md += "\n\n" + st.Detail

@@ -258,6 +258,76 @@ func TestDrainCancel(t *testing.T) {
 	s.ok("check")
 }
 
+// TestDrainPauseResume: a paused drain lets the running move finish and
+// starts no other, keeps the next guests' reservations, and says so in
+// its status; resumed, it moves the rest. --wait prints each guest's step.
+func TestDrainPauseResume(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	vms := []string{s.boot("A", "a", 1), s.boot("B", "a", 1), s.boot("C", "a", 1)}
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "3")
+	s.ok("host", "drain", "a", "--parallel", "1")
+	status := func() workflows.DrainStatus {
+		var st workflows.DrainStatus
+		s.jsonOf(&st, "host", "drain", "status", "a", "--json")
+		return st
+	}
+	moved := func(st workflows.DrainStatus) int {
+		n := 0
+		for _, g := range st.Guests {
+			if g.State == workflows.GuestMoved {
+				n++
+			}
+		}
+		return n
+	}
+	s.eventually("the first move running", time.Minute, func() bool { return status().Moving == 1 })
+	s.ok("host", "drain", "pause", "a")
+	s.eventually("the running move finished", time.Minute, func() bool {
+		st := status()
+		return st.Moving == 0 && moved(st) == 1
+	})
+	// Paused for longer than a move takes: nothing starts, and the
+	// guests still to move keep their reservations.
+	for range 5 {
+		time.Sleep(time.Second)
+		st := status()
+		if !st.Paused || st.Moving != 0 || moved(st) != 1 {
+			t.Fatalf("paused drain: paused %v, %d moving, %d moved; want paused, 0 moving, 1 moved", st.Paused, st.Moving, moved(st))
+		}
+	}
+	if n := s.claimsOfKind("b", "reservation") + s.claimsOfKind("c", "reservation"); n != 2 {
+		t.Errorf("a paused drain holds %d reservations, want 2 (the guests still to move)", n)
+	}
+	if out := s.ok("host", "drain", "status", "a"); !strings.Contains(out, "paused") || !strings.Contains(out, "reserved, target") {
+		t.Errorf("status of a paused drain does not show it paused with reserved guests:\n%s", out)
+	}
+	s.ok("host", "drain", "resume", "a")
+	s.drainDone("a")
+	for _, g := range vms {
+		h := hostOf(s.guest(g))
+		if h != "b" && h != "c" {
+			t.Errorf("guest %s is on %q after the resumed drain, want b or c", g, h)
+		}
+		s.checkAgreement(g, h)
+	}
+	s.noDoublePins("a", "b", "c")
+
+	// --wait follows a drain guest by guest, then prints where each went.
+	s.ok("host", "enable", "a")
+	d := s.boot("D", "b", 1)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "1")
+	out, errOut, code := s.run("host", "drain", "b", "--wait")
+	if code != 0 {
+		t.Fatalf("drain b --wait: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(errOut, d+" (D) moving, target ") || !strings.Contains(out, d+" (D) moved to ") {
+		t.Errorf("drain --wait did not follow D's move:\nstdout:\n%s\nstderr:\n%s", out, errOut)
+	}
+}
+
 // TestDrainSurvivesWorkerKills: the worker is killed with SIGKILL again
 // and again while a drain reserves and moves; the drain carries on from
 // its history, every guest lands on one host, no reservation is left and

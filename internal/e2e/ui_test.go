@@ -60,6 +60,10 @@ func TestWebUI(t *testing.T) {
 	uuid := s.boot("db-primary", "compute-1", 4)
 	s.ok("migrate", uuid, "--dest", "compute-2", "--wait")
 	id := workflows.InstanceWorkflowID(uuid)
+	// A drain shows each guest's move in its current details.
+	cache := s.boot("cache-1", "compute-1", 2)
+	s.ok("host", "drain", "compute-1", "--wait")
+	drainID := workflows.DrainWorkflowID("compute-1")
 
 	// Visibility is eventually consistent: wait until the list the UI
 	// shows has the completed migration.
@@ -73,6 +77,16 @@ func TestWebUI(t *testing.T) {
 		e := resp.GetExecutions()[0]
 		runID = e.GetExecution().GetRunId()
 		return e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	})
+
+	var drainRun string
+	s.eventually("the drain in visibility", time.Minute, func() bool {
+		d, err := temporal.Client.DescribeWorkflowExecution(context.Background(), drainID, "")
+		if err != nil {
+			return false
+		}
+		drainRun = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	})
 
 	dir := os.Getenv("PINFLOW_UI_CHECK_DIR")
@@ -102,6 +116,9 @@ func TestWebUI(t *testing.T) {
 			"PinflowSourceHost", "compute-1", "PinflowDestHost", "compute-2", "PinflowPhase", "completed"}},
 		// The static summary and the last current details.
 		{"ui-summary", run + "/user-metadata", []string{id, summary, "completed"}},
+		// A drain's details: a row per guest with where it went.
+		{"ui-drain", base + "/workflows/" + url.PathEscape(drainID) + "/" + drainRun + "/user-metadata",
+			[]string{"drain host compute-1", cache, "cache-1", "moved", "compute-2"}},
 	}
 	for _, p := range pages {
 		dom := render(t, chromium, p.url, filepath.Join(dir, p.name+".png"))
