@@ -48,8 +48,9 @@
 // lowering) and the time since the start. One that fires aborts the job
 // as a cancel does, or switches it to post-copy when the policy says so;
 // a switch that fails, or that the fence refuses, aborts it instead. A
-// retried Migrate that waits for an earlier call's migration applies no
-// timeout to it.
+// retried Migrate that finds an earlier call's migration still running
+// takes it over: it fences, times and aborts it as its own, the timeouts
+// counted from the retry, and knows when it has switched to post-copy.
 package libvirt
 
 import (

@@ -586,7 +586,7 @@ func TestMigration(t *testing.T) {
 		})
 	}
 
-	t.Run("a retry follows the migration already running", func(t *testing.T) {
+	t.Run("a retry takes over the migration already running", func(t *testing.T) {
 		g := newGuest(18)
 		e.boot(t, "src", g)
 		ctx := opContext(t)
@@ -598,34 +598,7 @@ func TestMigration(t *testing.T) {
 		destXML := repin(t, src.XML, destPins, "1", "0")
 		// An earlier attempt whose worker went away: its migration runs in
 		// the source libvirtd, slowed down so the retry sees it.
-		c, err := e.d.connect(ctx, "src")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dom, err := c.lookup(ctx, g.uuid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		params := []golibvirt.TypedParam{
-			{Field: golibvirt.MigrateParamDestXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
-			{Field: golibvirt.MigrateParamPersistXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
-			{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString("tcp://127.0.0.1")},
-			{Field: golibvirt.MigrateParamBandwidth, Value: *golibvirt.NewTypedParamValueUllong(1)},
-		}
-		earlier := make(chan error, 1)
-		go func() {
-			_, err := c.l.DomainMigratePerform3Params(dom, golibvirt.OptString{e.hosts["dst"].URI}, params, nil, migrateFlags)
-			earlier <- err
-		}()
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-			j, err := c.job(ctx, dom)
-			if err == nil && j.active {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the earlier migration's job never showed on src (last: %+v, %v)", j, err)
-			}
-		}
+		earlier := e.startEarlier(t, g, destXML, 1)
 		var phases []string
 		if err := e.d.Migrate(ctx, migration("src", "dst", g.uuid, destXML), func(p hypervisor.Progress) { phases = append(phases, p.Phase) }); err != nil {
 			t.Fatalf("Migrate(src, dst, %s) while an earlier migration runs = %v, want nil", g.name, err)
@@ -818,6 +791,43 @@ func TestMigration(t *testing.T) {
 }
 
 var errClaimGone = errors.New("claim gone")
+
+// startEarlier starts g's migration to dst as an attempt whose worker then
+// went away would have: straight through libvirt, capped at bandwidth
+// MiB/s, with no Migrate following it. It returns once the job shows on
+// src; the channel gets the migration call's result.
+func (e *migrationEnv) startEarlier(t *testing.T, g guest, destXML string, bandwidth uint64) <-chan error {
+	t.Helper()
+	ctx := opContext(t)
+	c, err := e.d.connect(ctx, "src")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := c.lookup(ctx, g.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := []golibvirt.TypedParam{
+		{Field: golibvirt.MigrateParamDestXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
+		{Field: golibvirt.MigrateParamPersistXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
+		{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString("tcp://127.0.0.1")},
+		{Field: golibvirt.MigrateParamBandwidth, Value: *golibvirt.NewTypedParamValueUllong(bandwidth)},
+	}
+	earlier := make(chan error, 1)
+	go func() {
+		_, err := c.l.DomainMigratePerform3Params(dom, golibvirt.OptString{e.hosts["dst"].URI}, params, nil, migrateFlags)
+		earlier <- err
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		j, err := c.job(ctx, dom)
+		if err == nil && j.active {
+			return earlier
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the earlier migration's job never showed on src (last: %+v, %v)", j, err)
+		}
+	}
+}
 
 func TestShutdown(t *testing.T) {
 	h := testenv.StartLibvirtHost(t, "down")

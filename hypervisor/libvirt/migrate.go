@@ -137,7 +137,8 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 //
 // Migrate may be called again after an unknown outcome: a domain that runs
 // on dst and is gone from src has been migrated, and a migration still
-// running from an earlier call is waited for. Cancelling ctx aborts the
+// running from an earlier call is taken over as if this call had started
+// it. Cancelling ctx aborts the
 // migration and returns once libvirt has ended it, with the guest running
 // on src; if the migration had already passed the point of no return, it
 // completes and Migrate returns nil. A failing req.Fence does the same,
@@ -177,64 +178,38 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 		return err
 	}
 	from, to = sc.where(), dc.where()
-	dom, before, done, err := d.settle(ctx, sc, dc, uuid, progress)
+	dom, before, running, done, err := d.settle(ctx, sc, dc, uuid)
 	if err != nil || done {
-		return err
-	}
-	if before == hypervisor.StateShutoff {
-		// Between the end of a migration and the removal of the source
-		// definition, the guest is shut off on src and runs on dst.
-		if st, err := dc.stateOf(ctx, uuid); err == nil && st == hypervisor.StateRunning {
-			if err := d.confirm(ctx, sc, dc, uuid); err != nil {
-				return fail(err)
-			}
+		if done {
 			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
-			return nil
 		}
-		return fail(fmt.Errorf("the domain is shut off on the source; live migration needs a running guest"))
+		return err
 	}
-	if existing, err := dc.lookup(ctx, uuid); err == nil {
-		if st, err := dc.state(ctx, existing); err == nil && st != hypervisor.StateShutoff {
-			return fail(fmt.Errorf("the domain is active on both hosts; roll the migration back first"))
+	stop := make(chan struct{})
+	defer close(stop)
+	var result <-chan error
+	postCopy := false
+	if running {
+		// An earlier attempt's migration still runs and its caller is
+		// gone: this call takes it over, fence, timeouts, cancel and all.
+		if postCopy, err = sc.inPostCopy(ctx, dom); err != nil {
+			return fail(err)
 		}
-	} else if !errors.Is(err, hypervisor.ErrNotFound) {
+		progress(hypervisor.Progress{Phase: PhaseWaiting})
+		result = d.watch(context.WithoutCancel(ctx), sc, dom, stop)
+	} else if result, err = d.start(ctx, sc, dc, dom, before, req, id); err != nil || result == nil {
+		if result == nil && err == nil {
+			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
+		}
 		return err
 	}
 
-	params := []golibvirt.TypedParam{
-		{Field: golibvirt.MigrateParamDestXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
-		{Field: golibvirt.MigrateParamPersistXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
-	}
-	if m := dc.hc.MigrateURI; m != "" {
-		params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString(m)})
-		if u, err := url.Parse(m); err == nil && u.Hostname() != "" {
-			// The destination QEMU listens where the data is sent, not on
-			// every address.
-			params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamListenAddress, Value: *golibvirt.NewTypedParamValueString(u.Hostname())})
-		}
-	}
-	params = append(params, policyParams(req.Policy)...)
-	dconnuri := golibvirt.OptString{dc.hc.URI}
-	if err := sc.setMaxDowntime(ctx, dom, uuid, req.Policy.MaxDowntime); err != nil {
-		return fail(err)
-	}
-	// The last moment before anything moves.
-	if err := fence(ctx, req, "before the start"); err != nil {
-		return fail(err)
-	}
-	result := make(chan error, 1)
-	flags := policyFlags(req.Policy)
-	go func() {
-		_, err := sc.l.DomainMigratePerform3Params(dom, dconnuri, params, nil, flags)
-		result <- err
-	}()
-
-	o, err := d.follow(ctx, sc, dom, req, id.memoryBytes(), result, progress)
+	o, err := d.follow(ctx, sc, dom, req, id.memoryBytes(), postCopy, result, progress)
 	if err != nil {
 		return fail(err)
 	}
 	last, migErr, stopped := o.last, o.migErr, o.stopped
-	if migErr != nil && !isLibvirtError(migErr) {
+	if migErr != nil && !isLibvirtError(migErr) && !errors.Is(migErr, errEarlierFailed) {
 		// The connection to the source broke: its libvirtd may still be
 		// migrating, so the outcome is unknown until it is asked again.
 		sc.drop()
@@ -274,32 +249,91 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	return nil
 }
 
-// settle finds where the domain is before a migration starts, and its
-// state on src. It waits for a migration still running from an earlier
-// attempt, and reports done when the domain already runs on dst only.
-func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string, progress func(hypervisor.Progress)) (dom golibvirt.Domain, st hypervisor.State, done bool, err error) {
+// start checks that the guest can leave src and starts its migration,
+// returning the channel the migration call's result comes on. A guest
+// that is shut off on src and already runs on dst (the migration ended
+// before its source definition was removed) is confirmed instead: start
+// then returns a nil channel and no error.
+func (d *Driver) start(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, before hypervisor.State,
+	req hypervisor.MigrateRequest, id identity) (<-chan error, error) {
+	uuid, destXML := req.UUID, req.DestXML
+	fail := func(err error) error {
+		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", uuid, sc.where(), dc.where(), err)
+	}
+	if before == hypervisor.StateShutoff {
+		// Between the end of a migration and the removal of the source
+		// definition, the guest is shut off on src and runs on dst.
+		if st, err := dc.stateOf(ctx, uuid); err == nil && st == hypervisor.StateRunning {
+			if err := d.confirm(ctx, sc, dc, uuid); err != nil {
+				return nil, fail(err)
+			}
+			return nil, nil
+		}
+		return nil, fail(fmt.Errorf("the domain is shut off on the source; live migration needs a running guest"))
+	}
+	if existing, err := dc.lookup(ctx, uuid); err == nil {
+		if st, err := dc.state(ctx, existing); err == nil && st != hypervisor.StateShutoff {
+			return nil, fail(fmt.Errorf("the domain is active on both hosts; roll the migration back first"))
+		}
+	} else if !errors.Is(err, hypervisor.ErrNotFound) {
+		return nil, err
+	}
+
+	params := []golibvirt.TypedParam{
+		{Field: golibvirt.MigrateParamDestXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
+		{Field: golibvirt.MigrateParamPersistXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
+	}
+	if m := dc.hc.MigrateURI; m != "" {
+		params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString(m)})
+		if u, err := url.Parse(m); err == nil && u.Hostname() != "" {
+			// The destination QEMU listens where the data is sent, not on
+			// every address.
+			params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamListenAddress, Value: *golibvirt.NewTypedParamValueString(u.Hostname())})
+		}
+	}
+	params = append(params, policyParams(req.Policy)...)
+	dconnuri := golibvirt.OptString{dc.hc.URI}
+	if err := sc.setMaxDowntime(ctx, dom, uuid, req.Policy.MaxDowntime); err != nil {
+		return nil, fail(err)
+	}
+	// The last moment before anything moves.
+	if err := fence(ctx, req, "before the start"); err != nil {
+		return nil, fail(err)
+	}
+	result := make(chan error, 1)
+	flags := policyFlags(req.Policy)
+	go func() {
+		_, err := sc.l.DomainMigratePerform3Params(dom, dconnuri, params, nil, flags)
+		result <- err
+	}()
+	return result, nil
+}
+
+// settle finds where the domain is before a migration starts: its state
+// on src, whether a migration an earlier attempt started still runs there
+// (running), or whether the domain already runs on dst only (done).
+func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string) (dom golibvirt.Domain, st hypervisor.State, running, done bool, err error) {
 	for {
 		dom, err = sc.lookup(ctx, uuid)
 		if errors.Is(err, hypervisor.ErrNotFound) {
 			existing, derr := dc.lookup(ctx, uuid)
 			if derr != nil && !errors.Is(derr, hypervisor.ErrNotFound) {
-				return dom, "", false, derr
+				return dom, "", false, false, derr
 			}
 			if derr != nil {
-				return dom, "", false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is neither on the source nor on the destination: %w", uuid, sc.where(), dc.where(), hypervisor.ErrNotFound)
+				return dom, "", false, false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is neither on the source nor on the destination: %w", uuid, sc.where(), dc.where(), hypervisor.ErrNotFound)
 			}
 			dst, serr := dc.state(ctx, existing)
 			if serr != nil {
-				return dom, "", false, serr
+				return dom, "", false, false, serr
 			}
 			if dst != hypervisor.StateRunning {
-				return dom, "", false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is gone from the source and %s on the destination", uuid, sc.where(), dc.where(), dst)
+				return dom, "", false, false, fmt.Errorf("libvirt: migrate %s from %s to %s: the domain is gone from the source and %s on the destination", uuid, sc.where(), dc.where(), dst)
 			}
-			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
-			return dom, "", true, nil
+			return dom, "", false, true, nil
 		}
 		if err != nil {
-			return dom, "", false, err
+			return dom, "", false, false, err
 		}
 		// The domain can vanish from src at any step here, when an
 		// earlier attempt's migration ends; the next round sees that.
@@ -308,23 +342,80 @@ func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string, progress
 			continue
 		}
 		if err != nil {
-			return dom, "", false, err
+			return dom, "", false, false, err
 		}
-		if !job.active || job.operation != golibvirt.DomainJobOperationStrMigrationOut {
-			st, err = sc.state(ctx, dom)
-			if errors.Is(err, hypervisor.ErrNotFound) {
+		if job.active && job.operation == golibvirt.DomainJobOperationStrMigrationOut {
+			return dom, hypervisor.StateRunning, true, false, nil
+		}
+		st, err = sc.state(ctx, dom)
+		if errors.Is(err, hypervisor.ErrNotFound) {
+			continue
+		}
+		return dom, st, false, false, err
+	}
+}
+
+// errEarlierFailed is how watch reports a taken-over migration that ended
+// without moving the guest.
+var errEarlierFailed = errors.New("the migration an earlier attempt started ended with the guest still on the source")
+
+// watch stands in for the migration call of an earlier attempt, which
+// went with its caller: it sends nil once the domain has left src (or is
+// shut off there, migrated, before its definition is removed), or
+// errEarlierFailed once the job has ended for two polls in a row with
+// the domain still running there. It stops when stop closes.
+func (d *Driver) watch(ctx context.Context, sc *conn, dom golibvirt.Domain, stop <-chan struct{}) <-chan error {
+	result := make(chan error, 1)
+	go func() {
+		idle := 0
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(d.cfg.ProgressInterval):
+			}
+			j, err := sc.job(ctx, dom)
+			if err == nil && j.active {
+				idle = 0
 				continue
 			}
-			return dom, st, false, err
+			var st hypervisor.State
+			if err == nil {
+				st, err = sc.state(ctx, dom)
+			}
+			switch {
+			case errors.Is(err, hypervisor.ErrNotFound), err == nil && st == hypervisor.StateShutoff:
+				result <- nil
+				return
+			case err != nil:
+				result <- err
+				return
+			}
+			// Between two of libvirt's phases the job may show ended.
+			if idle++; idle == 2 {
+				result <- errEarlierFailed
+				return
+			}
 		}
-		job.progress.Phase = PhaseWaiting
-		progress(job.progress)
-		select {
-		case <-ctx.Done():
-			return dom, "", false, fmt.Errorf("libvirt: migrate %s from %s to %s: waiting for the migration already running: %w", uuid, sc.where(), dc.where(), ctx.Err())
-		case <-time.After(d.cfg.ProgressInterval):
+	}()
+	return result
+}
+
+// inPostCopy says whether the domain's migration has switched to
+// post-copy: the source then holds the guest paused for good.
+func (c *conn) inPostCopy(ctx context.Context, dom golibvirt.Domain) (bool, error) {
+	reason, err := call(ctx, c, func(l *golibvirt.Libvirt) (int32, error) {
+		st, reason, err := l.DomainGetState(dom, 0)
+		if golibvirt.DomainState(st) != golibvirt.DomainPaused {
+			return -1, err
 		}
+		return reason, err
+	})
+	if err != nil {
+		return false, c.errorf(err, "get the state of domain %s", uuid.UUID(dom.UUID).String())
 	}
+	r := golibvirt.DomainPausedReason(reason)
+	return r == golibvirt.DomainPausedPostcopy || r == golibvirt.DomainPausedPostcopyFailed, nil
 }
 
 // outcome is how a migration call ended, as follow saw it.
@@ -341,11 +432,12 @@ type outcome struct {
 // follow reports progress until the migration call returns, aborting the
 // job when ctx ends, req.Fence fails at a poll, or a timeout of req.Policy
 // fires (or switching to post-copy instead, when the policy says so). A
-// guest with memory bytes sizes the completion timeout. Its error says the
+// guest with memory bytes sizes the completion timeout, counted from the
+// call; postCopy says the job switched before it. Its error says the
 // migration did not end within the abort timeout.
 func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, memory uint64,
-	result <-chan error, progress func(hypervisor.Progress)) (outcome, error) {
-	o := outcome{last: hypervisor.Progress{Phase: PhaseSetup}}
+	postCopy bool, result <-chan error, progress func(hypervisor.Progress)) (outcome, error) {
+	o := outcome{last: hypervisor.Progress{Phase: PhaseSetup}, postCopy: postCopy}
 	bg := context.WithoutCancel(ctx)
 	start, timer := time.Now(), req.Policy.Timer(memory)
 	tick := time.NewTicker(d.cfg.ProgressInterval)
@@ -359,6 +451,9 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 	}
 	cancelled := func() error { return fmt.Errorf("cancelled; the guest stays on the source: %w", ctx.Err()) }
 	done := ctx.Done()
+	if postCopy {
+		done = nil
+	}
 	for {
 		select {
 		case o.migErr = <-result:

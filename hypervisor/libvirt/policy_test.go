@@ -320,6 +320,44 @@ func TestMigrationPolicy(t *testing.T) {
 		stayed(t, g, pid)
 	})
 
+	t.Run("a retry that takes over an earlier attempt's migration times it and fences it", func(t *testing.T) {
+		g := busyGuest(t, 36)
+		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: 3 * time.Second, BandwidthMiBs: busyCapMiBs})
+		earlier := e.startEarlier(t, g, req.DestXML, busyCapMiBs)
+		var phases []string
+		err := e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) {
+			if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+				phases = append(phases, p.Phase)
+			}
+		})
+		t.Logf("Migrate = %v; phases %v", err, phases)
+		if to := timeoutOf(t, "a retry taking over a migration that does not converge", err); to.Timeout != hypervisor.TimeoutProgress {
+			t.Errorf("a retry taking over a migration that does not converge: %+v, want the progress timeout", *to)
+		}
+		if len(phases) == 0 || phases[0] != PhaseWaiting {
+			t.Errorf("a retry taking over a migration went through phases %v, want them to start %s", phases, PhaseWaiting)
+		}
+		if err := <-earlier; err == nil {
+			t.Errorf("the earlier attempt's migration call = nil after the retry aborted it")
+		}
+		stayed(t, g, pid)
+
+		// The claim the move acts for goes while the retry follows it:
+		// the next poll's fence aborts it.
+		earlier = e.startEarlier(t, g, req.DestXML, busyCapMiBs)
+		req.Policy = hypervisor.MigrationPolicy{}
+		req.Fence = func(context.Context) error { return errClaimGone }
+		err = e.d.Migrate(opContext(t), req, nil)
+		t.Logf("Migrate = %v", err)
+		if !errors.Is(err, hypervisor.ErrFenced) || !errors.Is(err, errClaimGone) {
+			t.Errorf("a retry taking over a migration whose claim is gone = %v; want ErrFenced with the fence's error", err)
+		}
+		if err := <-earlier; err == nil {
+			t.Errorf("the earlier attempt's migration call = nil after the fence aborted it")
+		}
+		stayed(t, g, pid)
+	})
+
 	t.Run("auto-converge slows the guest down until its migration converges", func(t *testing.T) {
 		g := busyGuest(t, 34)
 		req, _ := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 3 * time.Minute, BandwidthMiBs: busyCapMiBs, AllowAutoConverge: true})
