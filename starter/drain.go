@@ -23,7 +23,7 @@ import (
 func init() {
 	register("host plan-drain", "plan where every guest of a host would go, NUMA-cell exact, and report the ones that fit nowhere; changes nothing: host plan-drain NAME [--json]", hostPlanDrain)
 	register("host undrain", "enable a drained host and move back the guests its last drain moved off it: host undrain NAME [--wait] [--json]", hostUndrain)
-	register("host drain", "empty a host for maintenance: plan, disable it, reserve each guest's target, move the guests: host drain NAME [--dry-run] [--policy live|cold|live-then-cold] [--parallel N] [--per-target N] [--attempts N] [--reason TEXT] [--wait] [--json]; host drain pause|resume|cancel|status NAME", hostDrain)
+	register("host drain", "empty a host for maintenance: plan, disable it, reserve each guest's target, move the guests: host drain NAME [--dry-run] [--policy live|cold|live-then-cold] [--parallel N] [--per-target N] [--attempts N] [--settle DURATION] [--reason TEXT] [--wait] [--json]; host drain pause|resume|cancel|status NAME", hostDrain)
 }
 
 // errIncomplete: the plan leaves guests without a target, or claims
@@ -88,6 +88,7 @@ func hostDrain(args []string, stdout io.Writer) error {
 	perTarget := fs.Int("per-target", workflows.DefaultDrainPerTarget, "moves running at once onto one target")
 	attempts := fs.Int("attempts", workflows.DefaultDrainAttempts, "targets tried per guest before it is left on the host")
 	reason := fs.String("reason", "", "why, for the host's record (one line)")
+	settle := fs.Duration("settle", workflows.DefaultDrainSettle, "how long to wait for operations in flight on the host to end before giving up")
 	of := addOpFlags(fs)
 	host, err := oneHost(fs, args)
 	if err != nil {
@@ -101,7 +102,11 @@ func hostDrain(args []string, stdout io.Writer) error {
 			return fmt.Errorf("host drain %s: %s %d: it must be at least 1: %w", host, l.name, l.v, errUsage)
 		}
 	}
-	in := workflows.DrainInput{Host: host, Reason: *reason, Policy: workflows.DrainPolicy(*policy), Parallel: *parallel, PerTarget: *perTarget, Attempts: *attempts}
+	if *settle <= 0 {
+		return fmt.Errorf("host drain %s: --settle %v: it must be positive: %w", host, *settle, errUsage)
+	}
+	in := workflows.DrainInput{Host: host, Reason: *reason, Policy: workflows.DrainPolicy(*policy), Parallel: *parallel, PerTarget: *perTarget,
+		Attempts: *attempts, Settle: *settle}
 	if _, err := in.Check(); err != nil {
 		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
 	}

@@ -38,6 +38,10 @@ const (
 	DefaultDrainAttempts  = 3
 )
 
+// DefaultDrainSettle is how long a drain waits, by default, for the
+// operations in flight on its host to end before it gives up.
+const DefaultDrainSettle = 2 * time.Minute
+
 // DrainInput names the host to empty and how.
 type DrainInput struct {
 	Host   string      `json:"host"`
@@ -52,6 +56,10 @@ type DrainInput struct {
 	// Attempts bounds the targets tried for one guest; 0 takes
 	// DefaultDrainAttempts.
 	Attempts int `json:"attempts,omitempty"`
+	// Settle bounds the wait for operations in flight on the host (a
+	// migration onto it, a resize awaiting its confirmation) to end
+	// before the plan is made; 0 takes DefaultDrainSettle.
+	Settle time.Duration `json:"settle,omitempty"`
 }
 
 // Check fills in the zero limits and checks the rest: one line naming a
@@ -78,6 +86,12 @@ func (in DrainInput) Check() (DrainInput, error) {
 		if *l.v == 0 {
 			*l.v = l.def
 		}
+	}
+	if in.Settle < 0 {
+		return in, fmt.Errorf("drain settle %v: it must not be negative", in.Settle)
+	}
+	if in.Settle == 0 {
+		in.Settle = DefaultDrainSettle
 	}
 	return in, nil
 }
@@ -154,7 +168,8 @@ type drainRun struct {
 
 // Drain empties a host for maintenance. It plans every guest onto the
 // other hosts first (NUMA-cell exact, hardest first) and fails, changing
-// nothing, when one fits nowhere or a claim there is no guest at rest. It
+// nothing, when one fits nowhere, or when a claim there is still no guest
+// at rest (an operation in flight) once Settle has passed. It
 // then disables the host, so no new guest lands there, and reserves each
 // guest's planned capacity with claims of its own, which concurrent boots
 // cannot take. Then it moves the guests as child workflows under each
@@ -183,9 +198,8 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	workflow.Go(ctx, d.listen)
 	workflow.Go(ctx, d.renewSlots)
 
-	s.phase(PhaseScheduling, "planning where every guest of "+in.Host+" goes")
-	var plan drain.Plan
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "plan the drain of "+in.Host), a.PlanDrain, activities.PlanDrainInput{Host: in.Host}).Get(ctx, &plan); err != nil {
+	plan, err := d.plan(ctx)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	if !plan.Complete() {
@@ -237,6 +251,30 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	}
 	s.phase(PhaseCompleted, detail+"\n\n"+d.st.Table())
 	return res, nil
+}
+
+// settleRetry is how often a drain plans again while operations in flight
+// on its host keep it from planning every guest.
+const settleRetry = 3 * time.Second
+
+// plan plans the drain, again every settleRetry while only claims of
+// operations in flight stand in the way, until in.Settle has passed.
+func (d *drainRun) plan(ctx workflow.Context) (drain.Plan, error) {
+	deadline := workflow.Now(ctx).Add(d.in.Settle)
+	d.s.phase(PhaseScheduling, "planning where every guest of "+d.in.Host+" goes")
+	for {
+		var plan drain.Plan
+		if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "plan the drain of "+d.in.Host), a.PlanDrain, activities.PlanDrainInput{Host: d.in.Host}).Get(ctx, &plan); err != nil {
+			return plan, err
+		}
+		if plan.Complete() || len(plan.Unplaceable) > 0 || !workflow.Now(ctx).Before(deadline) {
+			return plan, nil
+		}
+		d.s.phase(PhaseScheduling, fmt.Sprintf("waiting up to %v for %d claims in flight on %s to settle: %s", d.in.Settle, len(plan.Blocked), d.in.Host, plan.Blocked[0].Reason))
+		if err := workflow.Sleep(ctx, settleRetry); err != nil {
+			return plan, err
+		}
+	}
 }
 
 func drainReason(in DrainInput) string {

@@ -215,6 +215,38 @@ func TestDrainRefusals(t *testing.T) {
 	s.drainDone("a")
 }
 
+// TestDrainWaitsForOperationsInFlight: a drain started while a migration
+// onto its host is in flight waits for it and then moves that guest too;
+// one whose --settle runs out first changes nothing.
+func TestDrainWaitsForOperationsInFlight(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	vmA := s.boot("A", "a", 1)
+	vmB := s.boot("B", "b", 1)
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
+	s.ok("migrate", vmB, "--dest", "a")
+	s.waitDestClaim("a", vmB)
+	s.refused("cannot complete", "host", "drain", "a", "--settle", "1s", "--wait")
+	if out := s.ok("host", "list"); strings.Contains(out, "disabled") {
+		t.Errorf("a drain that gave up waiting disabled a host:\n%s", out)
+	}
+	s.refused("--settle 0s: it must be positive", "host", "drain", "a", "--settle", "0")
+	out := s.ok("host", "drain", "a", "--wait")
+	if !strings.Contains(out, "2 guests moved") {
+		t.Errorf("drain a --wait after the migration onto it:\n%s", out)
+	}
+	for _, g := range []string{vmA, vmB} {
+		h := hostOf(s.guest(g))
+		if h != "b" && h != "c" {
+			t.Errorf("guest %s is on %q after the drain, want b or c", g, h)
+		}
+		s.checkAgreement(g, h)
+	}
+	s.noDoublePins("a", "b", "c")
+}
+
 func firstGuest(s *stack, host string) string {
 	s.t.Helper()
 	for _, c := range s.host(host).Claims {

@@ -51,10 +51,17 @@ type chaos struct {
 	killEvery time.Duration
 	// restartRedisEvery, when set, restarts Redis cleanly this often.
 	restartRedisEvery time.Duration
+	// drainEvery, when set, drains a random host this long after the
+	// last drain ended, interrupting some drains as operations are.
+	drainEvery time.Duration
+	// idle, when set, rests each guest up to this long between its
+	// operations, so that a drain finds some guests at rest.
+	idle time.Duration
 
 	mu         sync.Mutex
 	finished   int
 	uuids      []string
+	drainIDs   []string
 	outcomes   map[string]int
 	violations []string
 	samples    atomic.Int64
@@ -62,6 +69,7 @@ type chaos struct {
 	freed      atomic.Int64
 	kills      atomic.Int64
 	restarts   atomic.Int64
+	drains     atomic.Int64
 	started    atomic.Int64
 	unreadable atomic.Int64
 }
@@ -318,6 +326,9 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 				outcome = "terminated"
 			}
 		}
+		if c.idle > 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(c.idle))))
+		}
 		c.mu.Lock()
 		c.outcomes[string(op)+" "+how+"->"+outcome]++
 		c.finished++
@@ -326,6 +337,62 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 				time.Now().Format(time.TimeOnly), c.finished, c.audits.Load(), c.freed.Load(), c.kills.Load(), c.restarts.Load(), len(c.violations))
 		}
 		c.mu.Unlock()
+	}
+}
+
+// drain empties a random host with a drain workflow, interrupted as an
+// operation would be, and enables the host again once the drain has
+// ended: its maintenance is over.
+func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
+	h := c.hosts[rng.IntN(len(c.hosts))]
+	id := workflows.DrainWorkflowID(h)
+	c.mu.Lock()
+	c.drainIDs = append(c.drainIDs, id)
+	c.mu.Unlock()
+	run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE},
+		workflows.Drain, workflows.DrainInput{Host: h, Policy: workflows.DrainLiveThenCold, Reason: "chaos", Settle: 10 * time.Second})
+	if err != nil {
+		c.report("start the drain of %s: %v", h, err)
+		return
+	}
+	how := c.interrupt(rng)
+	if how != "" {
+		time.Sleep(time.Duration(rng.Int64N(int64(5 * time.Second))))
+		switch how {
+		case "cancel":
+			err = c.tc.CancelWorkflow(ctx, id, run.GetRunID())
+		case "terminate":
+			err = c.tc.TerminateWorkflow(ctx, id, run.GetRunID(), "chaos")
+		}
+		var nf *serviceerror.NotFound
+		if err != nil && !errors.As(err, &nf) && !strings.Contains(err.Error(), "already completed") {
+			c.report("%s the drain of %s: %v", how, h, err)
+		}
+	}
+	outcome := "ok"
+	if err := run.Get(ctx, nil); err != nil {
+		outcome = "failed"
+		if strings.Contains(err.Error(), "canceled") {
+			outcome = "cancelled"
+		}
+		if strings.Contains(err.Error(), "terminated") {
+			outcome = "terminated"
+		}
+		if os.Getenv("PINFLOW_CHAOS_DEBUG") != "" {
+			c.t.Logf("drain %s of %s: %v", how, h, err)
+		}
+	}
+	c.drains.Add(1)
+	c.mu.Lock()
+	c.outcomes["drain "+how+"->"+outcome]++
+	c.mu.Unlock()
+	for ctx.Err() == nil {
+		_, err := c.led.SetHostEnabled(ctx, h)
+		if err == nil || errors.Is(err, ledger.ErrConflict) { // down: nothing to enable
+			return
+		}
+		time.Sleep(500 * time.Millisecond) // Redis restarting
 	}
 }
 
@@ -376,6 +443,8 @@ func (c *chaos) run() {
 		c.s.startWorker()
 		c.kills.Add(1)
 	})
+	drainRNG := rand.New(rand.NewPCG(c.seed, 1<<32))
+	every(c.drainEvery, func() { c.drain(ctx, drainRNG) })
 	every(c.restartRedisEvery, func() {
 		c.s.redis.Restart(c.t)
 		c.restarts.Add(1)
@@ -428,21 +497,25 @@ func (c *chaos) summary() {
 		fmt.Fprintf(&b, "\n  %-40s %d", k, c.outcomes[k])
 	}
 	c.t.Logf("%d operations on %d guests over %d hosts:%s", total, len(c.uuids), len(c.hosts), b.String())
-	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting); %d worker kills; %d Redis restarts; %d violations",
-		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.kills.Load(), c.restarts.Load(), len(c.violations))
+	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting); %d drains; %d worker kills; %d Redis restarts; %d violations",
+		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.drains.Load(), c.kills.Load(), c.restarts.Load(), len(c.violations))
 }
 
-// waitIdle waits until no workflow of any guest is open.
+// waitIdle waits until no workflow of any guest or drain is open.
 func (c *chaos) waitIdle(ctx context.Context) {
 	c.t.Helper()
+	ids := append([]string{}, c.drainIDs...)
 	for _, u := range c.uuids {
+		ids = append(ids, workflows.InstanceWorkflowID(u))
+	}
+	for _, id := range ids {
 		for {
-			d, err := c.tc.DescribeWorkflow(ctx, workflows.InstanceWorkflowID(u), "")
+			d, err := c.tc.DescribeWorkflow(ctx, id, "")
 			if err != nil || d.RawResponse.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 				break
 			}
 			if ctx.Err() != nil {
-				c.t.Fatalf("guest %s still has a workflow open", u)
+				c.t.Fatalf("workflow %s is still open", id)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -548,14 +621,16 @@ func recordHost(inst *ledger.Instance) string {
 }
 
 // TestInterruptedOperations cancels and terminates boots, migrations,
-// offloads, unshelves and deletes at random points of slow, faulty
-// hypervisor steps while an audit with no grace runs every second. No
+// offloads, unshelves, deletes and host drains at random points of slow,
+// faulty hypervisor steps while an audit with no grace runs every second. No
 // pCPU may ever be used by two running guests, and once everything has
 // settled every running guest sits on exactly its record's committed
 // claim and no claim is left that no record names.
 func TestInterruptedOperations(t *testing.T) {
-	c := newChaos(t, 4, 3, false)
+	// Room enough that a drain can often plan its host's guests.
+	c := newChaos(t, 4, 4, false)
 	c.slots, c.ops, c.window = 8, 80, 60*time.Second
+	c.drainEvery, c.idle = 2*time.Second, 2*time.Second
 	c.interrupt = func(rng *rand.Rand) string {
 		switch n := rng.IntN(10); {
 		case n < 4:
@@ -584,7 +659,7 @@ func TestWorkerKilledUnderInterruptions(t *testing.T) {
 }
 
 // TestSoak is everything at once, for long: boots, migrations, offloads,
-// unshelves and deletes on many guests, a third of them cancelled or
+// unshelves and deletes on many guests, host drains, a third of them cancelled or
 // terminated at random points, hypervisor faults and latencies, the
 // worker killed with SIGKILL and Redis restarted now and then, an audit
 // every second, with the same checks. `make soak` runs it long
@@ -597,6 +672,7 @@ func TestSoak(t *testing.T) {
 	c.slots, c.ops, c.window = guests, ops, window
 	c.killEvery = time.Duration(envInt("PINFLOW_SOAK_KILL_SECONDS", 10)) * time.Second
 	c.restartRedisEvery = time.Duration(envInt("PINFLOW_SOAK_REDIS_SECONDS", 15)) * time.Second
+	c.drainEvery = time.Duration(envInt("PINFLOW_SOAK_DRAIN_SECONDS", 5)) * time.Second
 	c.interrupt = func(rng *rand.Rand) string {
 		switch n := rng.IntN(6); n {
 		case 0:
