@@ -222,8 +222,10 @@ const DefaultDrainMaxMoves = 5
 
 // MoveSlotLease is how long a move's slot lasts unless renewed: a drain
 // renews its slots well within it, and the slots of a drain that was
-// terminated end by themselves after it.
-const MoveSlotLease = 10 * time.Minute
+// terminated end by themselves after it. Short, since those slots hold
+// every other drain in the cloud back until then; a slot that lapses
+// while all workers are down only lets a few more moves start.
+const MoveSlotLease = 90 * time.Second
 
 // MoveSlotInput asks for a slot for one drain move onto Target, at most
 // PerTarget moves running onto it in the whole cloud.

@@ -1,13 +1,11 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
@@ -301,7 +299,7 @@ func incomplete(p *drain.Plan) string {
 // of its running moves, well within activities.MoveSlotLease.
 const (
 	slotRetry = 5 * time.Second
-	slotRenew = 2 * time.Minute
+	slotRenew = 20 * time.Second
 )
 
 // renewSlots keeps the leases of the running moves' slots for the
@@ -564,6 +562,5 @@ func (d *drainRun) releaseAll(ctx workflow.Context) error {
 
 // isConflict says whether a step failed because its claim lost a race.
 func isConflict(err error) bool {
-	var app *temporal.ApplicationError
-	return errors.As(err, &app) && (app.Type() == activities.ErrTypeConflict || app.Type() == activities.ErrTypeNoFit)
+	return isType(err, activities.ErrTypeConflict, activities.ErrTypeNoFit)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
@@ -144,15 +143,7 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 // lostRoom says whether a claim failed because its host had no room or
 // went down since it was chosen: another host may still take the guest.
 func lostRoom(err error) bool {
-	var appErr *temporal.ApplicationError
-	if !errors.As(err, &appErr) {
-		return false
-	}
-	switch appErr.Type() {
-	case activities.ErrTypeNoFit, activities.ErrTypeHostDown:
-		return true
-	}
-	return false
+	return isType(err, activities.ErrTypeNoFit, activities.ErrTypeHostDown)
 }
 
 // HostUpInput names a fenced host that is back.

@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -270,6 +271,13 @@ func (s *saga) commit(ctx workflow.Context) workflow.Context {
 	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	return ctx
+}
+
+// isType says whether err is an activity's application error of one of
+// the types.
+func isType(err error, types ...string) bool {
+	var app *temporal.ApplicationError
+	return errors.As(err, &app) && slices.Contains(types, app.Type())
 }
 
 // errRolledForward is what a compensation returns when it finds the step

@@ -370,8 +370,23 @@ func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
 			c.report("%s the drain of %s: %v", how, h, err)
 		}
 	}
+	// A drain that has not ended in minutes is stuck: say where, and
+	// cancel it so the run can settle.
+	gctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	err = run.Get(gctx, nil)
+	stuck := gctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	if stuck {
+		var st workflows.DrainStatus
+		if v, qerr := c.tc.QueryWorkflow(ctx, id, run.GetRunID(), workflows.DrainStatusQuery); qerr == nil {
+			_ = v.Get(&st)
+		}
+		c.report("the drain of %s (%s) has not ended after 4 minutes: %s; %+v", h, how, st.Summary(), st.Guests)
+		_ = c.tc.CancelWorkflow(ctx, id, run.GetRunID())
+		err = run.Get(ctx, nil)
+	}
 	outcome := "ok"
-	if err := run.Get(ctx, nil); err != nil {
+	if err != nil {
 		outcome = "failed"
 		if strings.Contains(err.Error(), "canceled") {
 			outcome = "cancelled"
