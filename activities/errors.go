@@ -28,11 +28,14 @@ const (
 	// ErrTypeMigrationTimeout: a timeout of the migration policy aborted
 	// the live migration, and the guest runs on its source.
 	ErrTypeMigrationTimeout = "MigrationTimeout"
+	// ErrTypePostCopyFailed: the migration failed past its switch to
+	// post-copy; it can only be resumed, never rolled back.
+	ErrTypePostCopyFailed = "PostCopyFailed"
 )
 
 // NonRetryableErrorTypes lists the error types above, for retry policies.
 var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
-	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeMigrationTimeout, ErrTypeConflict}
+	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeMigrationTimeout, ErrTypeConflict, ErrTypePostCopyFailed}
 
 // BadState is the error of an operation the instance's state forbids.
 func BadState(msg string) error {
@@ -78,6 +81,8 @@ func classify(err error) error {
 		typ = ErrTypeHostDown
 	case errors.Is(err, hypervisor.ErrMigrationTimeout):
 		typ = ErrTypeMigrationTimeout
+	case errors.Is(err, hypervisor.ErrPostCopyFailed):
+		typ = ErrTypePostCopyFailed
 	case errors.Is(err, context.Canceled):
 		return err
 	default:

@@ -21,6 +21,11 @@ var (
 	// domain XML, a destination that cannot take the guest); retrying the
 	// same request cannot succeed.
 	ErrRejected = errors.New("rejected by the hypervisor")
+	// ErrPostCopyFailed: a migration failed after its switch to post-copy.
+	// The guest's memory is split between the hosts and it is paused; it
+	// cannot go back to the source, only on: calling Migrate again resumes
+	// the migration.
+	ErrPostCopyFailed = errors.New("the migration failed after its switch to post-copy; only resuming it can complete it")
 )
 
 // State is a domain's run state.

@@ -186,13 +186,26 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 
 	if prepared {
 		s.phase(PhaseRunning, "migrating")
-		migrateCtx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: tries,
-			WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", in.UUID, src, dst),
-		})
+		migrate := func(ctx workflow.Context) error {
+			return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+				StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: tries,
+				WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", in.UUID, src, dst),
+			}), a.Migrate, move).Get(ctx, nil)
+		}
 		// A successful migration is authoritative, even when a cancel
 		// arrived while it ran: the guest runs on dst.
-		if err := workflow.ExecuteActivity(migrateCtx, a.Migrate, move).Get(ctx, nil); err != nil {
+		err := migrate(ctx)
+		for isType(err, activities.ErrTypePostCopyFailed) {
+			// Past its switch to post-copy the migration cannot be undone,
+			// only resumed: the guest's memory is on dst. No cancel stops
+			// that; the claims stay as they are until it completes.
+			ctx = s.commit(ctx)
+			s.phase(PhaseRunning, "resuming the migration, which failed after its switch to post-copy: "+appMessage(err))
+			if err = workflow.Sleep(ctx, postCopyRetry); err == nil {
+				err = migrate(ctx)
+			}
+		}
+		if err != nil {
 			if forward, err := failed(err); !forward {
 				return nil, err
 			}

@@ -37,6 +37,10 @@ const (
 	// and a cancel reaches the step within about as long (the SDK sends
 	// heartbeats at most every 0.8 of it).
 	heartbeatTimeout = 5 * time.Second
+	// postCopyRetry is how long a live migration that failed past its
+	// switch to post-copy waits before it resumes it again: the link
+	// between the hosts must come back first.
+	postCopyRetry = 10 * time.Second
 )
 
 // untilDone is for steps that must eventually succeed: ledger and record
@@ -278,6 +282,16 @@ func (s *saga) commit(ctx workflow.Context) workflow.Context {
 func isType(err error, types ...string) bool {
 	var app *temporal.ApplicationError
 	return errors.As(err, &app) && slices.Contains(types, app.Type())
+}
+
+// appMessage is the message of err's application error, without the
+// activity and workflow wrapping around it.
+func appMessage(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Message()
+	}
+	return err.Error()
 }
 
 // errRolledForward is what a compensation returns when it finds the step

@@ -468,3 +468,36 @@ func TestLiveMigrationTriesAnotherHost(t *testing.T) {
 		t.Errorf("named destination without room: steps %s, want load,task,claim,release,task", got)
 	}
 }
+
+// TestLiveMigrationResumesABrokenPostCopy: a migration that fails past
+// its switch to post-copy is resumed until it completes, even when the
+// workflow is cancelled meanwhile; nothing rolls it back or releases a
+// claim, and it commits.
+func TestLiveMigrationResumesABrokenPostCopy(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("choose", a.ChooseHost, "b", nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "c", Placement: placement}, nil)
+	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	tries := 0
+	h.env.OnActivity(a.Migrate, mock.Anything, mock.Anything).Return(func(context.Context, activities.MigrateInput) error {
+		h.calls = append(h.calls, "migrate")
+		if tries++; tries < 3 {
+			return failed("the link between the hosts broke", activities.ErrTypePostCopyFailed)
+		}
+		return nil
+	})
+	// Would show in the sequence.
+	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil).Maybe()
+	h.on("release", a.ReleaseClaim, nil).Maybe()
+	h.on("commit", a.CommitMigration, nil)
+	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, postCopyRetry/2)
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("LiveMigration whose post-copy broke twice: %v, want it completed", err)
+	}
+	if got, want := h.sequence(), "load,choose,task,claim,prepare,migrate,migrate,migrate,commit"; got != want {
+		t.Errorf("LiveMigration whose post-copy broke twice: steps %s, want %s", got, want)
+	}
+}

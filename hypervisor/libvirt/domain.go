@@ -70,22 +70,41 @@ func (c *conn) lookup(ctx context.Context, uuid string) (golibvirt.Domain, error
 // state returns a domain's run state. Running covers libvirt's blocked and
 // shutting-down states; paused covers suspended and crashed guests, whose
 // QEMU still exists.
+//
+// A destination domain whose post-copy migration failed counts as paused
+// although libvirt says running: its vCPUs wait for pages only the paused
+// source holds, so it is no guest running on the destination until the
+// migration is resumed.
 func (c *conn) state(ctx context.Context, dom golibvirt.Domain) (hypervisor.State, error) {
-	st, err := call(ctx, c, func(l *golibvirt.Libvirt) (golibvirt.DomainState, error) {
-		s, _, err := l.DomainGetState(dom, 0)
-		return golibvirt.DomainState(s), err
-	})
+	st, reason, err := c.stateReason(ctx, dom)
 	if err != nil {
-		return "", c.errorf(err, "get the state of domain %s", uuid.UUID(dom.UUID).String())
+		return "", err
 	}
-	switch st {
-	case golibvirt.DomainShutoff:
+	switch {
+	case st == golibvirt.DomainShutoff:
 		return hypervisor.StateShutoff, nil
-	case golibvirt.DomainPaused, golibvirt.DomainPmsuspended, golibvirt.DomainCrashed:
+	case st == golibvirt.DomainPaused, st == golibvirt.DomainPmsuspended, st == golibvirt.DomainCrashed,
+		st == golibvirt.DomainRunning && golibvirt.DomainRunningReason(reason) == golibvirt.DomainRunningPostcopyFailed:
 		return hypervisor.StatePaused, nil
 	default:
 		return hypervisor.StateRunning, nil
 	}
+}
+
+// stateReason returns libvirt's state of a domain and the reason for it.
+func (c *conn) stateReason(ctx context.Context, dom golibvirt.Domain) (golibvirt.DomainState, int32, error) {
+	type sr struct {
+		st     golibvirt.DomainState
+		reason int32
+	}
+	v, err := call(ctx, c, func(l *golibvirt.Libvirt) (sr, error) {
+		s, r, err := l.DomainGetState(dom, 0)
+		return sr{golibvirt.DomainState(s), r}, err
+	})
+	if err != nil {
+		return 0, 0, c.errorf(err, "get the state of domain %s", uuid.UUID(dom.UUID).String())
+	}
+	return v.st, v.reason, nil
 }
 
 // stateOf returns the state of the domain with the given UUID; its error

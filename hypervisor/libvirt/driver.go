@@ -51,6 +51,13 @@
 // retried Migrate that finds an earlier call's migration still running
 // takes it over: it fences, times and aborts it as its own, the timeouts
 // counted from the retry, and knows when it has switched to post-copy.
+//
+// A migration that fails after its switch to post-copy (the connection
+// between the hosts broke) leaves the guest paused on both hosts, its
+// memory split between them. Migrate resumes it (VIR_MIGRATE_POSTCOPY_RESUME)
+// instead of resuming the source, a few times and then with an error
+// wrapping hypervisor.ErrPostCopyFailed; called again it resumes again.
+// Rollback refuses such a migration with the same error.
 package libvirt
 
 import (

@@ -794,9 +794,10 @@ var errClaimGone = errors.New("claim gone")
 
 // startEarlier starts g's migration to dst as an attempt whose worker then
 // went away would have: straight through libvirt, capped at bandwidth
-// MiB/s, with no Migrate following it. It returns once the job shows on
-// src; the channel gets the migration call's result.
-func (e *migrationEnv) startEarlier(t *testing.T, g guest, destXML string, bandwidth uint64) <-chan error {
+// MiB/s (after a switch to post-copy too), with no Migrate following it,
+// with extra flags besides the driver's. It returns once the job shows on src; the channel gets the
+// migration call's result.
+func (e *migrationEnv) startEarlier(t *testing.T, g guest, destXML string, bandwidth uint64, extra ...golibvirt.DomainMigrateFlags) <-chan error {
 	t.Helper()
 	ctx := opContext(t)
 	c, err := e.d.connect(ctx, "src")
@@ -813,9 +814,16 @@ func (e *migrationEnv) startEarlier(t *testing.T, g guest, destXML string, bandw
 		{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString("tcp://127.0.0.1")},
 		{Field: golibvirt.MigrateParamBandwidth, Value: *golibvirt.NewTypedParamValueUllong(bandwidth)},
 	}
+	flags := migrateFlags
+	for _, f := range extra {
+		flags |= f
+	}
+	if flags&golibvirt.MigratePostcopy != 0 {
+		params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamBandwidthPostcopy, Value: *golibvirt.NewTypedParamValueUllong(bandwidth)})
+	}
 	earlier := make(chan error, 1)
 	go func() {
-		_, err := c.l.DomainMigratePerform3Params(dom, golibvirt.OptString{e.hosts["dst"].URI}, params, nil, migrateFlags)
+		_, err := c.l.DomainMigratePerform3Params(dom, golibvirt.OptString{e.hosts["dst"].URI}, params, nil, flags)
 		earlier <- err
 	}()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {

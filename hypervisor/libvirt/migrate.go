@@ -22,6 +22,7 @@ const (
 	PhaseSetup     = "setup"     // libvirt has not reported any data yet
 	PhaseMigrating = "migrating" // memory is being copied
 	PhasePostCopy  = "post-copy" // switched to post-copy: the guest runs on the destination
+	PhaseResuming  = "resuming"  // resuming a post-copy migration that failed
 	PhaseAborting  = "aborting"  // cancelled; libvirt is aborting the job
 	PhaseCompleted = "completed" // the guest runs on the destination only
 )
@@ -192,9 +193,14 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	if running {
 		// An earlier attempt's migration still runs and its caller is
 		// gone: this call takes it over, fence, timeouts, cancel and all.
-		if postCopy, err = sc.inPostCopy(ctx, dom); err != nil {
+		stage, err := sc.postCopyStage(ctx, dom)
+		if err != nil {
 			return fail(err)
 		}
+		if stage == postCopyFailed {
+			return d.resumePostCopy(ctx, sc, dc, dom, req, id, hypervisor.Progress{Phase: PhasePostCopy}, errPostCopyBroke, progress)
+		}
+		postCopy = stage == postCopyRunning
 		progress(hypervisor.Progress{Phase: PhaseWaiting})
 		result = d.watch(context.WithoutCancel(ctx), sc, dom, stop)
 	} else if result, err = d.start(ctx, sc, dc, dom, before, req, id); err != nil || result == nil {
@@ -209,16 +215,17 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 		return fail(err)
 	}
 	last, migErr, stopped := o.last, o.migErr, o.stopped
+	if migErr != nil && (o.postCopy || errors.Is(migErr, errPostCopyBroke)) {
+		// The guest ran on dst from the switch on; resuming it on src
+		// would run it twice, with memory dst has changed since. The
+		// migration can only go on.
+		return d.resumePostCopy(ctx, sc, dc, dom, req, id, last, migErr, progress)
+	}
 	if migErr != nil && !isLibvirtError(migErr) && !errors.Is(migErr, errEarlierFailed) {
 		// The connection to the source broke: its libvirtd may still be
 		// migrating, so the outcome is unknown until it is asked again.
 		sc.drop()
 		return fail(fmt.Errorf("lost the source connection; the migration may still run there, call Migrate again to follow it or Rollback to undo it: %w", oneLine{migErr}))
-	}
-	if migErr != nil && o.postCopy {
-		// The guest ran on dst from the switch on; resuming it on src
-		// would run it twice, with memory dst has changed since.
-		return fail(fmt.Errorf("the migration failed after its switch to post-copy, so the source cannot take the guest back; libvirt leaves it paused on the destination, to recover there: %w", oneLine{migErr}))
 	}
 	if migErr != nil {
 		// libvirt resumes the source when a live migration fails; make
@@ -236,10 +243,14 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 		}
 		return fail(oneLine{migErr})
 	}
-	// Confirm with a context that outlives a cancellation that came too
-	// late to stop the migration.
+	return d.completed(ctx, sc, dc, uuid, last, progress)
+}
+
+// completed confirms a migration call that succeeded and reports it done.
+// The context outlives a cancellation that came too late to stop it.
+func (d *Driver) completed(ctx context.Context, sc, dc *conn, uuid string, last hypervisor.Progress, progress func(hypervisor.Progress)) error {
 	if err := d.confirm(context.WithoutCancel(ctx), sc, dc, uuid); err != nil {
-		return fail(err)
+		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", uuid, sc.where(), dc.where(), err)
 	}
 	last.Phase, last.Percent, last.DataRemaining = PhaseCompleted, 100, 0
 	if last.DataTotal > 0 {
@@ -249,6 +260,73 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	return nil
 }
 
+// postCopyResumes bounds the resumes of a failed post-copy migration one
+// Migrate call makes before it gives up; the caller calls again.
+const postCopyResumes = 3
+
+// resumePostCopy resumes a migration that failed after its switch to
+// post-copy (libvirt's VIR_MIGRATE_POSTCOPY_RESUME), with the flags and
+// parameters it started with, until it completes or postCopyResumes
+// resumes have failed. Nothing aborts it: past the switch there is no way
+// back, so neither a cancel nor a fence stops it. Its error wraps
+// hypervisor.ErrPostCopyFailed.
+func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, id identity,
+	last hypervisor.Progress, cause error, progress func(hypervisor.Progress)) error {
+	fail := func(err error) error {
+		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", req.UUID, sc.where(), dc.where(), err)
+	}
+	bg := context.WithoutCancel(ctx)
+	params := migrateParams(dc, req)
+	flags := policyFlags(req.Policy) | golibvirt.MigratePostcopy | golibvirt.MigratePostcopyResume
+	for try := 1; ; try++ {
+		last.Phase = PhaseResuming
+		progress(last)
+		result := make(chan error, 1)
+		go func() {
+			_, err := sc.l.DomainMigratePerform3Params(dom, golibvirt.OptString{dc.hc.URI}, params, nil, flags)
+			result <- err
+		}()
+		o, err := d.follow(bg, sc, dom, req, id.memoryBytes(), true, result, progress)
+		if err != nil {
+			return fail(fmt.Errorf("%w: resuming it: %w", hypervisor.ErrPostCopyFailed, err))
+		}
+		if o.migErr == nil {
+			return d.completed(ctx, sc, dc, req.UUID, o.last, progress)
+		}
+		if !isLibvirtError(o.migErr) {
+			sc.drop()
+			return fail(fmt.Errorf("%w: lost the source connection resuming it (%w); call Migrate again", hypervisor.ErrPostCopyFailed, oneLine{o.migErr}))
+		}
+		if try == postCopyResumes {
+			return fail(fmt.Errorf("%w: it failed (%w) and %d resumes failed too, the last: %w; the guest is paused on both hosts until Migrate resumes it",
+				hypervisor.ErrPostCopyFailed, oneLine{cause}, try, oneLine{o.migErr}))
+		}
+		last = o.last
+		select {
+		case <-time.After(d.cfg.ProgressInterval):
+		case <-bg.Done():
+		}
+	}
+}
+
+// migrateParams are the migration's typed parameters: the destination
+// XML (live and persistent), where to send the data, and the policy's.
+func migrateParams(dc *conn, req hypervisor.MigrateRequest) []golibvirt.TypedParam {
+	params := []golibvirt.TypedParam{
+		{Field: golibvirt.MigrateParamDestXML, Value: *golibvirt.NewTypedParamValueString(req.DestXML)},
+		{Field: golibvirt.MigrateParamPersistXML, Value: *golibvirt.NewTypedParamValueString(req.DestXML)},
+	}
+	if m := dc.hc.MigrateURI; m != "" {
+		params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString(m)})
+		if u, err := url.Parse(m); err == nil && u.Hostname() != "" {
+			// The destination QEMU listens where the data is sent, not on
+			// every address.
+			params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamListenAddress, Value: *golibvirt.NewTypedParamValueString(u.Hostname())})
+		}
+	}
+	return append(params, policyParams(req.Policy)...)
+}
+
 // start checks that the guest can leave src and starts its migration,
 // returning the channel the migration call's result comes on. A guest
 // that is shut off on src and already runs on dst (the migration ended
@@ -256,7 +334,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 // then returns a nil channel and no error.
 func (d *Driver) start(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, before hypervisor.State,
 	req hypervisor.MigrateRequest, id identity) (<-chan error, error) {
-	uuid, destXML := req.UUID, req.DestXML
+	uuid := req.UUID
 	fail := func(err error) error {
 		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", uuid, sc.where(), dc.where(), err)
 	}
@@ -279,19 +357,7 @@ func (d *Driver) start(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, 
 		return nil, err
 	}
 
-	params := []golibvirt.TypedParam{
-		{Field: golibvirt.MigrateParamDestXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
-		{Field: golibvirt.MigrateParamPersistXML, Value: *golibvirt.NewTypedParamValueString(destXML)},
-	}
-	if m := dc.hc.MigrateURI; m != "" {
-		params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamURI, Value: *golibvirt.NewTypedParamValueString(m)})
-		if u, err := url.Parse(m); err == nil && u.Hostname() != "" {
-			// The destination QEMU listens where the data is sent, not on
-			// every address.
-			params = append(params, golibvirt.TypedParam{Field: golibvirt.MigrateParamListenAddress, Value: *golibvirt.NewTypedParamValueString(u.Hostname())})
-		}
-	}
-	params = append(params, policyParams(req.Policy)...)
+	params := migrateParams(dc, req)
 	dconnuri := golibvirt.OptString{dc.hc.URI}
 	if err := sc.setMaxDowntime(ctx, dom, uuid, req.Policy.MaxDowntime); err != nil {
 		return nil, fail(err)
@@ -355,6 +421,10 @@ func (d *Driver) settle(ctx context.Context, sc, dc *conn, uuid string) (dom gol
 	}
 }
 
+// errPostCopyBroke is how watch reports a taken-over migration that
+// failed after its switch to post-copy.
+var errPostCopyBroke = errors.New("the migration failed after its switch to post-copy")
+
 // errEarlierFailed is how watch reports a taken-over migration that ended
 // without moving the guest.
 var errEarlierFailed = errors.New("the migration an earlier attempt started ended with the guest still on the source")
@@ -376,6 +446,12 @@ func (d *Driver) watch(ctx context.Context, sc *conn, dom golibvirt.Domain, stop
 			}
 			j, err := sc.job(ctx, dom)
 			if err == nil && j.active {
+				// A post-copy migration that failed keeps its job, waiting
+				// for a resume.
+				if stage, err := sc.postCopyStage(ctx, dom); err == nil && stage == postCopyFailed {
+					result <- errPostCopyBroke
+					return
+				}
 				idle = 0
 				continue
 			}
@@ -401,21 +477,30 @@ func (d *Driver) watch(ctx context.Context, sc *conn, dom golibvirt.Domain, stop
 	return result
 }
 
-// inPostCopy says whether the domain's migration has switched to
-// post-copy: the source then holds the guest paused for good.
-func (c *conn) inPostCopy(ctx context.Context, dom golibvirt.Domain) (bool, error) {
-	reason, err := call(ctx, c, func(l *golibvirt.Libvirt) (int32, error) {
-		st, reason, err := l.DomainGetState(dom, 0)
-		if golibvirt.DomainState(st) != golibvirt.DomainPaused {
-			return -1, err
-		}
-		return reason, err
-	})
-	if err != nil {
-		return false, c.errorf(err, "get the state of domain %s", uuid.UUID(dom.UUID).String())
+// postCopy is how far a domain's migration has gone with post-copy, as
+// the source domain's state reason says.
+type postCopy int
+
+const (
+	preCopy         postCopy = iota // not switched, or not migrating
+	postCopyRunning                 // switched: the guest runs on the destination
+	postCopyFailed                  // switched, then failed: paused until resumed
+)
+
+// postCopyStage reads how far the domain's migration has gone with
+// post-copy.
+func (c *conn) postCopyStage(ctx context.Context, dom golibvirt.Domain) (postCopy, error) {
+	st, reason, err := c.stateReason(ctx, dom)
+	if err != nil || st != golibvirt.DomainPaused {
+		return preCopy, err
 	}
-	r := golibvirt.DomainPausedReason(reason)
-	return r == golibvirt.DomainPausedPostcopy || r == golibvirt.DomainPausedPostcopyFailed, nil
+	switch golibvirt.DomainPausedReason(reason) {
+	case golibvirt.DomainPausedPostcopy:
+		return postCopyRunning, nil
+	case golibvirt.DomainPausedPostcopyFailed:
+		return postCopyFailed, nil
+	}
+	return preCopy, nil
 }
 
 // outcome is how a migration call ended, as follow saw it.
@@ -766,6 +851,13 @@ func (d *Driver) Rollback(ctx context.Context, src, dst, uuid string) error {
 	}
 	if err != nil {
 		return err
+	}
+	// Past a switch to post-copy the guest's memory is on dst: undoing the
+	// migration would destroy the only current copy of it.
+	if stage, err := sc.postCopyStage(ctx, dom); err != nil {
+		return fail(err)
+	} else if stage != preCopy {
+		return fail(fmt.Errorf("%w: the migration switched to post-copy, so it cannot be rolled back; Migrate completes it", hypervisor.ErrPostCopyFailed))
 	}
 	if err := d.abortRunning(ctx, sc, dom); err != nil {
 		return fail(err)

@@ -284,6 +284,106 @@ func TestMigrationPolicy(t *testing.T) {
 		e.runsOn(t, "dst", g, destPins, destEmulator)
 	})
 
+	// breakPostCopy breaks g's post-copy migration as a network failure
+	// between the hosts would: libvirt pauses it, the guest paused on both.
+	breakPostCopy := func(t *testing.T, g guest) {
+		t.Helper()
+		ctx := opContext(t)
+		c, err := e.d.connect(ctx, "src")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		dom, err := c.lookup(ctx, g.uuid)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		// libvirt takes a moment after the switch to be in post-copy.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			err := c.l.DomainAbortJobFlags(dom, uint32(golibvirt.DomainAbortJobPostcopy))
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("break the post-copy migration: %v", err)
+				return
+			}
+		}
+	}
+
+	t.Run("a post-copy migration that breaks is resumed, never rolled back", func(t *testing.T) {
+		g := busyGuest(t, 37)
+		req, _ := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs,
+			AllowPostCopy: true, TimeoutAction: hypervisor.TimeoutPostCopy})
+		var phases []string
+		broken := false
+		err := e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) {
+			if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+				phases = append(phases, p.Phase)
+			}
+			if p.Phase == PhasePostCopy && !broken {
+				broken = true
+				go breakPostCopy(t, g)
+			}
+		})
+		t.Logf("Migrate = %v; phases %v", err, phases)
+		if err != nil {
+			t.Fatalf("Migrate whose post-copy broke = %v, want nil: it resumes", err)
+		}
+		if want := PhasePostCopy + " " + PhaseResuming; !strings.Contains(strings.Join(phases, " "), want) {
+			t.Errorf("Migrate whose post-copy broke went through phases %v, want %s among them", phases, want)
+		}
+		e.runsOn(t, "dst", g, destPins, destEmulator)
+	})
+
+	t.Run("a retry resumes the broken post-copy migration an earlier attempt left", func(t *testing.T) {
+		g := busyGuest(t, 38)
+		req, _ := start(t, g, hypervisor.MigrationPolicy{AllowPostCopy: true})
+		earlier := e.startEarlier(t, g, req.DestXML, busyCapMiBs, golibvirt.MigratePostcopy)
+		ctx := opContext(t)
+		c, err := e.d.connect(ctx, "src")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dom, err := c.lookup(ctx, g.uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // into the copy
+		if err := c.l.DomainMigrateStartPostCopy(dom, 0); err != nil {
+			t.Fatalf("switch to post-copy: %v", err)
+		}
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if st, _ := c.postCopyStage(ctx, dom); st == postCopyRunning {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the earlier migration never reached post-copy")
+			}
+		}
+		breakPostCopy(t, g)
+		if err := <-earlier; err == nil {
+			t.Fatal("the broken post-copy migration's call = nil")
+		}
+		if st, err := c.postCopyStage(ctx, dom); st != postCopyFailed {
+			t.Fatalf("the source after the break: post-copy stage %d (%v), want failed", st, err)
+		}
+		// Undoing it would destroy the guest's current memory on dst.
+		err = e.d.Rollback(ctx, "src", "dst", g.uuid)
+		t.Logf("Rollback = %v", err)
+		if !errors.Is(err, hypervisor.ErrPostCopyFailed) {
+			t.Errorf("Rollback of a broken post-copy migration = %v, want ErrPostCopyFailed", err)
+		}
+		if got, err := e.d.Lookup(ctx, "dst", g.uuid); err != nil || got.State != hypervisor.StatePaused {
+			t.Errorf("the guest on dst after the refused rollback: %+v, %v; want it kept, and paused (post-copy failed)", got, err)
+		}
+		if err := e.d.Migrate(ctx, req, nil); err != nil {
+			t.Fatalf("Migrate after the break = %v, want nil: it resumes the migration", err)
+		}
+		e.runsOn(t, "dst", g, destPins, destEmulator)
+	})
+
 	t.Run("a fence refusing the switch to post-copy aborts instead", func(t *testing.T) {
 		g := busyGuest(t, 33)
 		req, pid := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs,
