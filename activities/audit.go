@@ -325,10 +325,8 @@ func (au *audit) guarded(ctx context.Context, c *ledger.Claim) string {
 	return kept
 }
 
-// InstanceWorkflowPrefix starts the workflow id every operation on one
-// guest runs under (workflows.InstanceWorkflowID); the audit needs it to
-// ask whether a guest has an open workflow.
-const InstanceWorkflowPrefix = "instance-"
-
-// InstanceWorkflowID is the workflow id of the guest uuid's operations.
-func InstanceWorkflowID(uuid string) string { return InstanceWorkflowPrefix + uuid }
+// InstanceWorkflowID is the one workflow id every operation on the guest
+// uuid runs under, so Temporal refuses a second one while one is open. It
+// lives here rather than in workflows, which imports this package, because
+// the audit asks Temporal about guests under the same ids.
+func InstanceWorkflowID(uuid string) string { return "instance-" + uuid }

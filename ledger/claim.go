@@ -122,7 +122,7 @@ func (s *ClaimSpec) check() error {
 	if err := checkHostName(s.Host); err != nil {
 		return err
 	}
-	if err := checkUUID(s.InstanceUUID); err != nil {
+	if err := checkInstanceKeyName(s.InstanceUUID); err != nil {
 		return err
 	}
 	if !s.Kind.valid() {

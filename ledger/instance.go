@@ -143,7 +143,7 @@ type Instance struct {
 // empty creator skips the creator check.
 func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor Flavor, vmState VMState, creator string) (*Instance, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: create instance %s: %w", uuid, err) }
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return nil, wrap(err)
 	}
 	if name == "" || len(name) > 255 {
@@ -175,7 +175,7 @@ func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor F
 // Instance returns an instance record, or ErrUnknownInstance.
 func (l *Ledger) Instance(ctx context.Context, uuid string) (*Instance, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: instance %s: %w", uuid, err) }
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return nil, wrap(err)
 	}
 	f, err := l.rdb.HGetAll(ctx, l.instKey(uuid)).Result()
@@ -263,7 +263,7 @@ func (l *Ledger) SetState(ctx context.Context, uuid string, t Transition) error 
 	wrap := func(err error) error {
 		return fmt.Errorf("ledger: set state of instance %s to %q/%q: %w", uuid, t.VM, t.Task, err)
 	}
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return wrap(err)
 	}
 	if t.VM != "" {
@@ -337,7 +337,7 @@ func (l *Ledger) move(ctx context.Context, op, uuid string, m Move) error {
 	wrap := func(err error) error {
 		return fmt.Errorf("ledger: %s instance %s to claim %s on %s: %w", op, uuid, m.ClaimID, m.Host, err)
 	}
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return wrap(err)
 	}
 	if m.Resize != nil && m.ClearResize {
@@ -423,7 +423,7 @@ func (r *ResizeRecord) check() error {
 // revert clears it in its MoveInstance back to the source.
 func (l *Ledger) ClearResize(ctx context.Context, uuid string) error {
 	wrap := func(err error) error { return fmt.Errorf("ledger: clear resize of instance %s: %w", uuid, err) }
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return wrap(err)
 	}
 	res, err := l.change(ctx, instClearResizeScript, []string{l.instKey(uuid)}, l.timestamp()).StringSlice()
@@ -483,7 +483,7 @@ func (l *Ledger) DetachInstance(ctx context.Context, uuid, claimID string) error
 // SetDomainXML stores the instance's libvirt domain XML.
 func (l *Ledger) SetDomainXML(ctx context.Context, uuid, domainXML string) error {
 	wrap := func(err error) error { return fmt.Errorf("ledger: set domain xml of instance %s: %w", uuid, err) }
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return wrap(err)
 	}
 	n, err := l.change(ctx, instXMLScript, []string{l.instKey(uuid)}, domainXML, l.timestamp(), DomainDigest(domainXML)).Int()
@@ -501,7 +501,7 @@ func (l *Ledger) SetDomainXML(ctx context.Context, uuid, domainXML string) error
 // or unknown instance succeeds.
 func (l *Ledger) DeleteInstance(ctx context.Context, uuid string) error {
 	wrap := func(err error) error { return fmt.Errorf("ledger: delete instance %s: %w", uuid, err) }
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return wrap(err)
 	}
 	res, err := l.change(ctx, instDeleteScript, []string{l.instKey(uuid)}).StringSlice()
@@ -539,7 +539,7 @@ func DomainDigest(domainXML string) string {
 // claim of a host.
 func (l *Ledger) Home(ctx context.Context, uuid string) (Home, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: instance %s: %w", uuid, err) }
-	if err := checkUUID(uuid); err != nil {
+	if err := checkInstanceKeyName(uuid); err != nil {
 		return Home{}, wrap(err)
 	}
 	v, err := l.rdb.HMGet(ctx, l.instKey(uuid), "uuid", "host", "claim_id", "domain_digest").Result()

@@ -40,7 +40,7 @@ func (l *Ledger) Instances(ctx context.Context) ([]*Instance, error) {
 		for it.Next(ctx) {
 			key := it.Val()
 			u := strings.TrimSuffix(strings.TrimPrefix(key, start), end)
-			if !validHostOrUUID(u) || l.instKey(u) != key {
+			if !validKeyName(u) || l.instKey(u) != key {
 				continue // not a record key, though the pattern matched
 			}
 			mu.Lock()

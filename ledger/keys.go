@@ -29,9 +29,10 @@ func validName(s string, max int, punct string) bool {
 	return true
 }
 
-func validHostOrUUID(s string) bool { return validName(s, 253, "._:-") }
-func validClaimID(s string) bool    { return validName(s, 200, "._:/@+=-") }
-func validPrefix(s string) bool     { return validName(s, 64, "._:-") }
+// validKeyName is the rule for host names and instance uuids.
+func validKeyName(s string) bool { return validName(s, 253, "._:-") }
+func validClaimID(s string) bool { return validName(s, 200, "._:/@+=-") }
+func validPrefix(s string) bool  { return validName(s, 64, "._:-") }
 
 const (
 	nameRule  = "1-253 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
@@ -39,14 +40,17 @@ const (
 )
 
 func checkHostName(h string) error {
-	if !validHostOrUUID(h) {
+	if !validKeyName(h) {
 		return fmt.Errorf("host name %q: %w: host names are %s", h, ErrInvalid, nameRule)
 	}
 	return nil
 }
 
-func checkUUID(u string) error {
-	if !validHostOrUUID(u) {
+// checkInstanceKeyName checks an instance uuid against the key name rule
+// only: the ledger keys instances by whatever id it is given, and leaves the
+// UUID syntax to the drivers (hypervisor.ParseUUID).
+func checkInstanceKeyName(u string) error {
+	if !validKeyName(u) {
 		return fmt.Errorf("instance uuid %q: %w: uuids are %s", u, ErrInvalid, nameRule)
 	}
 	return nil

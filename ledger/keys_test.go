@@ -15,7 +15,7 @@ func TestNameRules(t *testing.T) {
 		valid func(string) bool
 		re    *regexp.Regexp
 	}{
-		{"host or uuid", validHostOrUUID, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$`)},
+		{"host or instance uuid", validKeyName, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$`)},
 		{"claim id", validClaimID, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+=-]{0,199}$`)},
 		{"prefix", validPrefix, regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)},
 	}

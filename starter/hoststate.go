@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -318,7 +319,7 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 				case s.Host != "":
 					fmt.Fprintf(stdout, "%s: evacuated to %s\n", s.UUID, s.Host)
 				default:
-					fmt.Fprintf(stdout, "%s: evacuation started as workflow %s\n", s.UUID, workflows.InstanceWorkflowID(s.UUID))
+					fmt.Fprintf(stdout, "%s: evacuation started as workflow %s\n", s.UUID, activities.InstanceWorkflowID(s.UUID))
 				}
 			}
 			fmt.Fprintf(stdout, "%d evacuations of guests of %s, %d failed\n", len(out), host, failed)

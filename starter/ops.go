@@ -210,14 +210,14 @@ func cancelOp(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := c.CancelWorkflow(a.ctx, workflows.InstanceWorkflowID(uuid), ""); err != nil {
+		if err := c.CancelWorkflow(a.ctx, activities.InstanceWorkflowID(uuid), ""); err != nil {
 			var nf *serviceerror.NotFound
 			if errors.As(err, &nf) {
 				return fmt.Errorf("cancel %s: no operation is running on it", uuid)
 			}
 			return fmt.Errorf("cancel %s: %w", uuid, err)
 		}
-		fmt.Fprintf(stdout, "cancellation of %s requested; it compensates and ends in phase error\n", workflows.InstanceWorkflowID(uuid))
+		fmt.Fprintf(stdout, "cancellation of %s requested; it compensates and ends in phase error\n", activities.InstanceWorkflowID(uuid))
 		return nil
 	})
 }
@@ -429,7 +429,7 @@ func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (cli
 	if p.dest != "" {
 		attrs = append(attrs, workflows.AttrDestHost.ValueSet(p.dest))
 	}
-	id := workflows.InstanceWorkflowID(uuid)
+	id := activities.InstanceWorkflowID(uuid)
 	run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                a.cfg.TaskQueue,
@@ -452,7 +452,7 @@ func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (cli
 
 // busy explains that another operation holds the guest's workflow id.
 func busy(a *app, c client.Client, uuid string) error {
-	id := workflows.InstanceWorkflowID(uuid)
+	id := activities.InstanceWorkflowID(uuid)
 	what := "another operation"
 	if d, err := c.DescribeWorkflow(a.ctx, id, ""); err == nil {
 		what = "a " + d.WorkflowType.Name

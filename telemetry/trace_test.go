@@ -157,7 +157,7 @@ func TestMigrationTrace(t *testing.T) {
 func start(ctx context.Context, t *testing.T, tc client.Client, uuid string, wf, in any) {
 	t.Helper()
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.InstanceWorkflowID(uuid), TaskQueue: "trace-test",
+		ID: activities.InstanceWorkflowID(uuid), TaskQueue: "trace-test",
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.AttrInstance.ValueSet(uuid)),

@@ -527,7 +527,7 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 // runChild moves the guest with the drain's policy and waits for it.
 func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:        InstanceWorkflowID(g.UUID),
+		WorkflowID:        activities.InstanceWorkflowID(g.UUID),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		// A cancelled drain waits for each move to roll back.
 		WaitForCancellation: true,

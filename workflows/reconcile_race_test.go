@@ -134,7 +134,7 @@ func (w *raceWorld) run(t *testing.T, uuid string, wf, in any) error {
 	env := s.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(2 * time.Minute)
 	w.runs++
-	id, run := InstanceWorkflowID(uuid), fmt.Sprintf("first-run-%d", w.runs)
+	id, run := activities.InstanceWorkflowID(uuid), fmt.Sprintf("first-run-%d", w.runs)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: run}}})
 	env.RegisterActivity(w.acts)
@@ -305,7 +305,7 @@ func TestReconcileRaceDetects(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	env := s.NewTestWorkflowEnvironment()
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: InstanceWorkflowID(vm)})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: activities.InstanceWorkflowID(vm)})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: "control"}}})
 	env.RegisterActivity(w.acts)
 	wouldFree := 0

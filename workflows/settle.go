@@ -52,7 +52,7 @@ type Settler struct {
 // fails while another workflow of the instance is open.
 func (s Settler) StartSettle(ctx context.Context, in activities.SettleInput) error {
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                                       InstanceWorkflowID(in.UUID),
+		ID:                                       activities.InstanceWorkflowID(in.UUID),
 		TaskQueue:                                s.TaskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,

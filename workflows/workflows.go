@@ -3,16 +3,16 @@
 // audit, as Temporal workflows over the activities package.
 //
 // Every operation on one guest runs under the same workflow id,
-// InstanceWorkflowID(uuid), started with conflict policy FAIL: the Temporal
-// server refuses a second operation while one is open, so two operations on
-// one guest can never interleave. Each step that changes the world registers
-// its compensation before it runs; a failure or a cancellation before the
-// commit point runs the compensations in reverse order, in a disconnected
-// context so that cancellation compensates too. A compensation that fails
-// stops the unwinding: what it did not undo may still need the resources
-// the earlier steps hold (a guest that was not rolled back still runs on
-// its destination claim), so they are kept and reported. A compensation
-// releases only a pending claim.
+// activities.InstanceWorkflowID(uuid), started with conflict policy FAIL:
+// the Temporal server refuses a second operation while one is open, so two
+// operations on one guest can never interleave. Each step that changes the
+// world registers its compensation before it runs; a failure or a
+// cancellation before the commit point runs the compensations in reverse
+// order, in a disconnected context so that cancellation compensates too. A
+// compensation that fails stops the unwinding: what it did not undo may
+// still need the resources the earlier steps hold (a guest that was not
+// rolled back still runs on its destination claim), so they are kept and
+// reported. A compensation releases only a pending claim.
 //
 // # Interruptions
 //
@@ -74,14 +74,7 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
-
-	"github.com/pinflow/pinflow/activities"
 )
-
-// InstanceWorkflowID is the one workflow id every operation on the guest
-// uuid runs under. It is defined beside the audit, which asks Temporal
-// about guests under the same ids.
-func InstanceWorkflowID(uuid string) string { return activities.InstanceWorkflowID(uuid) }
 
 // Typed search attributes that make each run findable in the Web UI and
 // through visibility queries. They are for people and dashboards: nothing

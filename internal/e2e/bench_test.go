@@ -119,7 +119,7 @@ func BenchmarkLiveMigration(b *testing.B) {
 	for i := range guests {
 		guests[i] = newGuestUUID(i)
 		where[i] = "left"
-		boots = append(boots, start(workflows.InstanceWorkflowID(guests[i]), workflows.Boot,
+		boots = append(boots, start(activities.InstanceWorkflowID(guests[i]), workflows.Boot,
 			workflows.BootInput{UUID: guests[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "left"}))
 	}
 	for _, r := range boots {
@@ -156,7 +156,7 @@ func BenchmarkLiveMigration(b *testing.B) {
 			go func(i int, uuid, dst string) {
 				defer wg.Done()
 				t0 := time.Now()
-				run := start(workflows.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+				run := start(activities.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
 				if err := run.Get(ctx, nil); err != nil {
 					b.Error(err)
 					return
@@ -197,7 +197,7 @@ func BenchmarkLiveMigration(b *testing.B) {
 		uuid := guests[i%inFlight]
 		dst := map[string]string{"left": "right", "right": "left"}[where[i%inFlight]]
 		t0 := time.Now()
-		run := start(workflows.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+		run := start(activities.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
 		if err := run.Get(ctx, nil); err != nil {
 			b.Fatal(err)
 		}

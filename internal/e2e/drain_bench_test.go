@@ -86,7 +86,7 @@ func BenchmarkDrain(b *testing.B) {
 	var runs []client.WorkflowRun
 	for i := range uuids {
 		uuids[i] = newGuestUUID(1000 + i)
-		runs = append(runs, start(workflows.InstanceWorkflowID(uuids[i]), workflows.Boot,
+		runs = append(runs, start(activities.InstanceWorkflowID(uuids[i]), workflows.Boot,
 			workflows.BootInput{UUID: uuids[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "src"}))
 	}
 	waitAll(runs)
@@ -113,7 +113,7 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		runs = runs[:0]
 		for _, u := range uuids {
-			runs = append(runs, start(workflows.InstanceWorkflowID(u), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: u, Dest: "src"}))
+			runs = append(runs, start(activities.InstanceWorkflowID(u), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: u, Dest: "src"}))
 		}
 		waitAll(runs)
 	}

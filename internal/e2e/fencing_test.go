@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // waitClosed waits until the guest's workflow has closed and returns the
@@ -18,7 +18,7 @@ func (s *stack) waitClosed(uuid string) guest {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_ = s.temporal.Client.GetWorkflow(ctx, workflows.InstanceWorkflowID(uuid), "").Get(ctx, nil)
+	_ = s.temporal.Client.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, nil)
 	return s.guest(uuid)
 }
 

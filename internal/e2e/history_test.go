@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -88,7 +89,7 @@ func TestHistoriesReplay(t *testing.T) {
 // history returns the full history of the guest's latest workflow run.
 func (s *stack) history(uuid string) *historypb.History {
 	s.t.Helper()
-	return s.historyOf(workflows.InstanceWorkflowID(uuid))
+	return s.historyOf(activities.InstanceWorkflowID(uuid))
 }
 
 // historyOf returns the full history of the workflow id's latest run.

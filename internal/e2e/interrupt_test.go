@@ -271,7 +271,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		default:
 			op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
 		}
-		id := workflows.InstanceWorkflowID(uuid)
+		id := activities.InstanceWorkflowID(uuid)
 		run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: c.queue,
 			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
@@ -521,7 +521,7 @@ func (c *chaos) waitIdle(ctx context.Context) {
 	c.t.Helper()
 	ids := append([]string{}, c.drainIDs...)
 	for _, u := range c.uuids {
-		ids = append(ids, workflows.InstanceWorkflowID(u))
+		ids = append(ids, activities.InstanceWorkflowID(u))
 	}
 	for _, id := range ids {
 		for {

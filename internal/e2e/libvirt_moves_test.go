@@ -14,6 +14,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -280,7 +281,7 @@ func lvmWaitState(s *stack, uuid, state string, timeout time.Duration) {
 func lvmClosed(s *stack, uuid string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	id := workflows.InstanceWorkflowID(uuid)
+	id := activities.InstanceWorkflowID(uuid)
 	d, err := s.temporal.Client.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return nil // not started yet, or the server is slow: keep polling
@@ -297,7 +298,7 @@ func lvmClosed(s *stack, uuid string) error {
 func lvmResult(s *stack, uuid string, res any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	return s.temporal.Client.GetWorkflow(ctx, workflows.InstanceWorkflowID(uuid), "").Get(ctx, res)
+	return s.temporal.Client.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, res)
 }
 
 // lvmHostScript runs deploy/libvirt-host.sh cmd for h, as testenv does:

@@ -183,7 +183,7 @@ func TestReconcileRandomized(t *testing.T) {
 					op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
 				}
 				run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-					ID: workflows.InstanceWorkflowID(uuid), TaskQueue: queue,
+					ID: activities.InstanceWorkflowID(uuid), TaskQueue: queue,
 					WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 					WorkflowExecutionErrorWhenAlreadyStarted: true,
 				}, wf, in)

@@ -85,7 +85,7 @@ func TestReconcileFreesTerminatedOwner(t *testing.T) {
 	s.ok("migrate", vmA, "--dest", "b")
 	s.waitDestClaim("b", vmA)
 	ctx := context.Background()
-	if err := s.temporal.Client.TerminateWorkflow(ctx, workflows.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
+	if err := s.temporal.Client.TerminateWorkflow(ctx, activities.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.pinned("b"); got != "0-3" {
