@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -65,8 +67,8 @@ func TestBatchOperationsSeeEachOther(t *testing.T) {
 		got = append(got, fmt.Sprint(reply[0]))
 	}
 	want := []string{"ok", "exists", "2", "1", "0", "ok", "taken", "3", "1", "ok"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("apply replies = %v, want %v", got, want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("apply replies (-want +got):\n%s", diff)
 	}
 	if rec := res[1].([]any)[1].(string); rec != string(c1.appendJSON(nil)) {
 		t.Errorf("exists reply carries %s, want c1's record", rec)

@@ -103,7 +103,15 @@ func TestSetState(t *testing.T) {
 	}
 }
 
-func TestAttachDetachDelete(t *testing.T) {
+// attachFixture is a ledger with instance u1, its pending claim c1 on h1,
+// and another instance's committed claim c-other there.
+type attachFixture struct {
+	l *Ledger
+	c *Claim
+}
+
+func newAttachFixture(t *testing.T) *attachFixture {
+	t.Helper()
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
 	register(t, l, "h1", testHost(2, 4))
@@ -127,85 +135,138 @@ func TestAttachDetachDelete(t *testing.T) {
 	if _, err := l.Commit(ctx, "h1", "c-other"); err != nil {
 		t.Fatal(err)
 	}
-	detached, _ := l.Instance(ctx, "u1")
+	return &attachFixture{l: l, c: c}
+}
 
-	// Refused attachments leave the record as it was.
-	for _, tc := range []struct {
-		name, host, claim string
-		want              error
-	}{
-		{"pending claim", "h1", "c1", ErrConflict},
-		{"unknown claim", "h1", "c9", ErrUnknownClaim},
-		{"claim on another host", "h2", "c1", ErrUnknownClaim},
-		{"another instance's claim", "h1", "c-other", ErrConflict},
-		{"empty claim id", "h1", "", ErrInvalid},
-	} {
-		if err := l.AttachInstance(ctx, "u1", tc.host, tc.claim, "<domain/>"); !errors.Is(err, tc.want) {
-			t.Errorf("AttachInstance(%s) error = %v, want %v", tc.name, err, tc.want)
-		}
-		if got, _ := l.Instance(ctx, "u1"); !cmp.Equal(detached, got) {
-			t.Errorf("AttachInstance(%s) changed the record: %+v", tc.name, got)
-		}
-	}
-
-	if _, err := l.Commit(ctx, "h1", "c1"); err != nil {
+// attach commits c1 and attaches u1 to it with domain XML "<domain/>".
+func (f *attachFixture) attach(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.l.Commit(ctx, "h1", "c1"); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 2 {
-		if err := l.AttachInstance(ctx, "u1", "h1", "c1", "<domain/>"); err != nil {
-			t.Fatalf("AttachInstance(committed claim) #%d: %v", i+1, err)
+	if err := f.l.AttachInstance(ctx, "u1", "h1", "c1", "<domain/>"); err != nil {
+		t.Fatalf("AttachInstance(committed claim): %v", err)
+	}
+}
+
+// detach releases c1 and detaches u1 from it.
+func (f *attachFixture) detach(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if err := f.l.Release(ctx, "h1", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.l.DetachInstance(ctx, "u1", "c1"); err != nil {
+		t.Fatalf("DetachInstance after Release: %v", err)
+	}
+}
+
+func TestAttachDetachDelete(t *testing.T) {
+	ctx := context.Background()
+	t.Run("refused attachments leave the record as it was", func(t *testing.T) {
+		f := newAttachFixture(t)
+		detached, _ := f.l.Instance(ctx, "u1")
+		for _, tc := range []struct {
+			name, host, claim string
+			want              error
+		}{
+			{"pending claim", "h1", "c1", ErrConflict},
+			{"unknown claim", "h1", "c9", ErrUnknownClaim},
+			{"claim on another host", "h2", "c1", ErrUnknownClaim},
+			{"another instance's claim", "h1", "c-other", ErrConflict},
+			{"empty claim id", "h1", "", ErrInvalid},
+		} {
+			if err := f.l.AttachInstance(ctx, "u1", tc.host, tc.claim, "<domain/>"); !errors.Is(err, tc.want) {
+				t.Errorf("AttachInstance(%s) error = %v, want %v", tc.name, err, tc.want)
+			}
+			if got, _ := f.l.Instance(ctx, "u1"); !cmp.Equal(detached, got) {
+				t.Errorf("AttachInstance(%s) changed the record: %+v", tc.name, got)
+			}
 		}
-	}
-	in, _ := l.Instance(ctx, "u1")
-	if in.Host != "h1" || in.ClaimID != "c1" || !cmp.Equal(in.Node, []int{c.Usage[0].Cell}) ||
-		in.Placement.String() != c.Placement.String() || in.DomainXML != "<domain/>" {
-		t.Errorf("attached instance = host %q claim %q node %v placement %s xml %q; want h1 c1 [%d] %s <domain/>",
-			in.Host, in.ClaimID, in.Node, in.Placement, in.DomainXML, c.Usage[0].Cell, c.Placement)
-	}
-	if err := l.SetDomainXML(ctx, "u1", "<domain type='kvm'/>"); err != nil {
-		t.Errorf("SetDomainXML: %v", err)
-	}
-	if err := l.SetDomainXML(ctx, "nope", "<domain/>"); !errors.Is(err, ErrUnknownInstance) {
-		t.Errorf("SetDomainXML(nope) error = %v, want ErrUnknownInstance", err)
-	}
+	})
+
+	t.Run("attaching a committed claim twice records host, claim, node, placement and XML", func(t *testing.T) {
+		f := newAttachFixture(t)
+		f.attach(t)
+		if err := f.l.AttachInstance(ctx, "u1", "h1", "c1", "<domain/>"); err != nil {
+			t.Fatalf("AttachInstance(committed claim) again: %v", err)
+		}
+		in, _ := f.l.Instance(ctx, "u1")
+		c := f.c
+		if in.Host != "h1" || in.ClaimID != "c1" || !cmp.Equal(in.Node, []int{c.Usage[0].Cell}) ||
+			in.Placement.String() != c.Placement.String() || in.DomainXML != "<domain/>" {
+			t.Errorf("attached instance = host %q claim %q node %v placement %s xml %q; want h1 c1 [%d] %s <domain/>",
+				in.Host, in.ClaimID, in.Node, in.Placement, in.DomainXML, c.Usage[0].Cell, c.Placement)
+		}
+	})
+
+	t.Run("SetDomainXML replaces the XML of a known instance only", func(t *testing.T) {
+		f := newAttachFixture(t)
+		f.attach(t)
+		if err := f.l.SetDomainXML(ctx, "u1", "<domain type='kvm'/>"); err != nil {
+			t.Errorf("SetDomainXML: %v", err)
+		}
+		if in, _ := f.l.Instance(ctx, "u1"); in.DomainXML != "<domain type='kvm'/>" {
+			t.Errorf("after SetDomainXML the record has xml %q, want <domain type='kvm'/>", in.DomainXML)
+		}
+		if err := f.l.SetDomainXML(ctx, "nope", "<domain/>"); !errors.Is(err, ErrUnknownInstance) {
+			t.Errorf("SetDomainXML(nope) error = %v, want ErrUnknownInstance", err)
+		}
+	})
 
 	// Host and NUMA data go after, never before, the release.
-	if err := l.DetachInstance(ctx, "u1", "c1"); !errors.Is(err, ErrConflict) {
-		t.Errorf("DetachInstance before Release: error = %v, want ErrConflict", err)
-	}
-	if err := l.DeleteInstance(ctx, "u1"); !errors.Is(err, ErrConflict) {
-		t.Errorf("DeleteInstance while attached: error = %v, want ErrConflict", err)
-	}
-	if got, _ := l.Instance(ctx, "u1"); got.Host != "h1" || got.ClaimID != "c1" {
-		t.Errorf("refused detach/delete changed the record: %+v", got)
-	}
-	if err := l.Release(ctx, "h1", "c1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.DetachInstance(ctx, "u1", "c-other"); !errors.Is(err, ErrConflict) {
-		t.Errorf("DetachInstance(another claim) error = %v, want ErrConflict", err)
-	}
-	for i := range 2 {
-		if err := l.DetachInstance(ctx, "u1", "c1"); err != nil {
-			t.Errorf("DetachInstance after Release #%d: %v", i+1, err)
+	t.Run("detach and delete are refused before the release", func(t *testing.T) {
+		f := newAttachFixture(t)
+		f.attach(t)
+		if err := f.l.DetachInstance(ctx, "u1", "c1"); !errors.Is(err, ErrConflict) {
+			t.Errorf("DetachInstance before Release: error = %v, want ErrConflict", err)
 		}
-	}
-	in, _ = l.Instance(ctx, "u1")
-	if in.Host != "" || in.ClaimID != "" || in.Node != nil || in.Placement != nil || in.DomainXML != "<domain type='kvm'/>" {
-		t.Errorf("detached instance = host %q claim %q node %v placement %v xml %q; want all cleared but the domain XML",
-			in.Host, in.ClaimID, in.Node, in.Placement, in.DomainXML)
-	}
-	for i := range 2 {
-		if err := l.DeleteInstance(ctx, "u1"); err != nil {
-			t.Errorf("DeleteInstance #%d: %v", i+1, err)
+		if err := f.l.DeleteInstance(ctx, "u1"); !errors.Is(err, ErrConflict) {
+			t.Errorf("DeleteInstance while attached: error = %v, want ErrConflict", err)
 		}
-	}
-	if _, err := l.Instance(ctx, "u1"); !errors.Is(err, ErrUnknownInstance) {
-		t.Errorf("Instance after DeleteInstance: error = %v, want ErrUnknownInstance", err)
-	}
-	if err := l.DetachInstance(ctx, "u1", "c1"); !errors.Is(err, ErrUnknownInstance) {
-		t.Errorf("DetachInstance(deleted) error = %v, want ErrUnknownInstance", err)
-	}
+		if got, _ := f.l.Instance(ctx, "u1"); got.Host != "h1" || got.ClaimID != "c1" {
+			t.Errorf("refused detach/delete changed the record: %+v", got)
+		}
+	})
+
+	t.Run("detaching after the release twice clears all but the domain XML", func(t *testing.T) {
+		f := newAttachFixture(t)
+		f.attach(t)
+		if err := f.l.Release(ctx, "h1", "c1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.l.DetachInstance(ctx, "u1", "c-other"); !errors.Is(err, ErrConflict) {
+			t.Errorf("DetachInstance(another claim) error = %v, want ErrConflict", err)
+		}
+		for i := range 2 {
+			if err := f.l.DetachInstance(ctx, "u1", "c1"); err != nil {
+				t.Errorf("DetachInstance after Release #%d: %v", i+1, err)
+			}
+		}
+		in, _ := f.l.Instance(ctx, "u1")
+		if in.Host != "" || in.ClaimID != "" || in.Node != nil || in.Placement != nil || in.DomainXML != "<domain/>" {
+			t.Errorf("detached instance = host %q claim %q node %v placement %v xml %q; want all cleared but the domain XML",
+				in.Host, in.ClaimID, in.Node, in.Placement, in.DomainXML)
+		}
+	})
+
+	t.Run("deleting a detached instance twice removes its record", func(t *testing.T) {
+		f := newAttachFixture(t)
+		f.attach(t)
+		f.detach(t)
+		for i := range 2 {
+			if err := f.l.DeleteInstance(ctx, "u1"); err != nil {
+				t.Errorf("DeleteInstance #%d: %v", i+1, err)
+			}
+		}
+		if _, err := f.l.Instance(ctx, "u1"); !errors.Is(err, ErrUnknownInstance) {
+			t.Errorf("Instance after DeleteInstance: error = %v, want ErrUnknownInstance", err)
+		}
+		if err := f.l.DetachInstance(ctx, "u1", "c1"); !errors.Is(err, ErrUnknownInstance) {
+			t.Errorf("DetachInstance(deleted) error = %v, want ErrUnknownInstance", err)
+		}
+	})
 }
 
 // TestMigrationMovesAttachment walks the end of a live migration: the

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -384,8 +385,11 @@ func TestNoFitErrors(t *testing.T) {
 			if !errors.As(got, &nofit) {
 				t.Fatalf("Choose error %v, want a *numa.NoFitError", got)
 			}
-			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("Choose error\n%v\nExhaustive error\n%v", got, want)
+			if want == nil {
+				t.Fatalf("Exhaustive found a host; Choose error %v", got)
+			}
+			if diff := cmp.Diff(want.Error(), got.Error()); diff != "" {
+				t.Fatalf("Choose error differs from Exhaustive's (-Exhaustive +Choose):\n%s", diff)
 			}
 			msg := nofit.Reason
 			if !strings.HasPrefix(msg, tc.want) || !strings.HasSuffix(msg, tc.counted) {

@@ -32,6 +32,21 @@ func TestHistoriesReplay(t *testing.T) {
 	record(vmA, "boot")
 	s.ok("migrate", vmA, "--dest", "b", "--wait")
 	record(vmA, "live-migration")
+	// An audit of every registered host, so the history holds the host
+	// listing and one audit activity per host.
+	var audit struct {
+		WorkflowID string `json:"workflow_id"`
+	}
+	s.jsonOf(&audit, "reconcile", "--grace", "0")
+	var res workflows.ReconcileResult
+	if err := s.temporal.Client.GetWorkflow(context.Background(), audit.WorkflowID, "").Get(context.Background(), &res); err != nil {
+		t.Fatalf("reconcile %s: %v", audit.WorkflowID, err)
+	}
+	if len(res.Hosts) != 2 || res.Total.Freed.Total() != 0 || res.Total.Errors != 0 {
+		t.Fatalf("reconcile audited %d hosts, freed %d claims with %d errors; want 2 hosts, none freed, no errors: %+v",
+			len(res.Hosts), res.Total.Freed.Total(), res.Total.Errors, res.Hosts)
+	}
+	recorded, names = append(recorded, s.historyOf(audit.WorkflowID)), append(names, "reconcile")
 	s.ok("sim", "fault", "--host", "b", "--op", "migrate", "--times", "5")
 	s.refused("failed", "migrate", vmA, "--dest", "a", "--wait")
 	record(vmA, "live-migration-rolled-back")
@@ -66,7 +81,7 @@ func TestHistoriesReplay(t *testing.T) {
 
 	replayer := worker.NewWorkflowReplayer()
 	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Settle,
-		workflows.Resize, workflows.Evacuate, workflows.HostUp} {
+		workflows.Resize, workflows.Evacuate, workflows.HostUp, workflows.Reconcile} {
 		replayer.RegisterWorkflow(wf)
 	}
 	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v1")

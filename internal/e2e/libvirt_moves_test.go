@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/pinflow/pinflow/activities"
@@ -373,8 +374,8 @@ func TestLibvirtResizeConfirm(t *testing.T) {
 	// The freed source takes a new guest; the resized one keeps its pins.
 	b := lvmBoot(s, "guest-b", "h1")
 	lvmCheckRuns(s, h1, b, 1, "a boot on the freed source")
-	if after := lvmPinning(s.guest(a)); fmt.Sprint(after) != fmt.Sprint(pin) {
-		t.Errorf("a boot on h1 changed %s's pins on h2 from %v to %v", a, pin, after)
+	if diff := cmp.Diff(pin, lvmPinning(s.guest(a))); diff != "" {
+		t.Errorf("a boot on h1 changed %s's pins on h2 (-before +after):\n%s", a, diff)
 	}
 }
 
@@ -399,8 +400,8 @@ func TestLibvirtResizeRevert(t *testing.T) {
 
 	s.ok("resize", "revert", a, "--wait")
 	after, _ := lvmCheckRuns(s, h1, a, 1, "after the revert")
-	if fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("after the revert %s is pinned %v on h1, want its old pins %v", a, after, before)
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("after the revert %s's pins on h1 differ from its old pins (-old +after):\n%s", a, diff)
 	}
 	lvmEmpty(s, h2, a, "after the revert")
 	if got := lvmStatesIn(s.host("h1"), a); len(got) != 1 || got[0] != "committed" {
