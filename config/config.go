@@ -7,7 +7,6 @@ package config
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/internal/tlsfile"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -179,7 +179,7 @@ func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*c
 	if logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(logger)
 	}
-	if c.Temporal.TLS || c.APIKey != "" || c.Temporal.TLSCA != "" || c.Temporal.TLSCert != "" || c.Temporal.TLSKey != "" {
+	if c.Temporal.TLS || c.APIKey != "" || c.temporalTLSFiles().Named() {
 		t, err := c.tlsConfig()
 		if err != nil {
 			return nil, fmt.Errorf("temporal %s: %w", c.Address, err)
@@ -198,33 +198,19 @@ func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*c
 	return cl, nil
 }
 
-// tlsConfig reads the TLS files of the Temporal connection with the checks
-// ledger.Config applies to Redis's: a CA file must hold a PEM certificate,
-// and a client certificate and its key come together.
+// tlsConfig is the TLS configuration of the Temporal connection, its
+// files checked as the Redis connection's are.
 func (c *Config) tlsConfig() (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Temporal.TLSServerName}
-	if c.Temporal.TLSCA != "" {
-		pem, err := os.ReadFile(c.Temporal.TLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CA: %w", Prefix, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CA %s: no PEM certificate in it", Prefix, c.Temporal.TLSCA)
-		}
-		t.RootCAs = pool
-	}
-	if (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == "") {
-		return nil, fmt.Errorf("%s_TEMPORAL_TLS_CERT and %s_TEMPORAL_TLS_KEY must be set together", Prefix, Prefix)
-	}
-	if c.Temporal.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.Temporal.TLSCert, c.Temporal.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CERT/KEY: %w", Prefix, err)
-		}
-		t.Certificates = []tls.Certificate{cert}
+	if err := c.temporalTLSFiles().Load(t); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// temporalTLSFiles are the PEM files of the Temporal connection.
+func (c *Config) temporalTLSFiles() tlsfile.Files {
+	return tlsfile.Files{Var: Prefix + "_TEMPORAL_TLS", CA: c.Temporal.TLSCA, Cert: c.Temporal.TLSCert, Key: c.Temporal.TLSKey}
 }
 
 // Redis connects to Redis and opens the ledger on it.

@@ -3,17 +3,17 @@ package ledger
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/internal/tlsfile"
 )
 
 // Config says how to reach Redis. Its envconfig tags are read under the
@@ -172,40 +172,20 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 		}
 		opts.ReadTimeout = defaultReadTimeout + 2*wait
 	}
-	if c.TLS || c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" {
+	if files := c.tlsFiles(); c.TLS || files.Named() {
 		if opts.TLSConfig == nil {
 			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		if err := c.loadTLS(opts.TLSConfig); err != nil {
+		if err := files.Load(opts.TLSConfig); err != nil {
 			return nil, err
 		}
 	}
 	return opts, nil
 }
 
-func (c Config) loadTLS(t *tls.Config) error {
-	if c.TLSCA != "" {
-		pem, err := os.ReadFile(c.TLSCA)
-		if err != nil {
-			return fmt.Errorf("REDIS_TLS_CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("REDIS_TLS_CA %s holds no PEM certificate", c.TLSCA)
-		}
-		t.RootCAs = pool
-	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return errors.New("REDIS_TLS_CERT and REDIS_TLS_KEY must be set together")
-	}
-	if c.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
-		if err != nil {
-			return fmt.Errorf("REDIS_TLS_CERT/REDIS_TLS_KEY: %w", err)
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return nil
+// tlsFiles are the PEM files of the Redis connection.
+func (c Config) tlsFiles() tlsfile.Files {
+	return tlsfile.Files{Var: "REDIS_TLS", CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey}
 }
 
 // redact renders err on one line with every secret the config holds
