@@ -50,7 +50,7 @@ type Config struct {
 	LibvirtConfig
 	DomainOptions
 	// Driver is the hypervisor driver: sim or libvirt.
-	Driver string `envconfig:"DRIVER" default:"sim"`
+	Driver string `envconfig:"DRIVER"`
 	Reconcile
 	Placement
 	Steps
@@ -58,8 +58,7 @@ type Config struct {
 	Operations
 }
 
-// The values of Config.Driver; DriverSim is its default (TestDriverDefault
-// holds the tag to it).
+// The values of Config.Driver; DriverSim is its default.
 const (
 	DriverSim     = "sim"
 	DriverLibvirt = "libvirt"
@@ -78,7 +77,7 @@ type Steps struct {
 	// FenceLease is how long a hypervisor step that passed its fence may
 	// take to act (start a guest, switch a migration over); the audit
 	// cannot free the claim meanwhile.
-	FenceLease time.Duration `envconfig:"FENCE_LEASE" default:"60s"`
+	FenceLease time.Duration `envconfig:"FENCE_LEASE"`
 	// WorkerStopTimeout is how long a stopping worker lets running
 	// activities finish; a live migration is handed to the next attempt
 	// instead of being aborted.
@@ -86,7 +85,7 @@ type Steps struct {
 	// DrainMaxMoves bounds the moves every drain together runs at once in
 	// the whole cloud (KubeVirt's default is 5 migrations per cluster);
 	// give every worker the same value.
-	DrainMaxMoves int `envconfig:"DRAIN_MAX_MOVES" default:"5"`
+	DrainMaxMoves int `envconfig:"DRAIN_MAX_MOVES"`
 }
 
 // Temporal is how to reach the Temporal frontend.
@@ -116,7 +115,7 @@ type Reconcile struct {
 	// Grace is how old a claim must be before the audit judges it.
 	Grace time.Duration `envconfig:"RECONCILE_GRACE" default:"2m"`
 	// Concurrency bounds how many hosts are audited at once.
-	Concurrency int `envconfig:"RECONCILE_CONCURRENCY" default:"8"`
+	Concurrency int `envconfig:"RECONCILE_CONCURRENCY"`
 	// MinGrace is the least time an owner must have been closed before
 	// the audit frees its claim, whatever grace an audit asks for: the
 	// owner's last activity attempts may still be writing.
@@ -128,16 +127,16 @@ type Reconcile struct {
 type Placement struct {
 	// PollInterval is how often the index reads the hosts that changed
 	// since its last look, named in the ledger's change hints.
-	PollInterval time.Duration `envconfig:"PLACEMENT_POLL_INTERVAL" default:"500ms"`
+	PollInterval time.Duration `envconfig:"PLACEMENT_POLL_INTERVAL"`
 	// SweepInterval is how often the index reads every host's version and
 	// the hosts it holds stale: a change whose hint a crash lost is seen
 	// within it.
-	SweepInterval time.Duration `envconfig:"PLACEMENT_SWEEP_INTERVAL" default:"60s"`
+	SweepInterval time.Duration `envconfig:"PLACEMENT_SWEEP_INTERVAL"`
 }
 
 // Load reads the configuration from the environment.
 func Load() (*Config, error) {
-	var c Config
+	c := defaults()
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}

@@ -27,8 +27,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		t.Fatalf("envconfig.Process: %v", err)
 	}
 	want := Config{Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"}, Username: "pinflow", Password: "s3cret",
-		TLS: true, TLSCA: "/etc/pinflow/ca.pem", KeyPrefix: "pinflow", DialTimeout: 5 * time.Second,
-		WaitReplicas: 1, WaitLocal: true, WaitTimeout: time.Second}
+		TLS: true, TLSCA: "/etc/pinflow/ca.pem", WaitReplicas: 1, WaitLocal: true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Config from PINFLOW_REDIS_* (-want +got):\n%s", diff)
 	}
