@@ -166,7 +166,7 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 	if _, err := w.led.SetHostDown(ctx, "a", "test"); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "b", "evacuation-dest-1", u, KindEvacuation, Owner{InstanceWorkflowID(u), "evac-1"})
+	c := w.claim(t, "b", "evacuation-dest-1", u, KindEvacuationDest, Owner{InstanceWorkflowID(u), "evac-1"})
 	if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}

@@ -39,12 +39,12 @@ const (
 	TaskResizeReverting  = ledger.TaskResizeReverting
 	TaskRebuilding       = ledger.TaskRebuilding
 
-	KindMigrationDest = ledger.KindMigrationDest
-	KindUnshelve      = ledger.KindUnshelve
-	KindBoot          = ledger.KindBoot
-	KindResizeDest    = ledger.KindResizeDest
-	KindEvacuation    = ledger.KindEvacuationDest
-	KindReservation   = ledger.KindReservation
+	KindMigrationDest  = ledger.KindMigrationDest
+	KindUnshelve       = ledger.KindUnshelve
+	KindBoot           = ledger.KindBoot
+	KindResizeDest     = ledger.KindResizeDest
+	KindEvacuationDest = ledger.KindEvacuationDest
+	KindReservation    = ledger.KindReservation
 )
 
 // InstanceInfo is what workflows need of an instance record. It leaves

@@ -7,7 +7,6 @@ package config
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -22,6 +21,7 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/internal/tlsfile"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -50,7 +50,7 @@ type Config struct {
 	LibvirtConfig
 	DomainOptions
 	// Driver is the hypervisor driver: sim or libvirt.
-	Driver string `envconfig:"DRIVER" default:"sim"`
+	Driver string `envconfig:"DRIVER"`
 	Reconcile
 	Placement
 	Steps
@@ -58,8 +58,7 @@ type Config struct {
 	Operations
 }
 
-// The values of Config.Driver; DriverSim is its default (TestDriverDefault
-// holds the tag to it).
+// The values of Config.Driver; DriverSim is its default.
 const (
 	DriverSim     = "sim"
 	DriverLibvirt = "libvirt"
@@ -78,7 +77,7 @@ type Steps struct {
 	// FenceLease is how long a hypervisor step that passed its fence may
 	// take to act (start a guest, switch a migration over); the audit
 	// cannot free the claim meanwhile.
-	FenceLease time.Duration `envconfig:"FENCE_LEASE" default:"60s"`
+	FenceLease time.Duration `envconfig:"FENCE_LEASE"`
 	// WorkerStopTimeout is how long a stopping worker lets running
 	// activities finish; a live migration is handed to the next attempt
 	// instead of being aborted.
@@ -86,7 +85,7 @@ type Steps struct {
 	// DrainMaxMoves bounds the moves every drain together runs at once in
 	// the whole cloud (KubeVirt's default is 5 migrations per cluster);
 	// give every worker the same value.
-	DrainMaxMoves int `envconfig:"DRAIN_MAX_MOVES" default:"5"`
+	DrainMaxMoves int `envconfig:"DRAIN_MAX_MOVES"`
 }
 
 // Temporal is how to reach the Temporal frontend.
@@ -116,7 +115,7 @@ type Reconcile struct {
 	// Grace is how old a claim must be before the audit judges it.
 	Grace time.Duration `envconfig:"RECONCILE_GRACE" default:"2m"`
 	// Concurrency bounds how many hosts are audited at once.
-	Concurrency int `envconfig:"RECONCILE_CONCURRENCY" default:"8"`
+	Concurrency int `envconfig:"RECONCILE_CONCURRENCY"`
 	// MinGrace is the least time an owner must have been closed before
 	// the audit frees its claim, whatever grace an audit asks for: the
 	// owner's last activity attempts may still be writing.
@@ -128,16 +127,16 @@ type Reconcile struct {
 type Placement struct {
 	// PollInterval is how often the index reads the hosts that changed
 	// since its last look, named in the ledger's change hints.
-	PollInterval time.Duration `envconfig:"PLACEMENT_POLL_INTERVAL" default:"500ms"`
+	PollInterval time.Duration `envconfig:"PLACEMENT_POLL_INTERVAL"`
 	// SweepInterval is how often the index reads every host's version and
 	// the hosts it holds stale: a change whose hint a crash lost is seen
 	// within it.
-	SweepInterval time.Duration `envconfig:"PLACEMENT_SWEEP_INTERVAL" default:"60s"`
+	SweepInterval time.Duration `envconfig:"PLACEMENT_SWEEP_INTERVAL"`
 }
 
 // Load reads the configuration from the environment.
 func Load() (*Config, error) {
-	var c Config
+	c := defaults()
 	if err := envconfig.Process(Prefix, &c); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -179,7 +178,7 @@ func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*c
 	if logger != nil {
 		opts.Logger = tlog.NewStructuredLogger(logger)
 	}
-	if c.Temporal.TLS || c.APIKey != "" || c.Temporal.TLSCA != "" || c.Temporal.TLSCert != "" || c.Temporal.TLSKey != "" {
+	if c.Temporal.TLS || c.APIKey != "" || c.temporalTLSFiles().Named() {
 		t, err := c.tlsConfig()
 		if err != nil {
 			return nil, fmt.Errorf("temporal %s: %w", c.Address, err)
@@ -198,33 +197,19 @@ func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*c
 	return cl, nil
 }
 
-// tlsConfig reads the TLS files of the Temporal connection with the checks
-// ledger.Config applies to Redis's: a CA file must hold a PEM certificate,
-// and a client certificate and its key come together.
+// tlsConfig is the TLS configuration of the Temporal connection, its
+// files checked as the Redis connection's are.
 func (c *Config) tlsConfig() (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Temporal.TLSServerName}
-	if c.Temporal.TLSCA != "" {
-		pem, err := os.ReadFile(c.Temporal.TLSCA)
-		if err != nil {
-			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CA: %w", Prefix, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CA %s: no PEM certificate in it", Prefix, c.Temporal.TLSCA)
-		}
-		t.RootCAs = pool
-	}
-	if (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == "") {
-		return nil, fmt.Errorf("%s_TEMPORAL_TLS_CERT and %s_TEMPORAL_TLS_KEY must be set together", Prefix, Prefix)
-	}
-	if c.Temporal.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.Temporal.TLSCert, c.Temporal.TLSKey)
-		if err != nil {
-			return nil, fmt.Errorf("%s_TEMPORAL_TLS_CERT/KEY: %w", Prefix, err)
-		}
-		t.Certificates = []tls.Certificate{cert}
+	if err := c.temporalTLSFiles().Load(t); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// temporalTLSFiles are the PEM files of the Temporal connection.
+func (c *Config) temporalTLSFiles() tlsfile.Files {
+	return tlsfile.Files{Var: Prefix + "_TEMPORAL_TLS", CA: c.Temporal.TLSCA, Cert: c.Temporal.TLSCert, Key: c.Temporal.TLSKey}
 }
 
 // Redis connects to Redis and opens the ledger on it.

@@ -154,7 +154,7 @@ func TestTemporalTLS(t *testing.T) {
 		{"TLS against a plain server", Temporal{TLS: true, TLSCA: ca.certFile}, []string{"cannot connect"}},
 		{"API key against a plain server", Temporal{APIKey: secret}, []string{"cannot connect"}},
 		{"CA file without PEM", Temporal{TLS: true, TLSCA: notPEM}, []string{"PINFLOW_TEMPORAL_TLS_CA", "no PEM certificate"}},
-		{"missing client certificate", Temporal{TLSCert: filepath.Join(dir, "missing.pem"), TLSKey: filepath.Join(dir, "missing.key")}, []string{"PINFLOW_TEMPORAL_TLS_CERT/KEY"}},
+		{"missing client certificate", Temporal{TLSCert: filepath.Join(dir, "missing.pem"), TLSKey: filepath.Join(dir, "missing.key")}, []string{"PINFLOW_TEMPORAL_TLS_CERT " + filepath.Join(dir, "missing.pem"), "want a PEM certificate"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,7 +178,7 @@ func TestTemporalTLSFiles(t *testing.T) {
 	ca := writeCA(t, dir, "ca")
 	cert, key := ca.issue(t, dir, "client")
 	const addr = "127.0.0.1:1" // nothing is dialled
-	together := []string{"PINFLOW_TEMPORAL_TLS_CERT and PINFLOW_TEMPORAL_TLS_KEY must be set together"}
+	together := []string{"PINFLOW_TEMPORAL_TLS_CERT", "PINFLOW_TEMPORAL_TLS_KEY", "must be set together"}
 	tests := []struct {
 		name string
 		tmp  Temporal

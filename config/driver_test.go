@@ -1,16 +1,16 @@
 package config
 
 import (
-	"reflect"
 	"testing"
 )
 
 // TestDriverDefault: the Driver variable defaults to DriverSim, and Load
 // takes the driver names and refuses any other, naming what is allowed.
 func TestDriverDefault(t *testing.T) {
-	f, _ := reflect.TypeFor[Config]().FieldByName("Driver")
-	if got := f.Tag.Get("default"); got != DriverSim {
-		t.Errorf("Config.Driver default tag = %q, want DriverSim (%q)", got, DriverSim)
+	if c, err := Load(); err != nil {
+		t.Errorf("Load() with %s_DRIVER unset: %v, want nil", Prefix, err)
+	} else if c.Driver != DriverSim {
+		t.Errorf("Load() with %s_DRIVER unset: driver %q, want %q", Prefix, c.Driver, DriverSim)
 	}
 	for _, d := range []string{DriverSim, DriverLibvirt} {
 		t.Setenv(Prefix+"_DRIVER", d)

@@ -9,23 +9,23 @@ import (
 
 // Migration is the policy every live migration runs under, as Nova's
 // live_migration_* options and KubeVirt's migration configuration set it.
-// Its defaults are KubeVirt's and hypervisor.DefaultMigrationPolicy.
+// Its defaults are hypervisor.DefaultMigrationPolicy, KubeVirt's.
 type Migration struct {
 	// CompletionTimeoutPerGiB bounds a live migration: it is aborted (or
 	// switched to post-copy, see PINFLOW_MIGRATION_TIMEOUT_ACTION) once it
 	// has run this long per GiB of guest memory, a guest under 1 GiB
 	// counting as 1 GiB; 0 sets no bound.
-	CompletionTimeoutPerGiB time.Duration `envconfig:"MIGRATION_COMPLETION_TIMEOUT_PER_GIB" default:"150s"`
+	CompletionTimeoutPerGiB time.Duration `envconfig:"MIGRATION_COMPLETION_TIMEOUT_PER_GIB"`
 	// ProgressTimeout aborts (or switches to post-copy) a live migration
 	// whose data remaining has not fallen below its lowest figure for this
 	// long, as one whose guest dirties memory faster than it is sent; 0
 	// sets no bound.
-	ProgressTimeout time.Duration `envconfig:"MIGRATION_PROGRESS_TIMEOUT" default:"150s"`
+	ProgressTimeout time.Duration `envconfig:"MIGRATION_PROGRESS_TIMEOUT"`
 	// TimeoutAction is what a timeout does: abort (the guest stays on its
 	// source and the operation rolls back) or post-copy (the guest
 	// switches to the destination and the migration completes; needs
 	// PINFLOW_MIGRATION_ALLOW_POST_COPY).
-	TimeoutAction string `envconfig:"MIGRATION_TIMEOUT_ACTION" default:"abort"`
+	TimeoutAction string `envconfig:"MIGRATION_TIMEOUT_ACTION"`
 	// AllowPostCopy starts every live migration able to switch to
 	// post-copy. After a switch a failure of either host or of the network
 	// between them loses the guest.

@@ -35,14 +35,17 @@ var secrets = map[string]bool{
 
 // Reference lists every variable Load reads, in Config's field order,
 // with its default and its field's doc comment. It walks Config the way
-// envconfig does, so it cannot drift from what Load reads.
+// envconfig does, and takes each default from where Load does (the
+// field's tag, or else the configuration Load starts from), so it cannot
+// drift from what Load reads.
 func Reference() []Var {
 	var out []Var
-	walk(reflect.TypeFor[Config](), Prefix, &out)
+	walk(reflect.ValueOf(defaults()), Prefix, &out)
 	return out
 }
 
-func walk(t reflect.Type, prefix string, out *[]Var) {
+func walk(v reflect.Value, prefix string, out *[]Var) {
+	t := v.Type()
 	for f := range t.Fields() {
 		if !f.IsExported() || f.Tag.Get("ignored") == "true" {
 			continue
@@ -57,17 +60,38 @@ func walk(t reflect.Type, prefix string, out *[]Var) {
 			if !f.Anonymous {
 				inner = key
 			}
-			walk(f.Type, inner, out)
+			walk(v.FieldByIndex(f.Index), inner, out)
 			continue
+		}
+		def := f.Tag.Get("default")
+		if fv := v.FieldByIndex(f.Index); def == "" && !fv.IsZero() {
+			def = formatDefault(fv)
 		}
 		*out = append(*out, Var{
 			Name:        key,
 			Type:        typeName(f.Type),
-			Default:     f.Tag.Get("default"),
+			Default:     def,
 			Description: fieldDocs[t.PkgPath()+"."+t.Name()+"."+f.Name],
 			Secret:      secrets[key],
 		})
 	}
+}
+
+// formatDefault writes v as its variable would be set, a duration in
+// its largest whole unit ("1m", "150s", "500ms").
+func formatDefault(v reflect.Value) string {
+	if d, ok := v.Interface().(time.Duration); ok {
+		for _, u := range []struct {
+			unit time.Duration
+			name string
+		}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+			if d%u.unit == 0 {
+				return fmt.Sprintf("%d%s", d/u.unit, u.name)
+			}
+		}
+		return d.String()
+	}
+	return fmt.Sprint(v.Interface())
 }
 
 // IsStructOfVariables says whether envconfig reads t's fields as

@@ -52,7 +52,7 @@ var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.Latency":              "Latency is the duration of every operation, e.g. \"500ms\".",
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.MigrateSeconds":       "MigrateSeconds, when set, is the total duration of a migration; it overrides Latency and Latencies for migrate.",
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.Seed":                 "Seed seeds the draws of rate faults; 0 picks a random seed.",
-	"github.com/pinflow/pinflow/hypervisor/sim.Config.StaleMigration":       "StaleMigration is how long a migration may copy without progress before it counts as dead (the worker driving it died) and the next call that reads the guest rolls it back, leaving the guest on its source. At least 1s, since a live migration makes progress every 250ms and a slow Redis delays that; 0 means 10s, the default.",
+	"github.com/pinflow/pinflow/hypervisor/sim.Config.StaleMigration":       "StaleMigration is how long a migration may copy without progress before it counts as dead (the worker driving it died) and the next call that reads the guest rolls it back, leaving the guest on its source. At least 1s, since a live migration makes progress every 250ms and a slow Redis delays that; 0 means the default.",
 	"github.com/pinflow/pinflow/ledger.Config.Addrs":                        "Addrs are host:port seed addresses of a Redis Cluster.",
 	"github.com/pinflow/pinflow/ledger.Config.DialTimeout":                  "DialTimeout bounds connecting, including the first PING.",
 	"github.com/pinflow/pinflow/ledger.Config.KeyPrefix":                    "KeyPrefix starts every ledger key, so several deployments can share one Redis.",

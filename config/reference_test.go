@@ -9,26 +9,54 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/kelseyhightower/envconfig"
 )
 
 // TestReferenceMatchesEnvconfig: the reference lists exactly the
-// variables envconfig reads, with the same defaults.
+// variables envconfig reads.
 func TestReferenceMatchesEnvconfig(t *testing.T) {
 	var buf bytes.Buffer
-	tmpl := "{{range .}}{{usage_key .}}\t{{usage_default .}}\n{{end}}"
+	tmpl := "{{range .}}{{usage_key .}}\n{{end}}"
 	if err := envconfig.Usagef(Prefix, &Config{}, &buf, tmpl); err != nil {
 		t.Fatal(err)
 	}
 	want := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	var got []string
 	for _, v := range Reference() {
-		got = append(got, v.Name+"\t"+v.Default)
+		got = append(got, v.Name)
 	}
 	sort.Strings(want)
 	sort.Strings(got)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("Reference() =\n%s\nenvconfig reads\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestReferenceDefaultsAreLoaded: the defaults the reference shows are
+// what Load reads with no variable set, and setting every variable to
+// its shown default loads the same configuration.
+func TestReferenceDefaultsAreLoaded(t *testing.T) {
+	vars := Reference()
+	for _, v := range vars {
+		t.Setenv(v.Name, "")
+		os.Unsetenv(v.Name)
+	}
+	unset, err := Load()
+	if err != nil {
+		t.Fatalf("Load() with no variable set: %v", err)
+	}
+	for _, v := range vars {
+		if v.Default != "" {
+			t.Setenv(v.Name, v.Default)
+		}
+	}
+	set, err := Load()
+	if err != nil {
+		t.Fatalf("Load() with every variable set to its default: %v", err)
+	}
+	if diff := cmp.Diff(unset, set, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".Resolve" }, cmp.Ignore())); diff != "" {
+		t.Errorf("Load() with no variable set and with every variable at its Reference default differ (-unset +set):\n%s", diff)
 	}
 }
 

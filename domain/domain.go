@@ -15,16 +15,15 @@ import (
 
 // Options say what kind of guest to write. The zero value writes a small
 // software-emulated (TCG) x86_64 guest with a serial console and no disk,
-// which boots on any host that has QEMU. Each field's default tag is the
-// Default constant of the same name (TestDefaultTags holds them together):
-// envconfig applies the tag, New the constant to a field left empty.
+// which boots on any host that has QEMU: New gives a field left empty the
+// Default constant of its name.
 type Options struct {
 	// Type is the libvirt domain type: "qemu" (software emulation) or "kvm".
-	Type string `envconfig:"DOMAIN_TYPE" default:"qemu"`
+	Type string `envconfig:"DOMAIN_TYPE"`
 	// Emulator is the QEMU binary.
-	Emulator string `envconfig:"DOMAIN_EMULATOR" default:"/usr/bin/qemu-system-x86_64"`
+	Emulator string `envconfig:"DOMAIN_EMULATOR"`
 	// Machine is the machine type.
-	Machine string `envconfig:"DOMAIN_MACHINE" default:"pc"`
+	Machine string `envconfig:"DOMAIN_MACHINE"`
 }
 
 // Defaults of the Options fields.

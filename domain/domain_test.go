@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"reflect"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,24 +10,11 @@ import (
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-// TestDefaultTags: the default envconfig applies to each Options field is
-// the one New applies to a field left empty.
-func TestDefaultTags(t *testing.T) {
-	want := map[string]string{"Type": DefaultType, "Emulator": DefaultEmulator, "Machine": DefaultMachine}
-	typ := reflect.TypeFor[Options]()
-	for f := range typ.Fields() {
-		def, ok := want[f.Name]
-		if !ok {
-			t.Errorf("Options.%s has no Default constant in this test", f.Name)
-			continue
-		}
-		if got := f.Tag.Get("default"); got != def {
-			t.Errorf("Options.%s default tag = %q, want %q, the value New applies", f.Name, got, def)
-		}
-	}
-	wantOpts := Options{Type: DefaultType, Emulator: DefaultEmulator, Machine: DefaultMachine}
-	if got := (Options{}).withDefaults(); got != wantOpts {
-		t.Errorf("Options{}.withDefaults() = %+v, want %+v", got, wantOpts)
+// TestDefaults: New gives a field left empty its Default constant.
+func TestDefaults(t *testing.T) {
+	want := Options{Type: DefaultType, Emulator: DefaultEmulator, Machine: DefaultMachine}
+	if got := (Options{}).withDefaults(); got != want {
+		t.Errorf("Options{}.withDefaults() = %+v, want %+v", got, want)
 	}
 }
 

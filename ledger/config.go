@@ -3,23 +3,25 @@ package ledger
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/internal/tlsfile"
 )
 
 // Config says how to reach Redis. Its envconfig tags are read under the
 // caller's prefix, e.g. PINFLOW_REDIS_URL with envconfig.Process("pinflow",
 // &cfg). Set URL for one server or Addrs for a Redis Cluster, not both;
-// with neither, the client talks to 127.0.0.1:6379.
+// with neither, the client talks to 127.0.0.1:6379. KeyPrefix, DialTimeout
+// and WaitTimeout left zero are DefaultKeyPrefix, DefaultDialTimeout and
+// DefaultWaitTimeout.
 type Config struct {
 	// URL is a redis:// or rediss:// URL of a single server (rediss means
 	// TLS). Credentials may be in the URL or in Username and Password.
@@ -40,9 +42,9 @@ type Config struct {
 	TLSKey  string `envconfig:"REDIS_TLS_KEY"`
 	// KeyPrefix starts every ledger key, so several deployments can share
 	// one Redis.
-	KeyPrefix string `envconfig:"REDIS_KEY_PREFIX" default:"pinflow"`
+	KeyPrefix string `envconfig:"REDIS_KEY_PREFIX"`
 	// DialTimeout bounds connecting, including the first PING.
-	DialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT" default:"5s"`
+	DialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT"`
 	// WaitReplicas is how many replicas must have received each change
 	// (claim, release, commit, fence, registration, instance record)
 	// before the call that made it succeeds (Redis WAIT); one that is not
@@ -61,13 +63,16 @@ type Config struct {
 	// WaitTimeout bounds each wait of WaitReplicas and WaitLocal: a change
 	// not acknowledged within it fails its call with ledger.ErrNotDurable.
 	// The client's read timeout is raised to fit both waits.
-	WaitTimeout time.Duration `envconfig:"REDIS_WAIT_TIMEOUT" default:"1s"`
+	WaitTimeout time.Duration `envconfig:"REDIS_WAIT_TIMEOUT"`
 }
 
 // durability is what the config asks every change to wait for.
 func (c Config) durability() Durability {
 	return Durability{Replicas: c.WaitReplicas, Local: c.WaitLocal, Timeout: c.WaitTimeout}
 }
+
+// DefaultDialTimeout bounds connecting when Config.DialTimeout is 0.
+const DefaultDialTimeout = 5 * time.Second
 
 // defaultReadTimeout is go-redis's read timeout, which the config keeps
 // unless it waits for durability.
@@ -106,7 +111,7 @@ func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
 	client := redis.NewUniversalClient(opts)
 	timeout := c.DialTimeout
 	if timeout <= 0 {
-		timeout = 5 * time.Second
+		timeout = DefaultDialTimeout
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -172,40 +177,20 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 		}
 		opts.ReadTimeout = defaultReadTimeout + 2*wait
 	}
-	if c.TLS || c.TLSCA != "" || c.TLSCert != "" || c.TLSKey != "" {
+	if files := c.tlsFiles(); c.TLS || files.Named() {
 		if opts.TLSConfig == nil {
 			opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		if err := c.loadTLS(opts.TLSConfig); err != nil {
+		if err := files.Load(opts.TLSConfig); err != nil {
 			return nil, err
 		}
 	}
 	return opts, nil
 }
 
-func (c Config) loadTLS(t *tls.Config) error {
-	if c.TLSCA != "" {
-		pem, err := os.ReadFile(c.TLSCA)
-		if err != nil {
-			return fmt.Errorf("REDIS_TLS_CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("REDIS_TLS_CA %s holds no PEM certificate", c.TLSCA)
-		}
-		t.RootCAs = pool
-	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return errors.New("REDIS_TLS_CERT and REDIS_TLS_KEY must be set together")
-	}
-	if c.TLSCert != "" {
-		cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
-		if err != nil {
-			return fmt.Errorf("REDIS_TLS_CERT/REDIS_TLS_KEY: %w", err)
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return nil
+// tlsFiles are the PEM files of the Redis connection.
+func (c Config) tlsFiles() tlsfile.Files {
+	return tlsfile.Files{Var: "REDIS_TLS", CA: c.TLSCA, Cert: c.TLSCert, Key: c.TLSKey}
 }
 
 // redact renders err on one line with every secret the config holds

@@ -27,8 +27,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		t.Fatalf("envconfig.Process: %v", err)
 	}
 	want := Config{Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000"}, Username: "pinflow", Password: "s3cret",
-		TLS: true, TLSCA: "/etc/pinflow/ca.pem", KeyPrefix: "pinflow", DialTimeout: 5 * time.Second,
-		WaitReplicas: 1, WaitLocal: true, WaitTimeout: time.Second}
+		TLS: true, TLSCA: "/etc/pinflow/ca.pem", WaitReplicas: 1, WaitLocal: true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Config from PINFLOW_REDIS_* (-want +got):\n%s", diff)
 	}
@@ -62,8 +61,8 @@ func TestNewClientErrors(t *testing.T) {
 		{"bad scheme", Config{URL: "http://u:hunter2@" + dead}, "invalid URL scheme: http"},
 		{"unparsable url", Config{URL: "redis://u:hunter2@host:port:x"}, "(unparsable REDIS_URL)"},
 		{"bad addr", Config{Addrs: []string{"nohostport"}}, `REDIS_ADDRS entry "nohostport" is not host:port`},
-		{"missing CA file", Config{URL: "redis://" + dead, TLSCA: "/nonexistent/ca.pem"}, "REDIS_TLS_CA"},
-		{"cert without key", Config{URL: "redis://" + dead, TLSCert: "/nonexistent/cert.pem"}, "REDIS_TLS_CERT and REDIS_TLS_KEY must be set together"},
+		{"missing CA file", Config{URL: "redis://" + dead, TLSCA: "/nonexistent/ca.pem"}, "REDIS_TLS_CA /nonexistent/ca.pem: no such file or directory"},
+		{"cert without key", Config{URL: "redis://" + dead, TLSCert: "/nonexistent/cert.pem"}, `REDIS_TLS_CERT "/nonexistent/cert.pem" and REDIS_TLS_KEY "": a client certificate and its key must be set together`},
 	} {
 		_, err := tc.cfg.NewClient(ctx)
 		if err == nil {

@@ -30,13 +30,13 @@ type Config struct {
 	// for floating vCPUs and shared emulator threads, such as "h1=0-1".
 	CPUSharedSets HostMap `envconfig:"LIBVIRT_CPU_SHARED_SETS"`
 	// DialTimeout bounds connecting to one libvirtd.
-	DialTimeout time.Duration `envconfig:"LIBVIRT_DIAL_TIMEOUT" default:"15s"`
+	DialTimeout time.Duration `envconfig:"LIBVIRT_DIAL_TIMEOUT"`
 	// ProgressInterval is how often a running migration's job statistics
 	// are read and reported.
-	ProgressInterval time.Duration `envconfig:"LIBVIRT_PROGRESS_INTERVAL" default:"500ms"`
+	ProgressInterval time.Duration `envconfig:"LIBVIRT_PROGRESS_INTERVAL"`
 	// AbortTimeout bounds how long a cancelled migration may take to end
 	// after libvirt was asked to abort it.
-	AbortTimeout time.Duration `envconfig:"LIBVIRT_ABORT_TIMEOUT" default:"2m"`
+	AbortTimeout time.Duration `envconfig:"LIBVIRT_ABORT_TIMEOUT"`
 
 	// Resolve, when set, is asked for hosts that are neither registered
 	// nor in Hosts, so that a registry kept elsewhere (the ledger, say)

@@ -75,8 +75,6 @@ func TestConfigFromEnvironment(t *testing.T) {
 		CPUDedicatedSets: HostMap{"h1": "2-7,10-15", "h2": "1"},
 		CPUSharedSets:    HostMap{"h1": "0-1"},
 		DialTimeout:      3 * time.Second,
-		ProgressInterval: DefaultProgressInterval,
-		AbortTimeout:     DefaultAbortTimeout,
 	}
 	if diff := cmp.Diff(want, cfg, cmp.FilterPath(func(p cmp.Path) bool { return p.String() == "Resolve" }, cmp.Ignore())); diff != "" {
 		t.Fatalf("envconfig.Process(pinflow) mismatch (-want +got):\n%s", diff)

@@ -92,7 +92,7 @@ func (f Fault) check() error {
 // settings stored in Redis (SetLatency, SetFault) override it.
 type Config struct {
 	// KeyPrefix starts every Redis key of the simulator.
-	KeyPrefix string `envconfig:"SIM_KEY_PREFIX" default:"pinflow:sim"`
+	KeyPrefix string `envconfig:"SIM_KEY_PREFIX"`
 	// Latency is the duration of every operation, e.g. "500ms".
 	Latency time.Duration `envconfig:"SIM_LATENCY" default:"0s"`
 	// Latencies overrides Latency per operation: "start:2s,migrate:30s".
@@ -110,8 +110,8 @@ type Config struct {
 	// before it counts as dead (the worker driving it died) and the next
 	// call that reads the guest rolls it back, leaving the guest on its
 	// source. At least 1s, since a live migration makes progress every
-	// 250ms and a slow Redis delays that; 0 means 10s, the default.
-	StaleMigration time.Duration `envconfig:"SIM_STALE_MIGRATION" default:"10s"`
+	// 250ms and a slow Redis delays that; 0 means the default.
+	StaleMigration time.Duration `envconfig:"SIM_STALE_MIGRATION"`
 }
 
 // minStaleMigration is the least Config.StaleMigration, well above the

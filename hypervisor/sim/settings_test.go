@@ -378,7 +378,7 @@ func TestConfigOptions(t *testing.T) {
 		want   Options
 		wantIn string
 	}{
-		{"defaults", nil, Options{Prefix: "pinflow:sim", OpLatency: map[Op]time.Duration{}, FailRate: map[Op]float64{}, StaleMigration: 10 * time.Second}, ""},
+		{"defaults", nil, Options{OpLatency: map[Op]time.Duration{}, FailRate: map[Op]float64{}}, ""},
 		{"all set", map[string]string{
 			"PINFLOW_SIM_KEY_PREFIX":      "demo:sim",
 			"PINFLOW_SIM_LATENCY":         "200ms",
@@ -393,7 +393,7 @@ func TestConfigOptions(t *testing.T) {
 			FailRate:  map[Op]float64{OpMigrate: 0.1}, Seed: 9, StaleMigration: time.Minute,
 		}, ""},
 		{"stale migration 0 is the default", map[string]string{"PINFLOW_SIM_STALE_MIGRATION": "0"},
-			Options{Prefix: "pinflow:sim", OpLatency: map[Op]time.Duration{}, FailRate: map[Op]float64{}}, ""},
+			Options{OpLatency: map[Op]time.Duration{}, FailRate: map[Op]float64{}}, ""},
 		{"negative latency", map[string]string{"PINFLOW_SIM_LATENCY": "-1s"}, Options{}, "PINFLOW_SIM_LATENCY -1s: must be 0 or more"},
 		{"unknown op", map[string]string{"PINFLOW_SIM_LATENCIES": "reboot:1s"}, Options{}, `PINFLOW_SIM_LATENCIES: operation "reboot": must be one of`},
 		{"bad duration", map[string]string{"PINFLOW_SIM_LATENCIES": "start:soon"}, Options{}, `start:"soon": must be a duration`},
