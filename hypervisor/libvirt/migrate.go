@@ -65,21 +65,21 @@ func policyParams(p hypervisor.MigrationPolicy) []golibvirt.TypedParam {
 
 // checkDestXML checks that destXML is a domain XML for uuid whose pinning
 // xmlpatch reads, and returns what it says of the domain and its pins.
-func checkDestXML(uuid, destXML string) (identity, *xmlpatch.Pins, error) {
-	id, err := parseIdentity(destXML)
+func checkDestXML(uuid, destXML string) (hypervisor.DomainIdentity, *xmlpatch.Pins, error) {
+	id, err := hypervisor.ReadDomainIdentity(destXML)
 	if err != nil {
-		return identity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+		return hypervisor.DomainIdentity{}, nil, fmt.Errorf("destination XML: %w", err)
 	}
 	want, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
-		return identity{}, nil, err
+		return hypervisor.DomainIdentity{}, nil, err
 	}
-	if got, _ := hypervisor.ParseUUID(id.UUID); got != want {
-		return identity{}, nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
+	if id.UUID != want.String() {
+		return hypervisor.DomainIdentity{}, nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
 	}
 	pins, err := xmlpatch.Read(destXML)
 	if err != nil {
-		return identity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+		return hypervisor.DomainIdentity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
 	}
 	return id, pins, nil
 }
@@ -204,7 +204,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 		return err
 	}
 
-	o, err := d.follow(ctx, sc, dom, req, id.memoryBytes(), postCopy, result, progress)
+	o, err := d.follow(ctx, sc, dom, req, id.MemoryBytes, postCopy, result, progress)
 	if err != nil {
 		return fail(err)
 	}
@@ -255,7 +255,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 // before its source definition was removed) is confirmed instead: start
 // then returns a nil channel and no error.
 func (d *Driver) start(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, before hypervisor.State,
-	req hypervisor.MigrateRequest, id identity) (<-chan error, error) {
+	req hypervisor.MigrateRequest, id hypervisor.DomainIdentity) (<-chan error, error) {
 	uuid, destXML := req.UUID, req.DestXML
 	fail := func(err error) error {
 		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", uuid, sc.where(), dc.where(), err)
