@@ -63,19 +63,29 @@ func policyParams(p hypervisor.MigrationPolicy) []golibvirt.TypedParam {
 	return params
 }
 
-// checkDestXML checks that destXML is a domain XML for uuid whose pinning
-// xmlpatch reads, and returns what it says of the domain and its pins.
-func checkDestXML(uuid, destXML string) (hypervisor.DomainIdentity, *xmlpatch.Pins, error) {
+// checkDestIdentity checks that destXML is a domain XML for uuid, and
+// returns what it says of the domain.
+func checkDestIdentity(uuid, destXML string) (hypervisor.DomainIdentity, error) {
 	id, err := hypervisor.ReadDomainIdentity(destXML)
 	if err != nil {
-		return hypervisor.DomainIdentity{}, nil, fmt.Errorf("destination XML: %w", err)
+		return hypervisor.DomainIdentity{}, fmt.Errorf("destination XML: %w", err)
 	}
 	want, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
-		return hypervisor.DomainIdentity{}, nil, err
+		return hypervisor.DomainIdentity{}, err
 	}
 	if id.UUID != want.String() {
-		return hypervisor.DomainIdentity{}, nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
+		return hypervisor.DomainIdentity{}, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
+	}
+	return id, nil
+}
+
+// checkDestXML is checkDestIdentity that also reads the pins of destXML,
+// for hypervisor.PinsFit.
+func checkDestXML(uuid, destXML string) (hypervisor.DomainIdentity, *xmlpatch.Pins, error) {
+	id, err := checkDestIdentity(uuid, destXML)
+	if err != nil {
+		return hypervisor.DomainIdentity{}, nil, err
 	}
 	pins, err := xmlpatch.Read(destXML)
 	if err != nil {
@@ -162,7 +172,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	if src == dst {
 		return fail(fmt.Errorf("source and destination are the same host; pick another destination"))
 	}
-	id, _, err := checkDestXML(uuid, destXML)
+	id, err := checkDestIdentity(uuid, destXML)
 	if err != nil {
 		return fail(err)
 	}
@@ -197,7 +207,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 		}
 		progress(hypervisor.Progress{Phase: PhaseWaiting})
 		result = d.watch(context.WithoutCancel(ctx), sc, dom, stop)
-	} else if result, err = d.start(ctx, sc, dc, dom, before, req, id); err != nil || result == nil {
+	} else if result, err = d.start(ctx, sc, dc, dom, before, req); err != nil || result == nil {
 		if result == nil && err == nil {
 			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
 		}
@@ -255,7 +265,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 // before its source definition was removed) is confirmed instead: start
 // then returns a nil channel and no error.
 func (d *Driver) start(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, before hypervisor.State,
-	req hypervisor.MigrateRequest, id hypervisor.DomainIdentity) (<-chan error, error) {
+	req hypervisor.MigrateRequest) (<-chan error, error) {
 	uuid, destXML := req.UUID, req.DestXML
 	fail := func(err error) error {
 		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", uuid, sc.where(), dc.where(), err)
