@@ -147,7 +147,7 @@ func TestCheckDestXML(t *testing.T) {
 				if got := pins.VCPUPins[1].String(); got != "5" {
 					t.Errorf("checkDestXML(%s) pins of vCPU 1 = %q, want \"5\"", tt.xml, got)
 				}
-				if got := id.memoryBytes(); got != 1536<<20 {
+				if got := id.MemoryBytes; got != 1536<<20 {
 					t.Errorf("checkDestXML(%s) memory = %d bytes, want %d", tt.xml, got, 1536<<20)
 				}
 				return

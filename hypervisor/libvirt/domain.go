@@ -2,56 +2,14 @@ package libvirt
 
 import (
 	"context"
-	"encoding/xml"
 	"errors"
 	"fmt"
-	"strings"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/google/uuid"
 
 	"github.com/pinflow/pinflow/hypervisor"
-	"github.com/pinflow/pinflow/xmlpatch"
 )
-
-// identity is what a domain XML says about which domain it is, and its
-// memory, which sizes a migration's completion timeout.
-type identity struct {
-	XMLName xml.Name `xml:"domain"`
-	Name    string   `xml:"name"`
-	UUID    string   `xml:"uuid"`
-	Memory  struct {
-		Unit  string `xml:"unit,attr"`
-		Value string `xml:",chardata"`
-	} `xml:"memory"`
-}
-
-// memoryBytes is the guest memory in bytes, 0 when absent or unreadable.
-func (id identity) memoryBytes() uint64 {
-	n, err := xmlpatch.ScaledBytes(id.Memory.Value, id.Memory.Unit)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// parseIdentity reads a domain XML's name and UUID. A domain without a UUID
-// cannot be addressed afterwards, so it is an error here rather than a
-// random UUID from libvirt.
-func parseIdentity(domainXML string) (identity, error) {
-	var id identity
-	if err := xml.Unmarshal([]byte(domainXML), &id); err != nil {
-		return identity{}, fmt.Errorf("domain XML does not parse: %w", err)
-	}
-	id.Name, id.UUID = strings.TrimSpace(id.Name), strings.TrimSpace(id.UUID)
-	if id.UUID == "" {
-		return identity{}, fmt.Errorf("domain XML has no <uuid>; pinflow addresses domains by UUID")
-	}
-	if _, err := hypervisor.ParseUUID(id.UUID); err != nil {
-		return identity{}, err
-	}
-	return id, nil
-}
 
 // lookup finds a domain by UUID; its error wraps hypervisor.ErrNotFound
 // when the host has no such domain.
@@ -137,9 +95,9 @@ func (c *conn) describe(ctx context.Context, dom golibvirt.Domain) (*hypervisor.
 // domain, from its next boot). libvirt validates the XML against its
 // schema; a refusal wraps hypervisor.ErrRejected.
 func (d *Driver) Define(ctx context.Context, host, domainXML string) error {
-	id, err := parseIdentity(domainXML)
+	id, err := hypervisor.ReadDomainIdentity(domainXML)
 	if err != nil {
-		return fmt.Errorf("libvirt: define on host %s: %w: %w", host, hypervisor.ErrRejected, err)
+		return fmt.Errorf("libvirt: define on host %s: domain XML: %w", host, err)
 	}
 	c, err := d.connect(ctx, host)
 	if err != nil {

@@ -64,23 +64,33 @@ func policyParams(p hypervisor.MigrationPolicy) []golibvirt.TypedParam {
 	return params
 }
 
-// checkDestXML checks that destXML is a domain XML for uuid whose pinning
-// xmlpatch reads, and returns what it says of the domain and its pins.
-func checkDestXML(uuid, destXML string) (identity, *xmlpatch.Pins, error) {
-	id, err := parseIdentity(destXML)
+// checkDestIdentity checks that destXML is a domain XML for uuid, and
+// returns what it says of the domain.
+func checkDestIdentity(uuid, destXML string) (hypervisor.DomainIdentity, error) {
+	id, err := hypervisor.ReadDomainIdentity(destXML)
 	if err != nil {
-		return identity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+		return hypervisor.DomainIdentity{}, fmt.Errorf("destination XML: %w", err)
 	}
 	want, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
-		return identity{}, nil, err
+		return hypervisor.DomainIdentity{}, err
 	}
-	if got, _ := hypervisor.ParseUUID(id.UUID); got != want {
-		return identity{}, nil, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
+	if id.UUID != want.String() {
+		return hypervisor.DomainIdentity{}, fmt.Errorf("destination XML has uuid %s, want %s: %w", id.UUID, uuid, hypervisor.ErrRejected)
+	}
+	return id, nil
+}
+
+// checkDestXML is checkDestIdentity that also reads the pins of destXML,
+// for hypervisor.PinsFit.
+func checkDestXML(uuid, destXML string) (hypervisor.DomainIdentity, *xmlpatch.Pins, error) {
+	id, err := checkDestIdentity(uuid, destXML)
+	if err != nil {
+		return hypervisor.DomainIdentity{}, nil, err
 	}
 	pins, err := xmlpatch.Read(destXML)
 	if err != nil {
-		return identity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
+		return hypervisor.DomainIdentity{}, nil, fmt.Errorf("destination XML: %w: %w", hypervisor.ErrRejected, err)
 	}
 	return id, pins, nil
 }
@@ -163,7 +173,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	if src == dst {
 		return fail(fmt.Errorf("source and destination are the same host; pick another destination"))
 	}
-	id, _, err := checkDestXML(uuid, destXML)
+	id, err := checkDestIdentity(uuid, destXML)
 	if err != nil {
 		return fail(err)
 	}
@@ -198,19 +208,19 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 			return fail(err)
 		}
 		if stage == postCopyFailed {
-			return d.resumePostCopy(ctx, sc, dc, dom, req, id, hypervisor.Progress{Phase: PhasePostCopy}, errPostCopyBroke, progress)
+			return d.resumePostCopy(ctx, sc, dc, dom, req, id.MemoryBytes, hypervisor.Progress{Phase: PhasePostCopy}, errPostCopyBroke, progress)
 		}
 		postCopy = stage == postCopyRunning
 		progress(hypervisor.Progress{Phase: PhaseWaiting})
 		result = d.watch(context.WithoutCancel(ctx), sc, dom, stop)
-	} else if result, err = d.start(ctx, sc, dc, dom, before, req, id); err != nil || result == nil {
+	} else if result, err = d.start(ctx, sc, dc, dom, before, req); err != nil || result == nil {
 		if result == nil && err == nil {
 			progress(hypervisor.Progress{Percent: 100, Phase: PhaseCompleted})
 		}
 		return err
 	}
 
-	o, err := d.follow(ctx, sc, dom, req, id.memoryBytes(), postCopy, result, progress)
+	o, err := d.follow(ctx, sc, dom, req, id.MemoryBytes, postCopy, result, progress)
 	if err != nil {
 		return fail(err)
 	}
@@ -219,7 +229,7 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 		// The guest ran on dst from the switch on; resuming it on src
 		// would run it twice, with memory dst has changed since. The
 		// migration can only go on.
-		return d.resumePostCopy(ctx, sc, dc, dom, req, id, last, migErr, progress)
+		return d.resumePostCopy(ctx, sc, dc, dom, req, id.MemoryBytes, last, migErr, progress)
 	}
 	if migErr != nil && !isLibvirtError(migErr) && !errors.Is(migErr, errEarlierFailed) {
 		// The connection to the source broke: its libvirtd may still be
@@ -270,7 +280,7 @@ const postCopyResumes = 3
 // resumes have failed. Nothing aborts it: past the switch there is no way
 // back, so neither a cancel nor a fence stops it. Its error wraps
 // hypervisor.ErrPostCopyFailed.
-func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, id identity,
+func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, memory uint64,
 	last hypervisor.Progress, cause error, progress func(hypervisor.Progress)) error {
 	fail := func(err error) error {
 		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", req.UUID, sc.where(), dc.where(), err)
@@ -286,7 +296,7 @@ func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt
 			_, err := sc.l.DomainMigratePerform3Params(dom, golibvirt.OptString{dc.hc.URI}, params, nil, flags)
 			result <- err
 		}()
-		o, err := d.follow(bg, sc, dom, req, id.memoryBytes(), true, result, progress)
+		o, err := d.follow(bg, sc, dom, req, memory, true, result, progress)
 		if err != nil {
 			return fail(fmt.Errorf("%w: resuming it: %w", hypervisor.ErrPostCopyFailed, err))
 		}
@@ -333,7 +343,7 @@ func migrateParams(dc *conn, req hypervisor.MigrateRequest) []golibvirt.TypedPar
 // before its source definition was removed) is confirmed instead: start
 // then returns a nil channel and no error.
 func (d *Driver) start(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, before hypervisor.State,
-	req hypervisor.MigrateRequest, id identity) (<-chan error, error) {
+	req hypervisor.MigrateRequest) (<-chan error, error) {
 	uuid := req.UUID
 	fail := func(err error) error {
 		return fmt.Errorf("libvirt: migrate %s from %s to %s: %w", uuid, sc.where(), dc.where(), err)

@@ -280,28 +280,6 @@ func TestStartChecksPlacement(t *testing.T) {
 	}
 }
 
-func TestMemoryBytes(t *testing.T) {
-	tests := []struct {
-		unit, value string
-		want        uint64
-	}{
-		{"", "1024", 1 << 20},
-		{"KiB", "1024", 1 << 20},
-		{"MiB", "512", 512 << 20},
-		{"GiB", "2", 2 << 30},
-		{"MB", "1", 1000000},
-		{"bytes", "7", 7},
-		{"MiB", "lots", 0},
-	}
-	for _, tt := range tests {
-		var d domainDoc
-		d.Memory.Unit, d.Memory.Value = tt.unit, tt.value
-		if got := d.memoryBytes(); got != tt.want {
-			t.Errorf("memoryBytes(<memory unit=%q>%s) = %d, want %d", tt.unit, tt.value, got, tt.want)
-		}
-	}
-}
-
 // state returns the state Lookup reports for uuid on host.
 func (e *env) state(host, uuid string) hypervisor.State {
 	e.t.Helper()

@@ -109,20 +109,19 @@ func (d *Driver) domain(ctx context.Context, host, u string) (*domState, error) 
 }
 
 // migrationDoc parses destXML and checks that it names domain uuid.
-func migrationDoc(uuid, destXML string) (string, *domainDoc, error) {
+func migrationDoc(uuid, destXML string) (hypervisor.DomainIdentity, error) {
 	doc, err := parseDomain(destXML)
 	if err != nil {
-		return "", nil, fmt.Errorf("destination %w", err)
+		return hypervisor.DomainIdentity{}, fmt.Errorf("destination %w", err)
 	}
 	id, err := hypervisor.ParseUUID(uuid)
 	if err != nil {
-		return "", nil, fmt.Errorf("%v: %w", err, hypervisor.ErrRejected)
+		return hypervisor.DomainIdentity{}, fmt.Errorf("%v: %w", err, hypervisor.ErrRejected)
 	}
-	u := id.String()
-	if doc.UUID != u {
-		return "", nil, fmt.Errorf("the destination xml names domain %s, not %s: %w", doc.UUID, u, hypervisor.ErrRejected)
+	if u := id.String(); doc.UUID != u {
+		return hypervisor.DomainIdentity{}, fmt.Errorf("the destination xml names domain %s, not %s: %w", doc.UUID, u, hypervisor.ErrRejected)
 	}
-	return u, doc, nil
+	return doc, nil
 }
 
 // checkDestination checks that the pins of destXML fit dst's topology.
@@ -144,10 +143,11 @@ func (d *Driver) checkDestination(ctx context.Context, dst, destXML string) erro
 // dst apply.
 func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: prepare migration of %s to %s: %w", uuid, dst, err) }
-	u, _, err := migrationDoc(uuid, destXML)
+	doc, err := migrationDoc(uuid, destXML)
 	if err != nil {
 		return fail(err)
 	}
+	u := doc.UUID
 	if err := d.checkDestination(ctx, dst, destXML); err != nil {
 		return fail(err)
 	}
@@ -282,7 +282,7 @@ func (a *attempt) completed() hypervisor.Progress {
 // failed. Its steps: locate the domain (or what a lost attempt left),
 // begin a new attempt, copy the memory, switch over.
 func (d *Driver) migrate(ctx context.Context, req hypervisor.MigrateRequest, progress func(hypervisor.Progress)) error {
-	u, doc, err := migrationDoc(req.UUID, req.DestXML)
+	doc, err := migrationDoc(req.UUID, req.DestXML)
 	if err != nil {
 		return err
 	}
@@ -298,7 +298,7 @@ func (d *Driver) migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	if err := d.checkDestination(ctx, req.Dest, req.DestXML); err != nil {
 		return err
 	}
-	a := &attempt{req: req, u: u, name: doc.Name, total: doc.memoryBytes(), progress: progress}
+	a := &attempt{req: req, u: doc.UUID, name: doc.Name, total: doc.MemoryBytes, progress: progress}
 	srcDom, done, err := d.locate(ctx, a)
 	if err != nil {
 		return err
