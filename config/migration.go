@@ -27,8 +27,9 @@ type Migration struct {
 	// PINFLOW_MIGRATION_ALLOW_POST_COPY).
 	TimeoutAction string `envconfig:"MIGRATION_TIMEOUT_ACTION"`
 	// AllowPostCopy starts every live migration able to switch to
-	// post-copy. After a switch a failure of either host or of the network
-	// between them loses the guest.
+	// post-copy. After a switch a failure of either host loses the guest;
+	// one of the network between them pauses it on both until pinflow
+	// resumes the migration.
 	AllowPostCopy bool `envconfig:"MIGRATION_ALLOW_POST_COPY" default:"false"`
 	// AllowAutoConverge lets the hypervisor slow a guest's vCPUs down
 	// while its migration does not converge.

@@ -7,7 +7,7 @@ package config
 var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/config.Config.Driver":                       "Driver is the hypervisor driver: sim or libvirt.",
 	"github.com/pinflow/pinflow/config.Migration.AllowAutoConverge":         "AllowAutoConverge lets the hypervisor slow a guest's vCPUs down while its migration does not converge.",
-	"github.com/pinflow/pinflow/config.Migration.AllowPostCopy":             "AllowPostCopy starts every live migration able to switch to post-copy. After a switch a failure of either host or of the network between them loses the guest.",
+	"github.com/pinflow/pinflow/config.Migration.AllowPostCopy":             "AllowPostCopy starts every live migration able to switch to post-copy. After a switch a failure of either host loses the guest; one of the network between them pauses it on both until pinflow resumes the migration.",
 	"github.com/pinflow/pinflow/config.Migration.BandwidthMiBs":             "BandwidthMiBs caps each live migration's transfer rate, in MiB/s; 0 sets no cap.",
 	"github.com/pinflow/pinflow/config.Migration.CompletionTimeoutPerGiB":   "CompletionTimeoutPerGiB bounds a live migration: it is aborted (or switched to post-copy, see PINFLOW_MIGRATION_TIMEOUT_ACTION) once it has run this long per GiB of guest memory, a guest under 1 GiB counting as 1 GiB; 0 sets no bound.",
 	"github.com/pinflow/pinflow/config.Migration.MaxDowntime":               "MaxDowntime is the longest a guest may be paused at the end of its live migration; 0 keeps the hypervisor's default (300ms for QEMU).",
