@@ -44,14 +44,30 @@ type ReconcileInput struct {
 	// Concurrency bounds how many hosts are audited at once;
 	// DefaultReconcileConcurrency when 0.
 	Concurrency int `json:"concurrency,omitempty"`
+	// PageSize bounds the hosts one run audits itself; more are audited
+	// page by page in child runs. DefaultReconcilePageSize when 0.
+	PageSize int `json:"page_size,omitempty"`
 }
+
+// DefaultReconcilePageSize is how many hosts one audit run checks itself.
+// Each host costs its run three history events, so a page of 500 keeps a
+// run far below Temporal's history warning (10,240 events) and a fleet of
+// any size costs the parent run a few events per page.
+const DefaultReconcilePageSize = 500
 
 // ReconcileResult is what an audit kept, freed and found, per host and in
 // total.
 type ReconcileResult struct {
-	DryRun bool                   `json:"dry_run,omitempty"`
-	Hosts  []activities.HostAudit `json:"hosts"`
-	Total  activities.Tally       `json:"total"`
+	DryRun bool `json:"dry_run,omitempty"`
+	// Hosts are the hosts audited, each with what it found; an audit of
+	// more than one page lists only the hosts with a claim freed, drift
+	// or an error, so that its result stays small.
+	Hosts []activities.HostAudit `json:"hosts"`
+	// Audited is how many hosts the audit checked; Pages how many child
+	// runs it took (0: it checked them itself).
+	Audited int              `json:"audited"`
+	Pages   int              `json:"pages,omitempty"`
+	Total   activities.Tally `json:"total"`
 	// Duration is the audit's wall time, from the workflow's clock.
 	Duration time.Duration `json:"duration"`
 }
@@ -80,9 +96,16 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 			return nil, s.fail(err)
 		}
 	}
+	page := in.PageSize
+	if page <= 0 {
+		page = DefaultReconcilePageSize
+	}
+	if len(hosts) > page {
+		return reconcilePages(ctx, s, in, hosts, page, start)
+	}
 	s.steps = len(hosts)
-	res := &ReconcileResult{DryRun: in.DryRun, Hosts: make([]activities.HostAudit, len(hosts))}
-	s.auditPhase(PhaseAuditing, res, 0)
+	res := &ReconcileResult{DryRun: in.DryRun, Hosts: make([]activities.HostAudit, len(hosts)), Audited: len(hosts)}
+	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
 
 	limit := in.Concurrency
 	if limit <= 0 {
@@ -108,7 +131,7 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 			res.Total.Add(h.Tally)
 			done++
 			s.step()
-			s.auditPhase(PhaseAuditing, res, done)
+			s.auditPhase(PhaseAuditing, res, done, len(hosts))
 		})
 	}
 	next := 0
@@ -125,16 +148,60 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 	res.Duration = workflow.Now(ctx).Sub(start)
 	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
 		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
-	s.auditPhase(PhaseCompleted, res, done)
+	s.auditPhase(PhaseCompleted, res, done, len(hosts))
+	return res, nil
+}
+
+// reconcilePages audits the hosts page by page, each page a child run of
+// Reconcile under this run's id, one page at a time so that Concurrency
+// still bounds the hosts audited at once. It keeps the hosts that found
+// something and the totals.
+func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []string, page int, start time.Time) (*ReconcileResult, error) {
+	res := &ReconcileResult{DryRun: in.DryRun, Hosts: []activities.HostAudit{}}
+	pages := (len(hosts) + page - 1) / page
+	s.steps = pages
+	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
+	id := workflow.GetInfo(ctx).WorkflowExecution.ID
+	for p := range pages {
+		part := hosts[p*page : min((p+1)*page, len(hosts))]
+		child := in
+		child.Hosts, child.PageSize = part, page
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID:    fmt.Sprintf("%s-page-%d", id, p+1),
+			StaticSummary: fmt.Sprintf("audit page %d of %d: hosts %s to %s", p+1, pages, part[0], part[len(part)-1]),
+		})
+		var pr ReconcileResult
+		if err := workflow.ExecuteChildWorkflow(cctx, Reconcile, child).Get(ctx, &pr); err != nil {
+			// The page's hosts are reported as not audited; the rest go on.
+			res.Hosts = append(res.Hosts, activities.HostAudit{Host: fmt.Sprintf("%s..%s", part[0], part[len(part)-1]), DryRun: in.DryRun,
+				Tally: activities.Tally{Errors: len(part)}, Errors: []string{fmt.Sprintf("audit page %d: %v", p+1, err)}})
+			res.Total.Errors += len(part)
+		} else {
+			for _, h := range pr.Hosts {
+				if len(h.Freed) > 0 || len(h.Drift) > 0 || len(h.Errors) > 0 {
+					res.Hosts = append(res.Hosts, h)
+				}
+			}
+			res.Total.Add(pr.Total)
+		}
+		res.Audited += len(part)
+		res.Pages++
+		s.step()
+		s.auditPhase(PhaseAuditing, res, res.Audited, len(hosts))
+	}
+	res.Duration = workflow.Now(ctx).Sub(start)
+	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
+		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
+	s.auditPhase(PhaseCompleted, res, res.Audited, len(hosts))
 	return res, nil
 }
 
 // auditPhase records the phase with the counts so far in the status query
 // and, as the report the CLI prints, in the Web UI's current details.
-func (s *saga) auditPhase(p Phase, res *ReconcileResult, done int) {
+func (s *saga) auditPhase(p Phase, res *ReconcileResult, done, of int) {
 	t := res.Total
 	s.phase(p, fmt.Sprintf("audited %d/%d hosts: %d claims, kept %d, freed %d, drift %d, errors %d",
-		done, len(res.Hosts), t.Claims, t.Kept.Total(), t.Freed.Total(), t.Drift.Total(), t.Errors))
+		done, of, t.Claims, t.Kept.Total(), t.Freed.Total(), t.Drift.Total(), t.Errors))
 	if p == PhaseCompleted {
 		workflow.SetCurrentDetails(s.ctx, "```\n"+ReconcileReport(res)+"```\n")
 	}
@@ -148,7 +215,11 @@ func ReconcileReport(res *ReconcileResult) string {
 	if res.DryRun {
 		dry = " (dry run: nothing was freed)"
 	}
-	b.WriteString(fmt.Sprintf("reconcile%s: %d hosts in %s\n", dry, len(res.Hosts), res.Duration.Round(time.Millisecond)))
+	pages := ""
+	if res.Pages > 0 {
+		pages = fmt.Sprintf(" (%d pages; only hosts that found something are listed)", res.Pages)
+	}
+	b.WriteString(fmt.Sprintf("reconcile%s: %d hosts in %s%s\n", dry, res.Audited, res.Duration.Round(time.Millisecond), pages))
 	b.WriteString(fmt.Sprintf("total: %s\n", tallyLine(res.Total)))
 	for _, h := range res.Hosts {
 		if h.Host == "" {

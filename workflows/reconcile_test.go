@@ -103,3 +103,55 @@ func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
 		t.Errorf("AuditHost inputs (-want +got):\n%s", diff)
 	}
 }
+
+// TestReconcilePagesALargeFleet: more hosts than a page are audited page
+// by page in child runs, one page at a time; every host is audited once,
+// the totals add up and only the hosts that found something are listed.
+func TestReconcilePagesALargeFleet(t *testing.T) {
+	h := newHarness(t)
+	h.env.RegisterWorkflow(Reconcile)
+	hosts := []string{"a", "b", "c", "d", "e"}
+	h.on("list", a.ListHosts, hosts, nil)
+	var mu sync.Mutex
+	audited := map[string]int{}
+	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.AuditHostInput) (activities.HostAudit, error) {
+			mu.Lock()
+			audited[in.Host]++
+			mu.Unlock()
+			res := activities.HostAudit{Host: in.Host}
+			res.Tally.Claims = 1
+			res.Tally.Kept.Add(activities.KeptResident, 1)
+			if in.Host == "d" {
+				res.Tally.Freed.Add(activities.FreedOwnerClosed, 1)
+				res.Freed = []activities.FreedClaim{{ClaimID: "x-d", Reason: activities.FreedOwnerClosed}}
+			}
+			return res, nil
+		})
+	zero := time.Duration(0)
+	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, PageSize: 2})
+	if err := h.env.GetWorkflowError(); err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	var res ReconcileResult
+	if err := h.env.GetWorkflowResult(&res); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{"a": 1, "b": 1, "c": 1, "d": 1, "e": 1}, audited); diff != "" {
+		t.Errorf("hosts audited (-want +got):\n%s", diff)
+	}
+	if res.Audited != 5 || res.Pages != 3 {
+		t.Errorf("Reconcile of 5 hosts in pages of 2: audited %d in %d pages, want 5 in 3", res.Audited, res.Pages)
+	}
+	want := activities.Tally{Claims: 5, Kept: activities.ReasonCounts{{Reason: activities.KeptResident, Count: 5}},
+		Freed: activities.ReasonCounts{{Reason: activities.FreedOwnerClosed, Count: 1}}}
+	if diff := cmp.Diff(want, res.Total); diff != "" {
+		t.Errorf("Reconcile total (-want +got):\n%s", diff)
+	}
+	if len(res.Hosts) != 1 || res.Hosts[0].Host != "d" {
+		t.Errorf("Reconcile in pages lists hosts %+v, want only d, whose audit freed a claim", res.Hosts)
+	}
+	if r := ReconcileReport(&res); !strings.Contains(r, "5 hosts") || !strings.Contains(r, "3 pages") {
+		t.Errorf("report of a paged audit:\n%s", r)
+	}
+}
