@@ -138,101 +138,170 @@ func (s specs) get(key string) (flavor, image string) {
 // which source wins and which combinations are invalid. An invalid request
 // is an *InvalidRequestError; the request is nil.
 func NewRequest(vcpus int, memoryMB int64, extraSpecs, imageProps map[string]string) (*Request, error) {
-	if vcpus < 1 {
-		return nil, invalid("InvalidVCPUs", "vcpus %d: a guest needs at least 1 vCPU", vcpus)
-	}
-	if vcpus > MaxCPU+1 {
-		return nil, invalid("InvalidVCPUs", "vcpus %d: at most %d are allowed", vcpus, MaxCPU+1)
-	}
-	if memoryMB < 1 {
-		return nil, invalid("InvalidMemory", "memory_mb %d: a guest needs at least 1 MiB", memoryMB)
+	if err := checkSize(vcpus, memoryMB); err != nil {
+		return nil, err
 	}
 	s := specs{flavor: extraSpecs, image: imageProps}
-	allVCPUs := Range(0, vcpus-1)
-
-	policy, err := cpuPolicy(s)
+	all := Range(0, vcpus-1)
+	// The order of the steps decides which fault a request with several
+	// is refused for; the tests against Nova's answers hold it.
+	cpu, err := readCPUKnobs(s, vcpus, all)
 	if err != nil {
 		return nil, err
 	}
-	threads, err := threadPolicy(s)
+	dedicated, err := cpu.checkPolicy(all)
 	if err != nil {
 		return nil, err
 	}
-	emulator, err := emulatorPolicy(s)
+	mem, err := readMemoryKnobs(s)
 	if err != nil {
 		return nil, err
 	}
-	realtime, err := realtimeVCPUs(s, allVCPUs, emulator)
-	if err != nil {
-		return nil, err
-	}
-	dedicatedMask, err := dedicatedVCPUs(s, allVCPUs)
-	if err != nil {
-		return nil, err
-	}
-
-	if policy, err = resourceRequests(s, policy, vcpus, emulator); err != nil {
-		return nil, err
-	}
-	if threads, err = hyperthreadingTrait(s, threads); err != nil {
-		return nil, err
-	}
-
-	dedicated := dedicatedMask
-	switch policy {
-	case "", CPUPolicyShared:
-		switch {
-		case threads != "":
-			return nil, invalid("CPUThreadPolicyConfigurationInvalid",
-				"hw:cpu_thread_policy=%s needs hw:cpu_policy dedicated or mixed", threads)
-		case emulator == EmulatorPolicyIsolate:
-			return nil, invalid("BadRequirementEmulatorThreadsPolicy",
-				"hw:emulator_threads_policy=isolate needs hw:cpu_policy dedicated or mixed")
-		case !dedicatedMask.IsEmpty():
-			return nil, invalid("RequiredMixedInstancePolicy", "hw:cpu_dedicated_mask needs hw:cpu_policy=mixed")
-		case !realtime.IsEmpty():
-			return nil, invalid("RealtimeConfigurationInvalid", "hw:cpu_realtime needs hw:cpu_policy dedicated or mixed")
-		}
-	case CPUPolicyDedicated:
-		if !dedicatedMask.IsEmpty() {
-			return nil, invalid("RequiredMixedInstancePolicy", "hw:cpu_dedicated_mask needs hw:cpu_policy=mixed, not dedicated")
-		}
-		dedicated = allVCPUs
-	case CPUPolicyMixed:
-		if realtime.IsEmpty() == dedicatedMask.IsEmpty() {
-			return nil, invalid("RequiredMixedOrRealtimeCPUMask",
-				"hw:cpu_policy=mixed needs exactly one of hw:cpu_dedicated_mask or hw:cpu_realtime_mask")
-		}
-		if dedicated.IsEmpty() {
-			dedicated = realtime
-		}
-	}
-
-	nodes, err := nodeCount(s)
-	if err != nil {
-		return nil, err
-	}
-	pageSize, err := pageSizeRequest(s)
-	if err != nil {
-		return nil, err
-	}
-	locked, err := lockedMemory(s)
-	if err != nil {
-		return nil, err
-	}
-
-	req := &Request{VCPUs: vcpus, MemoryMB: memoryMB, EmulatorPolicy: emulator, RealtimeVCPUs: realtime, LockedMemory: locked}
-	if !realtime.IsEmpty() {
+	req := &Request{VCPUs: vcpus, MemoryMB: memoryMB, EmulatorPolicy: cpu.emulator,
+		RealtimeVCPUs: cpu.realtime, LockedMemory: mem.locked}
+	if !cpu.realtime.IsEmpty() {
 		req.RealtimePriority = DefaultRealtimePriority
 	}
-	vpmem := strings.TrimSpace(s.flavor["hw:pmem"]) != ""
-	if nodes == 0 && pageSize == 0 && !vpmem && !policy.Pinned() {
+	if !mem.forcesTopology() && !cpu.policy.Pinned() {
 		return req, nil
 	}
+	if req.Cells, err = guestCells(s, all, dedicated, mem.nodes, memoryMB); err != nil {
+		return nil, err
+	}
+	for i := range req.Cells {
+		req.Cells[i].PageSize = mem.pageSize
+		req.Cells[i].CPUPolicy = cpu.policy
+		req.Cells[i].ThreadPolicy = cpu.threads
+	}
+	return req, nil
+}
+
+func checkSize(vcpus int, memoryMB int64) error {
+	if vcpus < 1 {
+		return invalid("InvalidVCPUs", "vcpus %d: a guest needs at least 1 vCPU", vcpus)
+	}
+	if vcpus > MaxCPU+1 {
+		return invalid("InvalidVCPUs", "vcpus %d: at most %d are allowed", vcpus, MaxCPU+1)
+	}
+	if memoryMB < 1 {
+		return invalid("InvalidMemory", "memory_mb %d: a guest needs at least 1 MiB", memoryMB)
+	}
+	return nil
+}
+
+// cpuKnobs are the flavor's and image's CPU settings, each source already
+// reconciled with the other.
+type cpuKnobs struct {
+	policy        CPUPolicy
+	threads       ThreadPolicy
+	emulator      EmulatorPolicy
+	realtime      CPUSet
+	dedicatedMask CPUSet
+}
+
+func readCPUKnobs(s specs, vcpus int, all CPUSet) (cpuKnobs, error) {
+	var k cpuKnobs
+	var err error
+	if k.policy, err = cpuPolicy(s); err != nil {
+		return cpuKnobs{}, err
+	}
+	if k.threads, err = threadPolicy(s); err != nil {
+		return cpuKnobs{}, err
+	}
+	if k.emulator, err = emulatorPolicy(s); err != nil {
+		return cpuKnobs{}, err
+	}
+	if k.realtime, err = realtimeVCPUs(s, all, k.emulator); err != nil {
+		return cpuKnobs{}, err
+	}
+	if k.dedicatedMask, err = dedicatedVCPUs(s, all); err != nil {
+		return cpuKnobs{}, err
+	}
+	// Resources and traits come last: they stand in for a policy the
+	// flavor did not set, and refuse one it did.
+	if k.policy, err = resourceRequests(s, k.policy, vcpus, k.emulator); err != nil {
+		return cpuKnobs{}, err
+	}
+	if k.threads, err = hyperthreadingTrait(s, k.threads); err != nil {
+		return cpuKnobs{}, err
+	}
+	return k, nil
+}
+
+// checkPolicy refuses settings that the CPU policy does not allow, and
+// returns the vCPUs pinned 1:1 under it.
+func (k cpuKnobs) checkPolicy(all CPUSet) (CPUSet, error) {
+	switch k.policy {
+	case "", CPUPolicyShared:
+		switch {
+		case k.threads != "":
+			return CPUSet{}, invalid("CPUThreadPolicyConfigurationInvalid",
+				"hw:cpu_thread_policy=%s needs hw:cpu_policy dedicated or mixed", k.threads)
+		case k.emulator == EmulatorPolicyIsolate:
+			return CPUSet{}, invalid("BadRequirementEmulatorThreadsPolicy",
+				"hw:emulator_threads_policy=isolate needs hw:cpu_policy dedicated or mixed")
+		case !k.dedicatedMask.IsEmpty():
+			return CPUSet{}, invalid("RequiredMixedInstancePolicy", "hw:cpu_dedicated_mask needs hw:cpu_policy=mixed")
+		case !k.realtime.IsEmpty():
+			return CPUSet{}, invalid("RealtimeConfigurationInvalid", "hw:cpu_realtime needs hw:cpu_policy dedicated or mixed")
+		}
+	case CPUPolicyDedicated:
+		if !k.dedicatedMask.IsEmpty() {
+			return CPUSet{}, invalid("RequiredMixedInstancePolicy", "hw:cpu_dedicated_mask needs hw:cpu_policy=mixed, not dedicated")
+		}
+		return all, nil
+	case CPUPolicyMixed:
+		if k.realtime.IsEmpty() == k.dedicatedMask.IsEmpty() {
+			return CPUSet{}, invalid("RequiredMixedOrRealtimeCPUMask",
+				"hw:cpu_policy=mixed needs exactly one of hw:cpu_dedicated_mask or hw:cpu_realtime_mask")
+		}
+		// Under mixed, realtime vCPUs are the dedicated ones.
+		if k.dedicatedMask.IsEmpty() {
+			return k.realtime, nil
+		}
+	}
+	return k.dedicatedMask, nil
+}
+
+// memoryKnobs are the flavor's and image's memory and topology settings.
+type memoryKnobs struct {
+	nodes    int // hw:numa_nodes; 0 when unset
+	pageSize PageSize
+	locked   bool
+	vpmem    bool // the flavor asks for virtual persistent memory
+}
+
+func readMemoryKnobs(s specs) (memoryKnobs, error) {
+	var k memoryKnobs
+	var err error
+	if k.nodes, err = nodeCount(s); err != nil {
+		return memoryKnobs{}, err
+	}
+	if k.pageSize, err = pageSizeRequest(s); err != nil {
+		return memoryKnobs{}, err
+	}
+	if k.locked, err = lockedMemory(s); err != nil {
+		return memoryKnobs{}, err
+	}
+	k.vpmem = strings.TrimSpace(s.flavor["hw:pmem"]) != ""
+	return k, nil
+}
+
+// forcesTopology reports whether the memory settings alone give the guest
+// a NUMA topology, as Nova does for a node count, a page size or vPMEM.
+func (k memoryKnobs) forcesTopology() bool {
+	return k.nodes != 0 || k.pageSize != 0 || k.vpmem
+}
+
+// guestCells lays the guest's vCPUs and memory out over its cells: evenly
+// over hw:numa_nodes (one when unset), or as hw:numa_cpus.N and
+// hw:numa_mem.N say. Those lists are read only here, as Nova ignores them
+// for a guest without a topology.
+func guestCells(s specs, all, dedicated CPUSet, nodes int, memoryMB int64) ([]GuestCell, error) {
 	if nodes == 0 {
 		nodes = 1
 	}
-	shared := allVCPUs.Difference(dedicated)
+	shared := all.Difference(dedicated)
 	cpuLists, err := numaCPULists(s)
 	if err != nil {
 		return nil, err
@@ -243,35 +312,33 @@ func NewRequest(vcpus int, memoryMB int64, extraSpecs, imageProps map[string]str
 	}
 	switch {
 	case cpuLists == nil && memLists == nil:
-		if vcpus%nodes != 0 || memoryMB%int64(nodes) != 0 {
-			return nil, invalid("ImageNUMATopologyAsymmetric",
-				"%d vCPUs and %d MiB cannot be split evenly over hw:numa_nodes=%d; give hw:numa_cpus.N and hw:numa_mem.N",
-				vcpus, memoryMB, nodes)
-		}
-		per := vcpus / nodes
-		for n := 0; n < nodes; n++ {
-			cpus := Range(n*per, (n+1)*per-1)
-			req.Cells = append(req.Cells, GuestCell{ID: n, SharedVCPUs: cpus.Intersection(shared),
-				DedicatedVCPUs: cpus.Intersection(dedicated), MemoryMB: memoryMB / int64(nodes)})
-		}
+		return evenCells(nodes, all, shared, dedicated, memoryMB)
 	case cpuLists != nil && memLists != nil:
 		if len(cpuLists) != nodes || len(memLists) != nodes {
 			return nil, invalid("ImageNUMATopologyIncomplete",
 				"hw:numa_nodes=%d but %d hw:numa_cpus.N and %d hw:numa_mem.N are given; give one of each for nodes 0-%d",
 				nodes, len(cpuLists), len(memLists), nodes-1)
 		}
-		if req.Cells, err = manualCells(cpuLists, memLists, allVCPUs, shared, dedicated, memoryMB); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, invalid("ImageNUMATopologyIncomplete", "hw:numa_cpus.N and hw:numa_mem.N must be given together")
+		return manualCells(cpuLists, memLists, all, shared, dedicated, memoryMB)
 	}
-	for i := range req.Cells {
-		req.Cells[i].PageSize = pageSize
-		req.Cells[i].CPUPolicy = policy
-		req.Cells[i].ThreadPolicy = threads
+	return nil, invalid("ImageNUMATopologyIncomplete", "hw:numa_cpus.N and hw:numa_mem.N must be given together")
+}
+
+func evenCells(nodes int, all, shared, dedicated CPUSet, memoryMB int64) ([]GuestCell, error) {
+	vcpus := all.Len()
+	if vcpus%nodes != 0 || memoryMB%int64(nodes) != 0 {
+		return nil, invalid("ImageNUMATopologyAsymmetric",
+			"%d vCPUs and %d MiB cannot be split evenly over hw:numa_nodes=%d; give hw:numa_cpus.N and hw:numa_mem.N",
+			vcpus, memoryMB, nodes)
 	}
-	return req, nil
+	per := vcpus / nodes
+	var cells []GuestCell
+	for n := 0; n < nodes; n++ {
+		cpus := Range(n*per, (n+1)*per-1)
+		cells = append(cells, GuestCell{ID: n, SharedVCPUs: cpus.Intersection(shared),
+			DedicatedVCPUs: cpus.Intersection(dedicated), MemoryMB: memoryMB / int64(nodes)})
+	}
+	return cells, nil
 }
 
 func cpuPolicy(s specs) (CPUPolicy, error) {
