@@ -76,17 +76,14 @@ func (a *Activities) auditHost(ctx context.Context, in AuditHostInput) (HostAudi
 	}
 	au.pinnable = pinnable(snap.Topology)
 	now := time.Now()
-	freed := map[string]bool{}
+	j := judged{freed: map[string]bool{}, resident: map[string]string{}}
 	for i := range snap.Claims {
-		c := &snap.Claims[i]
-		if id := au.judge(ctx, c, now); id != "" {
-			freed[id] = true
-		}
+		j.add(&snap.Claims[i], au.judge(ctx, &snap.Claims[i], now))
 	}
 	if domErr == nil {
-		au.drift(ctx, snap, doms, freed)
+		au.drift(ctx, snap, doms, j)
 	} else {
-		for _, d := range au.inUse {
+		for _, d := range j.inUse {
 			au.res.Tally.Drift.Add(d.Kind, 1)
 			au.res.Drift = append(au.res.Drift, d)
 		}
@@ -107,12 +104,6 @@ type audit struct {
 	// minGrace is the least time a closed owner must have been closed.
 	minGrace time.Duration
 	pinnable numa.CPUSet
-	// inUse are the claims kept because their instance's domain uses
-	// them, reported as drift.
-	inUse []Drift
-	// resident holds, per instance whose claim on this host its record
-	// names, the digest of the domain XML pinflow defined for it.
-	resident map[string]string
 }
 
 func (au *audit) fail(format string, args ...any) {
@@ -121,138 +112,251 @@ func (au *audit) fail(format string, args ...any) {
 
 func (au *audit) keep(reason string) { au.res.Tally.Kept.Add(reason, 1) }
 
-// judge decides on one claim, frees it when it must go, and returns its id
-// when it was freed (or, in a dry run, would be).
-func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) string {
+// judged is what judging a host's claims tells the drift check.
+type judged struct {
+	// freed are the claims freed (or, in a dry run, that would be).
+	freed map[string]bool
+	// resident holds, per instance whose claim on this host its record
+	// names, the digest of the domain XML pinflow defined for it.
+	resident map[string]string
+	// inUse are the claims kept because their instance's domain uses
+	// them, reported as drift.
+	inUse []Drift
+}
+
+func (j *judged) add(c *ledger.Claim, o claimOutcome) {
+	if o.freed != "" {
+		j.freed[c.ID] = true
+	}
+	if o.resident {
+		j.resident[c.InstanceUUID] = o.digest
+	}
+	if o.inUse != nil {
+		j.inUse = append(j.inUse, *o.inUse)
+	}
+}
+
+// claimOutcome is what became of one claim: kept or freed, and why.
+type claimOutcome struct {
+	kept, freed string
+	// resident is set for a claim its instance record names, with the
+	// digest of the domain XML the record says pinflow defined.
+	resident bool
+	digest   string
+	inUse    *Drift
+}
+
+// judge decides on one claim, reading only the facts the decision asks
+// for, and acts on the decision.
+func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) claimOutcome {
 	au.res.Tally.Claims++
+	r := auditRules{grace: au.grace, minGrace: au.minGrace, now: now}
+	var f claimFacts
+	v := decide(c, f, r)
+	for v.need != needNothing {
+		if !au.learn(ctx, c, &f, v.need) {
+			v = verdict{kept: KeptDoubt}
+			break
+		}
+		v = decide(c, f, r)
+	}
+	o := claimOutcome{kept: v.kept}
+	if v.kept == KeptResident {
+		o.resident, o.digest = true, f.record.DomainDigest
+	}
+	if v.freed != "" {
+		o = au.free(ctx, c, v.freed)
+	}
+	if o.kept != "" {
+		au.keep(o.kept)
+	}
+	return o
+}
+
+// auditRules are the audit's settings a decision depends on.
+type auditRules struct {
+	grace time.Duration
+	// minGrace is the least time a closed owner must have been closed.
+	minGrace time.Duration
+	// now is when the audit began judging; younger claims are not judged.
+	now time.Time
+}
+
+// claimFacts are what the audit has read about one claim, each only when
+// a decision asked for it.
+type claimFacts struct {
+	record   *ledger.Home // the instance record
+	noRecord bool         // the instance has no record
+	owner    *OwnerStatus // the status of the claim's owning workflow
+	ownerAt  time.Time    // when the owner's status was read
+	instance *OwnerStatus // the status of the instance's workflow
+}
+
+// need is a fact a decision cannot be made without.
+type need int
+
+const (
+	needNothing need = iota
+	needRecord
+	needOwner
+	needInstance
+)
+
+// verdict is a decision on a claim: kept or to be freed and why, or the
+// fact to read before it can be made.
+type verdict struct {
+	need        need
+	kept, freed string
+}
+
+// decide judges claim c on the facts read so far. It asks for the
+// instance record before Temporal, and for Temporal only about claims the
+// record does not settle: that is almost every claim, and it keeps the
+// audit's cost near the reads'.
+func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 	if c.Kind == ledger.KindQuarantine {
 		// An operator's to release, never the audit's.
-		au.keep(KeptQuarantined)
-		return ""
+		return verdict{kept: KeptQuarantined}
 	}
 	if c.State == ledger.StateTombstone {
-		au.keep(KeptTombstone)
-		return ""
+		return verdict{kept: KeptTombstone}
 	}
 	// With no grace at all every claim is judged, whatever the clocks say.
-	if au.grace > 0 && now.Sub(c.CreatedAt) < au.grace {
-		au.keep(KeptYoung)
-		return ""
+	if r.grace > 0 && r.now.Sub(c.CreatedAt) < r.grace {
+		return verdict{kept: KeptYoung}
 	}
-	instGone := false
 	if c.State == ledger.StateCommitted || c.State == ledger.StateHeld {
-		// A resident claim is kept without asking Temporal: that is almost
-		// every claim, and it keeps the audit's cost near the reads'.
-		home, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
-		switch {
-		case errors.Is(err, ledger.ErrUnknownInstance):
-			instGone = true
-		case err != nil:
-			au.fail("claim %s: instance record: %v", c.ID, err)
-			au.keep(KeptDoubt)
-			return ""
-		case home.Host == c.Host && home.ClaimID == c.ID:
-			if au.resident == nil {
-				au.resident = map[string]string{}
-			}
-			au.resident[c.InstanceUUID] = home.DomainDigest
-			au.keep(KeptResident)
-			return ""
+		if f.record == nil && !f.noRecord {
+			return verdict{need: needRecord}
+		}
+		if f.record != nil && f.record.Host == c.Host && f.record.ClaimID == c.ID {
+			return verdict{kept: KeptResident}
 		}
 	}
-	owner, err := au.a.Owners.OwnerStatus(ctx, c.OwnerWorkflowID)
-	if err != nil {
-		au.fail("claim %s: owner %s: %v", c.ID, c.OwnerWorkflowID, err)
-		au.keep(KeptDoubt)
-		return ""
+	if f.owner == nil {
+		return verdict{need: needOwner}
 	}
+	owner := *f.owner
 	if owner.State == OwnerRunning && owner.FirstRunID == c.OwnerRunID {
-		au.keep(KeptOwnerRunning)
-		return ""
+		return verdict{kept: KeptOwnerRunning}
 	}
 	// The claim's own chain is closed. Its last activity attempts may
 	// still be in flight (termination does not stop them), so it must
 	// have been closed for the grace period too, and never less than the
 	// minimum grace.
-	if wait := max(au.grace, au.minGrace); wait > 0 && owner.State != OwnerNotFound && time.Since(owner.Since) < wait {
-		au.keep(KeptRecentlyClosed)
-		return ""
+	if wait := max(r.grace, r.minGrace); wait > 0 && owner.State != OwnerNotFound && f.ownerAt.Sub(owner.Since) < wait {
+		return verdict{kept: KeptRecentlyClosed}
 	}
-	var reason string
 	switch {
 	case c.State == ledger.StatePending && owner.State == OwnerRunning:
-		reason = FreedOwnerReplaced
+		return verdict{freed: FreedOwnerReplaced}
 	case c.State == ledger.StatePending && owner.State == OwnerClosed:
-		reason = FreedOwnerClosed
+		return verdict{freed: FreedOwnerClosed}
 	case c.State == ledger.StatePending:
-		reason = FreedOwnerNotFound
-	default:
-		// Committed or a source hold, not resident: free only while no
-		// workflow of the instance is open, since an open one may still
-		// name or release it (a resize's revert makes its hold resident).
-		instWF := InstanceWorkflowID(c.InstanceUUID)
-		st := owner
-		if instWF != c.OwnerWorkflowID {
-			if st, err = au.a.Owners.OwnerStatus(ctx, instWF); err != nil {
-				au.fail("claim %s: instance workflow %s: %v", c.ID, instWF, err)
-				au.keep(KeptDoubt)
-				return ""
-			}
-		}
-		if st.State == OwnerRunning {
-			if c.State == ledger.StateHeld {
-				au.keep(KeptSourceHold)
-			} else {
-				au.keep(KeptInstanceBusy)
-			}
-			return ""
-		}
-		reason = FreedNotResident
-		if instGone {
-			reason = FreedInstanceGone
-		}
+		return verdict{freed: FreedOwnerNotFound}
 	}
-	// Temporal's answer is newer than the snapshot: the owner may have
-	// committed and attached the claim, and closed, since. Decide on the
-	// claim and record as they are now.
+	// Committed or a source hold, not resident: free only while no
+	// workflow of the instance is open, since an open one may still name
+	// or release it (a resize's revert makes its hold resident).
+	inst := owner
+	if InstanceWorkflowID(c.InstanceUUID) != c.OwnerWorkflowID {
+		if f.instance == nil {
+			return verdict{need: needInstance}
+		}
+		inst = *f.instance
+	}
+	switch {
+	case inst.State == OwnerRunning && c.State == ledger.StateHeld:
+		return verdict{kept: KeptSourceHold}
+	case inst.State == OwnerRunning:
+		return verdict{kept: KeptInstanceBusy}
+	case f.noRecord:
+		return verdict{freed: FreedInstanceGone}
+	}
+	return verdict{freed: FreedNotResident}
+}
+
+// learn reads into f the fact a decision on c needs. It reports an error
+// and returns false when it cannot: the claim is then kept, in doubt.
+func (au *audit) learn(ctx context.Context, c *ledger.Claim, f *claimFacts, n need) bool {
+	switch n {
+	case needRecord:
+		home, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
+		switch {
+		case errors.Is(err, ledger.ErrUnknownInstance):
+			f.noRecord = true
+		case err != nil:
+			au.fail("claim %s: instance record: %v", c.ID, err)
+			return false
+		default:
+			f.record = &home
+		}
+	case needOwner:
+		st, err := au.a.Owners.OwnerStatus(ctx, c.OwnerWorkflowID)
+		if err != nil {
+			au.fail("claim %s: owner %s: %v", c.ID, c.OwnerWorkflowID, err)
+			return false
+		}
+		f.owner, f.ownerAt = &st, time.Now()
+	case needInstance:
+		instWF := InstanceWorkflowID(c.InstanceUUID)
+		st, err := au.a.Owners.OwnerStatus(ctx, instWF)
+		if err != nil {
+			au.fail("claim %s: instance workflow %s: %v", c.ID, instWF, err)
+			return false
+		}
+		f.instance = &st
+	}
+	return true
+}
+
+// free acts on a decision to free c for reason. Temporal's answers are
+// newer than the snapshot, so it reads the claim, its record and its
+// domain again first, and releases only what is unchanged.
+func (au *audit) free(ctx context.Context, c *ledger.Claim, reason string) claimOutcome {
+	// The owner may have committed and attached the claim, and closed,
+	// since the snapshot.
 	if kept := au.recheck(ctx, c); kept != "" {
-		au.keep(kept)
-		return ""
+		return claimOutcome{kept: kept}
 	}
 	// Defence in depth: whatever the workflows say, pCPUs a domain of the
 	// claim's own instance uses on this host are not freed.
-	if kept := au.guarded(ctx, c); kept != "" {
-		au.keep(kept)
-		return ""
+	if kept, inUse := au.guarded(ctx, c); kept != "" {
+		return claimOutcome{kept: kept, inUse: inUse}
 	}
-	if c.State == ledger.StateHeld && au.a.Settler != nil && !au.res.DryRun {
-		// A resize left without its workflow: the guest lives where its
-		// record says, so Settle confirms it, which frees this hold and
-		// clears the record's resize too.
-		if home, err := au.a.Ledger.Home(ctx, c.InstanceUUID); err == nil && home.ClaimID != "" {
-			if err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: home.Host, ClaimID: home.ClaimID}); err == nil {
-				au.keep(KeptSettling)
-				return ""
-			}
-		}
+	if au.settleHold(ctx, c) {
+		return claimOutcome{kept: KeptSettling}
 	}
 	if !au.res.DryRun {
 		ok, err := au.a.Ledger.ReleaseIfUnchanged(ctx, c.Host, c.ID, c.Token, c.State)
 		if err != nil {
 			au.fail("claim %s: release: %v", c.ID, err)
-			au.keep(KeptDoubt)
-			return ""
+			return claimOutcome{kept: KeptDoubt}
 		}
 		if !ok {
 			// Made again, committed, or under a fence lease meanwhile.
-			au.keep(KeptChanged)
-			return ""
+			return claimOutcome{kept: KeptChanged}
 		}
 	}
 	au.res.Tally.Freed.Add(reason, 1)
 	au.res.Freed = append(au.res.Freed, FreedClaim{ClaimID: c.ID, Instance: c.InstanceUUID, Kind: c.Kind, State: c.State,
 		Owner: c.OwnerWorkflowID, CPUs: claimCPUs(c).String(), Reason: reason})
-	return c.ID
+	return claimOutcome{freed: reason}
+}
+
+// settleHold starts Settle for a source hold whose resize was left
+// without its workflow, and reports whether it did: the guest lives where
+// its record says, so Settle confirms it, which frees this hold and
+// clears the record's resize too.
+func (au *audit) settleHold(ctx context.Context, c *ledger.Claim) bool {
+	if c.State != ledger.StateHeld || au.a.Settler == nil || au.res.DryRun {
+		return false
+	}
+	home, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
+	if err != nil || home.ClaimID == "" {
+		return false
+	}
+	return au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: home.Host, ClaimID: home.ClaimID}) == nil
 }
 
 // recheck reads the claim and, for a committed one, its instance record
@@ -282,32 +386,33 @@ func (au *audit) recheck(ctx context.Context, c *ledger.Claim) string {
 }
 
 // guarded looks at the claim's instance on the host and returns why the
-// claim is kept ("" when no domain of the instance uses its pCPUs). A
-// guest that runs pinned to exactly the claim, and nowhere else, had its
-// operation interrupted after it started there: the audit starts Settle
-// to finish that operation forwards.
-func (au *audit) guarded(ctx context.Context, c *ledger.Claim) string {
+// claim is kept ("" when no domain of the instance uses its pCPUs), with
+// the drift to report when a domain uses them. A guest that runs pinned
+// to exactly the claim, and nowhere else, had its operation interrupted
+// after it started there: the audit starts Settle to finish that
+// operation forwards.
+func (au *audit) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) {
 	dom, err := au.a.Driver.Lookup(ctx, c.Host, c.InstanceUUID)
 	switch {
 	case errors.Is(err, hypervisor.ErrNotFound):
-		return ""
+		return "", nil
 	case err != nil:
 		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
-		return KeptDoubt
+		return KeptDoubt, nil
 	case dom.State == hypervisor.StateShutoff:
 		// A shut-off domain uses no pCPU; only an operation, which
 		// claims first, starts it again.
-		return ""
+		return "", nil
 	}
 	want := claimCPUs(c)
 	pins, err := xmlpatch.Read(dom.XML)
 	if err != nil {
 		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
-		return KeptDoubt
+		return KeptDoubt, nil
 	}
 	used := pins.HostCPUs().Intersection(au.pinnable)
 	if !used.Intersects(want) {
-		return ""
+		return "", nil
 	}
 	d := Drift{Kind: DriftClaimInUse, Instance: c.InstanceUUID, ClaimID: c.ID, CPUs: used.Intersection(want).String(),
 		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its pCPUs %s", c.State, c.ID, dom.Name, dom.State, used.Intersection(want))}
@@ -321,8 +426,7 @@ func (au *audit) guarded(ctx context.Context, c *ledger.Claim) string {
 			kept = KeptSettling
 		}
 	}
-	au.inUse = append(au.inUse, d)
-	return kept
+	return kept, &d
 }
 
 // InstanceWorkflowID is the one workflow id every operation on the guest

@@ -22,7 +22,8 @@ func claimCPUs(c *ledger.Claim) numa.CPUSet {
 
 // drift compares the host's domains and their pins with the snapshot's
 // claims (less those just freed).
-func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervisor.Domain, freed map[string]bool) {
+func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervisor.Domain, j judged) {
+	freed := j.freed
 	var pinnable numa.CPUSet
 	for _, c := range snap.Topology.Cells {
 		pinnable = pinnable.Union(c.PCPUs)
@@ -50,7 +51,7 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 		// A resident guest whose hypervisor returns the very document
 		// pinflow defined carries its claim's pins and nothing else: no
 		// drift is possible, so its XML need not be parsed again.
-		if digest, ok := au.resident[d.UUID]; ok && digest != "" && digest == ledger.DomainDigest(d.XML) {
+		if digest, ok := j.resident[d.UUID]; ok && digest != "" && digest == ledger.DomainDigest(d.XML) {
 			continue
 		}
 		pins, err := xmlpatch.Read(d.XML)
@@ -110,7 +111,7 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 		found = append(found, Drift{Kind: DriftClaimWithoutDomain, Instance: c.InstanceUUID, ClaimID: c.ID,
 			CPUs: claimCPUs(c).String(), Detail: fmt.Sprintf("committed claim %s has no domain on %s", c.ID, snap.Host)})
 	}
-	found = append(found, au.inUse...)
+	found = append(found, j.inUse...)
 	for i := range found {
 		f := &found[i]
 		au.res.Tally.Drift.Add(f.Kind, 1)
