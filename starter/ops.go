@@ -76,7 +76,7 @@ func boot(args []string, stdout io.Writer) error {
 		id := uuid.NewString()
 		in := workflows.BootInput{UUID: id, Name: *name, Flavor: flavor, Host: *host}
 		summary := fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", *name, *vcpus, *memory)
-		return runOp(a, stdout, of, id, workflows.OpBoot, workflows.Boot, in, summary, "", *host)
+		return runOp(a, stdout, of, id, opPlan{op: workflows.OpBoot, wf: workflows.Boot, input: in, summary: summary, dest: *host})
 	})
 }
 
@@ -86,8 +86,8 @@ type opPlan struct {
 	input        any
 	summary      string
 	source, dest string
-	// op and wf, when set, replace the command's operation and workflow
-	// (migrate --cold starts a Resize).
+	// op and wf are the operation and its workflow; a plan that leaves wf
+	// unset runs the command's own (migrate --cold sets a Resize).
 	op workflows.Operation
 	wf any
 }
@@ -111,10 +111,10 @@ func guestOp(fs *flag.FlagSet, args []string, stdout io.Writer, op workflows.Ope
 		if err != nil {
 			return err
 		}
-		if p.wf != nil {
-			op, wf = p.op, p.wf
+		if p.wf == nil {
+			p.op, p.wf = op, wf
 		}
-		return runOp(a, stdout, of, uuid, op, wf, p.input, p.summary, p.source, p.dest)
+		return runOp(a, stdout, of, uuid, p)
 	})
 }
 
@@ -392,27 +392,26 @@ func checkTarget(a *app, host string) error {
 	return nil
 }
 
-// runOp starts the operation under the guest's workflow id and, with
-// --wait, follows it to the end.
-func runOp(a *app, stdout io.Writer, of opFlags, uuid string, op workflows.Operation, wf, input any, summary, src, dst string) error {
-	p := opPlan{input: input, summary: summary, source: src, dest: dst}
-	run, err := startOp(a, uuid, op, wf, p)
+// runOp starts the operation p plans under the guest's workflow id and,
+// with --wait, follows it to the end.
+func runOp(a *app, stdout io.Writer, of opFlags, uuid string, p opPlan) error {
+	run, err := startOp(a, uuid, p.op, p.wf, p)
 	if err != nil {
 		return err
 	}
 	id := run.GetID()
 	if !*of.wait {
 		if *of.json {
-			return writeJSON(stdout, map[string]string{"uuid": uuid, "workflow_id": id, "run_id": run.GetRunID(), "operation": string(op)})
+			return writeJSON(stdout, map[string]string{"uuid": uuid, "workflow_id": id, "run_id": run.GetRunID(), "operation": string(p.op)})
 		}
-		fmt.Fprintf(stdout, "%s %s started: workflow %s run %s\n", op, uuid, id, run.GetRunID())
+		fmt.Fprintf(stdout, "%s %s started: workflow %s run %s\n", p.op, uuid, id, run.GetRunID())
 		return nil
 	}
 	c, err := a.client()
 	if err != nil {
 		return err
 	}
-	return follow(a, c, stdout, of, run, uuid, op)
+	return follow(a, c, stdout, of, run, uuid, p.op)
 }
 
 // startOp starts the operation p plans under the guest's workflow id.
