@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -23,7 +23,7 @@ type Activities struct {
 	Ledger *ledger.Ledger
 	Driver hypervisor.Driver
 	// Domain says what kind of guest a boot defines.
-	Domain domain.Options
+	Domain guestxml.Options
 	// ProgressEvery is how often Migrate heartbeats its progress.
 	ProgressEvery time.Duration
 	// Owners tells the ledger audit whether a claim's workflow is open.

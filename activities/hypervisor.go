@@ -9,7 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/xmlpatch"
@@ -356,7 +356,7 @@ func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
 		if err != nil {
 			return "", classify(err)
 		}
-		if base, err = domain.New(inst.Name, inst.UUID, req, &in.Placement, a.Domain); err != nil {
+		if base, err = guestxml.New(inst.Name, inst.UUID, req, &in.Placement, a.Domain); err != nil {
 			return "", classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
 		}
 	}

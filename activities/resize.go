@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -186,14 +186,14 @@ func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (stri
 // resizedXML is the domain XML of the guest with its new flavor, pinned
 // to p: the old definition with the new vCPUs, memory and guest cells (a
 // resize), or the old one as it was (a cold migration), patched for p.
-func resizedXML(r *ledger.ResizeRecord, p *numa.Placement, o domain.Options) (string, error) {
+func resizedXML(r *ledger.ResizeRecord, p *numa.Placement, o guestxml.Options) (string, error) {
 	base := r.OldDomainXML
 	if !r.Cold {
 		req, err := r.NewFlavor.Request()
 		if err != nil {
 			return "", classify(err)
 		}
-		if base, err = domain.Resize(base, req, p, o); err != nil {
+		if base, err = guestxml.Resize(base, req, p, o); err != nil {
 			return "", classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
 		}
 	}

@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -37,7 +37,7 @@ type (
 	// SimConfig configures the simulated hypervisor.
 	SimConfig = sim.Config
 	// DomainOptions say what kind of guest a boot defines.
-	DomainOptions = domain.Options
+	DomainOptions = guestxml.Options
 	// LibvirtConfig configures the libvirt driver.
 	LibvirtConfig = libvirt.Config
 )

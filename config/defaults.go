@@ -2,7 +2,7 @@ package config
 
 import (
 	"github.com/pinflow/pinflow/activities"
-	"github.com/pinflow/pinflow/domain"
+	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -29,7 +29,7 @@ func defaults() Config {
 			ProgressInterval: libvirt.DefaultProgressInterval,
 			AbortTimeout:     libvirt.DefaultAbortTimeout,
 		},
-		DomainOptions: DomainOptions{Type: domain.DefaultType, Emulator: domain.DefaultEmulator, Machine: domain.DefaultMachine},
+		DomainOptions: DomainOptions{Type: guestxml.DefaultType, Emulator: guestxml.DefaultEmulator, Machine: guestxml.DefaultMachine},
 		Driver:        DriverSim,
 		Reconcile:     Reconcile{Concurrency: workflows.DefaultReconcileConcurrency},
 		Placement:     Placement{PollInterval: placement.DefaultPollInterval, SweepInterval: placement.DefaultSweepInterval},

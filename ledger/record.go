@@ -3,17 +3,17 @@ package ledger
 import (
 	"strconv"
 
-	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/internal/jsonenc"
 )
 
 // appendJSON appends c's record as encoding/json writes a Claim, by hand:
 // every claim writes one, and reflection cost more than the claim's fit.
 func (c *Claim) appendJSON(b []byte) []byte {
 	b = append(b, `{"state":`...)
-	b = numa.AppendJSONString(b, string(c.State))
+	b = jsonenc.AppendString(b, string(c.State))
 	if c.CommittedAt != nil {
 		b = append(b, `,"committed_at":`...)
-		b = numa.AppendJSONTime(b, *c.CommittedAt)
+		b = jsonenc.AppendTime(b, *c.CommittedAt)
 	}
 	for _, f := range [...]struct{ name, value string }{
 		{"id", c.ID}, {"host", c.Host}, {"instance_uuid", c.InstanceUUID}, {"kind", string(c.Kind)},
@@ -22,10 +22,10 @@ func (c *Claim) appendJSON(b []byte) []byte {
 		b = append(b, `,"`...)
 		b = append(b, f.name...)
 		b = append(b, `":`...)
-		b = numa.AppendJSONString(b, f.value)
+		b = jsonenc.AppendString(b, f.value)
 	}
 	b = append(b, `,"created_at":`...)
-	b = numa.AppendJSONTime(b, c.CreatedAt)
+	b = jsonenc.AppendTime(b, c.CreatedAt)
 	b = append(b, `,"generation":`...)
 	b = strconv.AppendInt(b, c.Generation, 10)
 	b = append(b, `,"placement":`...)

@@ -1,12 +1,11 @@
 package numa
 
 import (
-	"encoding/json"
 	"math/bits"
 	"slices"
 	"strconv"
-	"time"
-	"unicode/utf8"
+
+	"github.com/pinflow/pinflow/internal/jsonenc"
 )
 
 // The JSON of placements and usages is written by hand: a claim record
@@ -183,30 +182,5 @@ func appendStringOrNull(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return AppendJSONString(b, s)
-}
-
-// AppendJSONString appends s as a JSON string, escaped as encoding/json
-// escapes it.
-func AppendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= utf8.RuneSelf {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// AppendJSONTime appends t as encoding/json writes a time.Time.
-func AppendJSONTime(b []byte, t time.Time) []byte {
-	if y := t.Year(); y < 0 || y > 9999 {
-		q, _ := json.Marshal(t)
-		return append(b, q...)
-	}
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
+	return jsonenc.AppendString(b, s)
 }

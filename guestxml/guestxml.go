@@ -1,8 +1,8 @@
-// Package domain writes the libvirt domain XML of a new guest from its
+// Package guestxml writes the libvirt domain XML of a new guest from its
 // flavor: vCPUs, memory, guest NUMA cells and huge pages. Pinning is not its
 // job: xmlpatch writes a placement's <cputune> and <numatune> into the
 // document this package makes.
-package domain
+package guestxml
 
 import (
 	"fmt"
