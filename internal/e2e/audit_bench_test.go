@@ -76,6 +76,9 @@ func BenchmarkAuditFleet(b *testing.B) {
 	}
 	b.Logf("setup: %d hosts, %d guests in %s", hosts, (hosts+9)/10, time.Since(setup).Round(time.Millisecond))
 
+	if err := workflows.RegisterSearchAttributes(ctx, temporal.Client.OperatorService(), temporal.Namespace); err != nil {
+		b.Fatal(err)
+	}
 	const queue = "bench-audit"
 	w := worker.New(temporal.Client, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
 	w.RegisterWorkflow(workflows.Reconcile)
