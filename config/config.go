@@ -90,7 +90,9 @@ type Steps struct {
 
 // Temporal is how to reach the Temporal frontend.
 type Temporal struct {
-	// Address is the Temporal frontend's host:port.
+	// Address is the Temporal frontend's host:port, or the frontends of
+	// one cluster, comma-separated: calls then spread over those that
+	// answer, so losing one does not stop the worker or the CLI.
 	Address string `envconfig:"TEMPORAL_ADDRESS" default:"127.0.0.1:7233"`
 	// Namespace is the Temporal namespace pinflow's workflows run in.
 	Namespace string `envconfig:"TEMPORAL_NAMESPACE" default:"default"`
@@ -160,6 +162,9 @@ func Load() (*Config, error) {
 	if err := c.Operations.check(); err != nil {
 		return nil, err
 	}
+	if _, err := c.Temporal.frontends(); err != nil {
+		return nil, err
+	}
 	return &c, nil
 }
 
@@ -171,7 +176,12 @@ func Logger() *slog.Logger {
 // Dial connects to Temporal; extra options (WithTelemetry) adjust the
 // client. Its error is one line naming the address.
 func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*client.Options)) (client.Client, error) {
-	opts := client.Options{HostPort: c.Address, Namespace: c.Namespace}
+	hostPort, dialOpts, err := c.Temporal.dialTarget()
+	if err != nil {
+		return nil, err
+	}
+	opts := client.Options{HostPort: hostPort, Namespace: c.Namespace}
+	opts.ConnectionOptions.DialOptions = dialOpts
 	for _, f := range extra {
 		f(&opts)
 	}
@@ -200,7 +210,7 @@ func (c *Config) Dial(ctx context.Context, logger *slog.Logger, extra ...func(*c
 // tlsConfig is the TLS configuration of the Temporal connection, its
 // files checked as the Redis connection's are.
 func (c *Config) tlsConfig() (*tls.Config, error) {
-	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Temporal.TLSServerName}
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.Temporal.serverName()}
 	if err := c.temporalTLSFiles().Load(t); err != nil {
 		return nil, err
 	}

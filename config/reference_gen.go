@@ -27,7 +27,7 @@ var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/config.Steps.ShutdownTimeout":               "ShutdownTimeout is how long a shelve-offload waits for the guest to power itself off before it destroys it.",
 	"github.com/pinflow/pinflow/config.Steps.WorkerStopTimeout":             "WorkerStopTimeout is how long a stopping worker lets running activities finish; a live migration is handed to the next attempt instead of being aborted.",
 	"github.com/pinflow/pinflow/config.Temporal.APIKey":                     "APIKey authenticates to Temporal Cloud or a server that takes keys; it implies TLS.",
-	"github.com/pinflow/pinflow/config.Temporal.Address":                    "Address is the Temporal frontend's host:port.",
+	"github.com/pinflow/pinflow/config.Temporal.Address":                    "Address is the Temporal frontend's host:port, or the frontends of one cluster, comma-separated: calls then spread over those that answer, so losing one does not stop the worker or the CLI.",
 	"github.com/pinflow/pinflow/config.Temporal.Namespace":                  "Namespace is the Temporal namespace pinflow's workflows run in.",
 	"github.com/pinflow/pinflow/config.Temporal.TLS":                        "TLS turns on TLS; TLSCA, TLSCert and TLSKey are PEM files (a client certificate makes it mTLS), TLSServerName overrides the name checked.",
 	"github.com/pinflow/pinflow/config.Temporal.TLSCA":                      "TLS turns on TLS; TLSCA, TLSCert and TLSKey are PEM files (a client certificate makes it mTLS), TLSServerName overrides the name checked.",
