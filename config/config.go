@@ -253,11 +253,19 @@ func (c *Config) LibvirtRegistry(rdb redis.UniversalClient) *libvirt.Registry {
 	return libvirt.NewRegistry(rdb, c.RedisConfig.KeyPrefix)
 }
 
-// Simulator returns the simulated hypervisor on rdb.
+// Simulator returns the simulated hypervisor on rdb, or on the server
+// PINFLOW_SIM_REDIS_URL names.
 func (c *Config) Simulator(rdb redis.UniversalClient) (*sim.Driver, error) {
 	opts, err := c.SimConfig.Options()
 	if err != nil {
 		return nil, err
+	}
+	if c.SimConfig.RedisURL != "" {
+		own, err := ledger.Config{URL: c.SimConfig.RedisURL}.NewClient(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("config: %s_SIM_REDIS_URL: %w", Prefix, err)
+		}
+		rdb = own
 	}
 	return sim.New(rdb, opts), nil
 }

@@ -51,6 +51,7 @@ var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.Latencies":            "Latencies overrides Latency per operation: \"start:2s,migrate:30s\".",
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.Latency":              "Latency is the duration of every operation, e.g. \"500ms\".",
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.MigrateSeconds":       "MigrateSeconds, when set, is the total duration of a migration; it overrides Latency and Latencies for migrate.",
+	"github.com/pinflow/pinflow/hypervisor/sim.Config.RedisURL":             "RedisURL is a redis:// URL of a server that keeps the simulated hypervisors apart from the ledger's Redis, as real hypervisors are, so that a failover of the ledger's Redis cannot lose a simulated guest; empty keeps them in the ledger's Redis.",
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.Seed":                 "Seed seeds the draws of rate faults; 0 picks a random seed.",
 	"github.com/pinflow/pinflow/hypervisor/sim.Config.StaleMigration":       "StaleMigration is how long a migration may copy without progress before it counts as dead (the worker driving it died) and the next call that reads the guest rolls it back, leaving the guest on its source. At least 1s, since a live migration makes progress every 250ms and a slow Redis delays that; 0 means the default.",
 	"github.com/pinflow/pinflow/ledger.Config.Addrs":                        "Addrs are host:port seed addresses of a Redis Cluster.",

@@ -93,6 +93,11 @@ func (f Fault) check() error {
 type Config struct {
 	// KeyPrefix starts every Redis key of the simulator.
 	KeyPrefix string `envconfig:"SIM_KEY_PREFIX"`
+	// RedisURL is a redis:// URL of a server that keeps the simulated
+	// hypervisors apart from the ledger's Redis, as real hypervisors are,
+	// so that a failover of the ledger's Redis cannot lose a simulated
+	// guest; empty keeps them in the ledger's Redis.
+	RedisURL string `envconfig:"SIM_REDIS_URL"`
 	// Latency is the duration of every operation, e.g. "500ms".
 	Latency time.Duration `envconfig:"SIM_LATENCY" default:"0s"`
 	// Latencies overrides Latency per operation: "start:2s,migrate:30s".
