@@ -21,7 +21,7 @@ import (
 func (s *stack) checkClaims(ctx context.Context, uuid, host string) (*ledger.Instance, []string, redis.UniversalClient) {
 	t := s.t
 	t.Helper()
-	led, rdb, err := ledger.Open(ctx, ledger.Config{URL: s.redisURL})
+	led, rdb, err := ledger.Open(ctx, s.redisConfig)
 	if err != nil {
 		t.Fatal(err)
 	}

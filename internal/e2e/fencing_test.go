@@ -18,7 +18,7 @@ func (s *stack) waitClosed(uuid string) guest {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_ = s.temporal.Client.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, nil)
+	_ = s.tc.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, nil)
 	return s.guest(uuid)
 }
 
@@ -26,7 +26,7 @@ func (s *stack) waitClosed(uuid string) guest {
 // running domains.
 func (s *stack) noDoublePins(hosts ...string) {
 	s.t.Helper()
-	led, rdb, err := ledger.Open(context.Background(), ledger.Config{URL: s.redisURL})
+	led, rdb, err := ledger.Open(context.Background(), s.redisConfig)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestHistoriesReplay(t *testing.T) {
 	}
 	s.jsonOf(&audit, "reconcile", "--grace", "0")
 	var res workflows.ReconcileResult
-	if err := s.temporal.Client.GetWorkflow(context.Background(), audit.WorkflowID, "").Get(context.Background(), &res); err != nil {
+	if err := s.tc.GetWorkflow(context.Background(), audit.WorkflowID, "").Get(context.Background(), &res); err != nil {
 		t.Fatalf("reconcile %s: %v", audit.WorkflowID, err)
 	}
 	if len(res.Hosts) != 2 || res.Total.Freed.Total() != 0 || res.Total.Errors != 0 {
@@ -110,7 +110,7 @@ func (s *stack) history(uuid string) *historypb.History {
 // historyOf returns the full history of the workflow id's latest run.
 func (s *stack) historyOf(id string) *historypb.History {
 	s.t.Helper()
-	it := s.temporal.Client.GetWorkflowHistory(context.Background(), id, "", false,
+	it := s.tc.GetWorkflowHistory(context.Background(), id, "", false,
 		enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	h := &historypb.History{}
 	for it.HasNext() {

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -57,8 +56,16 @@ type chaos struct {
 	// idle, when set, rests each guest up to this long between its
 	// operations, so that a drain finds some guests at rest.
 	idle time.Duration
+	// calm leaves out the hypervisor faults, so that every operation that
+	// is not interrupted must succeed.
+	calm bool
+	// events happen once each, at their offset from the start of the run:
+	// a node killed, a Redis master lost, workers restarted.
+	events []chaosEvent
 
 	mu         sync.Mutex
+	begun      time.Time
+	spans      []span
 	finished   int
 	uuids      []string
 	drainIDs   []string
@@ -74,6 +81,19 @@ type chaos struct {
 	unreadable atomic.Int64
 }
 
+// chaosEvent is something done to the deployment during a chaos run.
+type chaosEvent struct {
+	at   time.Duration
+	what string
+	do   func()
+}
+
+// span is when one operation ran, from its start to its result.
+type span struct {
+	op         string
+	start, end time.Time
+}
+
 // newChaos starts a stack with hosts h0.. of two cells of cores pCPUs
 // each; a durable Redis (an fsync per write) when it is to be restarted.
 func newChaos(t *testing.T, hosts, cores int, durable bool) *chaos {
@@ -81,8 +101,13 @@ func newChaos(t *testing.T, hosts, cores int, durable bool) *chaos {
 	if durable {
 		opts = append(opts, testenv.AppendOnly())
 	}
-	s := newStackWith(t, opts)
-	c := &chaos{s: s, t: t, tc: s.temporal.Client, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
+	return chaosOn(newStackWith(t, opts), hosts, cores)
+}
+
+// chaosOn is a chaos run on a stack already started.
+func chaosOn(s *stack, hosts, cores int) *chaos {
+	t := s.t
+	c := &chaos{s: s, t: t, tc: s.tc, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
 		outcomes: map[string]int{}, seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv("PINFLOW_CHAOS_SEED"); v != "" {
 		fmt.Sscan(v, &c.seed)
@@ -93,16 +118,12 @@ func newChaos(t *testing.T, hosts, cores int, durable bool) *chaos {
 		c.hosts = append(c.hosts, h)
 		s.ok("host", "add", h, "--cells", "2", "--cores", fmt.Sprint(cores), "--memory-mb", "16384")
 	}
-	ropts, err := redis.ParseURL(s.redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(ropts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := s.redisClient()
+	var err error
 	if c.led, err = ledger.New(rdb, ledger.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	c.drv = sim.New(rdb, sim.Options{})
+	c.drv = s.simulator()
 	return c
 }
 
@@ -119,6 +140,9 @@ func (c *chaos) slow(ctx context.Context) {
 		}
 	}
 	for _, h := range c.hosts {
+		if c.calm {
+			break
+		}
 		for op, rate := range map[sim.Op]float64{sim.OpMigrate: 0.1, sim.OpStart: 0.1, sim.OpPrepare: 0.05} {
 			if err := c.drv.SetFault(ctx, h, op, sim.Fault{Rate: rate}); err != nil {
 				c.t.Fatal(err)
@@ -272,6 +296,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
 		}
 		id := activities.InstanceWorkflowID(uuid)
+		began := time.Now()
 		run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: c.queue,
 			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
@@ -330,6 +355,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			time.Sleep(time.Duration(rng.Int64N(int64(c.idle))))
 		}
 		c.mu.Lock()
+		c.spans = append(c.spans, span{op: string(op), start: began, end: time.Now()})
 		c.outcomes[string(op)+" "+how+"->"+outcome]++
 		c.finished++
 		if c.finished%500 == 0 {
@@ -464,7 +490,21 @@ func (c *chaos) run() {
 		c.s.redis.Restart(c.t)
 		c.restarts.Add(1)
 	})
-	deadline := time.Now().Add(c.window)
+	c.begun = time.Now()
+	for _, e := range c.events {
+		bg.Add(1)
+		go func() {
+			defer bg.Done()
+			select {
+			case <-stop:
+				c.report("the run ended before %s at %s", e.what, e.at)
+			case <-time.After(e.at):
+				c.t.Logf("%s: %s", e.at, e.what)
+				e.do()
+			}
+		}()
+	}
+	deadline := c.begun.Add(c.window)
 	var ops sync.WaitGroup
 	for slot := range c.slots {
 		ops.Add(1)

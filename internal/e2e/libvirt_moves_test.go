@@ -283,7 +283,7 @@ func lvmClosed(s *stack, uuid string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	id := activities.InstanceWorkflowID(uuid)
-	d, err := s.temporal.Client.DescribeWorkflow(ctx, id, "")
+	d, err := s.tc.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return nil // not started yet, or the server is slow: keep polling
 	}
@@ -291,7 +291,7 @@ func lvmClosed(s *stack, uuid string) error {
 	if st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return nil
 	}
-	werr := s.temporal.Client.GetWorkflow(ctx, id, "").Get(ctx, nil)
+	werr := s.tc.GetWorkflow(ctx, id, "").Get(ctx, nil)
 	return fmt.Errorf("workflow %s is %s: %v", id, st, werr)
 }
 
@@ -299,7 +299,7 @@ func lvmClosed(s *stack, uuid string) error {
 func lvmResult(s *stack, uuid string, res any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	return s.temporal.Client.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, res)
+	return s.tc.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, res)
 }
 
 // lvmHostScript runs deploy/libvirt-host.sh cmd for h, as testenv does:

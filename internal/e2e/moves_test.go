@@ -201,7 +201,7 @@ func TestResizeTerminatedInVerify(t *testing.T) {
 	s, vmA, _ := twoHosts(t)
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
 	s.waitResized(vmA)
-	if err := s.temporal.Client.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
+	if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2500 * time.Millisecond)
@@ -347,7 +347,7 @@ func TestEvacuationInterrupted(t *testing.T) {
 
 	s.ok("evacuate", vmA)
 	s.eventually("the rebuild on b", time.Minute, func() bool { return s.claimStates("b", vmA) == "evacuation-dest/pending" })
-	if err := s.temporal.Client.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
+	if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(12 * time.Second) // the start finishes or is abandoned, and the minimum grace passes

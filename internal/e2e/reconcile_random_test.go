@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
@@ -42,17 +41,13 @@ func TestReconcileRandomized(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	opts, err := redis.ParseURL(s.redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
+	rdb := s.redisClient()
 	defer rdb.Close()
 	led, err := ledger.New(rdb, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := sim.New(rdb, sim.Options{})
+	drv := s.simulator()
 	for _, h := range hosts {
 		for op, rate := range map[sim.Op]float64{sim.OpMigrate: 0.2, sim.OpStart: 0.15, sim.OpPrepare: 0.1, sim.OpStop: 0.05} {
 			if err := drv.SetFault(ctx, h, op, sim.Fault{Rate: rate}); err != nil {
@@ -63,7 +58,7 @@ func TestReconcileRandomized(t *testing.T) {
 	if err := drv.SetLatency(ctx, "", sim.OpMigrate, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	tc := s.temporal.Client
+	tc := s.tc
 	queue := "e2e-" + strings.ReplaceAll(t.Name(), "/", "-")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

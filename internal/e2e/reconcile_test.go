@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -85,7 +84,7 @@ func TestReconcileFreesTerminatedOwner(t *testing.T) {
 	s.ok("migrate", vmA, "--dest", "b")
 	s.waitDestClaim("b", vmA)
 	ctx := context.Background()
-	if err := s.temporal.Client.TerminateWorkflow(ctx, activities.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
+	if err := s.tc.TerminateWorkflow(ctx, activities.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.pinned("b"); got != "0-3" {
@@ -170,11 +169,7 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	ctx := context.Background()
-	opts, err := redis.ParseURL(s.redisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
+	rdb := s.redisClient()
 	defer rdb.Close()
 	led, err := ledger.New(rdb, ledger.Options{})
 	if err != nil {
@@ -185,7 +180,7 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := worker.New(s.temporal.Client, canTaskQueue, worker.Options{})
+	w := worker.New(s.tc, canTaskQueue, worker.Options{})
 	w.RegisterWorkflowWithOptions(claimThenContinue, workflow.RegisterOptions{Name: "E2EClaimThenContinue"})
 	w.RegisterActivityWithOptions(func(ctx context.Context, wfID, firstRun string) error {
 		_, err := led.Claim(ctx, ledger.ClaimSpec{ID: "can-" + firstRun, Host: "a", InstanceUUID: uuid, Kind: ledger.KindUnshelve,
@@ -196,12 +191,12 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	run, err := s.temporal.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "e2e-continue-as-new", TaskQueue: canTaskQueue}, "E2EClaimThenContinue", false)
+	run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "e2e-continue-as-new", TaskQueue: canTaskQueue}, "E2EClaimThenContinue", false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.eventually("the workflow to continue as new", time.Minute, func() bool {
-		d, err := s.temporal.Client.DescribeWorkflow(ctx, run.GetID(), "")
+		d, err := s.tc.DescribeWorkflow(ctx, run.GetID(), "")
 		if err != nil {
 			return false
 		}
@@ -219,10 +214,10 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 	if _, err := led.GetClaim(ctx, "a", claimID); err != nil {
 		t.Errorf("after the audit the claim is gone: %v", err)
 	}
-	if err := s.temporal.Client.SignalWorkflow(ctx, run.GetID(), "", "finish", nil); err != nil {
+	if err := s.tc.SignalWorkflow(ctx, run.GetID(), "", "finish", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.temporal.Client.GetWorkflow(ctx, run.GetID(), "").Get(ctx, nil); err != nil {
+	if err := s.tc.GetWorkflow(ctx, run.GetID(), "").Get(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The owner's last attempts may still write for the minimum grace.

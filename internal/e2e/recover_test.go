@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -15,11 +13,7 @@ import (
 // data would leave it; the hypervisor's state stays.
 func (s *stack) loseHost(host string) {
 	s.t.Helper()
-	opts, err := redis.ParseURL(s.redisURL)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
+	rdb := s.redisClient()
 	defer rdb.Close()
 	ctx := context.Background()
 	keys, err := rdb.Keys(ctx, ledger.DefaultKeyPrefix+":host:{"+host+"}:*").Result()
@@ -213,11 +207,7 @@ func TestAuditRestoresAnOpenMigrationsLostClaim(t *testing.T) {
 // a Redis that lost them would; its topology and registration stay.
 func (s *stack) loseClaims(host string) {
 	s.t.Helper()
-	opts, err := redis.ParseURL(s.redisURL)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	rdb := redis.NewClient(opts)
+	rdb := s.redisClient()
 	defer rdb.Close()
 	base := ledger.DefaultKeyPrefix + ":host:{" + host + "}:"
 	if err := rdb.Del(context.Background(), base+"pins", base+"claims", base+"usage", base+"undo", base+"lease").Err(); err != nil {

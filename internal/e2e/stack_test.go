@@ -14,7 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/ledger"
 )
 
 var (
@@ -47,19 +53,29 @@ func binaries(t *testing.T) (cli, worker string) {
 	return filepath.Join(binDir, "pinflow"), filepath.Join(binDir, "pinflow-worker")
 }
 
-// stack is a real Redis, a real Temporal dev server and pinflow workers
-// with the simulated hypervisor, driven through the pinflow CLI.
+// stack is a real Redis, a real Temporal and pinflow workers with the
+// simulated hypervisor, driven through the pinflow CLI: a dev server and
+// one redis-server, or, under PINFLOW_E2E_TARGET=cluster, the cluster
+// deploy/cluster.sh runs (two Temporal nodes on PostgreSQL, a Redis
+// Cluster of three masters with a replica each) and three workers.
 type stack struct {
-	t        *testing.T
-	cli      string
-	worker   string
-	env      []string
-	temporal *testenv.Temporal
-	redis    *testenv.Redis
-	redisURL string
-	workers  []*exec.Cmd
-	logs     []*bytes.Buffer
+	t           *testing.T
+	cli         string
+	worker      string
+	env         []string
+	tc          client.Client
+	redisConfig ledger.Config
+	simRedis    *testenv.Redis // the simulated hypervisors' own; nil keeps them in redisConfig's
+	temporal    *testenv.Temporal // nil on a cluster
+	redis       *testenv.Redis    // nil on a cluster
+	cluster     *testenv.Cluster  // nil on the dev server
+	workers     []*exec.Cmd
+	logs        []*bytes.Buffer
 }
+
+// onCluster says whether the suite runs against the cluster rather than
+// the dev server.
+func onCluster() bool { return os.Getenv("PINFLOW_E2E_TARGET") == "cluster" }
 
 // newStack starts the stack; env adds or overrides worker and CLI
 // variables (PINFLOW_DRIVER=libvirt, ...).
@@ -68,20 +84,72 @@ func newStack(t *testing.T, env ...string) *stack {
 	return newStackWith(t, nil, env...)
 }
 
-// newStackWith is newStack with options for its Redis server.
+// newStackWith is newStack with options for its Redis server, which only
+// the dev server's stack has.
 func newStackWith(t *testing.T, redisOpts []testenv.RedisOption, env ...string) *stack {
+	t.Helper()
+	if onCluster() {
+		if len(redisOpts) > 0 {
+			t.Fatalf("%s needs a Redis server of its own; it does not run under PINFLOW_E2E_TARGET=cluster", t.Name())
+		}
+		return newClusterStack(t, env...)
+	}
+	s := newBareStack(t)
+	s.redis = testenv.StartRedis(t, redisOpts...)
+	s.temporal = testenv.StartTemporal(t)
+	s.tc = s.temporal.Client
+	s.redisConfig = ledger.Config{URL: s.redis.URL()}
+	s.env = append(s.env,
+		"PINFLOW_REDIS_URL="+s.redis.URL(),
+		"PINFLOW_TEMPORAL_ADDRESS="+s.temporal.Address,
+		"PINFLOW_TEMPORAL_NAMESPACE="+s.temporal.Namespace,
+	)
+	s.env = append(s.env, env...)
+	s.stopWorkersAtEnd()
+	s.startWorker()
+	return s
+}
+
+// newClusterStack starts the cluster and three workers on it; every
+// worker and CLI call gets both Temporal frontends and the Redis Cluster.
+func newClusterStack(t *testing.T, env ...string) *stack {
+	t.Helper()
+	s := newBareStack(t)
+	s.cluster = testenv.StartCluster(t)
+	for _, k := range []string{"PINFLOW_TEMPORAL_ADDRESS", "PINFLOW_TEMPORAL_NAMESPACE", "PINFLOW_REDIS_ADDRS", "PINFLOW_REDIS_WAIT_REPLICAS"} {
+		s.env = append(s.env, k+"="+s.cluster.Env[k])
+	}
+	s.env = append(s.env, env...)
+	s.redisConfig = ledger.Config{Addrs: s.cluster.RedisAddrs(), WaitReplicas: 1}
+	// The hypervisors are not the ledger: a failover of the ledger's
+	// Redis must not lose a simulated guest.
+	s.simRedis = testenv.StartRedis(t, testenv.AppendOnly())
+	s.env = append(s.env, "PINFLOW_SIM_REDIS_URL="+s.simRedis.URL())
+	var cfg config.Config
+	cfg.Address, cfg.Namespace = s.cluster.Env["PINFLOW_TEMPORAL_ADDRESS"], s.cluster.Env["PINFLOW_TEMPORAL_NAMESPACE"]
+	tc, err := cfg.Dial(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	s.tc = tc
+	s.stopWorkersAtEnd()
+	for range 3 {
+		s.startWorker()
+	}
+	return s
+}
+
+// newBareStack is a stack with its binaries and common settings, before
+// its Redis and Temporal are started; it stops its workers at the end.
+func newBareStack(t *testing.T) *stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("the end-to-end tests start Redis, Temporal and workers; skipped with -short")
 	}
 	cli, worker := binaries(t)
-	redis := testenv.StartRedis(t, redisOpts...)
-	temporal := testenv.StartTemporal(t)
-	s := &stack{t: t, cli: cli, worker: worker, temporal: temporal, redis: redis, redisURL: redis.URL()}
+	s := &stack{t: t, cli: cli, worker: worker}
 	s.env = append(os.Environ(),
-		"PINFLOW_REDIS_URL="+redis.URL(),
-		"PINFLOW_TEMPORAL_ADDRESS="+temporal.Address,
-		"PINFLOW_TEMPORAL_NAMESPACE="+temporal.Namespace,
 		"PINFLOW_TEMPORAL_TASK_QUEUE=e2e-"+strings.ReplaceAll(t.Name(), "/", "-"),
 		"PINFLOW_DRIVER=sim",
 		// Short enough for tests to wait out, long enough to matter.
@@ -92,22 +160,51 @@ func newStackWith(t *testing.T, redisOpts []testenv.RedisOption, env ...string) 
 		// a test runs and asserts on; TestScheduledAudit turns it on.
 		"PINFLOW_RECONCILE_INTERVAL=0",
 	)
-	s.env = append(s.env, env...)
-	s.startWorker()
-	t.Cleanup(func() {
+	return s
+}
+
+// stopWorkersAtEnd stops the workers when the test ends, before the Redis
+// and Temporal started before this call stop.
+func (s *stack) stopWorkersAtEnd() {
+	s.t.Cleanup(func() {
 		for _, w := range s.workers {
 			if w.ProcessState == nil {
 				w.Process.Signal(syscall.SIGTERM)
 				w.Wait()
 			}
 		}
-		if t.Failed() {
+		if s.t.Failed() {
 			for i, l := range s.logs {
-				t.Logf("worker %d log:\n%s", i, l.String())
+				s.t.Logf("worker %d log:\n%s", i, l.String())
 			}
 		}
 	})
-	return s
+}
+
+// simulator is the simulated hypervisors the stack's workers drive.
+func (s *stack) simulator() *sim.Driver {
+	s.t.Helper()
+	if s.simRedis == nil {
+		return sim.New(s.redisClient(), sim.Options{})
+	}
+	rdb, err := ledger.Config{URL: s.simRedis.URL()}.NewClient(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = rdb.Close() })
+	return sim.New(rdb, sim.Options{})
+}
+
+// redisClient is a client of the stack's Redis, closed when the test
+// ends.
+func (s *stack) redisClient() redis.UniversalClient {
+	s.t.Helper()
+	rdb, err := s.redisConfig.NewClient(context.Background())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
 }
 
 func (s *stack) startWorker() {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -37,7 +38,7 @@ func TestWebUI(t *testing.T) {
 	cli, worker := binaries(t)
 	redis := testenv.StartRedis(t)
 	temporal := testenv.StartTemporal(t, testenv.WithUI())
-	s := &stack{t: t, cli: cli, worker: worker, temporal: temporal, redisURL: redis.URL()}
+	s := &stack{t: t, cli: cli, worker: worker, temporal: temporal, tc: temporal.Client, redisConfig: ledger.Config{URL: redis.URL()}}
 	s.env = append(os.Environ(),
 		"PINFLOW_REDIS_URL="+redis.URL(),
 		"PINFLOW_TEMPORAL_ADDRESS="+temporal.Address,
