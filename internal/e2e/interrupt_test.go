@@ -325,32 +325,9 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			}
 		} else if how != "" {
 			// Anywhere in the operation: before, inside or after any step.
-			time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Second))))
-			switch how {
-			case "cancel":
-				err = c.tc.CancelWorkflow(ctx, id, run.GetRunID())
-			case "terminate":
-				err = c.tc.TerminateWorkflow(ctx, id, run.GetRunID(), "chaos")
-			}
-			var nf *serviceerror.NotFound
-			if err != nil && !errors.As(err, &nf) && !strings.Contains(err.Error(), "already completed") {
-				c.report("%s %s of %s: %v", how, op, uuid, err)
-			}
+			c.interruptRun(ctx, rng, 3*time.Second, how, run, fmt.Sprintf("%s of %s", op, uuid))
 		}
-		outcome := "ok"
-		if err := run.Get(ctx, nil); err != nil {
-			outcome = "failed"
-			if os.Getenv("PINFLOW_CHAOS_DEBUG") != "" {
-				c.t.Logf("%s %s of %s: %v", op, how, uuid, err)
-			}
-			var canceled interface{ Error() string }
-			if errors.As(err, &canceled) && strings.Contains(err.Error(), "canceled") {
-				outcome = "cancelled"
-			}
-			if strings.Contains(err.Error(), "terminated") {
-				outcome = "terminated"
-			}
-		}
+		outcome := c.outcomeOf(run.Get(ctx, nil), fmt.Sprintf("%s %s of %s", op, how, uuid))
 		if c.idle > 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(c.idle))))
 		}
@@ -364,6 +341,41 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		}
 		c.mu.Unlock()
 	}
+}
+
+// interruptRun cancels or terminates run (how) at a random moment within
+// up to, and reports an error other than the run having ended.
+func (c *chaos) interruptRun(ctx context.Context, rng *rand.Rand, upTo time.Duration, how string, run client.WorkflowRun, what string) {
+	time.Sleep(time.Duration(rng.Int64N(int64(upTo))))
+	var err error
+	switch how {
+	case "cancel":
+		err = c.tc.CancelWorkflow(ctx, run.GetID(), run.GetRunID())
+	case "terminate":
+		err = c.tc.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "chaos")
+	}
+	var nf *serviceerror.NotFound
+	if err != nil && !errors.As(err, &nf) && !strings.Contains(err.Error(), "already completed") {
+		c.report("%s %s: %v", how, what, err)
+	}
+}
+
+// outcomeOf names how a run ended from its result: ok, cancelled,
+// terminated or failed.
+func (c *chaos) outcomeOf(err error, what string) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case os.Getenv("PINFLOW_CHAOS_DEBUG") != "":
+		c.t.Logf("%s: %v", what, err)
+	}
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "terminated"):
+		return "terminated"
+	case strings.Contains(msg, "canceled"):
+		return "cancelled"
+	}
+	return "failed"
 }
 
 // drain empties a random host with a drain workflow, interrupted as an
@@ -384,17 +396,7 @@ func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
 	}
 	how := c.interrupt(rng)
 	if how != "" {
-		time.Sleep(time.Duration(rng.Int64N(int64(5 * time.Second))))
-		switch how {
-		case "cancel":
-			err = c.tc.CancelWorkflow(ctx, id, run.GetRunID())
-		case "terminate":
-			err = c.tc.TerminateWorkflow(ctx, id, run.GetRunID(), "chaos")
-		}
-		var nf *serviceerror.NotFound
-		if err != nil && !errors.As(err, &nf) && !strings.Contains(err.Error(), "already completed") {
-			c.report("%s the drain of %s: %v", how, h, err)
-		}
+		c.interruptRun(ctx, rng, 5*time.Second, how, run, "the drain of "+h)
 	}
 	// A drain that has not ended in minutes is stuck: say where, and
 	// cancel it so the run can settle.
@@ -411,19 +413,7 @@ func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
 		_ = c.tc.CancelWorkflow(ctx, id, run.GetRunID())
 		err = run.Get(ctx, nil)
 	}
-	outcome := "ok"
-	if err != nil {
-		outcome = "failed"
-		if strings.Contains(err.Error(), "canceled") {
-			outcome = "cancelled"
-		}
-		if strings.Contains(err.Error(), "terminated") {
-			outcome = "terminated"
-		}
-		if os.Getenv("PINFLOW_CHAOS_DEBUG") != "" {
-			c.t.Logf("drain %s of %s: %v", how, h, err)
-		}
-	}
+	outcome := c.outcomeOf(err, fmt.Sprintf("drain %s of %s", how, h))
 	c.drains.Add(1)
 	c.mu.Lock()
 	c.outcomes["drain "+how+"->"+outcome]++
