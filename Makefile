@@ -17,9 +17,14 @@ build:
 deps:
 	./deploy/deps.sh
 
+# Nova's scenarios and the randomized audit, run again on the cluster
+# deploy/cluster.sh starts (the TestCluster* failure tests always run on it).
+CLUSTER_SUITE := ^(TestNovaBug1845146|TestMigrationFailureLeavesTheSource|TestShelveUnshelveSpawnFailure|TestUnshelveAfterShelve|TestWorkerKilledDuringMigration|TestBadInput|TestReconcileRandomized)$$
+
 test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 45m ./...
+	PINFLOW_E2E_TARGET=cluster $(GO) test -race -count=1 -timeout 20m ./internal/e2e -run '$(CLUSTER_SUITE)'
 
 test-short:
 	$(GO) test -short -count=1 ./...
@@ -44,10 +49,12 @@ fuzz:
 bench:
 	$(GO) test ./numa -run '^$$' -bench . -benchmem -count 1
 
-# Completed live migrations per second through a real dev server with 32
-# in flight, against a bare workflow with as many no-op activities.
+# Completed live migrations per second with 32 and 128 in flight, against
+# a bare workflow with as many no-op activities: on a dev server with one
+# worker, then on the cluster (deploy/cluster.sh) with three.
 bench-e2e: deps
 	$(GO) test ./internal/e2e -run '^$$' -bench LiveMigration -benchtime 320x -count 1
+	PINFLOW_E2E_TARGET=cluster $(GO) test ./internal/e2e -run '^$$' -bench LiveMigration -benchtime 320x -count 1
 
 # A dev stack in the background: Redis, the Temporal dev server with its
 # Web UI on 8233, and a worker (see deploy/devstack.sh for the ports).
@@ -56,6 +63,15 @@ up: deps build
 
 down:
 	./deploy/devstack.sh down
+
+# The distributed deployment on this machine: PostgreSQL, two Temporal
+# nodes, a Redis Cluster of six and three workers (see deploy/cluster.sh).
+.PHONY: cluster-up cluster-down
+cluster-up: deps build
+	./deploy/cluster.sh up
+
+cluster-down:
+	./deploy/cluster.sh down
 
 # pinflow's main job on a fresh stack: hosts, pinned guests, concurrent
 # live migrations, a shelve-offload and an unshelve, invariants checked.

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what pinflow's tests and dev stack need when it is missing:
-# Debian packages (redis-server, libvirt tools) and the Temporal CLI, built
-# from the Go module proxy into bin/. Safe to run again; does nothing when
-# everything is there.
+# Debian packages (redis-server, libvirt tools, PostgreSQL) and the Temporal
+# CLI, server and SQL tool, built from the Go module proxy into bin/. Safe
+# to run again; does nothing when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TEMPORAL_CLI_VERSION=${TEMPORAL_CLI_VERSION:-v1.5.1}
+# The server of the distributed deployment (deploy/cluster.sh); its schema
+# files come from the same module.
+TEMPORAL_SERVER_VERSION=${TEMPORAL_SERVER_VERSION:-v1.29.1}
 
 need_pkgs=()
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -19,6 +22,10 @@ have xmllint || need_pkgs+=(libxml2-utils)
 have libvirtd || need_pkgs+=(libvirt-daemon libvirt-daemon-driver-qemu)
 have qemu-system-x86_64 || need_pkgs+=(qemu-system-x86)
 have virsh || need_pkgs+=(libvirt-clients)
+# deploy/cluster.sh keeps Temporal's state in a private PostgreSQL.
+if [ "${PINFLOW_NEED_CLUSTER:-1}" = 1 ] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  need_pkgs+=(postgresql)
+fi
 
 # WAITAOF (local fsync acknowledgements) needs Redis 7.2; where Debian's
 # redis-server is older (bookworm has 7.0), the durability tests run it on
@@ -63,4 +70,16 @@ mkdir -p bin
 if [ "${PINFLOW_NEED_TEMPORAL:-1}" = 1 ] && ! have temporal && [ ! -x bin/temporal ]; then
   echo "deps: building the Temporal CLI $TEMPORAL_CLI_VERSION into bin/ (about 10 minutes the first time)"
   GOBIN="$PWD/bin" go install "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
+fi
+# The Temporal server and its SQL schema tool for deploy/cluster.sh; go
+# install names them server and sql, too plain for bin/.
+if [ "${PINFLOW_NEED_CLUSTER:-1}" = 1 ]; then
+  for tool in server:cmd/server sql-tool:cmd/tools/sql; do
+    name=temporal-${tool%%:*} pkg=go.temporal.io/server/${tool#*:}
+    [ ! -x "bin/$name" ] || continue
+    echo "deps: building $name $TEMPORAL_SERVER_VERSION into bin/ (a few minutes the first time)"
+    rm -rf bin/.build && mkdir bin/.build
+    GOBIN="$PWD/bin/.build" go install "$pkg@$TEMPORAL_SERVER_VERSION"
+    mv "bin/.build/${pkg##*/}" "bin/$name" && rm -rf bin/.build
+  done
 fi

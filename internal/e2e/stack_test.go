@@ -65,7 +65,7 @@ type stack struct {
 	env         []string
 	tc          client.Client
 	redisConfig ledger.Config
-	simRedis    *testenv.Redis // the simulated hypervisors' own; nil keeps them in redisConfig's
+	simRedisURL string // the simulated hypervisors' own Redis; empty keeps them in redisConfig's
 	temporal    *testenv.Temporal // nil on a cluster
 	redis       *testenv.Redis    // nil on a cluster
 	cluster     *testenv.Cluster  // nil on the dev server
@@ -116,15 +116,15 @@ func newClusterStack(t *testing.T, env ...string) *stack {
 	t.Helper()
 	s := newBareStack(t)
 	s.cluster = testenv.StartCluster(t)
-	for _, k := range []string{"PINFLOW_TEMPORAL_ADDRESS", "PINFLOW_TEMPORAL_NAMESPACE", "PINFLOW_REDIS_ADDRS", "PINFLOW_REDIS_WAIT_REPLICAS"} {
+	// The hypervisors are not the ledger: the simulated ones keep their
+	// state in a Redis of their own, which a failover of the ledger's
+	// cannot lose.
+	for _, k := range []string{"PINFLOW_TEMPORAL_ADDRESS", "PINFLOW_TEMPORAL_NAMESPACE", "PINFLOW_REDIS_ADDRS", "PINFLOW_REDIS_WAIT_REPLICAS", "PINFLOW_SIM_REDIS_URL"} {
 		s.env = append(s.env, k+"="+s.cluster.Env[k])
 	}
 	s.env = append(s.env, env...)
 	s.redisConfig = ledger.Config{Addrs: s.cluster.RedisAddrs(), WaitReplicas: 1}
-	// The hypervisors are not the ledger: a failover of the ledger's
-	// Redis must not lose a simulated guest.
-	s.simRedis = testenv.StartRedis(t, testenv.AppendOnly())
-	s.env = append(s.env, "PINFLOW_SIM_REDIS_URL="+s.simRedis.URL())
+	s.simRedisURL = s.cluster.Env["PINFLOW_SIM_REDIS_URL"]
 	var cfg config.Config
 	cfg.Address, cfg.Namespace = s.cluster.Env["PINFLOW_TEMPORAL_ADDRESS"], s.cluster.Env["PINFLOW_TEMPORAL_NAMESPACE"]
 	tc, err := cfg.Dial(context.Background(), nil)
@@ -184,10 +184,10 @@ func (s *stack) stopWorkersAtEnd() {
 // simulator is the simulated hypervisors the stack's workers drive.
 func (s *stack) simulator() *sim.Driver {
 	s.t.Helper()
-	if s.simRedis == nil {
+	if s.simRedisURL == "" {
 		return sim.New(s.redisClient(), sim.Options{})
 	}
-	rdb, err := ledger.Config{URL: s.simRedis.URL()}.NewClient(context.Background())
+	rdb, err := ledger.Config{URL: s.simRedisURL}.NewClient(context.Background())
 	if err != nil {
 		s.t.Fatal(err)
 	}
