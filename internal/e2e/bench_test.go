@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -22,7 +23,8 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-// inFlight is how many operations the benchmarks keep running at once.
+// inFlight is how many operations the benchmarks keep running at once
+// unless they say otherwise.
 const inFlight = 32
 
 // timedDriver measures the time the hypervisor itself spends migrating.
@@ -57,16 +59,49 @@ func bareWorkflow(ctx workflow.Context, n int) error {
 }
 
 // BenchmarkLiveMigration measures completed live migrations per second
-// through a real dev server (simulated hypervisor, no latency) with 32 in
-// flight, against the ceiling in the same run: a bare workflow with as many
-// no-op activities as a migration runs. It also reports the latency pinflow
+// (simulated hypervisor, no latency) with 32 and 128 in flight, against
+// the ceiling in the same run: a bare workflow with as many no-op
+// activities as a migration runs. It also reports the latency pinflow
 // adds to one migration: the whole workflow minus the hypervisor's own
-// migrate time.
+// migrate time. It runs on a dev server and one redis-server with one
+// worker, or, under PINFLOW_E2E_TARGET=cluster, on the cluster
+// deploy/cluster.sh runs with three workers, each with its own client of
+// both frontends, and the ledger waiting for a replica of every change.
 func BenchmarkLiveMigration(b *testing.B) {
+	for _, n := range []int{inFlight, 4 * inFlight} {
+		b.Run(fmt.Sprintf("in-flight-%d", n), func(b *testing.B) { benchLiveMigration(b, n) })
+	}
+}
+
+// benchBackend starts what a benchmark runs on and returns the ledger's
+// Redis config, one Temporal client per worker (the first also starts
+// the workflows) and their namespace.
+func benchBackend(b *testing.B) (ledger.Config, []client.Client, string) {
+	if !onCluster() {
+		redis := testenv.StartRedis(b)
+		temporal := testenv.StartTemporal(b)
+		return ledger.Config{URL: redis.URL()}, []client.Client{temporal.Client}, temporal.Namespace
+	}
+	cl := testenv.StartCluster(b)
+	var cfg config.Config
+	cfg.Address, cfg.Namespace = cl.Env["PINFLOW_TEMPORAL_ADDRESS"], cl.Env["PINFLOW_TEMPORAL_NAMESPACE"]
+	var clients []client.Client
+	for range 3 {
+		tc, err := cfg.Dial(context.Background(), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(tc.Close)
+		clients = append(clients, tc)
+	}
+	return ledger.Config{Addrs: cl.RedisAddrs(), WaitReplicas: 1}, clients, cfg.Namespace
+}
+
+func benchLiveMigration(b *testing.B, inFlight int) {
 	ctx := context.Background()
-	redis := testenv.StartRedis(b)
-	temporal := testenv.StartTemporal(b)
-	led, rdb, err := ledger.Open(ctx, ledger.Config{URL: redis.URL()})
+	redisConfig, clients, namespace := benchBackend(b)
+	tc := clients[0]
+	led, rdb, err := ledger.Open(ctx, redisConfig)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,24 +123,26 @@ func BenchmarkLiveMigration(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, temporal.Client.OperatorService(), temporal.Namespace); err != nil {
+	if err := workflows.RegisterSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
 		b.Fatal(err)
 	}
 	const queue = "bench"
-	w := worker.New(temporal.Client, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration} {
-		w.RegisterWorkflow(wf)
+	for _, c := range clients {
+		w := worker.New(c, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
+		for _, wf := range []any{workflows.Boot, workflows.LiveMigration} {
+			w.RegisterWorkflow(wf)
+		}
+		w.RegisterWorkflow(bareWorkflow)
+		w.RegisterActivity(noop)
+		w.RegisterActivity(&activities.Activities{Ledger: led, Driver: drv})
+		if err := w.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer w.Stop()
 	}
-	w.RegisterWorkflow(bareWorkflow)
-	w.RegisterActivity(noop)
-	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: drv})
-	if err := w.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
 
 	start := func(id string, wf, in any) client.WorkflowRun {
-		run, err := temporal.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue,
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue,
 			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL}, wf, in)
 		if err != nil {
 			b.Fatal(err)
@@ -127,13 +164,13 @@ func BenchmarkLiveMigration(b *testing.B) {
 		err := r.Get(wctx, nil)
 		cancel()
 		if err != nil {
-			d, derr := temporal.Client.DescribeWorkflow(ctx, r.GetID(), "")
+			d, derr := tc.DescribeWorkflow(ctx, r.GetID(), "")
 			if derr == nil {
 				for _, pa := range d.RawResponse.GetPendingActivities() {
 					b.Logf("pending %s attempt %d: %v", pa.GetActivityType().GetName(), pa.GetAttempt(), pa.GetLastFailure().GetMessage())
 				}
 			}
-			it := temporal.Client.GetWorkflowHistory(ctx, r.GetID(), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			it := tc.GetWorkflowHistory(ctx, r.GetID(), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 			for it.HasNext() {
 				ev, _ := it.Next()
 				b.Logf("event %s %v", ev.GetEventType(), ev.GetWorkflowTaskFailedEventAttributes().GetFailure().GetMessage())
