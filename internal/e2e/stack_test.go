@@ -65,7 +65,7 @@ type stack struct {
 	env         []string
 	tc          client.Client
 	redisConfig ledger.Config
-	simRedisURL string // the simulated hypervisors' own Redis; empty keeps them in redisConfig's
+	simRedisURL string            // the simulated hypervisors' own Redis; empty keeps them in redisConfig's
 	temporal    *testenv.Temporal // nil on a cluster
 	redis       *testenv.Redis    // nil on a cluster
 	cluster     *testenv.Cluster  // nil on the dev server
