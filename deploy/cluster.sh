@@ -69,7 +69,7 @@ busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 alive() { # pidfile needle...: its pid runs, and its command line or environment has every needle
   local pid id n
   pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] || return 1
-  id=" $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) $(tr '\0' ' ' <"/proc/$pid/environ" 2>/dev/null) " || return 1
+  id=" $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/environ") " || return 1
   shift
   for n; do [[ $id == *" $n "* ]] || return 1; done
 }
@@ -198,7 +198,7 @@ usable() {
 node_ready() { # n: waits for the node, then for the namespace through it
   local n=$1 f
   f=127.0.0.1:$(node_port "$n")
-  temporal_alive "$n" || die "Temporal node $n exited; see $state/temporal-$n/server.log"
+  temporal_alive "$n" || { tail -n 5 "$state/temporal-$n/server.log" >&2; die "Temporal node $n exited; see $state/temporal-$n/server.log"; }
   wait_for 120 "Temporal node $n's frontend $f SERVING" serving "$f"
   wait_for 60 "Temporal node $n's services joining the membership" joined "$n"
 }
@@ -352,11 +352,15 @@ up() {
   start_postgres
   load_schema
   echo "cluster: PostgreSQL on 127.0.0.1:$base ($(took))"
-  for n in 1 2; do start_node "$n"; done
-  # Redis comes up while the Temporal nodes start
+  # Node 1 first: on a new database the first node writes the cluster's
+  # metadata and system namespace, and a second node racing it can exit.
+  # Redis comes up while node 1 starts.
+  start_node 1
   for p in $redis_ports $sim_port; do start_redis "$p"; done
   create_cluster
-  for n in 1 2; do node_ready "$n"; done
+  node_ready 1
+  start_node 2
+  node_ready 2
   wait_for 60 "namespace $namespace and the search attributes registered" register "127.0.0.1:$(node_port 1)"
   for n in 1 2; do
     fronts+=("127.0.0.1:$(node_port "$n")")

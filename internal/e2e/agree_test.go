@@ -8,7 +8,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/hypervisor"
-	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/xmlpatch"
@@ -69,7 +68,7 @@ func (s *stack) checkAgreement(uuid, host string) {
 	ctx := context.Background()
 	inst, hosts, rdb := s.checkClaims(ctx, uuid, host)
 	defer rdb.Close()
-	drv := sim.New(rdb, sim.Options{})
+	drv := s.simulator()
 	for _, h := range hosts {
 		dom, err := drv.Lookup(ctx, h, uuid)
 		switch {

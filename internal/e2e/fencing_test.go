@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/pinflow/pinflow/activities"
-	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -31,7 +30,7 @@ func (s *stack) noDoublePins(hosts ...string) {
 		s.t.Fatal(err)
 	}
 	defer rdb.Close()
-	c := &chaos{s: s, t: s.t, led: led, drv: sim.New(rdb, sim.Options{})}
+	c := &chaos{s: s, t: s.t, led: led, drv: s.simulator()}
 	for _, h := range hosts {
 		clash, err := c.doublePins(context.Background(), h)
 		if err != nil {

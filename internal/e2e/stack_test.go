@@ -66,6 +66,7 @@ type stack struct {
 	tc          client.Client
 	redisConfig ledger.Config
 	simRedisURL string            // the simulated hypervisors' own Redis; empty keeps them in redisConfig's
+	sim         *sim.Driver       // made by simulator()
 	temporal    *testenv.Temporal // nil on a cluster
 	redis       *testenv.Redis    // nil on a cluster
 	cluster     *testenv.Cluster  // nil on the dev server
@@ -181,18 +182,24 @@ func (s *stack) stopWorkersAtEnd() {
 	})
 }
 
-// simulator is the simulated hypervisors the stack's workers drive.
+// simulator is the simulated hypervisors the stack's workers drive, made
+// on first use.
 func (s *stack) simulator() *sim.Driver {
 	s.t.Helper()
+	if s.sim != nil {
+		return s.sim
+	}
 	if s.simRedisURL == "" {
-		return sim.New(s.redisClient(), sim.Options{})
+		s.sim = sim.New(s.redisClient(), sim.Options{})
+		return s.sim
 	}
 	rdb, err := ledger.Config{URL: s.simRedisURL}.NewClient(context.Background())
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.t.Cleanup(func() { _ = rdb.Close() })
-	return sim.New(rdb, sim.Options{})
+	s.sim = sim.New(rdb, sim.Options{})
+	return s.sim
 }
 
 // redisClient is a client of the stack's Redis, closed when the test

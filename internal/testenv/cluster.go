@@ -69,7 +69,8 @@ func StartCluster(t testing.TB) *Cluster {
 	})
 	start := time.Now()
 	if out, err := c.run("up"); err != nil {
-		t.Fatalf("testenv: deploy/cluster.sh up: %v\n%s", err, out)
+		t.Fatalf("testenv: deploy/cluster.sh up: %v\n%s\nnode 1:\n%s\nnode 2:\n%s", err, out,
+			c.Log("temporal-1/server.log", 15), c.Log("temporal-2/server.log", 15))
 	}
 	if c.Env, err = readEnvFile(filepath.Join(dir, "cluster.env")); err != nil {
 		t.Fatal(err)
