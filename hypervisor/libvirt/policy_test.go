@@ -350,9 +350,17 @@ func TestMigrationPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The switch is refused until the earlier call's job has set up
+		// post-copy, later under load than a fixed sleep allows.
 		time.Sleep(time.Second) // into the copy
-		if err := c.l.DomainMigrateStartPostCopy(dom, 0); err != nil {
-			t.Fatalf("switch to post-copy: %v", err)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			err := c.l.DomainMigrateStartPostCopy(dom, 0)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("switch to post-copy: %v", err)
+			}
 		}
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 			if st, _ := c.postCopyStage(ctx, dom); st == postCopyRunning {
