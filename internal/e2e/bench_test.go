@@ -14,7 +14,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
-	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -83,18 +82,11 @@ func benchBackend(b *testing.B) (ledger.Config, []client.Client, string) {
 		return ledger.Config{URL: redis.URL()}, []client.Client{temporal.Client}, temporal.Namespace
 	}
 	cl := testenv.StartCluster(b)
-	var cfg config.Config
-	cfg.Address, cfg.Namespace = cl.Env["PINFLOW_TEMPORAL_ADDRESS"], cl.Env["PINFLOW_TEMPORAL_NAMESPACE"]
 	var clients []client.Client
 	for range 3 {
-		tc, err := cfg.Dial(context.Background(), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(tc.Close)
-		clients = append(clients, tc)
+		clients = append(clients, dialCluster(b, cl))
 	}
-	return ledger.Config{Addrs: cl.RedisAddrs(), WaitReplicas: 1}, clients, cfg.Namespace
+	return clusterLedger(cl), clients, cl.Env["PINFLOW_TEMPORAL_NAMESPACE"]
 }
 
 func benchLiveMigration(b *testing.B, inFlight int) {

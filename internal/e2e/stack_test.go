@@ -124,21 +124,34 @@ func newClusterStack(t *testing.T, env ...string) *stack {
 		s.env = append(s.env, k+"="+s.cluster.Env[k])
 	}
 	s.env = append(s.env, env...)
-	s.redisConfig = ledger.Config{Addrs: s.cluster.RedisAddrs(), WaitReplicas: 1}
+	s.redisConfig = clusterLedger(s.cluster)
 	s.simRedisURL = s.cluster.Env["PINFLOW_SIM_REDIS_URL"]
-	var cfg config.Config
-	cfg.Address, cfg.Namespace = s.cluster.Env["PINFLOW_TEMPORAL_ADDRESS"], s.cluster.Env["PINFLOW_TEMPORAL_NAMESPACE"]
-	tc, err := cfg.Dial(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
-	s.tc = tc
+	s.tc = dialCluster(t, s.cluster)
 	s.stopWorkersAtEnd()
 	for range 3 {
 		s.startWorker()
 	}
 	return s
+}
+
+// clusterLedger is how the cluster's workers reach the ledger: every
+// change waits for a replica.
+func clusterLedger(cl *testenv.Cluster) ledger.Config {
+	return ledger.Config{Addrs: cl.RedisAddrs(), WaitReplicas: 1}
+}
+
+// dialCluster is a client of both of the cluster's frontends, closed when
+// the test ends.
+func dialCluster(t testing.TB, cl *testenv.Cluster) client.Client {
+	t.Helper()
+	var cfg config.Config
+	cfg.Address, cfg.Namespace = cl.Env["PINFLOW_TEMPORAL_ADDRESS"], cl.Env["PINFLOW_TEMPORAL_NAMESPACE"]
+	tc, err := cfg.Dial(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	return tc
 }
 
 // newBareStack is a stack with its binaries and common settings, before
