@@ -428,7 +428,9 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 			return nil
 		}
 		for i := range d.st.Guests {
-			if g := &d.st.Guests[i]; g.State == GuestReserved && d.inbound[g.Target] < d.in.PerTarget {
+			// A guest whose failed move still gives its slot back waits:
+			// its next move takes a slot of the same name.
+			if g := &d.st.Guests[i]; g.State == GuestReserved && g.slot == nil && d.inbound[g.Target] < d.in.PerTarget {
 				return g
 			}
 		}
@@ -482,12 +484,12 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 // workflow id, adopting its reservation; a failure releases what it did
 // not adopt and plans the guest again.
 func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
-	target := g.Target
+	target, slot := g.Target, *g.slot
 	defer func() {
 		// Given back even when cancelled; a slot left behind ends with its
 		// lease.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		_ = workflow.ExecuteActivity(d.s.ledgerStep(dctx, "give the move slot back"), a.GiveMoveSlots, []activities.MoveSlotInput{*g.slot}).Get(dctx, nil)
+		_ = workflow.ExecuteActivity(d.s.ledgerStep(dctx, "give the move slot back"), a.GiveMoveSlots, []activities.MoveSlotInput{slot}).Get(dctx, nil)
 		g.slot = nil
 		d.st.Moving--
 		d.inbound[target]--

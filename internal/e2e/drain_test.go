@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -456,5 +458,53 @@ func TestDrainsShareCloudLimits(t *testing.T) {
 		}
 	}
 	s.noDoublePins("a1", "a2", "t1", "t2")
+	s.ok("check")
+}
+
+// TestDrainRetriesFailedMoves: moves that fail on the hypervisor are
+// planned again onto another target while the other moves run, and each
+// retried guest starts its next move only after its failed one gave its
+// slot back: the drain ends with every guest moved, none twice in flight.
+func TestDrainRetriesFailedMoves(t *testing.T) {
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c", "d"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	var vms []string
+	for i := range 4 {
+		vms = append(vms, s.boot(fmt.Sprintf("V%d", i), "a", 1))
+	}
+	s.ok("sim", "fault", "--host", "b", "--op", "prepare", "--times", "100")
+	s.ok("host", "drain", "a", "--parallel", "4")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var res workflows.DrainResult
+	if err := s.tc.GetWorkflow(ctx, workflows.DrainWorkflowID("a"), "").Get(ctx, &res); err != nil {
+		t.Fatalf("the drain of a: %v", err)
+	}
+	retried := 0
+	for _, g := range res.Guests {
+		if g.State != workflows.GuestMoved {
+			t.Errorf("guest %s ended %s (%s), want moved", g.UUID, g.State, g.Error)
+		}
+		if g.Attempts > 0 {
+			retried++
+			if slices.Contains(g.Tried, g.Target) {
+				t.Errorf("guest %s moved to %s, a target its move failed on (%v)", g.UUID, g.Target, g.Tried)
+			}
+		}
+	}
+	if res.Moved != len(vms) || retried == 0 {
+		t.Errorf("the drain moved %d of %d guests, %d of them after a failed move; want all, some retried: %+v", res.Moved, len(vms), retried, res.Guests)
+	}
+	for _, g := range vms {
+		s.checkAgreement(g, hostOf(s.guest(g)))
+	}
+	for _, h := range []string{"b", "c", "d"} {
+		if n := s.claimsOfKind(h, "reservation"); n != 0 {
+			t.Errorf("host %s holds %d reservations after the drain", h, n)
+		}
+	}
+	s.noDoublePins("a", "b", "c", "d")
 	s.ok("check")
 }
