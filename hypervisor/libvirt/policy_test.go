@@ -285,10 +285,31 @@ func TestMigrationPolicy(t *testing.T) {
 	})
 
 	// breakPostCopy breaks g's post-copy migration as a network failure
-	// between the hosts would: libvirt pauses it, the guest paused on both.
+	// between the hosts would once the guest runs on the destination:
+	// libvirt pauses it, the guest paused on both. A break during the
+	// switch itself, while the device state is in flight, ends the
+	// destination's QEMU: nothing can resume that.
 	breakPostCopy := func(t *testing.T, g guest) {
 		t.Helper()
 		ctx := opContext(t)
+		dst, err := e.d.connect(ctx, "dst")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			dom, err := dst.lookup(ctx, g.uuid)
+			if err == nil {
+				st, reason, err := dst.stateReason(ctx, dom)
+				if err == nil && st == golibvirt.DomainRunning && golibvirt.DomainRunningReason(reason) == golibvirt.DomainRunningPostcopy {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("the guest never ran on the destination in post-copy (last: %v)", err)
+				return
+			}
+		}
 		c, err := e.d.connect(ctx, "src")
 		if err != nil {
 			t.Error(err)
