@@ -110,27 +110,24 @@ func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]Leftover
 // returning host and then releases its tombstone. A guest whose record
 // names the tombstone is not a leftover: it is refused.
 func (a *Activities) ClearTombstone(ctx context.Context, in Leftover) error {
-	home, err := a.Ledger.Home(ctx, in.UUID)
-	switch {
-	case errors.Is(err, ledger.ErrUnknownInstance):
-	case err != nil:
-		return classify(err)
-	case home.Host == in.Host && home.ClaimID == in.ClaimID:
-		return BadState(fmt.Sprintf("instance %s lives on %s by its record; its claim %s is no leftover", in.UUID, in.Host, in.ClaimID))
-	}
-	err = a.heartbeating(ctx, func(ctx context.Context) error {
+	return a.heartbeating(ctx, func(ctx context.Context) error {
+		var home ledger.Home
+		err := waitLedger(ctx, func(ctx context.Context) (err error) { home, err = a.Ledger.Home(ctx, in.UUID); return err })
+		switch {
+		case errors.Is(err, ledger.ErrUnknownInstance):
+		case err != nil:
+			return classify(err)
+		case home.Host == in.Host && home.ClaimID == in.ClaimID:
+			return BadState(fmt.Sprintf("instance %s lives on %s by its record; its claim %s is no leftover", in.UUID, in.Host, in.ClaimID))
+		}
 		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 			return classify(err)
 		}
 		if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 			return classify(err)
 		}
-		return nil
+		return classify(waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.Release(ctx, in.Host, in.ClaimID) }))
 	})
-	if err != nil {
-		return err
-	}
-	return classify(a.Ledger.Release(ctx, in.Host, in.ClaimID))
 }
 
 // MarkHostUp lets the returned host take claims again; it refuses while

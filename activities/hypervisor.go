@@ -40,26 +40,6 @@ func (a *Activities) lease() time.Duration {
 	return DefaultFenceLease
 }
 
-// fence renews the lease of the claim a step acts for and returns a
-// context that ends with the lease: the step must act before then. An
-// empty claim id (a run recorded before fences) is not fenced.
-func (a *Activities) fence(ctx context.Context, host, claimID, token string) (context.Context, context.CancelFunc, error) {
-	if claimID == "" {
-		return ctx, func() {}, nil
-	}
-	until, err := a.Ledger.Fence(ctx, host, claimID, token, a.lease())
-	if errors.Is(err, ledger.ErrUnknownClaim) || errors.Is(err, ledger.ErrConflict) {
-		return nil, nil, fenced(err)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	// Half the lease: the lease ends by Redis' clock, the deadline by
-	// ours, and the hypervisor call needs time to return.
-	ctx, cancel := context.WithDeadline(ctx, time.Now().Add(time.Until(until)/2))
-	return ctx, cancel, nil
-}
-
 func fenced(err error) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%v: %v", hypervisor.ErrFenced, err), ErrTypeFenced, err)
 }
@@ -136,13 +116,14 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	}
 	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: in.DestXML, Policy: a.MigrationPolicy}
 	if in.DestClaimID != "" {
+		lease := a.claimLease(in.Dest, in.DestClaimID, in.DestToken)
 		req.Fence = func(ctx context.Context) error {
-			_, err := a.Ledger.Fence(ctx, in.Dest, in.DestClaimID, in.DestToken, a.lease())
-			if errors.Is(err, ledger.ErrUnknownClaim) || errors.Is(err, ledger.ErrConflict) {
-				return fmt.Errorf("%w: %w", hypervisor.ErrFenced, err)
-			}
+			_, err := lease.renew(ctx)
 			return err
 		}
+		// Keep the lease running while the migration does, past the
+		// driver's last fence: the audit cannot free the claim under it.
+		defer lease.keep(driverCtx, a.beat())()
 	}
 	progress := make(chan hypervisor.Progress, 1)
 	done := make(chan error, 1)
@@ -162,7 +143,10 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	for {
 		select {
 		case err := <-done:
-			if errors.Is(err, hypervisor.ErrFenced) {
+			// A fence the ledger refused is final; one that failed for the
+			// ledger's silence aborted the migration, and a retry starts it
+			// again once the ledger answers.
+			if errors.Is(err, hypervisor.ErrFenced) && refused(err) {
 				return fenced(err)
 			}
 			if err != nil && attempt.Err() != nil {
@@ -187,12 +171,6 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 		case <-tick.C:
 			if activity.IsActivity(ctx) {
 				activity.RecordHeartbeat(ctx, last)
-			}
-			if req.Fence != nil {
-				// Keep the lease running while the migration does: the
-				// audit cannot free the claim under it. A failed renewal
-				// is left to the driver's own fence.
-				_ = req.Fence(driverCtx)
 			}
 		}
 	}
@@ -270,7 +248,7 @@ func (a *Activities) Offload(ctx context.Context, in DomainInput) error {
 		case err != nil:
 			return classify(err)
 		}
-		if err := a.Ledger.SetDomainXML(ctx, in.UUID, dom.XML); err != nil {
+		if err := waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.SetDomainXML(ctx, in.UUID, dom.XML) }); err != nil {
 			return classify(err)
 		}
 		return classify(a.Driver.Undefine(ctx, in.Host, in.UUID))
@@ -346,27 +324,29 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 // an attempt whose claim was freed starts nothing. It returns the XML it
 // defined.
 func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
-	inst, err := a.Ledger.Instance(ctx, in.UUID)
-	if err != nil {
-		return "", classify(err)
-	}
-	base := inst.DomainXML
-	if base == "" {
-		req, err := inst.Request.Request()
-		if err != nil {
-			return "", classify(err)
+	var xml string
+	err := a.heartbeating(ctx, func(ctx context.Context) error {
+		var inst *ledger.Instance
+		if err := waitLedger(ctx, func(ctx context.Context) (err error) { inst, err = a.Ledger.Instance(ctx, in.UUID); return err }); err != nil {
+			return classify(err)
 		}
-		if base, err = guestxml.New(inst.Name, inst.UUID, req, &in.Placement, a.Domain); err != nil {
-			return "", classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
+		base := inst.DomainXML
+		if base == "" {
+			req, err := inst.Request.Request()
+			if err != nil {
+				return classify(err)
+			}
+			if base, err = guestxml.New(inst.Name, inst.UUID, req, &in.Placement, a.Domain); err != nil {
+				return classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
+			}
 		}
-	}
-	xml := base
-	if in.Placement.HasNUMA() {
-		if xml, err = xmlpatch.Patch(base, &in.Placement); err != nil {
-			return "", classify(err)
+		xml = base
+		if in.Placement.HasNUMA() {
+			var err error
+			if xml, err = xmlpatch.Patch(base, &in.Placement); err != nil {
+				return classify(err)
+			}
 		}
-	}
-	err = a.heartbeating(ctx, func(ctx context.Context) error {
 		return a.defineAndStart(ctx, in.Host, in.UUID, xml, in.ClaimID, in.Token, true)
 	})
 	return xml, err
@@ -380,12 +360,24 @@ func (a *Activities) defineAndStart(ctx context.Context, host, uuid, xml, claimI
 	if start {
 		acts = append(acts, func(ctx context.Context) error { return a.Driver.Start(ctx, host, uuid) })
 	}
+	// An empty claim id is a run recorded before fences: not fenced.
+	var lease *claimLease
+	if claimID != "" {
+		lease = a.claimLease(host, claimID, token)
+	}
 	for _, act := range acts {
-		fctx, cancel, err := a.fence(ctx, host, claimID, token)
-		if err != nil {
-			return err
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if lease != nil {
+			until, err := lease.renew(ctx)
+			if refused(err) {
+				return fenced(err)
+			}
+			if err != nil {
+				return err
+			}
+			actx, cancel = context.WithDeadline(ctx, until)
 		}
-		err = act(fctx)
+		err := act(actx)
 		cancel()
 		if err != nil {
 			return classify(err)

@@ -70,14 +70,29 @@ type world struct {
 func newWorld(t testing.TB) *world {
 	t.Helper()
 	srv := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
-	t.Cleanup(func() { _ = rdb.Close() })
+	return newWorldOn(t, srv, srv)
+}
+
+// newWorldOn is a world whose ledger and simulated hypervisors keep their
+// state in the given servers, which may be one.
+func newWorldOn(t testing.TB, ledgerSrv, simSrv *testenv.Redis) *world {
+	t.Helper()
+	client := func(srv *testenv.Redis) *redis.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	rdb := client(ledgerSrv)
+	simRDB := rdb
+	if simSrv != ledgerSrv {
+		simRDB = client(simSrv)
+	}
 	w := &world{owners: newFakeOwners(), now: time.Now().Add(-time.Hour)}
 	led, err := ledger.New(rdb, ledger.Options{Now: w.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.led, w.drv = led, sim.New(rdb, sim.Options{})
+	w.led, w.drv = led, sim.New(simRDB, sim.Options{})
 	w.acts = &Activities{Ledger: led, Driver: w.drv, Owners: w.owners, Grace: time.Minute}
 	return w
 }

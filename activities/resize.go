@@ -150,18 +150,19 @@ type MoveResizedInput struct {
 // moves. It fences on the destination claim before the define and the
 // start. It returns the XML it defined.
 func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (string, error) {
-	inst, err := a.Ledger.Instance(ctx, in.UUID)
-	if err != nil {
-		return "", classify(err)
-	}
-	if inst.Resize == nil || inst.Resize.NewFlavor == nil {
-		return "", BadState(fmt.Sprintf("instance %s has no resize under way", in.UUID))
-	}
-	xml, err := resizedXML(inst.Resize, &in.Placement, a.Domain)
-	if err != nil {
-		return "", err
-	}
-	err = a.heartbeating(ctx, func(ctx context.Context) error {
+	var xml string
+	err := a.heartbeating(ctx, func(ctx context.Context) error {
+		var inst *ledger.Instance
+		if err := waitLedger(ctx, func(ctx context.Context) (err error) { inst, err = a.Ledger.Instance(ctx, in.UUID); return err }); err != nil {
+			return classify(err)
+		}
+		if inst.Resize == nil || inst.Resize.NewFlavor == nil {
+			return BadState(fmt.Sprintf("instance %s has no resize under way", in.UUID))
+		}
+		var err error
+		if xml, err = resizedXML(inst.Resize, &in.Placement, a.Domain); err != nil {
+			return err
+		}
 		src, err := a.Driver.Lookup(ctx, in.Source, in.UUID)
 		switch {
 		case errors.Is(err, hypervisor.ErrNotFound):

@@ -1,6 +1,11 @@
 package ledger
 
-import "errors"
+import (
+	"context"
+	"errors"
+
+	"github.com/pinflow/pinflow/numa"
+)
 
 // Sentinel errors. Every error the ledger returns for one of these causes
 // wraps the sentinel, so callers test with errors.Is; a request that fits
@@ -31,3 +36,24 @@ var (
 	// call is safe, since every change is idempotent, and waits again.
 	ErrNotDurable = errors.New("not durable")
 )
+
+// answers are the sentinels of the ledger's own answers.
+var answers = []error{ErrUnknownHost, ErrUnknownClaim, ErrUnknownInstance, ErrInvalid, ErrExists, ErrConflict, ErrHostDown}
+
+// Unavailable says whether err means that the ledger gave no answer:
+// Redis down, failing over or loading, a connection lost, or a change not
+// made durable (ErrNotDurable). Calling again is safe, and waiting for
+// Redis is all that helps. Every other error is the ledger's answer, or
+// the caller's context ending.
+func Unavailable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	for _, answer := range answers {
+		if errors.Is(err, answer) {
+			return false
+		}
+	}
+	var noFit *numa.NoFitError
+	return !errors.As(err, &noFit)
+}

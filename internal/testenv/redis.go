@@ -153,6 +153,21 @@ func (r *Redis) Restart(t testing.TB) {
 	}
 }
 
+// Stop stops the server cleanly (SIGTERM), leaving its port closed until
+// Start: an outage of the ledger, as a restart or a failover makes one.
+func (r *Redis) Stop(t testing.TB) {
+	t.Helper()
+	r.stop(syscall.SIGTERM)
+}
+
+// Start starts a server Stop stopped, on the same port and directory.
+func (r *Redis) Start(t testing.TB) {
+	t.Helper()
+	if err := r.start(); err != nil {
+		t.Fatalf("testenv: start again: %v", err)
+	}
+}
+
 // KillAndRestart kills the server with SIGKILL, as a crash would, and starts
 // it again on the same port and directory.
 func (r *Redis) KillAndRestart(t testing.TB) {

@@ -1,0 +1,156 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/internal/testenv"
+)
+
+// outageWorld is a world whose ledger has a Redis of its own, which keeps
+// what it acknowledged across a stop, and whose simulated hypervisors do
+// not stop with it.
+func outageWorld(t *testing.T) (*world, *testenv.Redis) {
+	t.Helper()
+	led := testenv.StartRedis(t, testenv.AppendOnly())
+	w := newWorldOn(t, led, testenv.StartRedis(t))
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	return w, led
+}
+
+// result runs f in the background; its error arrives on the channel.
+func result(f func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	return done
+}
+
+func waitResult(t *testing.T, what string, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatalf("%s has not returned a minute after the ledger came back", what)
+		return nil
+	}
+}
+
+// TestSpawnWaitsOutALedgerOutage: a spawn whose fence finds the ledger
+// down waits for it, starting nothing meanwhile, and then starts the
+// guest: a Redis failover costs the step time, not one of its attempts.
+func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
+	ctx := context.Background()
+	w, led := outageWorld(t)
+	u := uuidN(60)
+	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
+		t.Fatal(err)
+	}
+	c := w.claim(t, "a", "boot-run-1", u, KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	led.Stop(t)
+	done := result(func() error {
+		_, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
+		return err
+	})
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("Spawn with the ledger down returned %v, want it to wait", err)
+	default:
+	}
+	if _, err := w.drv.Lookup(ctx, "a", u); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Spawn defined the guest before its fence passed (lookup error %v)", err)
+	}
+	led.Start(t)
+	if err := waitResult(t, "Spawn", done); err != nil {
+		t.Fatalf("Spawn once the ledger is back = %v, want nil", err)
+	}
+	if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
+		t.Errorf("guest after the spawn = %+v, %v; want running", dom, err)
+	}
+}
+
+// slowMigration boots a guest on a and prepares its migration to b, which
+// takes about five seconds.
+func slowMigration(t *testing.T, w *world, n int) MigrateInput {
+	t.Helper()
+	ctx := context.Background()
+	u := uuidN(n)
+	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	destXML, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.drv.SetRates(ctx, "a", sim.Rates{TransferMiBs: 100}); err != nil {
+		t.Fatal(err)
+	}
+	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: destXML, DestClaimID: dst.ClaimID, DestToken: dst.Token}
+}
+
+// TestMigrateRidesOutALedgerOutage: the ledger is down when the migration
+// fences before its switchover; the lease its start took still holds the
+// claim, so the fence waits for the ledger instead of aborting, and the
+// migration completes.
+func TestMigrateRidesOutALedgerOutage(t *testing.T) {
+	ctx := context.Background()
+	w, led := outageWorld(t)
+	in := slowMigration(t, w, 61)
+	done := result(func() error { return w.acts.Migrate(ctx, in) })
+	time.Sleep(time.Second)
+	led.Stop(t)
+	time.Sleep(7 * time.Second) // past the end of the copy
+	led.Start(t)
+	if err := waitResult(t, "Migrate", done); err != nil {
+		t.Fatalf("Migrate across a ledger outage = %v, want nil", err)
+	}
+	if dom, err := w.drv.Lookup(ctx, "b", in.UUID); err != nil || dom.State != hypervisor.StateRunning {
+		t.Errorf("guest on the destination = %+v, %v; want running", dom, err)
+	}
+	if _, err := w.drv.Lookup(ctx, "a", in.UUID); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("guest still on the source after the migration (lookup error %v)", err)
+	}
+}
+
+// TestMigrateAbortsWhenItsLeaseRunsOut: with the ledger down for longer
+// than the lease, the fence before the switchover cannot prove the claim
+// still the migration's, so it aborts: the guest stays on its source, and
+// the error is retryable, since a retry may move it once the ledger is
+// back.
+func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
+	ctx := context.Background()
+	w, led := outageWorld(t)
+	w.acts.FenceLease = 4 * time.Second
+	in := slowMigration(t, w, 62)
+	done := result(func() error { return w.acts.Migrate(ctx, in) })
+	time.Sleep(500 * time.Millisecond)
+	led.Stop(t)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Migrate has not returned 30s into an outage longer than its lease")
+	}
+	led.Start(t)
+	var app *temporal.ApplicationError
+	if err == nil || (errors.As(err, &app) && app.NonRetryable()) {
+		t.Fatalf("Migrate whose lease ran out = %v, want a retryable error", err)
+	}
+	if dom, lerr := w.drv.Lookup(ctx, "a", in.UUID); lerr != nil || dom.State != hypervisor.StateRunning {
+		t.Errorf("guest on its source after the abort = %+v, %v; want running (Migrate: %v)", dom, lerr, err)
+	}
+	if _, lerr := w.drv.Lookup(ctx, "b", in.UUID); !errors.Is(lerr, hypervisor.ErrNotFound) {
+		t.Errorf("guest on the destination after the abort (lookup error %v)", lerr)
+	}
+	// The retry, with the ledger back, moves it.
+	if err := w.acts.Migrate(ctx, in); err != nil {
+		t.Fatalf("Migrate again with the ledger back = %v, want nil", err)
+	}
+}
