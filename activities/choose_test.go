@@ -8,6 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/placement"
 )
 
@@ -32,7 +33,7 @@ func TestChooseHost(t *testing.T) {
 			}
 			// b holds 3 guests, c 2, a 1: b is the fullest, then c.
 			for i, h := range []string{"a", "b", "b", "b", "c", "c"} {
-				w.claim(t, h, "boot-"+string(rune('0'+i)), uuidN(i), KindBoot, Owner{"wf", "run"})
+				w.claim(t, h, "boot-"+string(rune('0'+i)), uuidN(i), ledger.KindBoot, Owner{"wf", "run"})
 			}
 			if _, err := w.led.SetHostDown(ctx, "c", "psu"); err != nil {
 				t.Fatal(err)

@@ -149,10 +149,10 @@ func (a *Activities) ReleaseReservation(ctx context.Context, r Reservation) erro
 
 // AdoptInput asks for a drain's reservation as an operation's own claim.
 type AdoptInput struct {
-	Reservation Reservation `json:"reservation"`
-	UUID        string      `json:"uuid"`
-	Kind        ClaimKind   `json:"kind"`
-	Owner       Owner       `json:"owner"`
+	Reservation Reservation      `json:"reservation"`
+	UUID        string           `json:"uuid"`
+	Kind        ledger.ClaimKind `json:"kind"`
+	Owner       Owner            `json:"owner"`
 }
 
 // AdoptClaim makes the reservation the calling operation's pending claim,

@@ -42,7 +42,7 @@ func TestAuditRacingACommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := Owner{InstanceWorkflowID(u), "run-1"}
-	c := w.claim(t, "a", "boot-run-1", u, KindBoot, owner)
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
 	xml, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 			// A boot terminated right after its spawn: the guest runs on a
 			// pending claim whose owner is closed.
 			owner := Owner{InstanceWorkflowID(u), "run-1"}
-			c := w.claim(t, "a", "boot-run-1", u, KindBoot, owner)
+			c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
 			if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestAuditRespectsFenceAndMinimumGrace(t *testing.T) {
 	w.addHost(t, "a")
 	u := uuidN(3)
 	owner := Owner{"wf-" + u, "run-1"}
-	c := w.claim(t, "a", "c-"+u, u, KindBoot, owner)
+	c := w.claim(t, "a", "c-"+u, u, ledger.KindBoot, owner)
 	w.owners.set(owner.WorkflowID, longClosed)
 	if _, err := w.led.Fence(ctx, "a", c.ClaimID, c.Token, time.Hour); err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestAuditRespectsFenceAndMinimumGrace(t *testing.T) {
 
 	v := uuidN(4)
 	owner = Owner{"wf-" + v, "run-1"}
-	d := w.claim(t, "a", "c-"+v, v, KindBoot, owner)
+	d := w.claim(t, "a", "c-"+v, v, ledger.KindBoot, owner)
 	w.owners.set(owner.WorkflowID, OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-time.Second)})
 	w.acts.MinGrace = time.Minute
 	res = w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
@@ -175,7 +175,7 @@ func TestSpawnFencedOutStartsNothing(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
 	if err := w.led.Release(ctx, "a", c.ClaimID); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestSettleClaim(t *testing.T) {
 	w.addHost(t, "b")
 	u := uuidN(6)
 	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
 
 	// Nothing to settle while the guest has not moved.
 	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
@@ -249,7 +249,7 @@ func TestSettleFinishesADelete(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
 	if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/ledger"
 )
 
 // outageWorld is a world whose ledger has a Redis of its own, which keeps
@@ -53,7 +54,7 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
 	led.Stop(t)
 	done := result(func() error {
 		_, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
@@ -84,7 +85,7 @@ func slowMigration(t *testing.T, w *world, n int) MigrateInput {
 	ctx := context.Background()
 	u := uuidN(n)
 	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
 	destXML, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/ledger"
 )
 
 // TestMigrateTimeoutIsNotRetried: a migration that never converges is
@@ -24,7 +25,7 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	w.addHost(t, "b")
 	u := uuidN(40)
 	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
 	destXML, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 
 // resizeTo runs a resize of uuid from host src to dst up to VERIFY_RESIZE,
 // the way the Resize workflow does, and returns the destination claim.
-func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f Flavor) ClaimResult {
+func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f ledger.Flavor) ClaimResult {
 	t.Helper()
 	ctx := context.Background()
 	step := func(what string, err error) {
@@ -21,7 +21,7 @@ func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f Flavor
 		}
 	}
 	step("BeginResize", w.acts.BeginResize(ctx, BeginResizeInput{UUID: uuid, NewFlavor: f}))
-	c, err := w.acts.Claim(ctx, ClaimInput{Host: dst, ClaimID: "resize-dest-1", UUID: uuid, Kind: KindResizeDest,
+	c, err := w.acts.Claim(ctx, ClaimInput{Host: dst, ClaimID: "resize-dest-1", UUID: uuid, Kind: ledger.KindResizeDest,
 		Owner: Owner{InstanceWorkflowID(uuid), "resize-1"}, Flavor: f})
 	step("Claim", err)
 	step("HoldClaim", w.acts.HoldClaim(ctx, ClaimRef{Host: src, ClaimID: srcClaim}))
@@ -116,7 +116,7 @@ func TestSettleInterruptedResize(t *testing.T) {
 	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: KindResizeDest,
+	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
 		Owner: Owner{InstanceWorkflowID(u), "resize-1"}, Flavor: bigger})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 	if _, err := w.led.SetHostDown(ctx, "a", "test"); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "b", "evacuation-dest-1", u, KindEvacuationDest, Owner{InstanceWorkflowID(u), "evac-1"})
+	c := w.claim(t, "b", "evacuation-dest-1", u, ledger.KindEvacuationDest, Owner{InstanceWorkflowID(u), "evac-1"})
 	if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestMoveClearsAnInterruptedResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Terminated here. A live migration moves the guest to b.
-	dst := w.claim(t, "b", "migration-dest-1", u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
 	xml, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
 	if err != nil {
 		t.Fatal(err)

@@ -136,7 +136,7 @@ func migrationPhaseAtEnd(activityName string, args []any) string {
 	switch activityName {
 	case "Claim":
 		if len(args) == 1 {
-			if in, ok := args[0].(ClaimInput); ok && in.Kind == KindMigrationDest {
+			if in, ok := args[0].(ClaimInput); ok && in.Kind == ledger.KindMigrationDest {
 				return "accepted"
 			}
 		}

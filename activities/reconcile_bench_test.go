@@ -180,7 +180,7 @@ func benchBoot(ctx context.Context, acts *Activities, host, u string) error {
 	if _, err := acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "g-" + u[:8] + u[len(u)-4:], Flavor: testFlavor}); err != nil {
 		return err
 	}
-	c, err := acts.Claim(ctx, ClaimInput{Host: host, ClaimID: "boot-" + u, UUID: u, Kind: KindBoot,
+	c, err := acts.Claim(ctx, ClaimInput{Host: host, ClaimID: "boot-" + u, UUID: u, Kind: ledger.KindBoot,
 		Owner: Owner{WorkflowID: InstanceWorkflowID(u), FirstRunID: "closed-" + u}, Flavor: testFlavor})
 	if err != nil {
 		return err

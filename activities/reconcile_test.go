@@ -127,10 +127,10 @@ func (w *world) addHost(t testing.TB, name string) {
 	}
 }
 
-var testFlavor = Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+var testFlavor = ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 
 // claim makes a pending claim for uuid on host owned by owner.
-func (w *world) claim(t testing.TB, host, id, uuid string, kind ClaimKind, owner Owner) ClaimResult {
+func (w *world) claim(t testing.TB, host, id, uuid string, kind ledger.ClaimKind, owner Owner) ClaimResult {
 	t.Helper()
 	c, err := w.acts.Claim(context.Background(), ClaimInput{Host: host, ClaimID: id, UUID: uuid, Kind: kind, Owner: owner, Flavor: testFlavor})
 	if err != nil {
@@ -147,7 +147,7 @@ func (w *world) boot(t testing.TB, host, uuid string, owner Owner) ClaimResult {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: uuid, Name: "vm-" + uuid[:8], Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, host, "boot-"+owner.FirstRunID, uuid, KindBoot, owner)
+	c := w.claim(t, host, "boot-"+owner.FirstRunID, uuid, ledger.KindBoot, owner)
 	xml, err := w.acts.Spawn(ctx, SpawnInput{UUID: uuid, Host: host, Placement: c.Placement})
 	if err != nil {
 		t.Fatal(err)
@@ -201,31 +201,31 @@ func TestAuditHostDecisions(t *testing.T) {
 	}{
 		{"pending, owner running with its first run id", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, OwnerStatus{State: OwnerRunning, FirstRunID: "run-1", Since: old})
-			return w.claim(t, host, "c-"+u, u, KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, 0, false, KeptOwnerRunning, ""},
 		{"pending, owner runs another chain", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, OwnerStatus{State: OwnerRunning, FirstRunID: "run-2", Since: old})
-			return w.claim(t, host, "c-"+u, u, KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, 0, false, "", FreedOwnerReplaced},
 		{"pending, owner closed long ago", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, long)
-			return w.claim(t, host, "c-"+u, u, KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, time.Minute, false, "", FreedOwnerClosed},
 		{"pending, owner closed within the grace period", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-10 * time.Second)})
-			return w.claim(t, host, "c-"+u, u, KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, time.Minute, false, KeptRecentlyClosed, ""},
 		{"pending, owner not found", func(t *testing.T, host, u string) string {
-			return w.claim(t, host, "c-"+u, u, KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, time.Minute, false, "", FreedOwnerNotFound},
 		{"pending, younger than the grace period", func(t *testing.T, host, u string) string {
 			w.at(time.Now())
 			defer w.at(old)
-			return w.claim(t, host, "c-"+u, u, KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, time.Minute, false, KeptYoung, ""},
 		{"pending, owner closed, dry run", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, long)
-			return w.claim(t, host, "c-"+u, u, KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, 0, true, "", FreedOwnerClosed},
 		{"committed and resident, owner long closed", func(t *testing.T, host, u string) string {
 			w.owners.set(InstanceWorkflowID(u), long)
@@ -233,7 +233,7 @@ func TestAuditHostDecisions(t *testing.T) {
 		}, 0, false, KeptResident, ""},
 		{"committed, instance elsewhere, no workflow open", func(t *testing.T, host, u string) string {
 			w.boot(t, "elsewhere", u, Owner{InstanceWorkflowID(u), "boot-" + u})
-			c := w.claim(t, host, "c-"+u, u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func TestAuditHostDecisions(t *testing.T) {
 		}, 0, false, "", FreedNotResident},
 		{"committed, instance elsewhere, another workflow of it open", func(t *testing.T, host, u string) string {
 			w.boot(t, "elsewhere", u, Owner{InstanceWorkflowID(u), "boot-" + u})
-			c := w.claim(t, host, "c-"+u, u, KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
@@ -250,7 +250,7 @@ func TestAuditHostDecisions(t *testing.T) {
 			return c.ClaimID
 		}, 0, false, KeptInstanceBusy, ""},
 		{"committed, instance record gone, no workflow open", func(t *testing.T, host, u string) string {
-			c := w.claim(t, host, "c-"+u, u, KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
@@ -260,7 +260,7 @@ func TestAuditHostDecisions(t *testing.T) {
 			w.owners.mu.Lock()
 			w.owners.errs["wf-"+u] = errors.New("deadline exceeded")
 			w.owners.mu.Unlock()
-			return w.claim(t, host, "c-"+u, u, KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
+			return w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, 0, false, KeptDoubt, ""},
 	}
 	w.at(old)
@@ -331,7 +331,7 @@ func TestAuditHostReleaseRace(t *testing.T) {
 	w.addHost(t, "a")
 	u := uuidN(200)
 	owner := Owner{"wf-race", "run-1"}
-	c := w.claim(t, "a", "c-race", u, KindUnshelve, owner)
+	c := w.claim(t, "a", "c-race", u, ledger.KindUnshelve, owner)
 	before, err := w.led.GetClaim(context.Background(), "a", c.ClaimID)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +341,7 @@ func TestAuditHostReleaseRace(t *testing.T) {
 		if err := w.led.Release(context.Background(), "a", c.ClaimID); err != nil {
 			t.Error(err)
 		}
-		w.claim(t, "a", c.ClaimID, u, KindUnshelve, owner)
+		w.claim(t, "a", c.ClaimID, u, ledger.KindUnshelve, owner)
 	}
 	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
 	if got := res.Tally.Kept.Of(KeptChanged); got != 1 || res.Tally.Freed.Total() != 0 {
@@ -367,7 +367,7 @@ func TestAuditHostDrift(t *testing.T) {
 	if err := w.led.Release(ctx, "a", cx.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	cy := w.claim(t, "a", "c-y", y, KindUnshelve, Owner{InstanceWorkflowID(y), "run-y"})
+	cy := w.claim(t, "a", "c-y", y, ledger.KindUnshelve, Owner{InstanceWorkflowID(y), "run-y"})
 	w.owners.set(InstanceWorkflowID(y), OwnerStatus{State: OwnerRunning, FirstRunID: "run-y", Since: time.Now()})
 	// Z is resident but its domain is gone.
 	cz := w.boot(t, "a", z, Owner{InstanceWorkflowID(z), "run-z"})

@@ -31,8 +31,8 @@ type BeginResizeInput struct {
 	UUID string `json:"uuid"`
 	// NewFlavor is the flavor the guest is resized to (its own for a cold
 	// migration).
-	NewFlavor Flavor `json:"new_flavor"`
-	Cold      bool   `json:"cold,omitempty"`
+	NewFlavor ledger.Flavor `json:"new_flavor"`
+	Cold      bool          `json:"cold,omitempty"`
 }
 
 // BeginResize stores in the instance's record where it comes from and
@@ -239,9 +239,9 @@ func (a *Activities) FinishResize(ctx context.Context, in FinishResizeInput) err
 type ConfirmResizeInput struct {
 	UUID string `json:"uuid"`
 	// Source and SourceClaimID name the source hold.
-	Source        string  `json:"source"`
-	SourceClaimID string  `json:"source_claim_id"`
-	VMState       VMState `json:"vm_state"`
+	Source        string         `json:"source"`
+	SourceClaimID string         `json:"source_claim_id"`
+	VMState       ledger.VMState `json:"vm_state"`
 }
 
 // ConfirmResize frees the source hold, then forgets the resize and

@@ -63,7 +63,7 @@ func boot(args []string, stdout io.Writer) error {
 	if len(pos) > 0 || *name == "" {
 		return fmt.Errorf("boot needs --name and no positional arguments: %w", errUsage)
 	}
-	flavor := activities.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
+	flavor := ledger.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
 	if _, err := flavor.Request(); err != nil {
 		return fmt.Errorf("boot %s: %w", *name, err)
 	}

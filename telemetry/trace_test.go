@@ -23,6 +23,7 @@ import (
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/telemetry"
 	"github.com/pinflow/pinflow/workflows"
@@ -97,7 +98,7 @@ func TestMigrationTrace(t *testing.T) {
 	t.Cleanup(w.Stop)
 
 	uuid := "6f1c2a4e-3b5d-4c7e-8f90-a1b2c3d4e5f6"
-	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	start(ctx, t, tc, uuid, workflows.Boot, workflows.BootInput{UUID: uuid, Name: "traced", Flavor: flavor, Host: "a"})
 	exp.Reset()
 

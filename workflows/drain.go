@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/ledger"
 )
 
 // DrainPolicy is how a drain moves each guest.
@@ -377,7 +378,7 @@ func (d *drainRun) progress() string {
 // plans the guest again elsewhere, up to the attempts allowed.
 func (d *drainRun) reserve(ctx workflow.Context, g *DrainGuest) error {
 	for g.Reservation == nil && g.State != GuestFailed {
-		in := activities.ReserveInput{Host: g.Target, ClaimID: fmt.Sprintf("%s-%s-%d", claimID(ctx, string(activities.KindReservation)), g.UUID, g.Attempts),
+		in := activities.ReserveInput{Host: g.Target, ClaimID: fmt.Sprintf("%s-%s-%d", claimID(ctx, string(ledger.KindReservation)), g.UUID, g.Attempts),
 			UUID: g.UUID, Owner: owner(ctx), Placement: *g.placement.Placement}
 		var r activities.Reservation
 		err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "reserve "+g.Target+" for "+g.UUID), a.Reserve, in).Get(ctx, &r)

@@ -63,7 +63,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	s.onFailure("clear the task state", func(ctx workflow.Context) error {
 		return s.setTask(ctx, in.UUID, "")
 	})
-	if err := s.setTask(ctx, in.UUID, activities.TaskRebuilding); err != nil {
+	if err := s.setTask(ctx, in.UUID, ledger.TaskRebuilding); err != nil {
 		return nil, s.fail(err)
 	}
 	dst, claim, err := claimElsewhere(ctx, s, inst, in.Dest)
@@ -122,12 +122,12 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 			}
 		}
 		s.setHosts("", host)
-		id := fmt.Sprintf("%s-%d", claimID(ctx, string(activities.KindEvacuationDest)), try)
+		id := fmt.Sprintf("%s-%d", claimID(ctx, string(ledger.KindEvacuationDest)), try)
 		s.onFailure("release the claim on "+host, func(ctx workflow.Context) error {
 			return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+host), a.ReleaseClaim,
 				activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil)
 		})
-		claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: activities.KindEvacuationDest, Owner: owner(ctx), Flavor: inst.Flavor}
+		claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: ledger.KindEvacuationDest, Owner: owner(ctx), Flavor: inst.Flavor}
 		claim, err := s.claim(ctx, claimIn)
 		if err == nil {
 			return host, claim, nil

@@ -4,15 +4,16 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
 // BootInput describes a new guest. The caller picks the uuid, so the
 // workflow id is known before the guest exists.
 type BootInput struct {
-	UUID   string            `json:"uuid"`
-	Name   string            `json:"name"`
-	Flavor activities.Flavor `json:"flavor"`
+	UUID   string        `json:"uuid"`
+	Name   string        `json:"name"`
+	Flavor ledger.Flavor `json:"flavor"`
 	// Host is where to boot; empty lets pinflow choose.
 	Host string `json:"host,omitempty"`
 }
@@ -44,9 +45,9 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 	s.step()
 	s.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.ledgerStep(ctx, "vm state error"), a.SetTaskState,
-			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: activities.VMError}).Get(ctx, nil)
+			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: ledger.VMError}).Get(ctx, nil)
 	})
-	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, activities.KindBoot)
+	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, ledger.KindBoot)
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -85,7 +86,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	ctx = s.commit(ctx)
 	s.phase(PhaseDeleting, "")
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state deleting"), a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskDeleting}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskDeleting}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	if inst.Host != "" {
@@ -108,7 +109,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 			}
 		}
 		s.step()
-		clear := activities.ClearHostInput{UUID: in.UUID, VMState: activities.VMDeleted}
+		clear := activities.ClearHostInput{UUID: in.UUID, VMState: ledger.VMDeleted}
 		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
 			return nil, s.fail(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -115,7 +116,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state migrating"), a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskMigrating}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskMigrating}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 
@@ -132,7 +133,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	if in.Reservation == nil {
 		s.onFailure("release the destination claim", releaseDest)
 	}
-	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindMigrationDest,
+	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: ledger.KindMigrationDest,
 		Owner: owner(ctx), Flavor: inst.Flavor}
 	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
 	if err != nil && chosen {

@@ -251,7 +251,7 @@ func TestReconcileRacesEveryStep(t *testing.T) {
 	ctx := context.Background()
 	vmA, vmB := "0a000000-0000-4000-8000-00000000000a", "0b000000-0000-4000-8000-00000000000b"
 	w.uuids = []string{vmA, vmB}
-	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	fault := func(host string, op sim.Op, times int) {
 		if err := w.drv.SetFault(ctx, host, op, sim.Fault{Times: times}); err != nil {
 			t.Fatal(err)
@@ -298,7 +298,7 @@ func TestReconcileRaceDetects(t *testing.T) {
 	w := newRaceWorld(t)
 	vm := "0c000000-0000-4000-8000-00000000000c"
 	w.uuids = []string{vm}
-	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	if err := w.run(t, vm, Boot, BootInput{UUID: vm, Name: "C", Flavor: flavor, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -32,7 +33,7 @@ type ResizeInput struct {
 	UUID string `json:"uuid"`
 	// Flavor is the new flavor; nil is a cold migration, which keeps the
 	// guest's flavor and moves it to another host.
-	Flavor *activities.Flavor `json:"flavor,omitempty"`
+	Flavor *ledger.Flavor `json:"flavor,omitempty"`
 	// Dest is where to; empty lets pinflow choose (for a resize, the
 	// guest's own host too, when it can hold both placements at once).
 	Dest string `json:"dest,omitempty"`
@@ -122,7 +123,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if op == OpColdMigration && dst == src {
 		return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; a cold migration needs another host", in.UUID, src)))
 	}
-	wasActive := inst.VMState == activities.VMActive
+	wasActive := inst.VMState == ledger.VMActive
 	s.setHosts(src, dst)
 	s.step()
 
@@ -142,7 +143,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.onFailure("clear the task state", func(ctx workflow.Context) error {
 		return s.setTask(ctx, in.UUID, "")
 	})
-	if err := s.setTask(ctx, in.UUID, activities.TaskResizePrep); err != nil {
+	if err := s.setTask(ctx, in.UUID, ledger.TaskResizePrep); err != nil {
 		return nil, s.fail(err)
 	}
 	s.onFailure("forget the resize", func(ctx workflow.Context) error {
@@ -165,7 +166,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if in.Reservation == nil {
 		s.onFailure("release the destination claim", releaseDest)
 	}
-	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: activities.KindResizeDest,
+	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: ledger.KindResizeDest,
 		Owner: owner(ctx), Flavor: flavor}
 	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
 	if err != nil && chosen {
@@ -192,7 +193,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.step()
 
 	s.phase(PhasePoweringOff, "powering the guest off on "+src)
-	if err := s.setTask(ctx, in.UUID, activities.TaskResizeMigrating); err != nil {
+	if err := s.setTask(ctx, in.UUID, ledger.TaskResizeMigrating); err != nil {
 		return nil, s.fail(err)
 	}
 	srcDom := activities.DomainInput{UUID: in.UUID, Host: src, LeaveOff: !wasActive}
@@ -222,7 +223,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	verifyCtx := ctx
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the destination claim resident")
-	if err := s.setTask(ctx, in.UUID, activities.TaskResizeFinish); err != nil {
+	if err := s.setTask(ctx, in.UUID, ledger.TaskResizeFinish); err != nil {
 		return nil, s.fail(err)
 	}
 	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim, DestXML: destXML}
@@ -254,9 +255,9 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if decision == "" && verifyCtx.Err() != nil {
 		decision = DecisionRevert
 	}
-	vmState := activities.VMActive
+	vmState := ledger.VMActive
 	if !wasActive {
-		vmState = activities.VMStopped
+		vmState = ledger.VMStopped
 	}
 	res := &ResizeResult{UUID: in.UUID, Source: src, Dest: dst}
 	if decision == DecisionRevert {
@@ -267,7 +268,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		res.Host, res.Placement, res.Outcome = src, inst.Placement, "reverted"
 	} else {
 		s.phase(PhaseConfirming, "freeing the source hold on "+src)
-		if err := s.setTask(ctx, in.UUID, activities.TaskResizeConfirming); err != nil {
+		if err := s.setTask(ctx, in.UUID, ledger.TaskResizeConfirming); err != nil {
 			return nil, s.fail(err)
 		}
 		confirm := activities.ConfirmResizeInput{UUID: in.UUID, Source: src, SourceClaimID: inst.ClaimID, VMState: vmState}
@@ -290,8 +291,8 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 // at it with the old flavor, the guest runs on its source pins, and only
 // then is the destination claim freed.
 func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, destDom, srcDom activities.DomainInput,
-	destClaim string, vmState activities.VMState) error {
-	if err := s.setTask(ctx, uuid, activities.TaskResizeReverting); err != nil {
+	destClaim string, vmState ledger.VMState) error {
+	if err := s.setTask(ctx, uuid, ledger.TaskResizeReverting); err != nil {
 		return err
 	}
 	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+destDom.Host), a.DestroyDomain, destDom).Get(ctx, nil); err != nil {
@@ -335,7 +336,7 @@ func verifyDetail(src, dst string, window time.Duration) string {
 }
 
 // setTask sets the instance's task state, retried until done.
-func (s *saga) setTask(ctx workflow.Context, uuid string, task activities.TaskState) error {
+func (s *saga) setTask(ctx workflow.Context, uuid string, task ledger.TaskState) error {
 	summary := "task state " + string(task)
 	if task == "" {
 		summary = "clear task state"
@@ -348,6 +349,6 @@ func (s *saga) setTask(ctx workflow.Context, uuid string, task activities.TaskSt
 // two maps does not depend on their order: it is deterministic.
 //
 //workflowcheck:ignore
-func sameFlavor(x, y activities.Flavor) bool {
+func sameFlavor(x, y ledger.Flavor) bool {
 	return x.VCPUs == y.VCPUs && x.MemoryMB == y.MemoryMB && maps.Equal(x.ExtraSpecs, y.ExtraSpecs) && maps.Equal(x.ImageProps, y.ImageProps)
 }

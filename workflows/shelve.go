@@ -4,6 +4,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -42,7 +43,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state shelving"), a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskShelving}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskShelving}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 
@@ -68,7 +69,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 		return nil, s.fail(err)
 	}
 	s.step()
-	clear := activities.ClearHostInput{UUID: in.UUID, VMState: activities.VMShelvedOffloaded}
+	clear := activities.ClearHostInput{UUID: in.UUID, VMState: ledger.VMShelvedOffloaded}
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -115,11 +116,11 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
 	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state unshelving"), a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: activities.TaskUnshelving}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskUnshelving}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 
-	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, activities.KindUnshelve)
+	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, ledger.KindUnshelve)
 	if err != nil {
 		return nil, s.fail(err)
 	}
@@ -131,7 +132,7 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 // unless one is given, claim on it, spawn the guest there and make the
 // claim resident. It registers the compensations of each step: destroy the
 // domain, release the claim and clear whatever host data the record holds.
-func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, host string, kind activities.ClaimKind) (string, *numa.Placement, error) {
+func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, host string, kind ledger.ClaimKind) (string, *numa.Placement, error) {
 	s.phase(PhaseScheduling, "choosing a host")
 	chosen := host == ""
 	choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor}

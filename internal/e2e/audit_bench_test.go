@@ -50,7 +50,7 @@ func BenchmarkAuditFleet(b *testing.B) {
 	for i := range names {
 		names[i] = fmt.Sprintf("fleet-%05d", i)
 	}
-	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	setup := time.Now()
 	var failed atomic.Bool
 	parallel(names, 16, func(i int, h string) {
@@ -134,11 +134,11 @@ func BenchmarkAuditFleet(b *testing.B) {
 
 // bootDirect books a guest on host through the activities a Boot runs,
 // with an owner that closed long ago.
-func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid string, flavor activities.Flavor) error {
+func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid string, flavor ledger.Flavor) error {
 	if _, err := acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: uuid, Name: "g-" + uuid[len(uuid)-6:], Flavor: flavor}); err != nil {
 		return err
 	}
-	c, err := acts.Claim(ctx, activities.ClaimInput{Host: host, ClaimID: "boot-" + uuid, UUID: uuid, Kind: activities.KindBoot,
+	c, err := acts.Claim(ctx, activities.ClaimInput{Host: host, ClaimID: "boot-" + uuid, UUID: uuid, Kind: ledger.KindBoot,
 		Owner: activities.Owner{WorkflowID: activities.InstanceWorkflowID(uuid), FirstRunID: "closed-" + uuid}, Flavor: flavor})
 	if err != nil {
 		return err

@@ -141,7 +141,7 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 		}
 		return run
 	}
-	flavor := activities.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	guests := make([]string, inFlight)
 	where := make([]string, inFlight)
 	var boots []client.WorkflowRun

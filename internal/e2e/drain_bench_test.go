@@ -81,7 +81,7 @@ func BenchmarkDrain(b *testing.B) {
 			}
 		}
 	}
-	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	uuids := make([]string, guests)
 	var runs []client.WorkflowRun
 	for i := range uuids {

@@ -249,7 +249,7 @@ func (c *chaos) audit(ctx context.Context, id string) error {
 // some, until the operation budget or the window is spent.
 func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, deadline time.Time) {
 	rng := rand.New(rand.NewPCG(c.seed, uint64(slot)))
-	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	uuid := ""
 	for n := 0; started.Add(1) <= int64(c.ops) && time.Now().Before(deadline); n++ {
 		var op workflows.Operation
@@ -277,7 +277,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 3:
 			// A resize between 2 and 3 vCPUs, or a cold migration; its
 			// confirm window is short, and some get a confirm or a revert.
-			var f *activities.Flavor
+			var f *ledger.Flavor
 			if rng.IntN(3) > 0 {
 				resized := flavor
 				resized.VCPUs = 5 - inst.Request.VCPUs

@@ -142,7 +142,7 @@ func TestReconcileRandomized(t *testing.T) {
 
 	// The operators: each slot runs one guest's operations one after the
 	// other (the workflow id lock allows no more), all slots at once.
-	flavor := activities.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	var started atomic.Int64
 	deadline := time.Now().Add(randomDeadline)
 	var ops sync.WaitGroup
