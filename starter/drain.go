@@ -134,9 +134,8 @@ func hostDrain(args []string, stdout io.Writer) error {
 			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 			WorkflowExecutionErrorWhenAlreadyStarted: true,
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpDrain)),
-				workflows.AttrSourceHost.ValueSet(host)),
-			StaticSummary: "drain host " + host,
+			TypedSearchAttributes:                    temporal.NewSearchAttributes(append(workflows.StartAttributes(workflows.OpDrain, ""), workflows.AttrSourceHost.ValueSet(host))...),
+			StaticSummary:                            "drain host " + host,
 		}, workflows.Drain, in)
 		if err != nil {
 			var started *serviceerror.WorkflowExecutionAlreadyStarted

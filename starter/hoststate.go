@@ -214,9 +214,8 @@ func hostUp(args []string, stdout io.Writer) error {
 			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 			WorkflowExecutionErrorWhenAlreadyStarted: true,
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpHostUp)),
-				workflows.AttrSourceHost.ValueSet(host)),
-			StaticSummary: "bring host " + host + " back",
+			TypedSearchAttributes:                    temporal.NewSearchAttributes(append(workflows.StartAttributes(workflows.OpHostUp, ""), workflows.AttrSourceHost.ValueSet(host))...),
+			StaticSummary:                            "bring host " + host + " back",
 		}, workflows.HostUp, workflows.HostUpInput{Host: host})
 		if err != nil {
 			var started *serviceerror.WorkflowExecutionAlreadyStarted

@@ -420,8 +420,7 @@ func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (cli
 	if err != nil {
 		return nil, err
 	}
-	attrs := []temporal.SearchAttributeUpdate{workflows.AttrInstance.ValueSet(uuid), workflows.AttrOperation.ValueSet(string(op)),
-		workflows.AttrPhase.ValueSet(string(workflows.PhaseStarted))}
+	attrs := workflows.StartAttributes(op, uuid)
 	if p.source != "" {
 		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(p.source))
 	}

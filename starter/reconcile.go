@@ -74,11 +74,10 @@ func reconcile(args []string, stdout io.Writer) error {
 			summary += " (dry run)"
 		}
 		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-			ID:        id,
-			TaskQueue: a.cfg.TaskQueue,
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpReconcile)),
-				workflows.AttrPhase.ValueSet(string(workflows.PhaseStarted))),
-			StaticSummary: summary,
+			ID:                    id,
+			TaskQueue:             a.cfg.TaskQueue,
+			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpReconcile, "")...),
+			StaticSummary:         summary,
 		}, workflows.Reconcile, in)
 		if err != nil {
 			return fmt.Errorf("reconcile: %w", err)

@@ -43,9 +43,8 @@ func recoverHosts(args []string, stdout io.Writer) error {
 		id := fmt.Sprintf("recover-%s", time.Now().UTC().Format("20060102T150405.000Z"))
 		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: a.cfg.TaskQueue,
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpRecover)),
-				workflows.AttrPhase.ValueSet(string(workflows.PhaseStarted))),
-			StaticSummary: "ledger recovery from the hypervisors",
+			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpRecover, "")...),
+			StaticSummary:         "ledger recovery from the hypervisors",
 		}, workflows.Recover, in)
 		if err != nil {
 			return fmt.Errorf("recover: %w", err)

@@ -41,13 +41,12 @@ func ensureReconcileSchedule(ctx context.Context, tc client.Client, taskQueue st
 	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: rc.Interval}}}
 	action := &client.ScheduleWorkflowAction{
 		// The schedule appends the action time: reconcile-<timestamp>.
-		ID:        workflows.ReconcileWorkflowIDPrefix,
-		Workflow:  workflows.Reconcile,
-		Args:      []any{workflows.ReconcileInput{Concurrency: rc.Concurrency}},
-		TaskQueue: taskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.AttrOperation.ValueSet(string(workflows.OpReconcile)),
-			workflows.AttrPhase.ValueSet(string(workflows.PhaseStarted))),
-		StaticSummary: "periodic ledger audit",
+		ID:                    workflows.ReconcileWorkflowIDPrefix,
+		Workflow:              workflows.Reconcile,
+		Args:                  []any{workflows.ReconcileInput{Concurrency: rc.Concurrency}},
+		TaskQueue:             taskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpReconcile, "")...),
+		StaticSummary:         "periodic ledger audit",
 	}
 	policy := &client.SchedulePolicies{Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, CatchupWindow: reconcileCatchup}
 	_, err := sc.Create(ctx, client.ScheduleOptions{

@@ -97,11 +97,7 @@ func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga,
 	if err := workflow.SetQueryHandler(ctx, activities.HeldClaimsQuery, func() ([]activities.HeldClaim, error) { return s.held, nil }); err != nil {
 		return nil, err
 	}
-	attrs := []temporal.SearchAttributeUpdate{AttrOperation.ValueSet(string(op)), AttrPhase.ValueSet(string(PhaseStarted))}
-	if uuid != "" {
-		attrs = append(attrs, AttrInstance.ValueSet(uuid))
-	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx, attrs...); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, StartAttributes(op, uuid)...); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -57,9 +57,8 @@ func (s Settler) StartSettle(ctx context.Context, in activities.SettleInput) err
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(AttrOperation.ValueSet(string(OpSettle)),
-			AttrInstance.ValueSet(in.UUID), AttrPhase.ValueSet(string(PhaseStarted))),
-		StaticSummary: fmt.Sprintf("settle %s on claim %s of %s", in.UUID, in.ClaimID, in.Host),
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(StartAttributes(OpSettle, in.UUID)...),
+		StaticSummary:                            fmt.Sprintf("settle %s on claim %s of %s", in.UUID, in.ClaimID, in.Host),
 	}, Settle, in)
 	if err != nil {
 		return fmt.Errorf("workflows: start settle of %s: %w", in.UUID, err)

@@ -88,6 +88,19 @@ var (
 	AttrPhase      = temporal.NewSearchAttributeKeyKeyword("PinflowPhase")
 )
 
+// StartAttributes are the search attributes a run of op carries from its
+// start: the operation, the phase started and, when it has one, the
+// instance. Starters set them, so a run is findable before its first
+// workflow task; the run upserts the same, which covers runs started
+// otherwise (a drain's moves, the Web UI).
+func StartAttributes(op Operation, uuid string) []temporal.SearchAttributeUpdate {
+	attrs := []temporal.SearchAttributeUpdate{AttrOperation.ValueSet(string(op)), AttrPhase.ValueSet(string(PhaseStarted))}
+	if uuid != "" {
+		attrs = append(attrs, AttrInstance.ValueSet(uuid))
+	}
+	return attrs
+}
+
 // SearchAttributes lists pinflow's custom search attributes and their
 // types, for registering them with a namespace.
 func SearchAttributes() map[string]enumspb.IndexedValueType {
