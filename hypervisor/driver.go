@@ -71,9 +71,11 @@ type MigrateRequest struct {
 	Policy MigrationPolicy
 }
 
-// ErrFenced: the operation a hypervisor step acts for no longer holds
-// the claim the step needs; the step did not take effect.
-var ErrFenced = errors.New("fenced: the claim this step acts for is gone or changed")
+// ErrFenced: the step's fence did not let it act, because the operation
+// it acts for no longer holds the claim the step needs, or because the
+// step could not prove that it still does before its lease ran out; the
+// step did not take effect. The fence's own error says which.
+var ErrFenced = errors.New("fenced: the claim this step acts for is gone, changed or not confirmed")
 
 // Driver manages the guests of a set of hosts, addressed by host name.
 // Every method is safe to call again after an unknown outcome: defining an
