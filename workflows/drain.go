@@ -207,7 +207,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	s.steps += len(plan.Moves)
 	s.step()
 
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "disable "+in.Host), a.DisableHost,
+	if err := s.ledger(ctx, "disable "+in.Host, a.DisableHost,
 		activities.DisableHostInput{Host: in.Host, Reason: drainReason(in)}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -263,7 +263,7 @@ func (d *drainRun) plan(ctx workflow.Context) (drain.Plan, error) {
 	d.s.phase(PhaseScheduling, "planning where every guest of "+d.in.Host+" goes")
 	for {
 		var plan drain.Plan
-		if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "plan the drain of "+d.in.Host), a.PlanDrain, activities.PlanDrainInput{Host: d.in.Host}).Get(ctx, &plan); err != nil {
+		if err := d.s.ledger(ctx, "plan the drain of "+d.in.Host, a.PlanDrain, activities.PlanDrainInput{Host: d.in.Host}).Get(ctx, &plan); err != nil {
 			return plan, err
 		}
 		if plan.Complete() || len(plan.Unplaceable) > 0 || !workflow.Now(ctx).Before(deadline) {
@@ -314,7 +314,7 @@ func (d *drainRun) renewSlots(ctx workflow.Context) {
 			}
 		}
 		if len(held) > 0 {
-			_ = workflow.ExecuteActivity(d.s.ledgerStep(ctx, "renew the move slots"), a.RenewMoveSlots, held).Get(ctx, nil)
+			_ = d.s.ledger(ctx, "renew the move slots", a.RenewMoveSlots, held).Get(ctx, nil)
 		}
 	}
 }
@@ -381,7 +381,7 @@ func (d *drainRun) reserve(ctx workflow.Context, g *DrainGuest) error {
 		in := activities.ReserveInput{Host: g.Target, ClaimID: fmt.Sprintf("%s-%s-%d", claimID(ctx, string(ledger.KindReservation)), g.UUID, g.Attempts),
 			UUID: g.UUID, Owner: owner(ctx), Placement: *g.placement.Placement}
 		var r activities.Reservation
-		err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "reserve "+g.Target+" for "+g.UUID), a.Reserve, in).Get(ctx, &r)
+		err := d.s.ledger(ctx, "reserve "+g.Target+" for "+g.UUID, a.Reserve, in).Get(ctx, &r)
 		if err == nil {
 			g.Reservation, g.State = &r, GuestReserved
 			return nil
@@ -408,7 +408,7 @@ func (d *drainRun) replan(ctx workflow.Context, g *DrainGuest, why string) error
 	}
 	var plan drain.Plan
 	in := activities.PlanGuestInput{Host: d.in.Host, UUID: g.UUID, Exclude: g.Tried}
-	if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "plan "+g.UUID+" again"), a.PlanGuest, in).Get(ctx, &plan); err != nil {
+	if err := d.s.ledger(ctx, "plan "+g.UUID+" again", a.PlanGuest, in).Get(ctx, &plan); err != nil {
 		return err
 	}
 	if len(plan.Moves) == 0 {
@@ -458,7 +458,7 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 		// The limits of the whole cloud, shared by every drain.
 		slot := activities.MoveSlotInput{Move: fmt.Sprintf("drain-%s-%s", firstRunID(ctx), g.UUID), Target: g.Target, PerTarget: d.in.PerTarget}
 		var took activities.MoveSlotResult
-		if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "take a move slot onto "+g.Target), a.TakeMoveSlot, slot).Get(ctx, &took); err != nil {
+		if err := d.s.ledger(ctx, "take a move slot onto "+g.Target, a.TakeMoveSlot, slot).Get(ctx, &took); err != nil {
 			return err
 		}
 		if !took.Taken {
@@ -490,7 +490,7 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 		// Given back even when cancelled; a slot left behind ends with its
 		// lease.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		_ = workflow.ExecuteActivity(d.s.ledgerStep(dctx, "give the move slot back"), a.GiveMoveSlots, []activities.MoveSlotInput{slot}).Get(dctx, nil)
+		_ = d.s.ledger(dctx, "give the move slot back", a.GiveMoveSlots, []activities.MoveSlotInput{slot}).Get(dctx, nil)
 		g.slot = nil
 		d.st.Moving--
 		d.inbound[target]--
@@ -509,7 +509,7 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 	// The move rolled back and released the claim it adopted; a
 	// reservation it never adopted is still the drain's to release.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	if rerr := workflow.ExecuteActivity(d.s.ledgerStep(dctx, "release the reservation on "+target), a.ReleaseReservation, *g.Reservation).Get(dctx, nil); rerr != nil {
+	if rerr := d.s.ledger(dctx, "release the reservation on "+target, a.ReleaseReservation, *g.Reservation).Get(dctx, nil); rerr != nil {
 		g.State, g.Error = GuestFailed, fmt.Sprintf("its move failed (%v) and its reservation could not be released: %v", err, rerr)
 		return
 	}
@@ -555,7 +555,7 @@ func (d *drainRun) releaseAll(ctx workflow.Context) error {
 		if g.Reservation == nil || g.State == GuestMoved {
 			continue
 		}
-		if err := workflow.ExecuteActivity(d.s.ledgerStep(ctx, "release the reservation on "+g.Target), a.ReleaseReservation, *g.Reservation).Get(ctx, nil); err != nil {
+		if err := d.s.ledger(ctx, "release the reservation on "+g.Target, a.ReleaseReservation, *g.Reservation).Get(ctx, nil); err != nil {
 			return err
 		}
 		g.Reservation = nil

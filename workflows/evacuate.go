@@ -39,7 +39,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}
 	if err := inst.CanEvacuate(); err != nil {
@@ -48,7 +48,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	src := inst.Host
 	s.setHosts(src, in.Dest)
 	var st activities.HostStatus
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "state of "+src), a.LoadHostStatus, src).Get(ctx, &st); err != nil {
+	if err := s.ledger(ctx, "state of "+src, a.LoadHostStatus, src).Get(ctx, &st); err != nil {
 		return nil, s.fail(err)
 	}
 	if st.State != ledger.HostDown {
@@ -89,12 +89,12 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the claim resident")
 	attach := activities.AttachInput{UUID: in.UUID, Host: dst, ClaimID: claim.ClaimID, Placement: claim.Placement, DomainXML: xml}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the claim"), a.Attach, attach).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "commit the claim", a.Attach, attach).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
 	old := activities.ClaimRef{Host: src, ClaimID: inst.ClaimID}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "tombstone the claim on "+src), a.TombstoneClaim, old).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "tombstone the claim on "+src, a.TombstoneClaim, old).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -114,7 +114,7 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 		if host == "" {
 			s.phase(PhaseScheduling, "choosing a host")
 			choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor, Exclude: exclude}
-			if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a host"), a.ChooseHost, choose).Get(ctx, &host); err != nil {
+			if err := s.ledger(ctx, "choose a host", a.ChooseHost, choose).Get(ctx, &host); err != nil {
 				if last != nil {
 					return "", activities.ClaimResult{}, errors.Join(last, err)
 				}
@@ -124,7 +124,7 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 		s.setHosts("", host)
 		id := fmt.Sprintf("%s-%d", claimID(ctx, string(ledger.KindEvacuationDest)), try)
 		s.onFailure("release the claim on "+host, func(ctx workflow.Context) error {
-			return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+host), a.ReleaseClaim,
+			return s.ledger(ctx, "release claim on "+host, a.ReleaseClaim,
 				activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil)
 		})
 		claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: ledger.KindEvacuationDest, Owner: owner(ctx), Flavor: inst.Flavor}
@@ -170,21 +170,21 @@ func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
 	}
 	s.setHosts(in.Host, "")
 	var st activities.HostStatus
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "state of "+in.Host), a.LoadHostStatus, in.Host).Get(ctx, &st); err != nil {
+	if err := s.ledger(ctx, "state of "+in.Host, a.LoadHostStatus, in.Host).Get(ctx, &st); err != nil {
 		return nil, s.fail(err)
 	}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" returning"), a.MarkHostReturning, in.Host).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "mark "+in.Host+" returning", a.MarkHostReturning, in.Host).Get(ctx, nil); err != nil {
 		// Retried until it took effect, or refused (the host is up):
 		// nothing to undo.
 		return nil, s.fail(err)
 	}
 	s.onFailure("mark "+in.Host+" down again", func(ctx workflow.Context) error {
 		down := activities.HostDownInput{Host: in.Host, Reason: st.Reason}
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" down"), a.MarkHostDown, down).Get(ctx, nil)
+		return s.ledger(ctx, "mark "+in.Host+" down", a.MarkHostDown, down).Get(ctx, nil)
 	})
 	s.step()
 	var left []activities.Leftover
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "list the tombstones on "+in.Host), a.HostLeftovers, in.Host).Get(ctx, &left); err != nil {
+	if err := s.ledger(ctx, "list the tombstones on "+in.Host, a.HostLeftovers, in.Host).Get(ctx, &left); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -197,7 +197,7 @@ func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
 	s.step()
 	// Every tombstone is gone: the host may take claims again.
 	ctx = s.commit(ctx)
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "mark "+in.Host+" up"), a.MarkHostUp, in.Host).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "mark "+in.Host+" up", a.MarkHostUp, in.Host).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.phase(PhaseCompleted, "")

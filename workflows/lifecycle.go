@@ -39,12 +39,12 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 		// Booting an existing uuid again is refused, not a second copy.
 		create.Creator = firstRunID(ctx)
 	}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "create instance "+in.Name), a.CreateInstance, create).Get(ctx, &inst); err != nil {
+	if err := s.ledger(ctx, "create instance "+in.Name, a.CreateInstance, create).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
 	s.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "vm state error"), a.SetTaskState,
+		return s.ledger(ctx, "vm state error", a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: ledger.VMError}).Get(ctx, nil)
 	})
 	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, ledger.KindBoot)
@@ -76,7 +76,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}
 	s.setHosts(inst.Host, "")
@@ -85,7 +85,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	// destroyed.
 	ctx = s.commit(ctx)
 	s.phase(PhaseDeleting, "")
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state deleting"), a.SetTaskState,
+	if err := s.ledger(ctx, "task state deleting", a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskDeleting}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -96,25 +96,25 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 		}
 		s.step()
 		if inst.ClaimID != "" {
-			if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
+			if err := s.ledger(ctx, "release claim on "+inst.Host, a.ReleaseClaim,
 				activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
 				return nil, s.fail(err)
 			}
 		}
 		if src := inst.ResizeSource; src != nil {
 			// A resize's source hold: its guest left the source when it moved.
-			if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release the source hold on "+src.Host), a.ReleaseClaim,
+			if err := s.ledger(ctx, "release the source hold on "+src.Host, a.ReleaseClaim,
 				activities.ReleaseInput{Host: src.Host, ClaimID: src.ClaimID}).Get(ctx, nil); err != nil {
 				return nil, s.fail(err)
 			}
 		}
 		s.step()
 		clear := activities.ClearHostInput{UUID: in.UUID, VMState: ledger.VMDeleted}
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
+		if err := s.ledger(ctx, "clear host and NUMA data", a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
 			return nil, s.fail(err)
 		}
 	}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "delete the record"), a.DeleteInstance, in.UUID).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "delete the record", a.DeleteInstance, in.UUID).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.phase(PhaseCompleted, "")

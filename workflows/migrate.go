@@ -81,7 +81,7 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 
 func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}
 	if err := inst.CanLiveMigrate(); err != nil {
@@ -102,7 +102,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	chosen := dst == ""
 	choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: inst.Flavor, Exclude: []string{src}}
 	if chosen {
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
+		if err := s.ledger(ctx, "choose a destination host", a.ChooseHost, choose).Get(ctx, &dst); err != nil {
 			return nil, s.fail(err)
 		}
 	}
@@ -112,10 +112,10 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	s.setHosts(src, dst)
 
 	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear task state"), a.SetTaskState,
+		return s.ledger(ctx, "clear task state", a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state migrating"), a.SetTaskState,
+	if err := s.ledger(ctx, "task state migrating", a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskMigrating}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -125,7 +125,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		destClaim = in.Reservation.ClaimID
 	}
 	releaseDest := func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
+		return s.ledger(ctx, "release claim on "+dst, a.ReleaseClaim,
 			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
 	}
 	// A claim of our own may exist after an unknown outcome: release it on
@@ -219,7 +219,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	s.phase(PhaseCommitting, "making the destination claim resident")
 	commit := activities.CommitMigrationInput{UUID: in.UUID, Source: src, Dest: dst, SourceClaimID: inst.ClaimID,
 		DestClaimID: destClaim, Placement: claim.Placement, DestXML: move.DestXML}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the migration"), a.CommitMigration, commit).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "commit the migration", a.CommitMigration, commit).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()

@@ -92,7 +92,7 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 	start := workflow.Now(ctx)
 	hosts := in.Hosts
 	if len(hosts) == 0 {
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "list the registered hosts"), a.ListHosts).Get(ctx, &hosts); err != nil {
+		if err := s.ledger(ctx, "list the registered hosts", a.ListHosts).Get(ctx, &hosts); err != nil {
 			return nil, s.fail(err)
 		}
 	}

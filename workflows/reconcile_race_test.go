@@ -140,21 +140,39 @@ func (w *raceWorld) run(t *testing.T, uuid string, wf, in any) error {
 	env.RegisterActivity(w.acts)
 	w.owners.open(id, run)
 	defer w.owners.open("", "")
+	// Hypervisor steps are activities, ledger steps local activities,
+	// which the test environment names by their input (see localStep).
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		w.auditAll(t, "before "+info.ActivityType.Name)
 	})
 	env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
 		w.auditAll(t, "after "+info.ActivityType.Name)
 	})
-	before := w.audits
+	var step string
+	env.SetOnLocalActivityStartedListener(func(_ *activity.Info, _ context.Context, args []any) {
+		step = localStep(args)
+		w.auditAll(t, "before "+step)
+	})
+	env.SetOnLocalActivityCompletedListener(func(*activity.Info, converter.EncodedValue, error) { w.auditAll(t, "after "+step) })
+	audits := w.audits
 	env.ExecuteWorkflow(wf, in)
 	if !env.IsWorkflowCompleted() {
 		t.Fatalf("%s did not complete", id)
 	}
-	if w.audits == before {
+	if w.audits == audits {
 		t.Fatalf("%s ran no audit: the step listeners did not fire", id)
 	}
 	return env.GetWorkflowError()
+}
+
+// localStep names a local activity by the type of its input: the test
+// environment's listeners get the wrapper the worker registered, not the
+// activity's name.
+func localStep(args []any) string {
+	if len(args) == 0 {
+		return "a local activity"
+	}
+	return fmt.Sprintf("%T", args[0])
 }
 
 // auditAll audits every host with grace 0 and checks that nothing was
@@ -309,8 +327,10 @@ func TestReconcileRaceDetects(t *testing.T) {
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: "control"}}})
 	env.RegisterActivity(w.acts)
 	wouldFree := 0
-	env.SetOnActivityCompletedListener(func(info *activity.Info, _ converter.EncodedValue, _ error) {
-		if info.ActivityType.Name != "Claim" {
+	var step string
+	env.SetOnLocalActivityStartedListener(func(_ *activity.Info, _ context.Context, args []any) { step = localStep(args) })
+	env.SetOnLocalActivityCompletedListener(func(*activity.Info, converter.EncodedValue, error) {
+		if step != "activities.ClaimInput" {
 			return
 		}
 		w.owners.mu.Lock()

@@ -35,7 +35,7 @@ func Recover(ctx workflow.Context, in RecoverInput) (*RecoverResult, error) {
 	}
 	hosts := in.Hosts
 	if len(hosts) == 0 {
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "list hosts"), a.ListHosts).Get(ctx, &hosts); err != nil {
+		if err := s.ledger(ctx, "list hosts", a.ListHosts).Get(ctx, &hosts); err != nil {
 			return nil, s.fail(err)
 		}
 	}
@@ -45,7 +45,7 @@ func Recover(ctx workflow.Context, in RecoverInput) (*RecoverResult, error) {
 		s.phase(PhaseRecovering, "recovering "+h)
 		var hr activities.RecoverHostResult
 		rin := activities.RecoverHostInput{Host: h, DryRun: in.DryRun}
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "recover "+h), a.RecoverHost, rin).Get(ctx, &hr); err != nil {
+		if err := s.ledger(ctx, "recover "+h, a.RecoverHost, rin).Get(ctx, &hr); err != nil {
 			return nil, s.fail(err)
 		}
 		res.Hosts = append(res.Hosts, hr)

@@ -15,12 +15,13 @@ import (
 // TestReplay replays the golden histories recorded on a real server (see
 // internal/e2e TestHistoriesReplay) against the current workflow code: a
 // change that would break running workflows fails here. v0 holds
-// histories recorded before the fencing change, v1 after it. Every
-// history is also replayed cut short before each of its workflow tasks:
-// that is the history of the same workflow still open at that step,
-// which a new worker must be able to pick up.
+// histories recorded before the fencing change, v1 after it, v2 after
+// ledger steps became local activities. Every history is also replayed
+// cut short before each of its workflow tasks: that is the history of
+// the same workflow still open at that step, which a new worker must be
+// able to pick up.
 func TestReplay(t *testing.T) {
-	for _, version := range []string{"v0", "v1"} {
+	for _, version := range []string{"v0", "v1", "v2"} {
 		files, err := filepath.Glob(filepath.Join("testdata", "history", version, "*.json"))
 		if err != nil {
 			t.Fatal(err)

@@ -101,7 +101,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	}
 
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}
 	if err := inst.CanResize(); err != nil {
@@ -134,7 +134,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		choose.Exclude = []string{src}
 	}
 	if chosen {
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a destination host"), a.ChooseHost, choose).Get(ctx, &dst); err != nil {
+		if err := s.ledger(ctx, "choose a destination host", a.ChooseHost, choose).Get(ctx, &dst); err != nil {
 			return nil, s.fail(err)
 		}
 	}
@@ -147,10 +147,10 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return nil, s.fail(err)
 	}
 	s.onFailure("forget the resize", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "forget the resize"), a.EndResize, in.UUID).Get(ctx, nil)
+		return s.ledger(ctx, "forget the resize", a.EndResize, in.UUID).Get(ctx, nil)
 	})
 	begin := activities.BeginResizeInput{UUID: in.UUID, NewFlavor: flavor, Cold: op == OpColdMigration}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "record where the guest comes from"), a.BeginResize, begin).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "record where the guest comes from", a.BeginResize, begin).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -160,7 +160,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		destClaim = in.Reservation.ClaimID
 	}
 	releaseDest := func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+dst), a.ReleaseClaim,
+		return s.ledger(ctx, "release claim on "+dst, a.ReleaseClaim,
 			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
 	}
 	if in.Reservation == nil {
@@ -185,9 +185,9 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 
 	source := activities.ClaimRef{Host: src, ClaimID: inst.ClaimID}
 	s.onFailure("make the source hold resident again", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "unhold claim on "+src), a.UnholdClaim, source).Get(ctx, nil)
+		return s.ledger(ctx, "unhold claim on "+src, a.UnholdClaim, source).Get(ctx, nil)
 	})
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "hold the source claim on "+src), a.HoldClaim, source).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "hold the source claim on "+src, a.HoldClaim, source).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -227,7 +227,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return nil, s.fail(err)
 	}
 	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim, DestXML: destXML}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the destination"), a.FinishResize, finish).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "commit the destination", a.FinishResize, finish).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -272,7 +272,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 			return nil, s.fail(err)
 		}
 		confirm := activities.ConfirmResizeInput{UUID: in.UUID, Source: src, SourceClaimID: inst.ClaimID, VMState: vmState}
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "free the source hold on "+src), a.ConfirmResize, confirm).Get(ctx, nil); err != nil {
+		if err := s.ledger(ctx, "free the source hold on "+src, a.ConfirmResize, confirm).Get(ctx, nil); err != nil {
 			return nil, s.fail(err)
 		}
 		res.Host, res.Placement, res.Outcome = dst, &claim.Placement, "confirmed"
@@ -299,17 +299,17 @@ func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.
 		return err
 	}
 	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "make the source hold resident"), a.RevertRecord, back).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil); err != nil {
 		return err
 	}
 	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+srcDom.Host), a.RestoreDomain, srcDom).Get(ctx, nil); err != nil {
 		return err
 	}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+destDom.Host), a.ReleaseClaim,
+	if err := s.ledger(ctx, "release claim on "+destDom.Host, a.ReleaseClaim,
 		activities.ReleaseInput{Host: destDom.Host, ClaimID: destClaim}).Get(ctx, nil); err != nil {
 		return err
 	}
-	return workflow.ExecuteActivity(s.ledgerStep(ctx, "vm state "+string(vmState)), a.SetTaskState,
+	return s.ledger(ctx, "vm state "+string(vmState), a.SetTaskState,
 		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil)
 }
 
@@ -341,7 +341,7 @@ func (s *saga) setTask(ctx workflow.Context, uuid string, task ledger.TaskState)
 	if task == "" {
 		summary = "clear task state"
 	}
-	return workflow.ExecuteActivity(s.ledgerStep(ctx, summary), a.SetTaskState,
+	return s.ledger(ctx, summary, a.SetTaskState,
 		activities.TaskStateInput{UUID: uuid, TaskState: task}).Get(ctx, nil)
 }
 

@@ -20,6 +20,12 @@ import (
 const (
 	fencingChange  = "fencing"
 	fencingVersion = 1
+
+	// localLedgerChange names the change that runs ledger and record
+	// steps as local activities; runs started before it keep them as
+	// activities.
+	localLedgerChange  = "local-ledger-steps"
+	localLedgerVersion = 1
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -75,10 +81,12 @@ type saga struct {
 	ctx workflow.Context
 	// version is the run's fencingChange version (see newSaga).
 	version workflow.Version
-	status  Status
-	steps   int // total steps, for Progress
-	done    int
-	undo    []compensation
+	// local: the run's ledger steps are local activities (localLedgerChange).
+	local  bool
+	status Status
+	steps  int // total steps, for Progress
+	done   int
+	undo   []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []activities.HeldClaim
 }
@@ -91,6 +99,7 @@ type compensation struct {
 func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
 	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
 	s.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
+	s.local = workflow.GetVersion(ctx, localLedgerChange, workflow.DefaultVersion, localLedgerVersion) >= localLedgerVersion
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
@@ -107,7 +116,7 @@ func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga,
 // recovery after Redis lost it can make it again as this run knows it.
 func (s *saga) claim(ctx workflow.Context, in activities.ClaimInput) (activities.ClaimResult, error) {
 	var c activities.ClaimResult
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "claim pinned CPUs on "+in.Host), a.Claim, in).Get(ctx, &c); err != nil {
+	if err := s.ledger(ctx, "claim pinned CPUs on "+in.Host, a.Claim, in).Get(ctx, &c); err != nil {
 		return c, err
 	}
 	s.held = append(s.held, activities.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
@@ -132,7 +141,7 @@ func (s *saga) retryElsewhere(ctx workflow.Context, first error, in *activities.
 	for try := 1; err != nil && lostRoom(err) && try < alternateHosts; try++ {
 		choose.Exclude = append(choose.Exclude, in.Host)
 		var next string
-		if cerr := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose another host"), a.ChooseHost, choose).Get(ctx, &next); cerr != nil {
+		if cerr := s.ledger(ctx, "choose another host", a.ChooseHost, choose).Get(ctx, &next); cerr != nil {
 			return c, errors.Join(err, cerr)
 		}
 		s.phase(PhaseScheduling, fmt.Sprintf("%s had no room left (%v); trying %s", in.Host, err, next))
@@ -152,7 +161,7 @@ func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *acti
 	}
 	var c activities.ClaimResult
 	adopt := activities.AdoptInput{Reservation: *r, UUID: in.UUID, Kind: in.Kind, Owner: in.Owner}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "adopt the drain's reservation on "+r.Host), a.AdoptClaim, adopt).Get(ctx, &c); err != nil {
+	if err := s.ledger(ctx, "adopt the drain's reservation on "+r.Host, a.AdoptClaim, adopt).Get(ctx, &c); err != nil {
 		return c, err
 	}
 	s.held = append(s.held, activities.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
@@ -219,12 +228,21 @@ func (s *saga) step() {
 	}
 }
 
-// ledgerStep returns a context for a ledger or record step: short, and
-// retried until it succeeds.
-func (s *saga) ledgerStep(ctx workflow.Context, summary string) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+// ledger runs a ledger or record step: short, idempotent, and retried
+// until it succeeds. It is a local activity, run by the worker inside the
+// workflow task that asks for it: a step costs no round trip through a
+// task queue, and its result is recorded as a marker. Local or not, it
+// runs again after a crash before its result was recorded, which its
+// idempotence makes safe.
+func (s *saga) ledger(ctx workflow.Context, summary string, step any, args ...any) workflow.Future {
+	if s.local {
+		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+			StartToCloseTimeout: ledgerTimeout, RetryPolicy: untilDone, Summary: summary,
+		}), step, args...)
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: ledgerTimeout, RetryPolicy: untilDone, Summary: summary,
-	})
+	}), step, args...)
 }
 
 // hypervisorStep returns a context for a hypervisor step that is retried

@@ -30,7 +30,7 @@ func Settle(ctx workflow.Context, in activities.SettleInput) (*SettleResult, err
 	s.phase(PhaseCommitting, fmt.Sprintf("making claim %s on %s resident", in.ClaimID, in.Host))
 	ctx = s.commit(ctx)
 	var res SettleResult
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "settle claim "+in.ClaimID), a.SettleClaim, in).Get(ctx, &res); err != nil {
+	if err := s.ledger(ctx, "settle claim "+in.ClaimID, a.SettleClaim, in).Get(ctx, &res); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()

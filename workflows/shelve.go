@@ -29,7 +29,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}
 	if err := inst.CanShelve(); err != nil {
@@ -39,10 +39,10 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 	s.step()
 
 	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear task state"), a.SetTaskState,
+		return s.ledger(ctx, "clear task state", a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state shelving"), a.SetTaskState,
+	if err := s.ledger(ctx, "task state shelving", a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskShelving}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -64,13 +64,13 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 	// The guest is off its host: finish forwards.
 	ctx = s.commit(ctx)
 	s.phase(PhaseReleasing, "releasing the claim on "+inst.Host)
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+inst.Host), a.ReleaseClaim,
+	if err := s.ledger(ctx, "release claim on "+inst.Host, a.ReleaseClaim,
 		activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
 	clear := activities.ClearHostInput{UUID: in.UUID, VMState: ledger.VMShelvedOffloaded}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "clear host and NUMA data", a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -103,7 +103,7 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "load instance "+in.UUID), a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}
 	if err := inst.CanUnshelve(); err != nil {
@@ -112,10 +112,10 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 	s.step()
 
 	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear task state"), a.SetTaskState,
+		return s.ledger(ctx, "clear task state", a.SetTaskState,
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "task state unshelving"), a.SetTaskState,
+	if err := s.ledger(ctx, "task state unshelving", a.SetTaskState,
 		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskUnshelving}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -137,7 +137,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	chosen := host == ""
 	choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor}
 	if chosen {
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "choose a host"), a.ChooseHost, choose).Get(ctx, &host); err != nil {
+		if err := s.ledger(ctx, "choose a host", a.ChooseHost, choose).Get(ctx, &host); err != nil {
 			return "", nil, err
 		}
 	}
@@ -145,12 +145,12 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 
 	id := claimID(ctx, string(kind))
 	s.onFailure("release the claim and clear host data", func(ctx workflow.Context) error {
-		if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "release claim on "+host), a.ReleaseClaim,
+		if err := s.ledger(ctx, "release claim on "+host, a.ReleaseClaim,
 			activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil); err != nil {
 			return err
 		}
 		clear := activities.ClearHostInput{UUID: inst.UUID, VMState: inst.VMState, OnlyClaimID: id}
-		return workflow.ExecuteActivity(s.ledgerStep(ctx, "clear host and NUMA data"), a.ClearInstanceHost, clear).Get(ctx, nil)
+		return s.ledger(ctx, "clear host and NUMA data", a.ClearInstanceHost, clear).Get(ctx, nil)
 	})
 	claimIn := activities.ClaimInput{Host: host, ClaimID: id, UUID: inst.UUID, Kind: kind, Owner: owner(ctx), Flavor: inst.Flavor}
 	claim, err := s.claim(ctx, claimIn)
@@ -182,7 +182,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the claim resident")
 	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id, Placement: claim.Placement, DomainXML: xml}
-	if err := workflow.ExecuteActivity(s.ledgerStep(ctx, "commit the claim"), a.Attach, attach).Get(ctx, nil); err != nil {
+	if err := s.ledger(ctx, "commit the claim", a.Attach, attach).Get(ctx, nil); err != nil {
 		return "", nil, err
 	}
 	s.step()

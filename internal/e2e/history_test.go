@@ -84,7 +84,7 @@ func TestHistoriesReplay(t *testing.T) {
 		workflows.Resize, workflows.Evacuate, workflows.HostUp, workflows.Reconcile} {
 		replayer.RegisterWorkflow(wf)
 	}
-	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v1")
+	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v2")
 	for i, h := range recorded {
 		if err := replayer.ReplayWorkflowHistory(nil, h); err != nil {
 			t.Errorf("replay of the %s history: %v", names[i], err)
