@@ -229,7 +229,7 @@ func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
 // freed.
 func (c *chaos) audit(ctx context.Context, id string) error {
 	zero := time.Duration(0)
-	run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue},
+	run, err := c.start(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue},
 		workflows.Reconcile, workflows.ReconcileInput{Grace: &zero})
 	if err != nil {
 		return err
@@ -297,7 +297,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		}
 		id := activities.InstanceWorkflowID(uuid)
 		began := time.Now()
-		run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		run, err := c.start(ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: c.queue,
 			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 			WorkflowExecutionErrorWhenAlreadyStarted: true,
@@ -341,6 +341,33 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		}
 		c.mu.Unlock()
 	}
+}
+
+// start starts wf as ExecuteWorkflow does, and rides out a Temporal node
+// failing over as a client that retries would: a start the cluster did
+// not answer in time is asked again for up to a minute, and a run that
+// the unanswered start did create is followed.
+func (c *chaos) start(ctx context.Context, opts client.StartWorkflowOptions, wf, in any) (client.WorkflowRun, error) {
+	deadline := time.Now().Add(time.Minute)
+	for retried := false; ; retried = true {
+		run, err := c.tc.ExecuteWorkflow(ctx, opts, wf, in)
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		switch {
+		case retried && errors.As(err, &already):
+			return c.tc.GetWorkflow(ctx, opts.ID, ""), nil
+		case err == nil || !unanswered(err) || ctx.Err() != nil || time.Now().After(deadline):
+			return run, err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// unanswered says whether a Temporal call failed for want of an answer
+// (a node down, its shards moving) rather than with one.
+func unanswered(err error) bool {
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	return errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // interruptRun cancels or terminates run (how) at a random moment within
@@ -387,7 +414,7 @@ func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
 	c.mu.Lock()
 	c.drainIDs = append(c.drainIDs, id)
 	c.mu.Unlock()
-	run, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue,
+	run, err := c.start(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE},
 		workflows.Drain, workflows.DrainInput{Host: h, Policy: workflows.DrainLiveThenCold, Reason: "chaos", Settle: 10 * time.Second})
 	if err != nil {
