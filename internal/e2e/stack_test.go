@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,7 +147,9 @@ func dialCluster(t testing.TB, cl *testenv.Cluster) client.Client {
 	t.Helper()
 	var cfg config.Config
 	cfg.Address, cfg.Namespace = cl.Env["PINFLOW_TEMPORAL_ADDRESS"], cl.Env["PINFLOW_TEMPORAL_NAMESPACE"]
-	tc, err := cfg.Dial(context.Background(), nil)
+	// Warnings only: the SDK's own default logs every activity it runs.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tc, err := cfg.Dial(context.Background(), logger)
 	if err != nil {
 		t.Fatal(err)
 	}
