@@ -479,47 +479,51 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 	m := testenv.StartRedis(t, server, testenv.RedisConfigLines("repl-diskless-sync-delay 0"))
 	r := testenv.StartRedis(t, server, debuggable)
 	replicate(t, r, m)
+	// The calls under test time out in 100ms so that all of them fit in
+	// the replica's sleep; the setup, and the retries once it is awake,
+	// wait as long as a loaded machine needs.
 	d := Options{Durability: Durability{Replicas: 1, Timeout: 100 * time.Millisecond}}
 	first, retry, cold := ledgerOn(t, m.Addr, d), ledgerOn(t, m.Addr, d), ledgerOn(t, m.Addr, d)
-	register(t, first, "h", testHost(1, 8))
+	setup := ledgerOn(t, m.Addr, Options{Durability: Durability{Replicas: 1, Timeout: 10 * time.Second}})
+	register(t, setup, "h", testHost(1, 8))
 	req := dedicated(t, 1, 64)
 	for _, id := range []string{"held", "gone"} {
-		if _, err := first.Claim(ctx, spec(id, "h", req)); err != nil {
+		if _, err := setup.Claim(ctx, spec(id, "h", req)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, u := range []string{"u1", "u3", "inst-held", "u4", "u5"} {
-		if _, err := first.CreateInstance(ctx, u, "vm", flavor, VMBuilding, ""); err != nil {
+		if _, err := setup.CreateInstance(ctx, u, "vm", flavor, VMBuilding, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Claims for the state changes: one to hold, one to unhold, one to
 	// move u4 to, one u5 is attached to with resize info to clear; and a
 	// host to fence with a claim to make a tombstone of.
-	register(t, first, "f", testHost(1, 8))
+	register(t, setup, "f", testHost(1, 8))
 	for _, c := range []struct{ id, host, uuid string }{
 		{"to-hold", "h", "inst-to-hold"}, {"to-unhold", "h", "inst-to-unhold"}, {"mv", "h", "u4"}, {"rs", "h", "u5"}, {"dead", "f", "inst-dead"},
 	} {
 		s := spec(c.id, c.host, req)
 		s.InstanceUUID = c.uuid
-		if _, err := first.Claim(ctx, s); err != nil {
+		if _, err := setup.Claim(ctx, s); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := first.Commit(ctx, c.host, c.id); err != nil {
+		if _, err := setup.Commit(ctx, c.host, c.id); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := first.Hold(ctx, "h", "to-unhold"); err != nil {
+	if _, err := setup.Hold(ctx, "h", "to-unhold"); err != nil {
 		t.Fatal(err)
 	}
 	rec := &ResizeRecord{SourceHost: "h", SourceClaimID: "to-unhold", OldFlavor: flavor}
-	if err := first.MoveInstance(ctx, "u5", Move{Host: "h", ClaimID: "rs", Resize: rec}); err != nil {
+	if err := setup.MoveInstance(ctx, "u5", Move{Host: "h", ClaimID: "rs", Resize: rec}); err != nil {
 		t.Fatal(err)
 	}
 	// A host to disable, and one disabled to enable.
-	register(t, first, "m", testHost(1, 2))
-	register(t, first, "e", testHost(1, 2))
-	if _, err := first.SetHostDisabled(ctx, "e", "maintenance"); err != nil {
+	register(t, setup, "m", testHost(1, 2))
+	register(t, setup, "e", testHost(1, 2))
+	if _, err := setup.SetHostDisabled(ctx, "e", "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	// Each call below waits up to 0.2s (Redis times waits out on its
@@ -527,8 +531,10 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 	// replica sleeps long enough for all of them.
 	// retry's cache fits the claim without reading, so its retry reaches
 	// the apply script; cold has no cache and finds the claim by reading.
-	if _, err := retry.Host(ctx, "h"); err != nil {
-		t.Fatal(err)
+	for _, l := range []*Ledger{first, retry} {
+		if _, err := l.Host(ctx, "h"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	caughtUp(t, r, m)
 
@@ -575,7 +581,7 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 		t.Fatalf("DEBUG SLEEP: %v", err)
 	}
 	for _, s := range steps {
-		if err := s.do(retry); err != nil {
+		if err := s.do(setup); err != nil {
 			t.Errorf("%s retried once the replica is awake: %v", s.name, err)
 		}
 	}
