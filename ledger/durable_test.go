@@ -492,17 +492,18 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 			t.Fatal(err)
 		}
 	}
-	for _, u := range []string{"u1", "u3", "inst-held", "u4", "u5"} {
+	for _, u := range []string{"u1", "u3", "inst-held", "u4", "u5", "u6"} {
 		if _, err := setup.CreateInstance(ctx, u, "vm", flavor, VMBuilding, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Claims for the state changes: one to hold, one to unhold, one to
-	// move u4 to, one u5 is attached to with resize info to clear; and a
-	// host to fence with a claim to make a tombstone of.
+	// move u4 to, one u5 is attached to with resize info to clear, one to
+	// move u6 to with the XML staged for it; and a host to fence with a
+	// claim to make a tombstone of.
 	register(t, setup, "f", testHost(1, 8))
 	for _, c := range []struct{ id, host, uuid string }{
-		{"to-hold", "h", "inst-to-hold"}, {"to-unhold", "h", "inst-to-unhold"}, {"mv", "h", "u4"}, {"rs", "h", "u5"}, {"dead", "f", "inst-dead"},
+		{"to-hold", "h", "inst-to-hold"}, {"to-unhold", "h", "inst-to-unhold"}, {"mv", "h", "u4"}, {"rs", "h", "u5"}, {"sx", "h", "u6"}, {"dead", "f", "inst-dead"},
 	} {
 		s := spec(c.id, c.host, req)
 		s.InstanceUUID = c.uuid
@@ -518,6 +519,9 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 	}
 	rec := &ResizeRecord{SourceHost: "h", SourceClaimID: "to-unhold", OldFlavor: flavor}
 	if err := setup.MoveInstance(ctx, "u5", Move{Host: "h", ClaimID: "rs", Resize: rec}); err != nil {
+		t.Fatal(err)
+	}
+	if err := setup.StageDomainXML(ctx, "u6", "sx", "<staged/>"); err != nil {
 		t.Fatal(err)
 	}
 	// A host to disable, and one disabled to enable.
@@ -557,6 +561,10 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 			return l.MoveInstance(ctx, "u4", Move{Host: "h", ClaimID: "mv", Flavor: &flavor, Resize: rec})
 		}},
 		{"ClearResize", func(l *Ledger) error { return l.ClearResize(ctx, "u5") }},
+		{"StageDomainXML", func(l *Ledger) error { return l.StageDomainXML(ctx, "u1", "st", "<u1/>") }},
+		{"MoveInstance taking the staged XML", func(l *Ledger) error {
+			return l.MoveInstance(ctx, "u6", Move{Host: "h", ClaimID: "sx", StagedXML: true})
+		}},
 		{"SetHostUp of a host never marked", func(l *Ledger) error { _, err := l.SetHostUp(ctx, "h"); return err }},
 		{"SetHostDown", func(l *Ledger) error { _, err := l.SetHostDown(ctx, "f", "fenced"); return err }},
 		{"Tombstone", func(l *Ledger) error { _, err := l.Tombstone(ctx, "f", "dead"); return err }},
@@ -595,7 +603,7 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 		}
 	}
 	want := map[string]ClaimState{"held": StateCommitted, "new": StatePending, "to-hold": StateHeld, "to-unhold": StateCommitted,
-		"mv": StateCommitted, "rs": StateCommitted, "dead": StateTombstone}
+		"mv": StateCommitted, "rs": StateCommitted, "sx": StateCommitted, "dead": StateTombstone}
 	if diff := cmp.Diff(want, states); diff != "" {
 		t.Errorf("claim states on the replica (-want +got):\n%s", diff)
 	}
@@ -606,6 +614,12 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 		if st, err := promoted.HostStatus(ctx, h); err != nil || st.State != want {
 			t.Errorf("HostStatus(%s) on the replica = %+v, %v; want %s", h, st, err, want)
 		}
+	}
+	if xml, err := promoted.StagedDomainXML(ctx, "u1", "st"); err != nil || xml != "<u1/>" {
+		t.Errorf("u1's staged XML on the replica = %q, %v; want <u1/>", xml, err)
+	}
+	if in, err := promoted.Instance(ctx, "u6"); err != nil || in.DomainXML != "<staged/>" || in.ClaimID != "sx" {
+		t.Errorf("u6 on the replica = %+v, %v; want attached to sx with the staged XML", in, err)
 	}
 	for _, u := range []string{"u4", "u5"} {
 		in, err := promoted.Instance(ctx, u)

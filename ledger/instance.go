@@ -316,8 +316,14 @@ func (l *Ledger) AttachInstance(ctx context.Context, uuid, host, claimID, domain
 // name a committed claim of the instance on Host; DomainXML set when not empty),
 // and in the same record script: Flavor, when not nil, becomes the record's
 // request; Resize, when not nil, is stored; ClearResize removes it.
+//
+// StagedXML takes the domain XML staged for ClaimID (StageDomainXML)
+// instead of DomainXML. A move that finds none staged for its claim, and
+// has not attached the record to it already, removes the record's XML:
+// that one was made for another placement.
 type Move struct {
 	Host, ClaimID, DomainXML string
+	StagedXML                bool
 	Flavor                   *Flavor
 	Resize                   *ResizeRecord
 	ClearResize              bool
@@ -342,6 +348,15 @@ func (l *Ledger) move(ctx context.Context, op, uuid string, m Move) error {
 	}
 	if m.Resize != nil && m.ClearResize {
 		return wrap(fmt.Errorf("%w: a move either stores resize info or clears it, not both", ErrInvalid))
+	}
+	xmlMode := "keep"
+	switch {
+	case m.StagedXML && m.DomainXML != "":
+		return wrap(fmt.Errorf("%w: a move takes either the domain XML given or the one staged, not both", ErrInvalid))
+	case m.StagedXML:
+		xmlMode = "staged"
+	case m.DomainXML != "":
+		xmlMode = "set"
 	}
 	request := ""
 	if m.Flavor != nil {
@@ -388,7 +403,7 @@ func (l *Ledger) move(ctx context.Context, op, uuid string, m Move) error {
 	}
 	sort.Ints(cells)
 	res, err := l.change(ctx, instAttachScript, []string{l.instKey(uuid)},
-		m.Host, formatNode(cells), placement, m.ClaimID, m.DomainXML, boolArg(m.DomainXML != ""), l.timestamp(), DomainDigest(m.DomainXML),
+		m.Host, formatNode(cells), placement, m.ClaimID, m.DomainXML, xmlMode, l.timestamp(), DomainDigest(m.DomainXML),
 		request, resizeMode, resize).StringSlice()
 	if err != nil {
 		return wrap(err)
@@ -494,6 +509,56 @@ func (l *Ledger) SetDomainXML(ctx context.Context, uuid, domainXML string) error
 		return wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
 	}
 	return nil
+}
+
+// StageDomainXML keeps domainXML, the domain XML an operation made for the
+// instance's claim claimID, in the instance's record until the move that
+// attaches the record to that claim takes it (Move.StagedXML): workflows
+// pass the claim id, and the document stays out of their history. An
+// instance has one staged document, the last one staged.
+func (l *Ledger) StageDomainXML(ctx context.Context, uuid, claimID, domainXML string) error {
+	wrap := func(err error) error {
+		return fmt.Errorf("ledger: stage domain xml of instance %s for claim %s: %w", uuid, claimID, err)
+	}
+	if err := checkInstanceKeyName(uuid); err != nil {
+		return wrap(err)
+	}
+	if err := checkClaimID(claimID); err != nil {
+		return wrap(err)
+	}
+	if domainXML == "" {
+		return wrap(fmt.Errorf("%w: an empty domain XML", ErrInvalid))
+	}
+	n, err := l.change(ctx, instStageScript, []string{l.instKey(uuid)}, claimID, domainXML, DomainDigest(domainXML)).Int()
+	if err != nil {
+		return wrap(err)
+	}
+	if n == 0 {
+		return wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
+	}
+	return nil
+}
+
+// StagedDomainXML returns the domain XML staged for the instance's claim
+// claimID, or ErrConflict when none is (another claim's, or none).
+func (l *Ledger) StagedDomainXML(ctx context.Context, uuid, claimID string) (string, error) {
+	wrap := func(err error) error {
+		return fmt.Errorf("ledger: staged domain xml of instance %s for claim %s: %w", uuid, claimID, err)
+	}
+	if err := checkInstanceKeyName(uuid); err != nil {
+		return "", wrap(err)
+	}
+	f, err := l.rdb.HMGet(ctx, l.instKey(uuid), "uuid", "staged_claim_id", "staged_xml").Result()
+	if err != nil {
+		return "", wrap(err)
+	}
+	if f[0] == nil {
+		return "", wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
+	}
+	if f[1] != claimID || f[2] == nil {
+		return "", wrap(fmt.Errorf("%w: no domain XML is staged for the claim", ErrConflict))
+	}
+	return f[2].(string), nil
 }
 
 // DeleteInstance deletes an instance record that is attached to no claim

@@ -315,6 +315,110 @@ func TestMigrationMovesAttachment(t *testing.T) {
 	}
 }
 
+// TestStagedDomainXML: a move that takes the XML staged for its claim makes
+// it the record's domain XML, with its digest, and forgets it; its retry
+// changes nothing; a move whose claim has nothing staged leaves no stale
+// XML behind.
+func TestStagedDomainXML(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	register(t, l, "src", testHost(1, 4))
+	register(t, l, "dst", testHost(1, 4))
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := flavor.Request()
+	claim := func(id, host string) {
+		t.Helper()
+		s := spec(id, host, r)
+		s.InstanceUUID = "u1"
+		if _, err := l.Claim(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Commit(ctx, host, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := func(want Home, wantXML string) {
+		t.Helper()
+		in, err := l.Instance(ctx, "u1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		home, err := l.Home(ctx, "u1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.DomainXML != wantXML || home != want {
+			t.Errorf("record: xml %q, home %+v; want %q, %+v", in.DomainXML, home, wantXML, want)
+		}
+	}
+	claim("a", "src")
+	if err := l.AttachInstance(ctx, "u1", "src", "a", "<src/>"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := l.StageDomainXML(ctx, "u1", "b", "<dst/>"); err != nil {
+		t.Fatalf("StageDomainXML: %v", err)
+	}
+	if got, err := l.StagedDomainXML(ctx, "u1", "b"); err != nil || got != "<dst/>" {
+		t.Errorf("StagedDomainXML(b) = %q, %v; want <dst/>", got, err)
+	}
+	if _, err := l.StagedDomainXML(ctx, "u1", "a"); !errors.Is(err, ErrConflict) {
+		t.Errorf("StagedDomainXML(a), staged for b = %v, want ErrConflict", err)
+	}
+	// Staging changes nothing the record says until the move.
+	record(Home{Host: "src", ClaimID: "a", DomainDigest: DomainDigest("<src/>")}, "<src/>")
+
+	claim("b", "dst")
+	toDst := Move{Host: "dst", ClaimID: "b", StagedXML: true, ClearResize: true}
+	for _, try := range []string{"move", "retry"} {
+		if err := l.MoveInstance(ctx, "u1", toDst); err != nil {
+			t.Fatalf("%s taking the staged XML: %v", try, err)
+		}
+		record(Home{Host: "dst", ClaimID: "b", DomainDigest: DomainDigest("<dst/>")}, "<dst/>")
+	}
+	if _, err := l.StagedDomainXML(ctx, "u1", "b"); !errors.Is(err, ErrConflict) {
+		t.Errorf("StagedDomainXML(b) after the move took it = %v, want ErrConflict", err)
+	}
+
+	// Staged for another claim than the one moved to: the record's XML,
+	// made for b's pins, goes.
+	if err := l.StageDomainXML(ctx, "u1", "stray", "<stray/>"); err != nil {
+		t.Fatal(err)
+	}
+	claim("c", "src")
+	if err := l.MoveInstance(ctx, "u1", Move{Host: "src", ClaimID: "c", StagedXML: true}); err != nil {
+		t.Fatalf("move with nothing staged for its claim: %v", err)
+	}
+	record(Home{Host: "src", ClaimID: "c"}, "")
+	if got, err := l.StagedDomainXML(ctx, "u1", "stray"); err != nil || got != "<stray/>" {
+		t.Errorf("another claim's staged XML after the move = %q, %v; want it kept", got, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"StageDomainXML(unknown instance)", l.StageDomainXML(ctx, "nope", "b", "<x/>"), ErrUnknownInstance},
+		{"StageDomainXML(bad claim id)", l.StageDomainXML(ctx, "u1", "b c", "<x/>"), ErrInvalid},
+		{"StageDomainXML(empty XML)", l.StageDomainXML(ctx, "u1", "b", ""), ErrInvalid},
+		{"MoveInstance(XML given and staged)", l.MoveInstance(ctx, "u1", Move{Host: "src", ClaimID: "c", DomainXML: "<x/>", StagedXML: true}), ErrInvalid},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s = %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+	if _, err := l.StagedDomainXML(ctx, "nope", "b"); !errors.Is(err, ErrUnknownInstance) {
+		t.Errorf("StagedDomainXML(unknown instance) = %v, want ErrUnknownInstance", err)
+	}
+	if got, _ := l.StagedDomainXML(ctx, "u1", "stray"); got != "<stray/>" {
+		t.Errorf("refused calls changed the staged XML to %q", got)
+	}
+	record(Home{Host: "src", ClaimID: "c"}, "")
+}
+
 func TestHome(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)

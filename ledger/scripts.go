@@ -51,6 +51,7 @@ var (
 	instDetachScript      = loadScript("inst_detach")
 	instDeleteScript      = loadScript("inst_delete")
 	instXMLScript         = loadScript("inst_xml")
+	instStageScript       = loadScript("inst_stage")
 	hostStateScript       = loadScript("host_state")
 	instClearResizeScript = loadScript("inst_clear_resize")
 )
