@@ -166,7 +166,7 @@ func (a *Activities) CommitMigration(ctx context.Context, in CommitMigrationInpu
 	}
 	// A resize record left by a resize interrupted before its guest moved
 	// names the claim released below: it goes with it.
-	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, DomainXML: in.DestXML, ClearResize: true}
+	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, DomainXML: in.DestXML, StagedXML: in.DestXML == "", ClearResize: true}
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}
@@ -215,13 +215,14 @@ func (a *Activities) DestroyDomain(ctx context.Context, in DomainInput) error {
 }
 
 // Attach makes a spawned guest's claim committed, then points its record
-// at the claim, host and domain XML, and marks it active.
+// at the claim, host and domain XML (the one staged for the claim), and
+// marks it active.
 func (a *Activities) Attach(ctx context.Context, in AttachInput) error {
 	if _, err := a.Ledger.Commit(ctx, in.Host, in.ClaimID); err != nil {
 		return classify(err)
 	}
 	// A guest spawned on a new claim has no resize to go back from.
-	m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, DomainXML: in.DomainXML, ClearResize: true}
+	m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, DomainXML: in.DomainXML, StagedXML: in.DomainXML == "", ClearResize: true}
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}

@@ -74,7 +74,10 @@ func (a *Activities) beat() time.Duration {
 
 // PrepareMigration rewrites the guest's domain XML, as the source
 // hypervisor has it, for the destination placement, and has the
-// destination check it can take the guest. It returns the destination XML.
+// destination check it can take the guest. It stages the destination XML
+// in the instance's record for the destination claim, where Migrate and
+// CommitMigration read it, and returns nothing; for a run recorded before
+// staging (no DestClaimID) it returns the XML instead.
 func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationInput) (string, error) {
 	var destXML string
 	err := a.heartbeating(ctx, func(ctx context.Context) error {
@@ -85,9 +88,47 @@ func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationIn
 		if destXML, err = xmlpatch.Patch(dom.XML, &in.Placement); err != nil {
 			return classify(err)
 		}
-		return classify(a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML))
+		if err := a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML); err != nil {
+			return classify(err)
+		}
+		return a.stage(ctx, in.UUID, in.DestClaimID, destXML)
 	})
-	return destXML, err
+	return unstaged(in.DestClaimID, destXML), err
+}
+
+// stage keeps xml, made for the instance's claim claimID, in its record
+// (ledger.StageDomainXML), waiting out a ledger that does not answer. An
+// empty claimID stages nothing: a run recorded before staging carries the
+// XML in its history.
+func (a *Activities) stage(ctx context.Context, uuid, claimID, xml string) error {
+	if claimID == "" {
+		return nil
+	}
+	return classify(waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.StageDomainXML(ctx, uuid, claimID, xml) }))
+}
+
+// unstaged is the XML a step returns to its workflow: none when it was
+// staged for claimID.
+func unstaged(claimID, xml string) string {
+	if claimID != "" {
+		return ""
+	}
+	return xml
+}
+
+// stagedXML returns the XML staged for the instance's claim claimID, or
+// xml when a run recorded before staging passed it.
+func (a *Activities) stagedXML(ctx context.Context, uuid, claimID, xml string) (string, error) {
+	if xml != "" {
+		return xml, nil
+	}
+	err := a.heartbeating(ctx, func(ctx context.Context) error {
+		return classify(waitLedger(ctx, func(ctx context.Context) (err error) {
+			xml, err = a.Ledger.StagedDomainXML(ctx, uuid, claimID)
+			return err
+		}))
+	})
+	return xml, err
 }
 
 // Migrate live-migrates the guest, heartbeating its progress. A cancel of
@@ -114,7 +155,11 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	if activity.IsActivity(ctx) {
 		stopping = activity.GetWorkerStopChannel(ctx)
 	}
-	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: in.DestXML, Policy: a.MigrationPolicy}
+	destXML, err := a.stagedXML(ctx, in.UUID, in.DestClaimID, in.DestXML)
+	if err != nil {
+		return err
+	}
+	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: destXML, Policy: a.MigrationPolicy}
 	if in.DestClaimID != "" {
 		lease := a.claimLease(in.Dest, in.DestClaimID, in.DestToken)
 		req.Fence = func(ctx context.Context) error {
@@ -321,8 +366,9 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 // Spawn defines and starts the guest on the host with its domain XML
 // patched for the placement: the XML it had when it was shelved, or a new
 // one for a boot. It fences on the claim right before each of the two, so
-// an attempt whose claim was freed starts nothing. It returns the XML it
-// defined.
+// an attempt whose claim was freed starts nothing. With StageXML it stages
+// the XML it defines for the claim, where Attach reads it, and returns
+// nothing; a run recorded before staging gets the XML returned.
 func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
 	var xml string
 	err := a.heartbeating(ctx, func(ctx context.Context) error {
@@ -347,9 +393,12 @@ func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
 				return classify(err)
 			}
 		}
+		if err := a.stage(ctx, in.UUID, in.stagedFor(), xml); err != nil {
+			return err
+		}
 		return a.defineAndStart(ctx, in.Host, in.UUID, xml, in.ClaimID, in.Token, true)
 	})
-	return xml, err
+	return unstaged(in.stagedFor(), xml), err
 }
 
 // defineAndStart defines the guest on host from xml and, when start is

@@ -12,6 +12,7 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/xmlpatch"
 )
 
 // TestMigrateTimeoutIsNotRetried: a migration that never converges is
@@ -61,5 +62,101 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	res, err := w.acts.RollbackMigration(ctx, in)
 	if err != nil || res.OnDest {
 		t.Errorf("RollbackMigration after the timeout = %+v, %v; want the guest on its source, no error", res, err)
+	}
+}
+
+// TestMigrationStagesItsXML: in a run that stages, the destination XML
+// PrepareMigration makes is kept in the record for the destination claim,
+// not returned; Migrate defines the guest from it and the commit makes it
+// the record's XML. A run recorded before staging passes the XML from step
+// to step, and stages nothing.
+func TestMigrationStagesItsXML(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		staged bool
+	}{{"staged for the claim", true}, {"passed by a run recorded before staging", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t)
+			w.addHost(t, "a")
+			w.addHost(t, "b")
+			u := uuidN(41)
+			src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+			dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+			prep := PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement}
+			if tc.staged {
+				prep.DestClaimID = dst.ClaimID
+			}
+			returned, err := w.acts.PrepareMigration(ctx, prep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			staged, stagedErr := w.led.StagedDomainXML(ctx, u, dst.ClaimID)
+			want := returned
+			if tc.staged {
+				want = staged
+				if returned != "" || stagedErr != nil {
+					t.Fatalf("PrepareMigration returned %d bytes and staged %d (%v); want none returned, the XML staged", len(returned), len(staged), stagedErr)
+				}
+			} else if !errors.Is(stagedErr, ledger.ErrConflict) {
+				t.Fatalf("PrepareMigration of a run recorded before staging staged %d bytes (%v), want none", len(staged), stagedErr)
+			}
+			claimed, err := xmlpatch.PinsFor(&dst.Placement)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pins, err := xmlpatch.Read(want); err != nil || !pins.HostCPUs().Equal(claimed.HostCPUs()) {
+				t.Fatalf("destination XML pins %v (%v), want the claim's %s", pins, err, claimed.HostCPUs())
+			}
+			move := MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: returned, DestClaimID: dst.ClaimID, DestToken: dst.Token}
+			if err := w.acts.Migrate(ctx, move); err != nil {
+				t.Fatal(err)
+			}
+			w.runsPinned(t, u, "b", dst, testFlavor.VCPUs)
+			commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID, DestXML: returned}
+			if err := w.acts.CommitMigration(ctx, commit); err != nil {
+				t.Fatal(err)
+			}
+			inst, err := w.led.Instance(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inst.ClaimID != dst.ClaimID || inst.DomainXML != want {
+				t.Errorf("record after the commit: claim %s with %d bytes of XML; want %s with the destination XML (%d bytes)",
+					inst.ClaimID, len(inst.DomainXML), dst.ClaimID, len(want))
+			}
+			if _, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID); !errors.Is(err, ledger.ErrConflict) {
+				t.Errorf("staged XML after the commit: %v, want none", err)
+			}
+		})
+	}
+}
+
+// TestMigrateWithoutItsStagedXML: a migration whose staged XML is gone
+// (Redis lost it) fails before it touches the guest, which stays on its
+// source.
+func TestMigrateWithoutItsStagedXML(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(42)
+	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	if _, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.led.StageDomainXML(ctx, u, "another-claim", "<domain/>"); err != nil {
+		t.Fatal(err)
+	}
+	err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token})
+	if !errors.Is(err, ledger.ErrConflict) {
+		t.Fatalf("Migrate with nothing staged for its claim = %v, want ErrConflict", err)
+	}
+	if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
+		t.Errorf("guest on a after the refused migration: %+v, %v; want it running", dom, err)
+	}
+	if _, err := w.drv.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("guest on b after the refused migration: %v, want none", err)
 	}
 }

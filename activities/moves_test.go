@@ -26,10 +26,10 @@ func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f ledger
 	step("Claim", err)
 	step("HoldClaim", w.acts.HoldClaim(ctx, ClaimRef{Host: src, ClaimID: srcClaim}))
 	step("PowerOff", w.acts.PowerOff(ctx, DomainInput{UUID: uuid, Host: src}))
-	xml, err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: uuid, Source: src, Dest: dst, ClaimID: c.ClaimID, Token: c.Token,
-		Placement: c.Placement, Start: true})
+	_, err = w.acts.MoveResized(ctx, MoveResizedInput{UUID: uuid, Source: src, Dest: dst, ClaimID: c.ClaimID, Token: c.Token,
+		Placement: c.Placement, Start: true, StageXML: true})
 	step("MoveResized", err)
-	step("FinishResize", w.acts.FinishResize(ctx, FinishResizeInput{UUID: uuid, Dest: dst, DestClaimID: c.ClaimID, DestXML: xml}))
+	step("FinishResize", w.acts.FinishResize(ctx, FinishResizeInput{UUID: uuid, Dest: dst, DestClaimID: c.ClaimID}))
 	return c
 }
 
@@ -204,14 +204,13 @@ func TestMoveClearsAnInterruptedResize(t *testing.T) {
 	}
 	// Terminated here. A live migration moves the guest to b.
 	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
-	xml, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
-	if err != nil {
+	if _, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: xml, DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
+	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
 		t.Fatal(err)
 	}
-	commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID, Placement: dst.Placement, DestXML: xml}
+	commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID}
 	if err := w.acts.CommitMigration(ctx, commit); err != nil {
 		t.Fatal(err)
 	}

@@ -189,7 +189,7 @@ func benchBoot(ctx context.Context, acts *Activities, host, u string) error {
 	if err != nil {
 		return err
 	}
-	return acts.Attach(ctx, AttachInput{UUID: u, Host: host, ClaimID: c.ClaimID, Placement: c.Placement, DomainXML: xml})
+	return acts.Attach(ctx, AttachInput{UUID: u, Host: host, ClaimID: c.ClaimID, DomainXML: xml})
 }
 
 // benchOpenWorkflows starts workflows on a task queue no worker polls, so

@@ -140,6 +140,16 @@ type MoveResizedInput struct {
 	Placement numa.Placement `json:"placement"`
 	// Start the guest on the destination (it was running before).
 	Start bool `json:"start,omitempty"`
+	// StageXML: stage the domain XML for ClaimID instead of returning it.
+	StageXML bool `json:"stage_xml,omitempty"`
+}
+
+// stagedFor is the claim MoveResized stages its XML for, or "".
+func (in MoveResizedInput) stagedFor() string {
+	if !in.StageXML {
+		return ""
+	}
+	return in.ClaimID
 }
 
 // MoveResized removes the powered-off guest's definition from the source
@@ -148,7 +158,9 @@ type MoveResizedInput struct {
 // source's definition is kept in the record (BeginResize), so a revert
 // defines it again. Disks are on shared storage: only the definition
 // moves. It fences on the destination claim before the define and the
-// start. It returns the XML it defined.
+// start. With StageXML it stages the XML it defines for the claim, where
+// FinishResize reads it, and returns nothing; a run recorded before
+// staging gets the XML returned.
 func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (string, error) {
 	var xml string
 	err := a.heartbeating(ctx, func(ctx context.Context) error {
@@ -179,9 +191,12 @@ func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (stri
 			// On the same host, a running guest was started with its new
 			// definition by an earlier attempt: PowerOff stopped the old.
 		}
+		if err := a.stage(ctx, in.UUID, in.stagedFor(), xml); err != nil {
+			return err
+		}
 		return a.defineAndStart(ctx, in.Dest, in.UUID, xml, in.ClaimID, in.Token, in.Start)
 	})
-	return xml, err
+	return unstaged(in.stagedFor(), xml), err
 }
 
 // resizedXML is the domain XML of the guest with its new flavor, pinned
@@ -210,7 +225,9 @@ type FinishResizeInput struct {
 	UUID        string `json:"uuid"`
 	Dest        string `json:"dest"`
 	DestClaimID string `json:"dest_claim_id"`
-	DestXML     string `json:"dest_xml"`
+	// DestXML is the XML MoveResized returned to a run recorded before
+	// staging; empty, the XML staged for DestClaimID.
+	DestXML string `json:"dest_xml,omitempty"`
 }
 
 // FinishResize commits the destination claim, points the record at it
@@ -228,7 +245,7 @@ func (a *Activities) FinishResize(ctx context.Context, in FinishResizeInput) err
 	if _, err := a.Ledger.Commit(ctx, in.Dest, in.DestClaimID); err != nil {
 		return classify(err)
 	}
-	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, DomainXML: in.DestXML, Flavor: inst.Resize.NewFlavor}
+	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, DomainXML: in.DestXML, StagedXML: in.DestXML == "", Flavor: inst.Resize.NewFlavor}
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}

@@ -137,19 +137,24 @@ type DomainInput struct {
 	LeaveOff bool `json:"leave_off,omitempty"`
 }
 
-// PrepareMigrationInput asks for the destination XML of a migration.
+// PrepareMigrationInput asks for the destination XML of a migration,
+// staged for DestClaimID (empty in runs recorded before staging, which get
+// it returned).
 type PrepareMigrationInput struct {
-	UUID      string         `json:"uuid"`
-	Source    string         `json:"source"`
-	Dest      string         `json:"dest"`
-	Placement numa.Placement `json:"placement"`
+	UUID        string         `json:"uuid"`
+	Source      string         `json:"source"`
+	Dest        string         `json:"dest"`
+	Placement   numa.Placement `json:"placement"`
+	DestClaimID string         `json:"dest_claim_id,omitempty"`
 }
 
 // MigrateInput is one live migration.
 type MigrateInput struct {
-	UUID    string `json:"uuid"`
-	Source  string `json:"source"`
-	Dest    string `json:"dest"`
+	UUID   string `json:"uuid"`
+	Source string `json:"source"`
+	Dest   string `json:"dest"`
+	// DestXML is the XML PrepareMigration returned to a run recorded
+	// before staging; empty, the XML staged for DestClaimID.
 	DestXML string `json:"dest_xml,omitempty"`
 	// DestClaimID and DestToken name the destination claim the migration
 	// acts for; the driver's fence checks it before the switchover. Empty
@@ -169,13 +174,13 @@ type RollbackResult struct {
 // CommitMigrationInput makes a finished migration's destination claim the
 // guest's resident claim.
 type CommitMigrationInput struct {
-	UUID          string         `json:"uuid"`
-	Source        string         `json:"source"`
-	Dest          string         `json:"dest"`
-	SourceClaimID string         `json:"source_claim_id"`
-	DestClaimID   string         `json:"dest_claim_id"`
-	Placement     numa.Placement `json:"placement"`
-	DestXML       string         `json:"dest_xml"`
+	UUID          string `json:"uuid"`
+	Source        string `json:"source"`
+	Dest          string `json:"dest"`
+	SourceClaimID string `json:"source_claim_id"`
+	DestClaimID   string `json:"dest_claim_id"`
+	// DestXML as in MigrateInput: empty, the XML staged for DestClaimID.
+	DestXML string `json:"dest_xml,omitempty"`
 }
 
 // ClearHostInput detaches an instance from its host after its claim was
@@ -197,14 +202,25 @@ type SpawnInput struct {
 	// in runs recorded before fences: no fence.
 	ClaimID string `json:"claim_id,omitempty"`
 	Token   string `json:"token,omitempty"`
+	// StageXML: stage the domain XML for ClaimID instead of returning it.
+	StageXML bool `json:"stage_xml,omitempty"`
+}
+
+// stagedFor is the claim Spawn stages its XML for, or "".
+func (in SpawnInput) stagedFor() string {
+	if !in.StageXML {
+		return ""
+	}
+	return in.ClaimID
 }
 
 // AttachInput makes a spawned guest's claim resident and its record point
 // at it.
 type AttachInput struct {
-	UUID      string         `json:"uuid"`
-	Host      string         `json:"host"`
-	ClaimID   string         `json:"claim_id"`
-	Placement numa.Placement `json:"placement"`
-	DomainXML string         `json:"domain_xml"`
+	UUID    string `json:"uuid"`
+	Host    string `json:"host"`
+	ClaimID string `json:"claim_id"`
+	// DomainXML is the XML Spawn returned to a run recorded before
+	// staging; empty, the XML staged for ClaimID.
+	DomainXML string `json:"domain_xml,omitempty"`
 }

@@ -21,7 +21,7 @@ import (
 // the same workflow still open at that step, which a new worker must be
 // able to pick up.
 func TestReplay(t *testing.T) {
-	for _, version := range []string{"v0", "v1", "v2"} {
+	for _, version := range []string{"v0", "v1", "v2", "v3"} {
 		files, err := filepath.Glob(filepath.Join("testdata", "history", version, "*.json"))
 		if err != nil {
 			t.Fatal(err)

@@ -211,7 +211,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, destDom).Get(ctx, nil)
 	})
 	move := activities.MoveResizedInput{UUID: in.UUID, Source: src, Dest: dst, ClaimID: destClaim, Token: claim.Token,
-		Placement: claim.Placement, Start: wasActive}
+		Placement: claim.Placement, Start: wasActive, StageXML: s.staged}
 	var destXML string
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "move the guest to "+dst), a.MoveResized, move).Get(ctx, &destXML); err != nil {
 		return nil, s.fail(err)

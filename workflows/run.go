@@ -21,11 +21,19 @@ const (
 	fencingChange  = "fencing"
 	fencingVersion = 1
 
-	// localLedgerChange names the change that runs ledger and record
-	// steps as local activities; runs started before it keep them as
-	// activities.
-	localLedgerChange  = "local-ledger-steps"
+	// stepsChange counts the changes to the saga's steps made after
+	// fencing; each version keeps those before it, and a run replays with
+	// the version it started with. One change id for them all costs a run
+	// one marker (and one search attribute upsert), not one per change.
+	stepsChange = "local-ledger-steps"
+	// localLedgerVersion runs ledger and record steps as local
+	// activities; runs started before it keep them as activities.
 	localLedgerVersion = 1
+	// stagedXMLVersion keeps domain XML out of history: the step that
+	// makes a guest's XML stages it in the instance's record for the
+	// claim, and the steps after it read it there. Runs started before
+	// it pass the XML from step to step.
+	stagedXMLVersion = 2
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -81,8 +89,10 @@ type saga struct {
 	ctx workflow.Context
 	// version is the run's fencingChange version (see newSaga).
 	version workflow.Version
-	// local: the run's ledger steps are local activities (localLedgerChange).
-	local  bool
+	// local: the run's ledger steps are local activities (localLedgerVersion).
+	local bool
+	// staged: the run's domain XML is staged in the ledger (stagedXMLVersion).
+	staged bool
 	status Status
 	steps  int // total steps, for Progress
 	done   int
@@ -99,7 +109,8 @@ type compensation struct {
 func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
 	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
 	s.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
-	s.local = workflow.GetVersion(ctx, localLedgerChange, workflow.DefaultVersion, localLedgerVersion) >= localLedgerVersion
+	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, stagedXMLVersion)
+	s.local, s.staged = v >= localLedgerVersion, v >= stagedXMLVersion
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}

@@ -171,7 +171,8 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
 	})
 	var xml string
-	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token}
+	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token,
+		StageXML: s.staged}
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, &xml); err != nil {
 		return "", nil, err
 	}
@@ -181,7 +182,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	// while it ran: the guest runs on the claim.
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the claim resident")
-	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id, Placement: claim.Placement, DomainXML: xml}
+	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id, DomainXML: xml}
 	if err := s.ledger(ctx, "commit the claim", a.Attach, attach).Get(ctx, nil); err != nil {
 		return "", nil, err
 	}

@@ -147,7 +147,7 @@ func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid str
 	if err != nil {
 		return err
 	}
-	return acts.Attach(ctx, activities.AttachInput{UUID: uuid, Host: host, ClaimID: c.ClaimID, Placement: c.Placement, DomainXML: xml})
+	return acts.Attach(ctx, activities.AttachInput{UUID: uuid, Host: host, ClaimID: c.ClaimID, DomainXML: xml})
 }
 
 // historyLength counts the events of the workflow's latest run.
