@@ -16,7 +16,8 @@ import (
 // internal/e2e TestHistoriesReplay) against the current workflow code: a
 // change that would break running workflows fails here. v0 holds
 // histories recorded before the fencing change, v1 after it, v2 after
-// ledger steps became local activities. Every history is also replayed
+// ledger steps became local activities, v3 after domain XML was staged in
+// the ledger. Every history is also replayed
 // cut short before each of its workflow tasks: that is the history of
 // the same workflow still open at that step, which a new worker must be
 // able to pick up.
