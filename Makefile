@@ -93,6 +93,12 @@ soak: deps
 clean:
 	rm -rf $(BIN)/pinflow $(BIN)/pinflow-worker
 
+# 500 boots started at once onto four hosts, on a dev server, against as
+# many bare workflows of four no-op activities.
+bench-boot: deps
+	$(GO) test ./internal/e2e -run '^$$' -bench BootBurst -benchtime 1x -count 1 -timeout 20m
+.PHONY: bench-boot
+
 bench-ledger: deps
 	$(GO) test ./ledger -run '^$$' -bench ClaimRelease -benchtime 3s -count 1
 
