@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pinflow/pinflow/numa"
@@ -252,7 +251,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 			}
 		}
 		observeLostRace(ctx, status)
-		lost = lostRace(res)
+		lost = lostRaceCause(res)
 	}
 	return nil, wrap(fmt.Errorf("%w: lost the race for the host's resources %d times (last: %s)", ErrConflict, l.maxAttempts, lost))
 }
@@ -265,12 +264,8 @@ func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *
 		hc.settle(c.ID, false, 0, nil, nil)
 		return nil, err
 	}
-	res, err := l.batch.run(ctx, k, call.args...)
-	if ctx.Err() == nil {
-		// Not while a cancelled caller's command may still be queued.
-		call.done()
-	}
-	// A reply is never empty (the batcher makes that an error).
+	res, err := l.apply.run(ctx, k, call.args...)
+	// A reply is never empty (the applier makes that an error).
 	if err != nil || res[0] != "ok" || len(res) != 2+len(call.fields) {
 		hc.settle(c.ID, false, 0, nil, nil)
 		return res, err
@@ -287,8 +282,6 @@ func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *
 // claim pins and adds to, to update the cache with from the reply.
 type claimCall struct {
 	args   []any
-	buf    *[]byte // the record's buffer
-	argBuf *[]any  // args' backing list
 	cpus   []int
 	fields []string // the usage fields the claim adds to, in argument order
 }
@@ -348,8 +341,7 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 
 	// The undo entry says what the claim took, "token|pCPUs|field,n,...",
 	// so that a release reads neither the record nor any JSON.
-	buf := recordBufs.Get().(*[]byte)
-	e := append((*buf)[:0], c.Token...)
+	e := append([]byte(nil), c.Token...)
 	e = append(e, '|')
 	for i, cpu := range call.cpus {
 		if i > 0 {
@@ -367,13 +359,8 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 		e = strconv.AppendInt(e, deltas[f].n, 10)
 	}
 	entry := string(e)
-	// The record goes out as the buffer itself; done returns it.
-	record := c.appendJSON(e[:0])
-	*buf = record
-	call.buf = buf
-
-	call.argBuf = argLists.Get().(*[]any)
-	args := append((*call.argBuf)[:0], "c", c.ID, record, entry, c.Generation, len(call.cpus))
+	record := c.appendJSON(nil)
+	args := append(make([]any, 0, 7+len(call.cpus)+3*len(call.fields)), "c", c.ID, record, entry, c.Generation, len(call.cpus))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)
 	}
@@ -389,23 +376,6 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	call.args = args
 	return call, nil
 }
-
-// done gives the record's buffer back, once the command that carries it
-// has been written.
-func (call *claimCall) done() {
-	if call.buf != nil {
-		recordBufs.Put(call.buf)
-		call.buf = nil
-	}
-	if call.argBuf != nil {
-		*call.argBuf = call.args
-		putArgs(call.argBuf)
-		call.argBuf, call.args = nil, nil
-	}
-}
-
-// recordBufs are scratch space for claim records.
-var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
 func boolArg(b bool) int {
 	if b {
@@ -427,8 +397,8 @@ func toInt(v any) int64 {
 	return 0
 }
 
-// lostRace describes why the apply script refused a claim.
-func lostRace(res []any) string {
+// lostRaceCause describes why the apply script refused a claim.
+func lostRaceCause(res []any) string {
 	s := make([]string, len(res))
 	for i, v := range res {
 		s[i] = fmt.Sprint(v)
@@ -602,7 +572,7 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 	if err := checkClaimID(claimID); err != nil {
 		return false, wrap(err)
 	}
-	res, err := l.batch.run(ctx, l.hostKeys(host), "r", claimID, token, cond)
+	res, err := l.apply.run(ctx, l.hostKeys(host), "r", claimID, token, cond)
 	if err != nil {
 		return false, wrap(err)
 	}

@@ -109,10 +109,8 @@
 // break that proviso; the audit's last defence is that it never frees
 // pCPUs a domain of the claim's own instance is using.
 //
-// Concurrent claims and releases of one process on one host go to Redis
-// together, as one apply script (group commit): each is still applied
-// whole or not at all, in order, but the batch shares one round trip and
-// one read and write of each key. Under load a batch carries dozens.
+// Each claim and release is one apply script and one round trip (with
+// its wait for durability); applier says why they are not batched.
 //
 // # Durability
 //

@@ -201,7 +201,7 @@ func TestReleaseNeverUnpinsAnotherOwner(t *testing.T) {
 func diffSnapshots(a, b *Snapshot) string { return cmp.Diff(a, b, snapOpts...) }
 
 // applyOne runs the apply script with one operation, bypassing the
-// batcher, and returns its reply as strings.
+// ledger's applier, and returns its reply as strings.
 func applyOne(ctx context.Context, rdb redis.UniversalClient, k *hostKeys, args []any) ([]string, error) {
 	res, err := applyScript.Run(ctx, rdb, k.all(), append([]any{1}, args...)...).Slice()
 	if err != nil {

@@ -39,8 +39,8 @@ type Ledger struct {
 	// reading the host first (see hostCache).
 	hosts sync.Map // host name -> *hostCache
 	keys  sync.Map // host name -> hostKeys
-	// batch applies the claims and releases of concurrent callers together.
-	batch *batcher
+	// apply runs claims and releases.
+	apply *applier
 	// acks sends changes followed by the waits for durability.
 	acks *acker
 	// hints tells other processes' placement indexes which hosts changed.
@@ -61,7 +61,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger: key prefix %q: %w: prefixes are 1-64 characters of letters, digits, '.', '_', ':' and '-'", l.prefix, ErrInvalid)
 	}
 	l.hints = newHinter(rdb, l.changedKey())
-	l.batch = newBatcher(rdb, acks, l.hints)
+	l.apply = &applier{rdb: rdb, acks: acks, hints: l.hints}
 	if l.maxAttempts < 0 {
 		return nil, fmt.Errorf("ledger: max attempts %d: %w: must be 0 (default %d) or more", l.maxAttempts, ErrInvalid, DefaultMaxAttempts)
 	}
