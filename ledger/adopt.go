@@ -80,7 +80,11 @@ func (l *Ledger) Adopt(ctx context.Context, a Adoption) (*Claim, error) {
 		}
 		old := c.Token
 		c.Kind, c.OwnerWorkflowID, c.OwnerRunID, c.Token = a.Kind, a.OwnerWorkflowID, a.OwnerRunID, hex.EncodeToString(tok[:])
-		res, err := l.change(ctx, claimAdoptScript, []string{k.claims, k.undo}, a.ClaimID, rec, string(c.appendJSON(nil)), old, c.Token).Slice()
+		record, err := json.Marshal(c)
+		if err != nil {
+			return nil, wrap(fmt.Errorf("encode claim record: %w", err))
+		}
+		res, err := l.change(ctx, claimAdoptScript, []string{k.claims, k.undo}, a.ClaimID, rec, string(record), old, c.Token).Slice()
 		if err != nil {
 			return nil, wrap(err)
 		}

@@ -2,12 +2,10 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -238,44 +236,6 @@ func TestReleaseRecordWithoutUndo(t *testing.T) {
 		if diff := diffSnapshots(empty, snapshot(t, l, "h1")); diff != "" {
 			t.Errorf("%s: after the release (-empty +after):\n%s", old, diff)
 		}
-	}
-}
-
-// TestRecordMatchesEncodingJSON checks the hand-written claim record
-// against encoding/json for claims of every shape the tests make.
-func TestRecordMatchesEncodingJSON(t *testing.T) {
-	host := testHost(2, 8)
-	at := time.Date(2026, 11, 30, 8, 1, 2, 345678900, time.UTC)
-	reqs := []*numa.Request{
-		dedicated(t, 2, 512), dedicated(t, 3, 1024, "hw:mem_page_size", "2048"),
-		dedicated(t, 4, 1024, "hw:numa_nodes", "2", "hw:emulator_threads_policy", "isolate"),
-	}
-	for i, req := range reqs {
-		p, err := numa.Fit(host, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		us, err := numa.Usage(host, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := Claim{State: StatePending, ID: fmt.Sprintf("c%d", i), Host: "h1", InstanceUUID: "inst", Kind: KindMigrationDest,
-			OwnerWorkflowID: `wf "quoted" <&>`, OwnerRunID: "run", Token: "tok", CreatedAt: at, Generation: 3, Placement: p, Usage: us}
-		for _, committed := range []*time.Time{nil, &at} {
-			c.CommittedAt = committed
-			want, err := json.Marshal(&c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := c.appendJSON(nil); string(got) != string(want) {
-				t.Errorf("record of claim %d =\n%s\nencoding/json =\n%s", i, got, want)
-			}
-		}
-	}
-	var empty Claim
-	want, _ := json.Marshal(&empty)
-	if got := empty.appendJSON(nil); string(got) != string(want) {
-		t.Errorf("record of an empty claim = %s, encoding/json = %s", got, want)
 	}
 }
 

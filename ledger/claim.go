@@ -359,7 +359,10 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 		e = strconv.AppendInt(e, deltas[f].n, 10)
 	}
 	entry := string(e)
-	record := c.appendJSON(nil)
+	record, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode claim record: %w", err)
+	}
 	args := append(make([]any, 0, 7+len(call.cpus)+3*len(call.fields)), "c", c.ID, record, entry, c.Generation, len(call.cpus))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)

@@ -326,3 +326,42 @@ func (b *cpuSetBuilder) set() CPUSet {
 	b.words = nil
 	return s
 }
+
+// ranges calls fn with each run of consecutive ids, in ascending order.
+func (c CPUSet) ranges(fn func(lo, hi int)) {
+	lo, hi := -1, -1
+	for wi, w := range c.words {
+		for w != 0 {
+			id := wi*64 + bits.TrailingZeros64(w)
+			w &= w - 1
+			if id == hi+1 && lo >= 0 {
+				hi = id
+				continue
+			}
+			if lo >= 0 {
+				fn(lo, hi)
+			}
+			lo, hi = id, id
+		}
+	}
+	if lo >= 0 {
+		fn(lo, hi)
+	}
+}
+
+// appendList appends the set's cpuset-list form, e.g. 0-3,8.
+func (c CPUSet) appendList(b []byte) []byte {
+	first := true
+	c.ranges(func(lo, hi int) {
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = strconv.AppendInt(b, int64(lo), 10)
+		if hi > lo {
+			b = append(b, '-')
+			b = strconv.AppendInt(b, int64(hi), 10)
+		}
+	})
+	return b
+}

@@ -151,3 +151,44 @@ func TestWithWithout(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUSetStringRanges: String writes each run of consecutive CPUs as
+// lo-hi and a lone CPU as itself, ascending, across the 64-bit words the
+// set is stored in.
+func TestCPUSetStringRanges(t *testing.T) {
+	// seq is lo, lo+1, ..., hi.
+	seq := func(lo, hi int) []int {
+		var out []int
+		for id := lo; id <= hi; id++ {
+			out = append(out, id)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		ids  []int
+		want string
+	}{
+		{"empty", nil, ""},
+		{"cpu 0", []int{0}, "0"},
+		{"last cpu", []int{MaxCPU}, "8191"},
+		{"two adjacent", []int{4, 5}, "4-5"},
+		{"two apart", []int{1, 3}, "1,3"},
+		{"one run", seq(0, 3), "0-3"},
+		{"run then single", []int{0, 1, 2, 3, 8}, "0-3,8"},
+		{"singles", []int{5, 3, 1}, "1,3,5"},
+		{"run across a word boundary", []int{63, 64}, "63-64"},
+		{"run ending at a word's end", []int{62, 63, 65}, "62-63,65"},
+		{"two full words and one more", append(seq(0, 127), 130), "0-127,130"},
+		{"empty word between runs", []int{0, 1, 128, 129}, "0-1,128-129"},
+		{"mixed", []int{200, 9, 8, 7, 5}, "5,7-9,200"},
+		{"first and last", []int{0, MaxCPU}, "0,8191"},
+		{"last two", []int{8190, 8191}, "8190-8191"},
+		{"every cpu", seq(0, MaxCPU), "0-8191"},
+	}
+	for _, tt := range tests {
+		if got := NewCPUSet(tt.ids...).String(); got != tt.want {
+			t.Errorf("NewCPUSet(%s).String() = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}

@@ -124,7 +124,38 @@ func listOrNil(c CPUSet) []int {
 }
 
 // MarshalJSON writes the placement in the reference answer format.
-func (p Placement) MarshalJSON() ([]byte, error) { return p.AppendJSON(nil), nil }
+func (p Placement) MarshalJSON() ([]byte, error) {
+	out := placementJSON{
+		EmulatorPolicy:   strOrNil(string(p.EmulatorPolicy)),
+		Cells:            make([]cellJSON, len(p.Cells)),
+		RealtimeVCPUs:    listOrNil(p.RealtimeVCPUs),
+		RealtimePriority: p.RealtimePriority,
+		HostSharedSet:    listOrNil(p.HostSharedSet),
+	}
+	for i, c := range p.Cells {
+		var pins map[string]int
+		if c.Pins != nil {
+			pins = make(map[string]int, len(c.Pins))
+			for v, pc := range c.Pins {
+				pins[strconv.Itoa(v)] = pc
+			}
+		}
+		cj := cellJSON{
+			GuestCell: c.GuestCell, HostCell: c.HostCell,
+			CPUSet: c.SharedVCPUs.List(), PCPUSet: c.DedicatedVCPUs.List(),
+			MemoryMB: c.MemoryMB, CPUPinning: pins, PinnedPCPUs: c.PinnedPCPUs().List(),
+			Reserved:  listOrNil(c.Reserved),
+			CPUPolicy: strOrNil(string(c.CPUPolicy)), ThreadPolicy: strOrNil(string(c.ThreadPolicy)),
+			HostCPUs: listOrNil(c.HostCPUs),
+		}
+		if c.PageSizeKB != 0 {
+			ps := c.PageSizeKB
+			cj.PageSize = &ps
+		}
+		out.Cells[i] = cj
+	}
+	return json.Marshal(out)
+}
 
 // UnmarshalJSON reads the reference answer format. It checks the form, not
 // whether the placement fits any host; Usage does that against a host.
