@@ -107,31 +107,8 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, h := range []string{"left", "right"} {
-		if err := simDrv.AddHost(ctx, h, host); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := led.RegisterHost(ctx, h, host); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := workflows.RegisterSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
-		b.Fatal(err)
-	}
 	const queue = "bench"
-	for _, c := range clients {
-		w := worker.New(c, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
-		for _, wf := range []any{workflows.Boot, workflows.LiveMigration} {
-			w.RegisterWorkflow(wf)
-		}
-		w.RegisterWorkflow(bareWorkflow)
-		w.RegisterActivity(noop)
-		w.RegisterActivity(&activities.Activities{Ledger: led, Driver: drv})
-		if err := w.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer w.Stop()
-	}
+	benchWorkers(b, clients, namespace, queue, led, simDrv, drv, []string{"left", "right"}, host, workflows.Boot, workflows.LiveMigration)
 
 	start := func(id string, wf, in any) client.WorkflowRun {
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue,
@@ -262,6 +239,39 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 	b.Logf("latency pinflow adds to one migration (workflow minus the hypervisor's migrate): alone p50 %.1f ms, p99 %.1f ms; with %d in flight p50 %.1f ms, p99 %.1f ms; a bare workflow of %d no-op activities alone takes p50 %.1f ms",
 		solo50, solo99, inFlight, loaded50, loaded99, steps, bare50)
 	b.ReportMetric(bare50, "bare-alone-p50-ms")
+}
+
+// benchWorkers adds hosts to the simulator and the ledger, registers the
+// search attributes, and starts a worker on every client polling queue
+// with wfs, the bare workflow and its no-op activity, and pinflow's
+// activities on led and drv.
+func benchWorkers(b *testing.B, clients []client.Client, namespace, queue string, led *ledger.Ledger, simDrv *sim.Driver, drv hypervisor.Driver,
+	hosts []string, host *numa.Host, wfs ...any) {
+	ctx := context.Background()
+	for _, h := range hosts {
+		if err := simDrv.AddHost(ctx, h, host); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := led.RegisterHost(ctx, h, host); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := workflows.RegisterSearchAttributes(ctx, clients[0].OperatorService(), namespace); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range clients {
+		w := worker.New(c, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
+		for _, wf := range wfs {
+			w.RegisterWorkflow(wf)
+		}
+		w.RegisterWorkflow(bareWorkflow)
+		w.RegisterActivity(noop)
+		w.RegisterActivity(&activities.Activities{Ledger: led, Driver: drv})
+		if err := w.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(w.Stop)
+	}
 }
 
 // percentiles returns the p50 and p99 of ds in milliseconds.

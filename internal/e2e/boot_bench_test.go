@@ -9,7 +9,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -44,29 +43,8 @@ func BenchmarkBootBurst(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, h := range hosts {
-		if err := drv.AddHost(ctx, h, host); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := led.RegisterHost(ctx, h, host); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := workflows.RegisterSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
-		b.Fatal(err)
-	}
 	const queue = "bench-boot"
-	for _, c := range clients {
-		w := worker.New(c, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
-		w.RegisterWorkflow(workflows.Boot)
-		w.RegisterWorkflow(bareWorkflow)
-		w.RegisterActivity(noop)
-		w.RegisterActivity(&activities.Activities{Ledger: led, Driver: drv})
-		if err := w.Start(); err != nil {
-			b.Fatal(err)
-		}
-		defer w.Stop()
-	}
+	benchWorkers(b, clients, namespace, queue, led, drv, drv, hosts, host, workflows.Boot)
 
 	// burst starts n workflows at once and returns how long each took and
 	// how long until the last completed.
