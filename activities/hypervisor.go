@@ -393,12 +393,12 @@ func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
 				return classify(err)
 			}
 		}
-		if err := a.stage(ctx, in.UUID, in.stagedFor(), xml); err != nil {
+		if err := a.stage(ctx, in.UUID, stagedFor(in.StageXML, in.ClaimID), xml); err != nil {
 			return err
 		}
 		return a.defineAndStart(ctx, in.Host, in.UUID, xml, in.ClaimID, in.Token, true)
 	})
-	return unstaged(in.stagedFor(), xml), err
+	return unstaged(stagedFor(in.StageXML, in.ClaimID), xml), err
 }
 
 // defineAndStart defines the guest on host from xml and, when start is

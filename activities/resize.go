@@ -144,14 +144,6 @@ type MoveResizedInput struct {
 	StageXML bool `json:"stage_xml,omitempty"`
 }
 
-// stagedFor is the claim MoveResized stages its XML for, or "".
-func (in MoveResizedInput) stagedFor() string {
-	if !in.StageXML {
-		return ""
-	}
-	return in.ClaimID
-}
-
 // MoveResized removes the powered-off guest's definition from the source
 // and defines it on the destination with the new flavor's domain XML
 // pinned to the destination claim, then starts it there when asked. The
@@ -191,12 +183,12 @@ func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (stri
 			// On the same host, a running guest was started with its new
 			// definition by an earlier attempt: PowerOff stopped the old.
 		}
-		if err := a.stage(ctx, in.UUID, in.stagedFor(), xml); err != nil {
+		if err := a.stage(ctx, in.UUID, stagedFor(in.StageXML, in.ClaimID), xml); err != nil {
 			return err
 		}
 		return a.defineAndStart(ctx, in.Dest, in.UUID, xml, in.ClaimID, in.Token, in.Start)
 	})
-	return unstaged(in.stagedFor(), xml), err
+	return unstaged(stagedFor(in.StageXML, in.ClaimID), xml), err
 }
 
 // resizedXML is the domain XML of the guest with its new flavor, pinned

@@ -206,12 +206,13 @@ type SpawnInput struct {
 	StageXML bool `json:"stage_xml,omitempty"`
 }
 
-// stagedFor is the claim Spawn stages its XML for, or "".
-func (in SpawnInput) stagedFor() string {
-	if !in.StageXML {
+// stagedFor is the claim a step asked to stage its XML for stages it
+// for: claimID, or "" for none.
+func stagedFor(stage bool, claimID string) string {
+	if !stage {
 		return ""
 	}
-	return in.ClaimID
+	return claimID
 }
 
 // AttachInput makes a spawned guest's claim resident and its record point

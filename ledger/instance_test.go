@@ -327,18 +327,7 @@ func TestStagedDomainXML(t *testing.T) {
 	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := flavor.Request()
-	claim := func(id, host string) {
-		t.Helper()
-		s := spec(id, host, r)
-		s.InstanceUUID = "u1"
-		if _, err := l.Claim(ctx, s); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.Commit(ctx, host, id); err != nil {
-			t.Fatal(err)
-		}
-	}
+	claim := func(id, host string) { committedClaim(t, l, id, host, "u1", KindInstance, flavor) }
 	record := func(want Home, wantXML string) {
 		t.Helper()
 		in, err := l.Instance(ctx, "u1")
