@@ -1,11 +1,14 @@
 package libvirt
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -82,6 +85,37 @@ func busyGuest(t *testing.T, n int) guest {
 	g := newGuest(n)
 	g.kernel = path
 	return g
+}
+
+// ranFor waits until the QEMU process pid has used cpu of CPU time. A busy
+// guest that booted on a loaded machine may not have run its kernel yet,
+// and its memory is then zero pages that a migration sends at once: the
+// kernel must have written its region first.
+func ranFor(t *testing.T, pid int, cpu time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// After the command name: state, ppid, ..., utime (12th) and
+		// stime (13th), in clock ticks of 1/100 s.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		utime, err1 := strconv.ParseInt(f[11], 10, 64)
+		stime, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("/proc/%d/stat: %q", pid, b)
+		}
+		used := time.Duration(utime+stime) * 10 * time.Millisecond
+		if used >= cpu {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("QEMU (pid %d) used %v of CPU in a minute, want %v: the guest does not run", pid, used, cpu)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // jobWatch polls the source's job of a migration the test runs, keeping
@@ -185,6 +219,9 @@ func TestMigrationPolicy(t *testing.T) {
 		pid, err := e.hosts["src"].QEMUPid(g.name)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if g.kernel != "" {
+			ranFor(t, pid, 1500*time.Millisecond)
 		}
 		req := migration("src", "dst", g.uuid, repin(t, src.XML, destPins, destEmulator, "0"))
 		req.Policy = p
