@@ -531,16 +531,22 @@ func (c *chaos) run() {
 	close(stop)
 	bg.Wait()
 
-	// Let what the interruptions left behind settle: activity attempts of
-	// terminated workflows end, fence leases (10 s here) and the minimum
-	// grace (2 s) run out, and the audit frees or settles. Settles run
-	// under the guests' workflow ids; wait for them too.
+	// Let what the interruptions left behind settle. Every workflow closes
+	// first: a drain that ended asked its moves to cancel, and they
+	// compensate after it. Then activity attempts of terminated workflows
+	// end and fence leases (10 s here) run out, and the audit frees or
+	// settles. A claim is freed only once its owner has been closed for
+	// the minimum grace (2 s), and settles run under the guests' workflow
+	// ids, so each audit waits for them and then for the grace: an audit
+	// right after an owner closed keeps its claims.
+	c.waitIdle(ctx)
 	time.Sleep(12 * time.Second)
 	for i := range 3 {
 		if err := c.audit(ctx, fmt.Sprintf("chaos-final-%d", i)); err != nil {
 			t.Fatalf("final audit: %v", err)
 		}
 		c.waitIdle(ctx)
+		time.Sleep(3 * time.Second)
 	}
 	c.summary()
 	for _, v := range c.violations {
