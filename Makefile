@@ -110,11 +110,13 @@ bench-reconcile: deps
 	$(GO) test ./activities -run '^$$' -bench ReconcileAudit -benchtime 1x -count 1 -timeout 30m
 
 # The Reconcile workflow's audit of 20,000 simulated hosts
-# (PINFLOW_BENCH_AUDIT_HOSTS) in pages on a dev server: wall time and
-# history events per run, next to the floor of the same reads.
+# (PINFLOW_BENCH_AUDIT_HOSTS) in pages, on a dev server with one worker,
+# then on the cluster with three: wall time and history events per run,
+# next to the floor of the same reads.
 .PHONY: bench-audit
 bench-audit: deps
 	$(GO) test ./internal/e2e -run '^$$' -bench AuditFleet -benchtime 1x -count 1 -timeout 60m
+	PINFLOW_E2E_TARGET=cluster $(GO) test ./internal/e2e -run '^$$' -bench AuditFleet -benchtime 1x -count 1 -timeout 60m
 
 # ChooseHost p50 and p99 among 1,000, 10,000 and 100,000 hosts of varied
 # fill on one redis-server: the placement index next to the exhaustive

@@ -14,34 +14,35 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/hypervisor/sim"
-	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/workflows"
 )
 
 // BenchmarkAuditFleet audits a fleet of simulated hosts (20,000, or
-// PINFLOW_BENCH_AUDIT_HOSTS) through the Reconcile workflow on a real dev
-// server, one guest on every tenth host, in pages of the default size. It
-// reports the audit's wall time, the history events of its run and of its
-// largest page, and next to them the floor: the same ledger and
-// hypervisor reads, host by host at the same concurrency, with no
-// decision and no Temporal.
+// PINFLOW_BENCH_AUDIT_HOSTS) through the Reconcile workflow, one guest on
+// every tenth host, in pages of the default size: on a dev server and one
+// redis-server with one worker, or, under PINFLOW_E2E_TARGET=cluster, on
+// the cluster with three workers and every ledger change waiting for a
+// replica. It reports the audit's wall time, the history events of its
+// run and of its largest page, and next to them the floor: the same
+// ledger and hypervisor reads, host by host at the same concurrency, with
+// no decision and no Temporal.
 func BenchmarkAuditFleet(b *testing.B) {
 	hosts := 20000
 	if v := os.Getenv("PINFLOW_BENCH_AUDIT_HOSTS"); v != "" {
 		fmt.Sscan(v, &hosts)
 	}
 	ctx := context.Background()
-	redis := testenv.StartRedis(b)
-	temporal := testenv.StartTemporal(b)
-	led, rdb, err := ledger.Open(ctx, ledger.Config{URL: redis.URL()})
+	redisConfig, clients, namespace := benchBackend(b)
+	tc := clients[0]
+	led, rdb, err := ledger.Open(ctx, redisConfig)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer rdb.Close()
 	drv := sim.New(rdb, sim.Options{})
-	acts := &activities.Activities{Ledger: led, Driver: drv, Owners: activities.TemporalOwners{Client: temporal.Client}}
+	acts := &activities.Activities{Ledger: led, Driver: drv, Owners: activities.TemporalOwners{Client: tc}}
 	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 8, Threads: 2, MemoryMB: 1 << 16})
 	if err != nil {
 		b.Fatal(err)
@@ -76,24 +77,26 @@ func BenchmarkAuditFleet(b *testing.B) {
 	}
 	b.Logf("setup: %d hosts, %d guests in %s", hosts, (hosts+9)/10, time.Since(setup).Round(time.Millisecond))
 
-	if err := workflows.RegisterSearchAttributes(ctx, temporal.Client.OperatorService(), temporal.Namespace); err != nil {
+	if err := workflows.RegisterSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
 		b.Fatal(err)
 	}
 	const queue = "bench-audit"
-	w := worker.New(temporal.Client, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
-	w.RegisterWorkflow(workflows.Reconcile)
-	w.RegisterActivity(acts)
-	if err := w.Start(); err != nil {
-		b.Fatal(err)
+	for _, c := range clients {
+		w := worker.New(c, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
+		w.RegisterWorkflow(workflows.Reconcile)
+		w.RegisterActivity(acts)
+		if err := w.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer w.Stop()
 	}
-	defer w.Stop()
 
 	zero := time.Duration(0)
 	b.ResetTimer()
 	for n := range b.N {
 		id := fmt.Sprintf("%s-bench-%d", workflows.ReconcileWorkflowIDPrefix, n)
 		t0 := time.Now()
-		run, err := temporal.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.Reconcile,
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.Reconcile,
 			workflows.ReconcileInput{Grace: &zero})
 		if err != nil {
 			b.Fatal(err)
@@ -107,10 +110,10 @@ func BenchmarkAuditFleet(b *testing.B) {
 		if res.Audited != hosts || res.Total.Errors != 0 || res.Total.Freed.Total() != 0 || res.Total.Claims != (hosts+9)/10 {
 			b.Fatalf("audit of %d hosts: audited %d, total %+v; want every host, one claim on every tenth, nothing freed, no error", hosts, res.Audited, res.Total)
 		}
-		events := historyLength(ctx, b, temporal.Client, id)
+		events := historyLength(ctx, b, tc, id)
 		page := 0
 		for p := 1; p <= res.Pages; p++ {
-			page = max(page, historyLength(ctx, b, temporal.Client, fmt.Sprintf("%s-page-%d", id, p)))
+			page = max(page, historyLength(ctx, b, tc, fmt.Sprintf("%s-page-%d", id, p)))
 		}
 		f0 := time.Now()
 		parallel(names, workflows.DefaultReconcileConcurrency, func(_ int, h string) {
