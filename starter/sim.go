@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -64,12 +63,6 @@ func simSetFlags(fs *flag.FlagSet) map[string]bool {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set
-}
-
-func simWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // simWhere names a host for messages: "on h1", or "on every host".
@@ -135,7 +128,7 @@ func simLatency(args []string, stdout io.Writer) error {
 			s := latency.Seconds()
 			out.Seconds = &s
 		}
-		return simWriteJSON(stdout, out)
+		return writeJSON(stdout, out)
 	}
 	if *unset {
 		_, err = fmt.Fprintf(stdout, "%s latency %s cleared; the configured one applies\n", op, simWhere(*host))
@@ -204,7 +197,7 @@ func simFault(args []string, stdout io.Writer) error {
 		if !*unset {
 			out.Fault = &f
 		}
-		return simWriteJSON(stdout, out)
+		return writeJSON(stdout, out)
 	}
 	switch {
 	case *unset:
@@ -252,7 +245,7 @@ func simPower(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *asJSON {
-		return simWriteJSON(stdout, struct {
+		return writeJSON(stdout, struct {
 			Host       string `json:"host"`
 			PoweredOff bool   `json:"powered_off"`
 		}{*host, *off})
@@ -345,7 +338,7 @@ func simShow(args []string, stdout io.Writer) error {
 		for _, h := range hosts {
 			v.Hosts[h] = simHostSettings{Latency: simSeconds(s.Hosts[h].Latency), Faults: s.Hosts[h].Faults}
 		}
-		return simWriteJSON(stdout, v)
+		return writeJSON(stdout, v)
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
