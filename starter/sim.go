@@ -27,23 +27,36 @@ func init() {
 // time.Duration holds at most about 292 years.
 const simMaxSeconds = 86400
 
-// simOpen connects to the Redis of the PINFLOW_* configuration and returns
-// the simulator set up from it, and a function that closes it.
-func simOpen(ctx context.Context) (*sim.Driver, func(), error) {
+// withSim connects to the Redis of the PINFLOW_* configuration, runs f
+// on the simulator set up from it, and closes the connection afterwards.
+func withSim(f func(ctx context.Context, d *sim.Driver) error) error {
+	ctx := context.Background()
 	cfg, err := config.Load()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	rdb, err := cfg.RedisConfig.NewClient(ctx)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	drv, err := cfg.Simulator(rdb)
+	defer rdb.Close()
+	d, err := cfg.Simulator(rdb)
 	if err != nil {
-		rdb.Close()
-		return nil, nil, err
+		return err
 	}
-	return drv, func() { rdb.Close() }, nil
+	return f(ctx, d)
+}
+
+// simParse parses the flags of a sim command; none takes arguments.
+func simParse(fs *flag.FlagSet, args []string) error {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q: %w", fs.Name(), strings.Join(pos, " "), errUsage)
+	}
+	return nil
 }
 
 // simParseOp reads --op for command cmd.
@@ -81,12 +94,8 @@ func simLatency(args []string, stdout io.Writer) error {
 	host := fs.String("host", "", "only this host (default: every host)")
 	unset := fs.Bool("clear", false, "remove the latency set here, so the configured one applies")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
 	}
 	op, err := simParseOp(cmd, *opName)
 	if err != nil {
@@ -104,17 +113,12 @@ func simLatency(args []string, stdout io.Writer) error {
 	}
 	latency := time.Duration(*seconds * float64(time.Second))
 
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeDriver()
-	if *unset {
-		err = d.ClearLatency(ctx, *host, op)
-	} else {
-		err = d.SetLatency(ctx, *host, op, latency)
-	}
+	err = withSim(func(ctx context.Context, d *sim.Driver) error {
+		if *unset {
+			return d.ClearLatency(ctx, *host, op)
+		}
+		return d.SetLatency(ctx, *host, op, latency)
+	})
 	if err != nil {
 		return err
 	}
@@ -147,12 +151,8 @@ func simFault(args []string, stdout io.Writer) error {
 	rate := fs.Float64("rate", 0, "then each call fails with this probability, 0..1")
 	unset := fs.Bool("clear", false, "remove the fault set here, so the configured rate applies")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
 	}
 	if *host == "" {
 		return fmt.Errorf("%s: --host is required: %w", cmd, errUsage)
@@ -174,17 +174,12 @@ func simFault(args []string, stdout io.Writer) error {
 	}
 	f := sim.Fault{Times: *times, Rate: *rate}
 
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeDriver()
-	if *unset {
-		err = d.ClearFault(ctx, *host, op)
-	} else {
-		err = d.SetFault(ctx, *host, op, f)
-	}
+	err = withSim(func(ctx context.Context, d *sim.Driver) error {
+		if *unset {
+			return d.ClearFault(ctx, *host, op)
+		}
+		return d.SetFault(ctx, *host, op, f)
+	})
 	if err != nil {
 		return err
 	}
@@ -217,30 +212,22 @@ func simPower(args []string, stdout io.Writer) error {
 	off := fs.Bool("off", false, "power the host off, as a crash would: its guests stop, and calls to it fail until --on")
 	on := fs.Bool("on", false, "power the host back on; its guests stay shut off")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
 	case *host == "":
 		return fmt.Errorf("%s: --host is required: %w", cmd, errUsage)
 	case *off == *on:
 		return fmt.Errorf("%s: give exactly one of --off or --on: %w", cmd, errUsage)
 	}
 
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeDriver()
-	if *off {
-		err = d.PowerOff(ctx, *host)
-	} else {
-		err = d.PowerOn(ctx, *host)
-	}
+	err := withSim(func(ctx context.Context, d *sim.Driver) error {
+		if *off {
+			return d.PowerOff(ctx, *host)
+		}
+		return d.PowerOn(ctx, *host)
+	})
 	if err != nil {
 		return err
 	}
@@ -304,20 +291,14 @@ func simShow(args []string, stdout io.Writer) error {
 	const cmd = "sim show"
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the settings as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
-	}
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
+	var s *sim.Settings
+	err := withSim(func(ctx context.Context, d *sim.Driver) (err error) {
+		s, err = d.Settings(ctx)
 		return err
-	}
-	defer closeDriver()
-	s, err := d.Settings(ctx)
+	})
 	if err != nil {
 		return err
 	}
