@@ -1,16 +1,12 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/config"
@@ -209,19 +205,12 @@ func hostUp(args []string, stdout io.Writer) error {
 			return err
 		}
 		id := hostWorkflowID(host)
-		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-			ID: id, TaskQueue: a.cfg.TaskQueue,
-			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			WorkflowExecutionErrorWhenAlreadyStarted: true,
-			TypedSearchAttributes:                    temporal.NewSearchAttributes(append(workflows.StartAttributes(workflows.OpHostUp, ""), workflows.AttrSourceHost.ValueSet(host))...),
-			StaticSummary:                            "bring host " + host + " back",
-		}, workflows.HostUp, workflows.HostUpInput{Host: host})
-		if err != nil {
-			var started *serviceerror.WorkflowExecutionAlreadyStarted
-			if errors.As(err, &started) {
-				return fmt.Errorf("host up %s: it is coming back already (workflow %s)", host, id)
-			}
+		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpHostUp, wf: workflows.HostUp, input: workflows.HostUpInput{Host: host},
+			summary: "bring host " + host + " back", source: host}, "")
+		switch {
+		case alreadyRunning(err):
+			return fmt.Errorf("host up %s: it is coming back already (workflow %s)", host, id)
+		case err != nil:
 			return fmt.Errorf("host up %s: %w", host, err)
 		}
 		if !*of.wait {
