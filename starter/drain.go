@@ -136,11 +136,7 @@ func hostDrain(args []string, stdout io.Writer) error {
 			return fmt.Errorf("host drain %s: %w", host, err)
 		}
 		if !*of.wait {
-			if *of.json {
-				return writeJSON(stdout, map[string]string{"host": host, "workflow_id": id, "run_id": run.GetRunID()})
-			}
-			fmt.Fprintf(stdout, "drain of %s started: workflow %s run %s\n", host, id, run.GetRunID())
-			return nil
+			return hostOpStarted(stdout, *of.json, host, "drain of "+host, run)
 		}
 		return followDrain(a, c, stdout, *of.json, run, host)
 	})

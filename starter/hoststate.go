@@ -60,6 +60,16 @@ func hostRemove(args []string, stdout io.Writer) error {
 // hostWorkflowID is the workflow id of operations on a whole host.
 func hostWorkflowID(host string) string { return "host-" + host }
 
+// hostOpStarted says that run, the operation on a whole host that what
+// names, has started; a command without --wait ends with it.
+func hostOpStarted(stdout io.Writer, asJSON bool, host, what string, run client.WorkflowRun) error {
+	if asJSON {
+		return writeJSON(stdout, map[string]string{"host": host, "workflow_id": run.GetID(), "run_id": run.GetRunID()})
+	}
+	fmt.Fprintf(stdout, "%s started: workflow %s run %s\n", what, run.GetID(), run.GetRunID())
+	return nil
+}
+
 func oneHost(fs *flag.FlagSet, args []string) (string, error) {
 	pos, err := parseFlags(fs, args)
 	if err != nil {
@@ -214,11 +224,7 @@ func hostUp(args []string, stdout io.Writer) error {
 			return fmt.Errorf("host up %s: %w", host, err)
 		}
 		if !*of.wait {
-			if *of.json {
-				return writeJSON(stdout, map[string]string{"host": host, "workflow_id": id, "run_id": run.GetRunID()})
-			}
-			fmt.Fprintf(stdout, "host up %s started: workflow %s run %s\n", host, id, run.GetRunID())
-			return nil
+			return hostOpStarted(stdout, *of.json, host, "host up "+host, run)
 		}
 		var res workflows.HostUpResult
 		if err := run.Get(a.ctx, &res); err != nil {
