@@ -88,12 +88,9 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		return nil, s.fail(err)
 	}
 	src := inst.Host
-	dst := in.Dest
-	if r := in.Reservation; r != nil {
-		if dst != "" && dst != r.Host {
-			return nil, s.fail(activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dst, r.Host)))
-		}
-		dst = r.Host
+	dst, err := reservedDest(in.Dest, in.Reservation)
+	if err != nil {
+		return nil, s.fail(err)
 	}
 	s.setHosts(src, dst)
 	s.step()

@@ -107,12 +107,10 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if err := inst.CanResize(); err != nil {
 		return nil, s.fail(err)
 	}
-	flavor, src, dst := inst.Flavor, inst.Host, in.Dest
-	if r := in.Reservation; r != nil {
-		if dst != "" && dst != r.Host {
-			return nil, s.fail(activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dst, r.Host)))
-		}
-		dst = r.Host
+	flavor, src := inst.Flavor, inst.Host
+	dst, err := reservedDest(in.Dest, in.Reservation)
+	if err != nil {
+		return nil, s.fail(err)
 	}
 	if in.Flavor != nil {
 		if sameFlavor(*in.Flavor, inst.Flavor) {

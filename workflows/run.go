@@ -180,6 +180,18 @@ func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *acti
 	return c, nil
 }
 
+// reservedDest is where a move goes: dest, or the host of the drain's
+// reservation r when there is one; a dest naming another host is refused.
+func reservedDest(dest string, r *activities.Reservation) (string, error) {
+	if r == nil {
+		return dest, nil
+	}
+	if dest != "" && dest != r.Host {
+		return "", activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dest, r.Host))
+	}
+	return r.Host, nil
+}
+
 // phase records a new phase in the status, the search attributes and the
 // UI's current details.
 func (s *saga) phase(p Phase, detail string) {
