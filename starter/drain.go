@@ -12,7 +12,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/drain"
@@ -129,27 +128,15 @@ func hostDrain(args []string, stdout io.Writer) error {
 			return err
 		}
 		id := workflows.DrainWorkflowID(host)
-		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-			ID: id, TaskQueue: a.cfg.TaskQueue,
-			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			WorkflowExecutionErrorWhenAlreadyStarted: true,
-			TypedSearchAttributes:                    temporal.NewSearchAttributes(append(workflows.StartAttributes(workflows.OpDrain, ""), workflows.AttrSourceHost.ValueSet(host))...),
-			StaticSummary:                            "drain host " + host,
-		}, workflows.Drain, in)
-		if err != nil {
-			var started *serviceerror.WorkflowExecutionAlreadyStarted
-			if errors.As(err, &started) {
-				return fmt.Errorf("host drain %s: the host is being drained already (workflow %s); 'pinflow host drain status %s' follows it", host, id, host)
-			}
+		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
+		switch {
+		case alreadyRunning(err):
+			return fmt.Errorf("host drain %s: the host is being drained already (workflow %s); 'pinflow host drain status %s' follows it", host, id, host)
+		case err != nil:
 			return fmt.Errorf("host drain %s: %w", host, err)
 		}
 		if !*of.wait {
-			if *of.json {
-				return writeJSON(stdout, map[string]string{"host": host, "workflow_id": id, "run_id": run.GetRunID()})
-			}
-			fmt.Fprintf(stdout, "drain of %s started: workflow %s run %s\n", host, id, run.GetRunID())
-			return nil
+			return hostOpStarted(stdout, *of.json, host, "drain of "+host, run)
 		}
 		return followDrain(a, c, stdout, *of.json, run, host)
 	})

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/config"
@@ -63,6 +59,16 @@ func hostRemove(args []string, stdout io.Writer) error {
 
 // hostWorkflowID is the workflow id of operations on a whole host.
 func hostWorkflowID(host string) string { return "host-" + host }
+
+// hostOpStarted says that run, the operation on a whole host that what
+// names, has started; a command without --wait ends with it.
+func hostOpStarted(stdout io.Writer, asJSON bool, host, what string, run client.WorkflowRun) error {
+	if asJSON {
+		return writeJSON(stdout, map[string]string{"host": host, "workflow_id": run.GetID(), "run_id": run.GetRunID()})
+	}
+	fmt.Fprintf(stdout, "%s started: workflow %s run %s\n", what, run.GetID(), run.GetRunID())
+	return nil
+}
 
 func oneHost(fs *flag.FlagSet, args []string) (string, error) {
 	pos, err := parseFlags(fs, args)
@@ -209,27 +215,16 @@ func hostUp(args []string, stdout io.Writer) error {
 			return err
 		}
 		id := hostWorkflowID(host)
-		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-			ID: id, TaskQueue: a.cfg.TaskQueue,
-			WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-			WorkflowExecutionErrorWhenAlreadyStarted: true,
-			TypedSearchAttributes:                    temporal.NewSearchAttributes(append(workflows.StartAttributes(workflows.OpHostUp, ""), workflows.AttrSourceHost.ValueSet(host))...),
-			StaticSummary:                            "bring host " + host + " back",
-		}, workflows.HostUp, workflows.HostUpInput{Host: host})
-		if err != nil {
-			var started *serviceerror.WorkflowExecutionAlreadyStarted
-			if errors.As(err, &started) {
-				return fmt.Errorf("host up %s: it is coming back already (workflow %s)", host, id)
-			}
+		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpHostUp, wf: workflows.HostUp, input: workflows.HostUpInput{Host: host},
+			summary: "bring host " + host + " back", source: host}, "")
+		switch {
+		case alreadyRunning(err):
+			return fmt.Errorf("host up %s: it is coming back already (workflow %s)", host, id)
+		case err != nil:
 			return fmt.Errorf("host up %s: %w", host, err)
 		}
 		if !*of.wait {
-			if *of.json {
-				return writeJSON(stdout, map[string]string{"host": host, "workflow_id": id, "run_id": run.GetRunID()})
-			}
-			fmt.Fprintf(stdout, "host up %s started: workflow %s run %s\n", host, id, run.GetRunID())
-			return nil
+			return hostOpStarted(stdout, *of.json, host, "host up "+host, run)
 		}
 		var res workflows.HostUpResult
 		if err := run.Get(a.ctx, &res); err != nil {

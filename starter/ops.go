@@ -420,15 +420,30 @@ func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (cli
 	if err != nil {
 		return nil, err
 	}
-	attrs := workflows.StartAttributes(op, uuid)
+	p.op, p.wf = op, wf
+	run, err := startWorkflow(a, c, activities.InstanceWorkflowID(uuid), uuid, p, fmt.Sprintf("instance `%s`, operation **%s**", uuid, op))
+	if alreadyRunning(err) {
+		return nil, busy(a, c, uuid)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", op, uuid, err)
+	}
+	return run, nil
+}
+
+// startWorkflow starts p's workflow under id, for the guest uuid (empty
+// for an operation on a whole host), with its hosts as search attributes
+// and details for the Web UI. An id runs one workflow at a time: while one
+// runs, the start fails and alreadyRunning says so.
+func startWorkflow(a *app, c client.Client, id, uuid string, p opPlan, details string) (client.WorkflowRun, error) {
+	attrs := workflows.StartAttributes(p.op, uuid)
 	if p.source != "" {
 		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(p.source))
 	}
 	if p.dest != "" {
 		attrs = append(attrs, workflows.AttrDestHost.ValueSet(p.dest))
 	}
-	id := activities.InstanceWorkflowID(uuid)
-	run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+	return c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                a.cfg.TaskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
@@ -436,16 +451,15 @@ func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (cli
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
 		StaticSummary:                            p.summary,
-		StaticDetails:                            fmt.Sprintf("instance `%s`, operation **%s**", uuid, op),
-	}, wf, p.input)
-	if err != nil {
-		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) {
-			return nil, busy(a, c, uuid)
-		}
-		return nil, fmt.Errorf("%s %s: %w", op, uuid, err)
-	}
-	return run, nil
+		StaticDetails:                            details,
+	}, p.wf, p.input)
+}
+
+// alreadyRunning says whether a start failed because a workflow runs under
+// its id already.
+func alreadyRunning(err error) bool {
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	return errors.As(err, &started)
 }
 
 // busy explains that another operation holds the guest's workflow id.

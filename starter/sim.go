@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -28,23 +27,36 @@ func init() {
 // time.Duration holds at most about 292 years.
 const simMaxSeconds = 86400
 
-// simOpen connects to the Redis of the PINFLOW_* configuration and returns
-// the simulator set up from it, and a function that closes it.
-func simOpen(ctx context.Context) (*sim.Driver, func(), error) {
+// withSim connects to the Redis of the PINFLOW_* configuration, runs f
+// on the simulator set up from it, and closes the connection afterwards.
+func withSim(f func(ctx context.Context, d *sim.Driver) error) error {
+	ctx := context.Background()
 	cfg, err := config.Load()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	rdb, err := cfg.RedisConfig.NewClient(ctx)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	drv, err := cfg.Simulator(rdb)
+	defer rdb.Close()
+	d, err := cfg.Simulator(rdb)
 	if err != nil {
-		rdb.Close()
-		return nil, nil, err
+		return err
 	}
-	return drv, func() { rdb.Close() }, nil
+	return f(ctx, d)
+}
+
+// simParse parses the flags of a sim command; none takes arguments.
+func simParse(fs *flag.FlagSet, args []string) error {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q: %w", fs.Name(), strings.Join(pos, " "), errUsage)
+	}
+	return nil
 }
 
 // simParseOp reads --op for command cmd.
@@ -66,12 +78,6 @@ func simSetFlags(fs *flag.FlagSet) map[string]bool {
 	return set
 }
 
-func simWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // simWhere names a host for messages: "on h1", or "on every host".
 func simWhere(host string) string {
 	if host == "" {
@@ -88,12 +94,8 @@ func simLatency(args []string, stdout io.Writer) error {
 	host := fs.String("host", "", "only this host (default: every host)")
 	unset := fs.Bool("clear", false, "remove the latency set here, so the configured one applies")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
 	}
 	op, err := simParseOp(cmd, *opName)
 	if err != nil {
@@ -111,17 +113,12 @@ func simLatency(args []string, stdout io.Writer) error {
 	}
 	latency := time.Duration(*seconds * float64(time.Second))
 
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeDriver()
-	if *unset {
-		err = d.ClearLatency(ctx, *host, op)
-	} else {
-		err = d.SetLatency(ctx, *host, op, latency)
-	}
+	err = withSim(func(ctx context.Context, d *sim.Driver) error {
+		if *unset {
+			return d.ClearLatency(ctx, *host, op)
+		}
+		return d.SetLatency(ctx, *host, op, latency)
+	})
 	if err != nil {
 		return err
 	}
@@ -135,7 +132,7 @@ func simLatency(args []string, stdout io.Writer) error {
 			s := latency.Seconds()
 			out.Seconds = &s
 		}
-		return simWriteJSON(stdout, out)
+		return writeJSON(stdout, out)
 	}
 	if *unset {
 		_, err = fmt.Fprintf(stdout, "%s latency %s cleared; the configured one applies\n", op, simWhere(*host))
@@ -154,12 +151,8 @@ func simFault(args []string, stdout io.Writer) error {
 	rate := fs.Float64("rate", 0, "then each call fails with this probability, 0..1")
 	unset := fs.Bool("clear", false, "remove the fault set here, so the configured rate applies")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
 	}
 	if *host == "" {
 		return fmt.Errorf("%s: --host is required: %w", cmd, errUsage)
@@ -181,17 +174,12 @@ func simFault(args []string, stdout io.Writer) error {
 	}
 	f := sim.Fault{Times: *times, Rate: *rate}
 
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeDriver()
-	if *unset {
-		err = d.ClearFault(ctx, *host, op)
-	} else {
-		err = d.SetFault(ctx, *host, op, f)
-	}
+	err = withSim(func(ctx context.Context, d *sim.Driver) error {
+		if *unset {
+			return d.ClearFault(ctx, *host, op)
+		}
+		return d.SetFault(ctx, *host, op, f)
+	})
 	if err != nil {
 		return err
 	}
@@ -204,7 +192,7 @@ func simFault(args []string, stdout io.Writer) error {
 		if !*unset {
 			out.Fault = &f
 		}
-		return simWriteJSON(stdout, out)
+		return writeJSON(stdout, out)
 	}
 	switch {
 	case *unset:
@@ -224,35 +212,27 @@ func simPower(args []string, stdout io.Writer) error {
 	off := fs.Bool("off", false, "power the host off, as a crash would: its guests stop, and calls to it fail until --on")
 	on := fs.Bool("on", false, "power the host back on; its guests stay shut off")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
 	}
 	switch {
-	case len(pos) > 0:
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
 	case *host == "":
 		return fmt.Errorf("%s: --host is required: %w", cmd, errUsage)
 	case *off == *on:
 		return fmt.Errorf("%s: give exactly one of --off or --on: %w", cmd, errUsage)
 	}
 
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeDriver()
-	if *off {
-		err = d.PowerOff(ctx, *host)
-	} else {
-		err = d.PowerOn(ctx, *host)
-	}
+	err := withSim(func(ctx context.Context, d *sim.Driver) error {
+		if *off {
+			return d.PowerOff(ctx, *host)
+		}
+		return d.PowerOn(ctx, *host)
+	})
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return simWriteJSON(stdout, struct {
+		return writeJSON(stdout, struct {
 			Host       string `json:"host"`
 			PoweredOff bool   `json:"powered_off"`
 		}{*host, *off})
@@ -311,20 +291,14 @@ func simShow(args []string, stdout io.Writer) error {
 	const cmd = "sim show"
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print the settings as JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
+	if err := simParse(fs, args); err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return fmt.Errorf("%s takes no arguments, got %q: %w", cmd, strings.Join(pos, " "), errUsage)
-	}
-	ctx := context.Background()
-	d, closeDriver, err := simOpen(ctx)
-	if err != nil {
+	var s *sim.Settings
+	err := withSim(func(ctx context.Context, d *sim.Driver) (err error) {
+		s, err = d.Settings(ctx)
 		return err
-	}
-	defer closeDriver()
-	s, err := d.Settings(ctx)
+	})
 	if err != nil {
 		return err
 	}
@@ -345,7 +319,7 @@ func simShow(args []string, stdout io.Writer) error {
 		for _, h := range hosts {
 			v.Hosts[h] = simHostSettings{Latency: simSeconds(s.Hosts[h].Latency), Faults: s.Hosts[h].Faults}
 		}
-		return simWriteJSON(stdout, v)
+		return writeJSON(stdout, v)
 	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)

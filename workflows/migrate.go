@@ -88,12 +88,9 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		return nil, s.fail(err)
 	}
 	src := inst.Host
-	dst := in.Dest
-	if r := in.Reservation; r != nil {
-		if dst != "" && dst != r.Host {
-			return nil, s.fail(activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dst, r.Host)))
-		}
-		dst = r.Host
+	dst, err := reservedDest(in.Dest, in.Reservation)
+	if err != nil {
+		return nil, s.fail(err)
 	}
 	s.setHosts(src, dst)
 	s.step()
@@ -120,33 +117,12 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		return nil, s.fail(err)
 	}
 
-	destClaim := claimID(ctx, "migration-dest")
-	if in.Reservation != nil {
-		destClaim = in.Reservation.ClaimID
-	}
-	releaseDest := func(ctx workflow.Context) error {
-		return s.ledger(ctx, "release claim on "+dst, a.ReleaseClaim,
-			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
-	}
-	// A claim of our own may exist after an unknown outcome: release it on
-	// any failure. A reservation becomes ours only once adopted.
-	if in.Reservation == nil {
-		s.onFailure("release the destination claim", releaseDest)
-	}
-	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: ledger.KindMigrationDest,
-		Owner: owner(ctx), Flavor: inst.Flavor}
-	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
-	if err != nil && chosen {
-		claim, err = s.retryElsewhere(ctx, err, &claimIn, choose, "migration-dest")
-		dst, destClaim = claimIn.Host, claimIn.ClaimID
-		s.setHosts(src, dst)
-	}
+	claimIn := activities.ClaimInput{Host: dst, UUID: in.UUID, Kind: ledger.KindMigrationDest, Owner: owner(ctx), Flavor: inst.Flavor}
+	claim, err := s.claimMoveDest(ctx, src, &claimIn, in.Reservation, chosen, choose)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	if in.Reservation != nil {
-		s.onFailure("release the destination claim", releaseDest)
-	}
+	dst, destClaim := claimIn.Host, claimIn.ClaimID
 	s.step()
 	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
 

@@ -107,12 +107,10 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if err := inst.CanResize(); err != nil {
 		return nil, s.fail(err)
 	}
-	flavor, src, dst := inst.Flavor, inst.Host, in.Dest
-	if r := in.Reservation; r != nil {
-		if dst != "" && dst != r.Host {
-			return nil, s.fail(activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dst, r.Host)))
-		}
-		dst = r.Host
+	flavor, src := inst.Flavor, inst.Host
+	dst, err := reservedDest(in.Dest, in.Reservation)
+	if err != nil {
+		return nil, s.fail(err)
 	}
 	if in.Flavor != nil {
 		if sameFlavor(*in.Flavor, inst.Flavor) {
@@ -155,31 +153,12 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	}
 	s.step()
 
-	destClaim := claimID(ctx, "resize-dest")
-	if in.Reservation != nil {
-		destClaim = in.Reservation.ClaimID
-	}
-	releaseDest := func(ctx workflow.Context) error {
-		return s.ledger(ctx, "release claim on "+dst, a.ReleaseClaim,
-			activities.ReleaseInput{Host: dst, ClaimID: destClaim, OnlyPending: true}).Get(ctx, nil)
-	}
-	if in.Reservation == nil {
-		s.onFailure("release the destination claim", releaseDest)
-	}
-	claimIn := activities.ClaimInput{Host: dst, ClaimID: destClaim, UUID: in.UUID, Kind: ledger.KindResizeDest,
-		Owner: owner(ctx), Flavor: flavor}
-	claim, err := s.claimDest(ctx, claimIn, in.Reservation)
-	if err != nil && chosen {
-		claim, err = s.retryElsewhere(ctx, err, &claimIn, choose, "resize-dest")
-		dst, destClaim = claimIn.Host, claimIn.ClaimID
-		s.setHosts(src, dst)
-	}
+	claimIn := activities.ClaimInput{Host: dst, UUID: in.UUID, Kind: ledger.KindResizeDest, Owner: owner(ctx), Flavor: flavor}
+	claim, err := s.claimMoveDest(ctx, src, &claimIn, in.Reservation, chosen, choose)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	if in.Reservation != nil {
-		s.onFailure("release the destination claim", releaseDest)
-	}
+	dst, destClaim := claimIn.Host, claimIn.ClaimID
 	s.step()
 	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
 

@@ -180,6 +180,56 @@ func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *acti
 	return c, nil
 }
 
+// claimMoveDest claims the destination of a move of a guest off src: on
+// in.Host with a claim id of in.Kind, or by adopting the drain's
+// reservation r. When pinflow chose the host (chosen) and the claim finds
+// no room there, it tries other hosts as retryElsewhere does; in ends
+// naming the host and claim id of the claim. The claim is released if
+// the operation fails: a claim of its own from before it is made, since
+// an unknown outcome may leave one, a reservation only once adopted.
+func (s *saga) claimMoveDest(ctx workflow.Context, src string, in *activities.ClaimInput, r *activities.Reservation,
+	chosen bool, choose activities.ChooseHostInput) (activities.ClaimResult, error) {
+	in.ClaimID = claimID(ctx, string(in.Kind))
+	if r != nil {
+		in.ClaimID = r.ClaimID
+	}
+	// The release reads host and id when it runs: after a retry they name
+	// the last try.
+	host, id := in.Host, in.ClaimID
+	release := func(ctx workflow.Context) error {
+		return s.ledger(ctx, "release claim on "+host, a.ReleaseClaim,
+			activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil)
+	}
+	if r == nil {
+		s.onFailure("release the destination claim", release)
+	}
+	claim, err := s.claimDest(ctx, *in, r)
+	if err != nil && chosen {
+		claim, err = s.retryElsewhere(ctx, err, in, choose, string(in.Kind))
+		host, id = in.Host, in.ClaimID
+		s.setHosts(src, host)
+	}
+	if err != nil {
+		return claim, err
+	}
+	if r != nil {
+		s.onFailure("release the destination claim", release)
+	}
+	return claim, nil
+}
+
+// reservedDest is where a move goes: dest, or the host of the drain's
+// reservation r when there is one; a dest naming another host is refused.
+func reservedDest(dest string, r *activities.Reservation) (string, error) {
+	if r == nil {
+		return dest, nil
+	}
+	if dest != "" && dest != r.Host {
+		return "", activities.BadRequest(fmt.Sprintf("destination %s and a reservation on %s: a reserved move goes to its reservation's host", dest, r.Host))
+	}
+	return r.Host, nil
+}
+
 // phase records a new phase in the status, the search attributes and the
 // UI's current details.
 func (s *saga) phase(p Phase, detail string) {

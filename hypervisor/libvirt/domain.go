@@ -123,33 +123,12 @@ func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 }
 
 func (c *conn) start(ctx context.Context, uuid string) error {
-	dom, err := c.lookup(ctx, uuid)
-	if err != nil {
-		return err
-	}
-	st, err := c.state(ctx, dom)
-	if err != nil {
-		return err
-	}
-	switch st {
-	case hypervisor.StateRunning:
-		return nil
-	case hypervisor.StatePaused:
-		err = do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainResume(dom) })
-	default:
-		err = do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainCreate(dom) })
-	}
-	if err == nil {
-		return nil
-	}
-	// Someone else may have started it between the state check and the
-	// call; libvirt then says the operation is invalid.
-	if libvirtCode(err) == golibvirt.ErrOperationInvalid {
-		if now, serr := c.state(ctx, dom); serr == nil && now == hypervisor.StateRunning {
-			return nil
+	return c.bringTo(ctx, uuid, hypervisor.StateRunning, "start", func(dom golibvirt.Domain, st hypervisor.State) error {
+		if st == hypervisor.StatePaused {
+			return do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainResume(dom) })
 		}
-	}
-	return c.errorf(err, "start domain %s (%s)", uuid, dom.Name)
+		return do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainCreate(dom) })
+	})
 }
 
 // Shutdown asks the guest to power off by pressing its ACPI power button
@@ -168,7 +147,7 @@ func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
 }
 
 func (c *conn) shutdown(ctx context.Context, uuid string) error {
-	return c.powerOff(ctx, uuid, "shut down", func(dom golibvirt.Domain) error {
+	return c.bringTo(ctx, uuid, hypervisor.StateShutoff, "shut down", func(dom golibvirt.Domain, _ hypervisor.State) error {
 		press := func(mode golibvirt.DomainShutdownFlagValues) error {
 			return do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainShutdownFlags(dom, mode) })
 		}
@@ -194,7 +173,7 @@ func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 }
 
 func (c *conn) stop(ctx context.Context, uuid string) error {
-	return c.powerOff(ctx, uuid, "stop", func(dom golibvirt.Domain) error {
+	return c.bringTo(ctx, uuid, hypervisor.StateShutoff, "stop", func(dom golibvirt.Domain, _ hypervisor.State) error {
 		err := do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainDestroy(dom) })
 		if libvirtCode(err) == golibvirt.ErrNoDomain {
 			return nil // a transient domain is gone once it stops
@@ -203,9 +182,12 @@ func (c *conn) stop(ctx context.Context, uuid string) error {
 	})
 }
 
-// powerOff runs act on a domain that is not shut off. A domain that shut
-// off meanwhile makes libvirt call the operation invalid: that is success.
-func (c *conn) powerOff(ctx context.Context, uuid, verb string, act func(golibvirt.Domain) error) error {
+// bringTo brings a domain to state want: it runs act, given the domain's
+// state, unless the domain is there already; verb names the operation in
+// errors. Someone else may bring the domain there between the state check
+// and the call: libvirt then calls the operation invalid, which is success.
+func (c *conn) bringTo(ctx context.Context, uuid string, want hypervisor.State, verb string,
+	act func(golibvirt.Domain, hypervisor.State) error) error {
 	dom, err := c.lookup(ctx, uuid)
 	if err != nil {
 		return err
@@ -214,15 +196,15 @@ func (c *conn) powerOff(ctx context.Context, uuid, verb string, act func(golibvi
 	if err != nil {
 		return err
 	}
-	if st == hypervisor.StateShutoff {
+	if st == want {
 		return nil
 	}
-	err = act(dom)
+	err = act(dom, st)
 	if err == nil {
 		return nil
 	}
 	if libvirtCode(err) == golibvirt.ErrOperationInvalid {
-		if now, serr := c.state(ctx, dom); serr == nil && now == hypervisor.StateShutoff {
+		if now, serr := c.state(ctx, dom); serr == nil && now == want {
 			return nil
 		}
 	}

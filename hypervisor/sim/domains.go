@@ -142,11 +142,10 @@ func (d *Driver) codeErr(code string, rest []string, host, uuid string, fail fun
 // host becomes the domain's home.
 func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: start %s on %s: %w", uuid, host, err) }
-	id, err := hypervisor.ParseUUID(uuid)
+	u, err := domainUUID(uuid)
 	if err != nil {
-		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
+		return fail(err)
 	}
-	u := id.String()
 	topo, err := d.topology(ctx, host)
 	if err != nil {
 		return fail(err)
@@ -184,11 +183,10 @@ func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 // away is not stopped: roll the migration back first.
 func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: stop %s on %s: %w", uuid, host, err) }
-	id, err := hypervisor.ParseUUID(uuid)
+	u, err := domainUUID(uuid)
 	if err != nil {
-		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
+		return fail(err)
 	}
-	u := id.String()
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
@@ -218,11 +216,10 @@ func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 // rejects a domain that is shutting down.
 func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: shutdown %s on %s: %w", uuid, host, err) }
-	id, err := hypervisor.ParseUUID(uuid)
+	u, err := domainUUID(uuid)
 	if err != nil {
-		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
+		return fail(err)
 	}
-	u := id.String()
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
@@ -301,6 +298,16 @@ func (d *Driver) Lookup(ctx context.Context, host, uuid string) (*hypervisor.Dom
 		return nil, fmt.Errorf("sim: lookup %s on %s: %w", u, host, err)
 	}
 	return dom, nil
+}
+
+// domainUUID is uuid in its normal form, as domains are stored. No domain
+// has a malformed UUID: its error wraps hypervisor.ErrNotFound.
+func domainUUID(uuid string) (string, error) {
+	id, err := hypervisor.ParseUUID(uuid)
+	if err != nil {
+		return "", fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound)
+	}
+	return id.String(), nil
 }
 
 // lookup reads domain u (a normalised UUID) of host.

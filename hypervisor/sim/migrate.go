@@ -628,11 +628,10 @@ func (d *Driver) crashAt(point string) error {
 // and is its home; 3. dst's copy goes; 4. the record goes.
 func (d *Driver) Rollback(ctx context.Context, src, dst, uuid string) error {
 	fail := func(err error) error { return fmt.Errorf("sim: rollback %s from %s to %s: %w", uuid, src, dst, err) }
-	id, err := hypervisor.ParseUUID(uuid)
+	u, err := domainUUID(uuid)
 	if err != nil {
-		return fail(fmt.Errorf("%v: %w", err, hypervisor.ErrNotFound))
+		return fail(err)
 	}
-	u := id.String()
 	if src == dst {
 		return fail(fmt.Errorf("source and destination are the same host; a migration has two: %w", hypervisor.ErrRejected))
 	}
