@@ -31,7 +31,7 @@ func (a *applier) run(ctx context.Context, keys *hostKeys, s *script, args ...an
 	var err, notDurable error
 	if a.acks.want.on() {
 		w := newWrite(s, keys.all(), args)
-		a.acks.do(ctx, []*write{w})
+		a.acks.do(ctx, w)
 		res, err, notDurable = w.res, w.err, w.ack
 	} else {
 		res, err = s.Run(ctx, a.rdb, keys.all(), args...).Result()

@@ -120,8 +120,8 @@
 // registration, host state and every instance record script) is
 // followed, on its connection and in the same pipeline, by WAIT
 // numreplicas and/or WAITAOF 1 0, sent to the master of the change's
-// slot (on a cluster, one pipeline per master: go-redis would send a
-// keyless WAIT to any node). A change the waits do not acknowledge in
+// slot (on a cluster, go-redis would send a keyless WAIT to any
+// node). A change the waits do not acknowledge in
 // time fails its call with ErrNotDurable: it may survive or not, and the
 // call may be retried. A wait counts its connection's writes up to its
 // last one (from Redis 7.2, only writes move that point), so a retry
