@@ -116,6 +116,8 @@ local function holds()
   if not want or state ~= want then
     return false
   end
+  -- A fenced step may act for the claim until its lease ends, by the
+  -- server's clock.
   local lease = call('HGET', leaseKey, id)
   if lease then
     local until_ms = tonumber(match(lease, '|(%d+)$'))
