@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,10 +13,10 @@ import (
 	"github.com/pinflow/pinflow/numa"
 )
 
-// TestBatchOperationsSeeEachOther runs one apply script carrying claims and
-// releases that depend on each other: each operation must see every change
-// made before it in the batch, exactly as if each were a script of its own.
-func TestBatchOperationsSeeEachOther(t *testing.T) {
+// TestClaimAndReleaseScripts runs claims and releases that depend on each
+// other, one script each, and checks every reply and the host's revision:
+// it counts the changes, and a refused or repeated operation leaves it.
+func TestClaimAndReleaseScripts(t *testing.T) {
 	ctx := context.Background()
 	l, rdb, _ := newLedger(t)
 	register(t, l, "h1", testHost(1, 4))
@@ -42,47 +44,76 @@ func TestBatchOperationsSeeEachOther(t *testing.T) {
 	c1, claim1 := claim("c1")
 	_, claim2 := claim("c2")
 	_, claim3 := claim("c3")
-	ops := [][]any{
-		claim1,                  // ok
-		claim1,                  // the same id again: exists, with c1's record
-		{"r", "c1", "nope", ""}, // wrong token: nothing released
-		{"r", "c1", "", ""},     // released
-		{"r", "c1", "", ""},     // already released
-		claim2,                  // ok: c1's pCPUs are free again
-		claim3,                  // taken by c2
-		{"r", "c2", "tok-c2", "unchanged:committed"}, // c2 is pending: kept
-		{"r", "c2", "tok-c2", "pending"},             // released
-		claim3,                                       // ok now
+	var cpus []string
+	for _, cpu := range c1.Usage[0].PinnedCPUs.List() {
+		cpus = append(cpus, strconv.Itoa(cpu))
 	}
-	args := []any{len(ops)}
-	for _, op := range ops {
-		args = append(args, op...)
-	}
-	res, err := applyScript.Run(ctx, rdb, l.hostKeys("h1").all(), args...).Slice()
+	pins := strings.Join(cpus, ",")
+	record, err := json.Marshal(c1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []string
-	for _, r := range res {
-		reply := r.([]any)
-		got = append(got, fmt.Sprint(reply[0]))
-	}
-	want := []string{"ok", "exists", "2", "1", "0", "ok", "taken", "3", "1", "ok"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("apply replies (-want +got):\n%s", diff)
-	}
-	if want, _ := json.Marshal(c1); res[1].([]any)[1].(string) != string(want) {
-		t.Errorf("exists reply carries %s, want c1's record %s", res[1].([]any)[1], want)
-	}
-	// The revisions count the changes: c1, its release, c2, c2's release, c3.
-	if rev := toInt(res[9].([]any)[1]); rev != 5 {
-		t.Errorf("last claim's revision = %d, want 5", rev)
+	for i, op := range []struct {
+		s    *script
+		args []any
+		want []string // the reply; "*" matches anything
+	}{
+		{claimScript, claim1, []string{"ok", "1", "*", "*"}},
+		{claimScript, claim1, []string{"exists", string(record)}},
+		{releaseScript, []any{"c1", "nope", ""}, []string{"2"}},
+		{releaseScript, []any{"c1", "", ""}, []string{"1", "2", pins, "*"}},
+		{releaseScript, []any{"c1", "", ""}, []string{"0"}},
+		{claimScript, claim2, []string{"ok", "3", "*", "*"}},
+		{claimScript, claim3, []string{"taken", "3", pins, "*", cpus[0], "c2"}},
+		{releaseScript, []any{"c2", "tok-c2", "unchanged:committed"}, []string{"3"}},
+		{releaseScript, []any{"c2", "tok-c2", "pending"}, []string{"1", "4", pins, "*"}},
+		{claimScript, claim3, []string{"ok", "5", "*", "*"}},
+	} {
+		res, err := op.s.Run(ctx, rdb, l.hostKeys("h1").all(), op.args...).Slice()
+		if err != nil {
+			t.Fatalf("op %d: %s script: %v", i, op.s.name, err)
+		}
+		got := make([]string, len(res))
+		for j, v := range res {
+			got[j] = fmt.Sprint(v)
+			if j < len(op.want) && op.want[j] == "*" {
+				got[j] = "*"
+			}
+		}
+		if diff := cmp.Diff(op.want, got); diff != "" {
+			t.Errorf("op %d: %s script %v replied (-want +got):\n%s", i, op.s.name, op.args[:3], diff)
+		}
 	}
 	s := snapshot(t, l, "h1")
 	if len(s.Claims) != 1 || s.Claims[0].ID != "c3" {
-		t.Fatalf("claims after the batch = %+v, want c3 alone", s.Claims)
+		t.Fatalf("claims at the end = %+v, want c3 alone", s.Claims)
 	}
 	if len(s.Pins) != 2 || s.Pins[0].ClaimID != "c3" {
-		t.Errorf("pins after the batch = %+v, want c3's two", s.Pins)
+		t.Errorf("pins at the end = %+v, want c3's two", s.Pins)
+	}
+}
+
+// TestClaimOfManyPCPUs claims and releases a guest pinned to more pCPUs
+// than Lua passes to one Redis command: the scripts send them in slices.
+func TestClaimOfManyPCPUs(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	register(t, l, "h1", testHost(1, 4200))
+	empty := snapshot(t, l, "h1")
+	c, err := l.Claim(ctx, spec("big", "h1", dedicated(t, 4100, 512)))
+	if err != nil {
+		t.Fatalf("Claim(4100 pCPUs): %v", err)
+	}
+	if n := c.Usage[0].PinnedCPUs.Len(); n != 4100 {
+		t.Fatalf("claim pins %d pCPUs, want 4100", n)
+	}
+	if s := snapshot(t, l, "h1"); len(s.Pins) != 4100 {
+		t.Errorf("%d pCPUs pinned after the claim, want 4100", len(s.Pins))
+	}
+	if ok, err := l.ReleasePending(ctx, "h1", "big"); err != nil || !ok {
+		t.Fatalf("ReleasePending(big) = %v, %v; want true, nil", ok, err)
+	}
+	if diff := diffSnapshots(empty, snapshot(t, l, "h1")); diff != "" {
+		t.Errorf("after the release (-empty +after):\n%s", diff)
 	}
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // hostCache is this process's view of one host's ledger, so that Claim
-// fits without reading the host first. The view may be stale: the apply
+// fits without reading the host first. The view may be stale: the claim
 // script checks everything it relies on, so a stale view only costs a lost
 // race, whose reply carries the host's current state.
 //

@@ -256,7 +256,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 	return nil, wrap(fmt.Errorf("%w: lost the race for the host's resources %d times (last: %s)", ErrConflict, l.maxAttempts, lost))
 }
 
-// applyClaim sends c, placed on hc, to the apply script and settles its
+// applyClaim sends c, placed on hc, to the claim script and settles its
 // pending state in hc with the reply.
 func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *Claim) ([]any, error) {
 	call, err := newClaimCall(hc.topo, c)
@@ -264,7 +264,7 @@ func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *
 		hc.settle(c.ID, false, 0, nil, nil)
 		return nil, err
 	}
-	res, err := l.apply.run(ctx, k, call.args...)
+	res, err := l.apply.run(ctx, k, claimScript, call.args...)
 	// A reply is never empty (the applier makes that an error).
 	if err != nil || res[0] != "ok" || len(res) != 2+len(call.fields) {
 		hc.settle(c.ID, false, 0, nil, nil)
@@ -278,7 +278,7 @@ func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *
 	return res, nil
 }
 
-// claimCall is one claim in an apply script: its arguments, and what the
+// claimCall is the claim script's arguments for one claim, and what the
 // claim pins and adds to, to update the cache with from the reply.
 type claimCall struct {
 	args   []any
@@ -286,7 +286,7 @@ type claimCall struct {
 	fields []string // the usage fields the claim adds to, in argument order
 }
 
-// newClaimCall lays out a claim's apply arguments from c's usage on h:
+// newClaimCall lays out a claim's script arguments from c's usage on h:
 // the record and its undo entry, the pCPUs, then each usage field with the
 // amount to add and the cap the field may reach: every limit numa.Fit
 // holds the counter to on h (see capsOf), so that the script, which alone
@@ -363,7 +363,7 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode claim record: %w", err)
 	}
-	args := append(make([]any, 0, 7+len(call.cpus)+3*len(call.fields)), "c", c.ID, record, entry, c.Generation, len(call.cpus))
+	args := append(make([]any, 0, 6+len(call.cpus)+3*len(call.fields)), c.ID, record, entry, c.Generation, len(call.cpus))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)
 	}
@@ -400,7 +400,7 @@ func toInt(v any) int64 {
 	return 0
 }
 
-// lostRaceCause describes why the apply script refused a claim.
+// lostRaceCause describes why the claim script refused a claim.
 func lostRaceCause(res []any) string {
 	s := make([]string, len(res))
 	for i, v := range res {
@@ -414,7 +414,7 @@ func lostRaceCause(res []any) string {
 	case s[0] == "full" && len(s) == 8:
 		return fmt.Sprintf("%s has %s of %s in use, %s more do not fit", describeField(s[4]), s[5], s[7], s[6])
 	}
-	return fmt.Sprintf("apply script replied %q to a claim", s)
+	return fmt.Sprintf("claim script replied %q", s)
 }
 
 // describeField names a usage field for people: "cell 0 MiB" or "cell 0
@@ -575,7 +575,7 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 	if err := checkClaimID(claimID); err != nil {
 		return false, wrap(err)
 	}
-	res, err := l.apply.run(ctx, l.hostKeys(host), "r", claimID, token, cond)
+	res, err := l.apply.run(ctx, l.hostKeys(host), releaseScript, claimID, token, cond)
 	if err != nil {
 		return false, wrap(err)
 	}

@@ -251,9 +251,9 @@ func TestHoldKeepsPCPUs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := applyOne(ctx, rdb, l.hostKeys("h1"), args)
+			res, err := claimOne(ctx, rdb, l.hostKeys("h1"), args)
 			if err != nil || len(res) != 6 || res[0] != "taken" || res[5] != "src" {
-				t.Errorf("apply script claiming a held claim's pCPUs = %q, %v; want taken by src", res, err)
+				t.Errorf("claim script claiming a held claim's pCPUs = %q, %v; want taken by src", res, err)
 			}
 		}
 		if _, err := l.Unhold(ctx, "h1", "src"); err != nil {

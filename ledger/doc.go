@@ -36,7 +36,7 @@
 // # Claims
 //
 // Claim fits a request on this process's cached view of the host (its
-// last observed state plus its own claims in flight), then the apply
+// last observed state plus its own claims in flight), then the claim
 // script checks that every chosen pCPU is unowned, that every usage
 // counter stays within each limit numa.Fit holds it to (dedicated memory
 // within the cell, shared vCPUs and the memory of shared and mixed guests
@@ -85,7 +85,7 @@
 // returning (SetHostReturning: it is back and its tombstones are being
 // cleared) or disabled (SetHostDisabled: its guests stay, and new ones
 // come only when an operation names it, as before maintenance). The state
-// lives in the host's slot, so the apply script refuses every new claim on
+// lives in the host's slot, so the claim script refuses every new claim on
 // a host that is down or returning (ErrHostDown) in the same step that
 // would make it; releases and the other scripts still work there. A
 // disabled host takes claims: it is the choice of a host that passes it
@@ -109,19 +109,19 @@
 // break that proviso; the audit's last defence is that it never frees
 // pCPUs a domain of the claim's own instance is using.
 //
-// Each claim and release is one apply script and one round trip (with
+// Each claim and release is one script and one round trip (with
 // its wait for durability); applier says why they are not batched.
 //
 // # Durability
 //
 // With Options.Durability (Config's REDIS_WAIT_REPLICAS,
-// REDIS_WAIT_LOCAL and REDIS_WAIT_TIMEOUT) every change (the apply
-// script of claims and releases, every claim state change, fence,
+// REDIS_WAIT_LOCAL and REDIS_WAIT_TIMEOUT) every change (the claim
+// and release scripts, every claim state change, fence,
 // registration, host state and every instance record script) is
 // followed, on its connection and in the same pipeline, by WAIT
 // numreplicas and/or WAITAOF 1 0, sent to the master of the change's
-// slot (on a cluster, one pipeline per master: go-redis would send a
-// keyless WAIT to any node). A change the waits do not acknowledge in
+// slot (on a cluster, go-redis would send a keyless WAIT to any
+// node). A change the waits do not acknowledge in
 // time fails its call with ErrNotDurable: it may survive or not, and the
 // call may be retried. A wait counts its connection's writes up to its
 // last one (from Redis 7.2, only writes move that point), so a retry

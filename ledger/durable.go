@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -121,7 +120,7 @@ func (l *Ledger) change(ctx context.Context, s *script, keys []string, args ...a
 		return s.Run(ctx, l.rdb, keys, args...)
 	}
 	w := newWrite(s, keys, args)
-	l.acks.do(ctx, []*write{w})
+	l.acks.do(ctx, w)
 	return w.result(ctx)
 }
 
@@ -140,103 +139,53 @@ func (l *Ledger) settled(ctx context.Context, k *hostKeys) error {
 // master (MOVED) before it fails.
 const maxRedirects = 2
 
-// do sends the writes, in order, each server's in one pipeline on one
-// connection followed by the waits, so that each wait counts exactly the
-// writes before it on that server. Writes the server did not know the
-// script of are sent again as EVAL; writes whose slot moved follow it.
-func (a *acker) do(ctx context.Context, ws []*write) {
-	todo := ws
-	for redirects := 0; len(todo) > 0; {
-		groups, err := a.byServer(ctx, todo)
+// do sends w to the master of its slot followed by the waits, in one
+// pipeline on one connection, so that the waits count exactly the writes
+// before them there. A write the server did not know the script of is
+// sent again as EVAL; one whose slot moved follows it.
+func (a *acker) do(ctx context.Context, w *write) {
+	for redirects := 0; ; {
+		c, err := a.master(ctx, w.key)
 		if err != nil {
-			for _, w := range todo {
-				w.err = err
-			}
+			w.err = err
 			return
 		}
-		if len(groups) == 1 {
-			a.pipe(ctx, groups[0].client, groups[0].writes)
-		} else {
-			var wg sync.WaitGroup
-			for _, g := range groups {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					a.pipe(ctx, g.client, g.writes)
-				}()
-			}
-			wg.Wait()
-		}
-		var again []*write
-		moved := false
-		for _, w := range todo {
-			switch {
-			case w.err == nil:
-			case !w.eval && redis.HasErrorPrefix(w.err, "NOSCRIPT"):
-				// A server that has not seen the script yet (a restart, a
-				// new cluster node): EVAL loads it.
-				w.eval = true
-				again = append(again, w)
-			case a.cluster != nil && redirects < maxRedirects && redis.HasErrorPrefix(w.err, "MOVED"):
-				moved = true
-				again = append(again, w)
-			}
-		}
-		if moved {
+		a.pipe(ctx, c, w)
+		switch {
+		case !w.eval && redis.HasErrorPrefix(w.err, "NOSCRIPT"):
+			// A server that has not seen the script yet (a restart, a
+			// new cluster node): EVAL loads it.
+			w.eval = true
+		case a.cluster != nil && redirects < maxRedirects && redis.HasErrorPrefix(w.err, "MOVED"):
 			redirects++
 			a.cluster.ReloadState(ctx)
+		default:
+			return
 		}
-		todo = again
 	}
 }
 
-type serverWrites struct {
-	client redis.Cmdable
-	writes []*write
-}
-
-// byServer groups the writes by the master that serves their slot, in
-// order.
-func (a *acker) byServer(ctx context.Context, ws []*write) ([]serverWrites, error) {
+// master returns the master that serves key's slot.
+func (a *acker) master(ctx context.Context, key string) (redis.Cmdable, error) {
 	if a.cluster == nil {
-		return []serverWrites{{a.rdb, ws}}, nil
+		return a.rdb, nil
 	}
-	var out []serverWrites
-	at := map[*redis.Client]int{}
-	for _, w := range ws {
-		c, err := a.cluster.MasterForKey(ctx, w.key)
-		if err != nil {
-			return nil, err
-		}
-		i, ok := at[c]
-		if !ok {
-			i = len(out)
-			at[c] = i
-			out = append(out, serverWrites{client: c})
-		}
-		out[i].writes = append(out[i].writes, w)
-	}
-	return out, nil
+	return a.cluster.MasterForKey(ctx, key)
 }
 
-// pipe sends ws and then the waits to one server in one pipeline: one
+// pipe sends w and then the waits to one server in one pipeline: one
 // connection, in this order.
-func (a *acker) pipe(ctx context.Context, c redis.Cmdable, ws []*write) {
-	cmds := make([]*redis.Cmd, len(ws))
+func (a *acker) pipe(ctx context.Context, c redis.Cmdable, w *write) {
+	var cmd *redis.Cmd
 	var aof *redis.IntSliceCmd
 	var wait *redis.IntCmd
 	_, _ = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, w := range ws {
-			cmds[i] = p.Do(ctx, w.command()...)
-		}
+		cmd = p.Do(ctx, w.command()...)
 		aof, wait = a.queueWaits(ctx, p)
 		return nil
 	})
-	ack := a.acked(aof, wait)
-	for i, w := range ws {
-		w.res, w.err = cmds[i].Result()
-		w.ack = ack
-	}
+	w.res, w.err = cmd.Result()
+	w.ack = a.acked(aof, wait)
 }
 
 // queueWaits adds the waits the durability asks for to p.

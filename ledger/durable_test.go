@@ -534,7 +534,7 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 	// 100ms clock), twice for a script the server has not seen yet: the
 	// replica sleeps long enough for all of them.
 	// retry's cache fits the claim without reading, so its retry reaches
-	// the apply script; cold has no cache and finds the claim by reading.
+	// the claim script; cold has no cache and finds the claim by reading.
 	for _, l := range []*Ledger{first, retry} {
 		if _, err := l.Host(ctx, "h"); err != nil {
 			t.Fatal(err)

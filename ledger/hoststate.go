@@ -142,7 +142,7 @@ func checkReason(reason string) error {
 // token and reason (a retry). A returning host goes back to down with a new
 // token, and so does a disabled one, its reason replaced by the fencing's.
 //
-// From then on the apply script refuses every new claim on the host
+// From then on the claim script refuses every new claim on the host
 // (ErrHostDown); releases and every other change still work there.
 func (l *Ledger) SetHostDown(ctx context.Context, host, reason string) (HostStatus, error) {
 	if err := checkReason(reason); err != nil {
@@ -174,7 +174,7 @@ func (l *Ledger) SetHostUp(ctx context.Context, host string) (HostStatus, error)
 // retry, or a new word on the same maintenance). A down or returning host
 // is ErrConflict: it must be up first.
 //
-// The apply script still takes claims there: only the automatic choice of a
+// The claim script still takes claims there: only the automatic choice of a
 // host skips a host that is not up, so an operation that names the host
 // lands on it. SetHostDown fences a disabled host like any other; the host
 // that returns from that comes up enabled.

@@ -73,7 +73,7 @@ func TestClaimScriptChecksExistingClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := applyOne(ctx, rdb, l.hostKeys("h1"), args)
+	res, err := claimOne(ctx, rdb, l.hostKeys("h1"), args)
 	if err != nil {
 		t.Fatalf("claim script: %v", err)
 	}
@@ -106,7 +106,7 @@ func TestClaimScriptRefusesStaleGeneration(t *testing.T) {
 	c.Placement, _ = numa.Fit(h, dedicated(t, 2, 512))
 	c.Usage, _ = numa.Usage(h, c.Placement)
 	args, _ := claimArgs(h, c)
-	res, err := applyOne(ctx, rdb, l.hostKeys("h1"), args)
+	res, err := claimOne(ctx, rdb, l.hostKeys("h1"), args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,17 +200,13 @@ func TestReleaseNeverUnpinsAnotherOwner(t *testing.T) {
 
 func diffSnapshots(a, b *Snapshot) string { return cmp.Diff(a, b, snapOpts...) }
 
-// applyOne runs the apply script with one operation, bypassing the
-// ledger's applier, and returns its reply as strings.
-func applyOne(ctx context.Context, rdb redis.UniversalClient, k *hostKeys, args []any) ([]string, error) {
-	res, err := applyScript.Run(ctx, rdb, k.all(), append([]any{1}, args...)...).Slice()
+// claimOne runs the claim script, bypassing the ledger's applier, and
+// returns its reply as strings.
+func claimOne(ctx context.Context, rdb redis.UniversalClient, k *hostKeys, args []any) ([]string, error) {
+	reply, err := claimScript.Run(ctx, rdb, k.all(), args...).Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != 1 {
-		return nil, fmt.Errorf("apply script replied %d results for one operation", len(res))
-	}
-	reply, _ := res[0].([]any)
 	out := make([]string, len(reply))
 	for i, v := range reply {
 		out[i] = fmt.Sprint(v)

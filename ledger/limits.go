@@ -11,7 +11,7 @@ import (
 // guest cell on a host cell (numa/fit.go, cellView.fit), split in two:
 //
 //   - Counter limits, which depend on what the cell already gives out.
-//     Only the apply script sees the host's real counters, so only it
+//     Only the claim script sees the host's real counters, so only it
 //     judges these: each claim sends, per usage field, the amount it adds
 //     and the most the field may reach (its cap).
 //   - Per-guest bounds, which depend on the topology and the claim alone
@@ -107,7 +107,7 @@ func checkBounds(c *numa.Cell, u numa.CellUsage, ratios bool) error {
 
 // withinCaps checks that adding us (of a claim placed as p) to the
 // counters of state, a host with usage, keeps every counter within its
-// cap: the apply script's check, made on the cached view for a placement
+// cap: the claim script's check, made on the cached view for a placement
 // given explicitly, so that one the ledger would refuse is refused before
 // it is sent.
 func withinCaps(state *numa.Host, us []numa.CellUsage, p *numa.Placement) error {

@@ -57,7 +57,7 @@ func ledgerOn(t testing.TB, addr string, opts Options) *Ledger {
 // TestSharedLimitsAcrossProcesses is the reported bug: two processes,
 // each with a cache that shows the cell empty, place a 3-vCPU / 3072 MiB
 // shared guest on a cell of 4 shared CPUs and 4096 MiB with ratios 1.0.
-// Only one of them may land: the apply script holds shared vCPUs and
+// Only one of them may land: the claim script holds shared vCPUs and
 // memory to the ratios whatever the caller's cache says.
 func TestSharedLimitsAcrossProcesses(t *testing.T) {
 	ctx := context.Background()

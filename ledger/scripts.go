@@ -9,16 +9,17 @@ import (
 //go:embed scripts/*.lua
 var scriptFS embed.FS
 
-// script is a Lua script and its source, for EVAL where EVALSHA finds the
-// server without it.
+// script is a Lua script, its source, for EVAL where EVALSHA finds the
+// server without it, and its name, for errors.
 type script struct {
 	*redis.Script
-	src string
+	src  string
+	name string
 }
 
 func loadScript(name string) *script {
 	src := scriptSource(name)
-	return &script{Script: redis.NewScript(src), src: src}
+	return &script{Script: redis.NewScript(src), src: src, name: name}
 }
 
 func scriptSource(name string) string {
@@ -36,8 +37,8 @@ func scriptSource(name string) string {
 // Ledger.change, which waits for the durability configured.
 var (
 	readScript            = loadScript("read")
-	applyScript           = loadScript("apply")
-	applySource           = applyScript.src
+	claimScript           = loadScript("claim")
+	releaseScript         = loadScript("release")
 	claimStateScript      = loadScript("claim_state")
 	claimAdoptScript      = loadScript("claim_adopt")
 	moveSlotScript        = loadScript("move_slot")
