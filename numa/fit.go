@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/bits"
 	"strings"
-	"sync"
 )
 
 // Resource names what a guest cell lacked on a host cell.
@@ -76,7 +75,6 @@ func Fit(h *Host, r *Request) (*Placement, error) {
 		}
 	}
 	m := newMatcher(h, r, order)
-	defer m.giveBack()
 	assign, err := m.solve()
 	if err != nil {
 		return nil, err
@@ -103,13 +101,8 @@ type cellView struct {
 }
 
 func newCellView(c *Cell) *cellView {
-	return newCellViewIn(c, make([]int32, 2*len(c.Siblings)))
-}
-
-// newCellViewIn makes the view with counts (2 per sibling group) as its
-// per-group arrays.
-func newCellViewIn(c *Cell, counts []int32) *cellView {
 	n := len(c.Siblings)
+	counts := make([]int32, 2*n) // one allocation for both
 	v := &cellView{cell: c, free: c.FreePCPUs(), perCore: c.ThreadsPerCore(),
 		freeInGroup: counts[:n:n], groupSize: counts[n:]}
 	for i, s := range c.Siblings {
@@ -412,19 +405,6 @@ type matcher struct {
 	// shape maps each guest cell to the first guest cell with identical
 	// requirements, so identical cells share one fit decision per host cell.
 	shape []int
-	// borrowed are the views' per-group arrays, from viewCounts.
-	borrowed []*[]int32
-}
-
-// viewCounts are scratch arrays for cell views: a view lives only as long
-// as its Fit, and no placement refers to one, so Fit gives them back.
-var viewCounts = sync.Pool{New: func() any { return new([]int32) }}
-
-func (m *matcher) giveBack() {
-	for _, b := range m.borrowed {
-		viewCounts.Put(b)
-	}
-	m.borrowed = nil
 }
 
 type fitState struct {
@@ -457,15 +437,7 @@ func sameShape(a, b *GuestCell) bool {
 
 func (m *matcher) view(pos int) *cellView {
 	if m.views[pos] == nil {
-		c := &m.host.Cells[m.order[pos]]
-		b := viewCounts.Get().(*[]int32)
-		if need := 2 * len(c.Siblings); cap(*b) < need {
-			*b = make([]int32, need)
-		}
-		*b = (*b)[:2*len(c.Siblings)]
-		clear(*b)
-		m.borrowed = append(m.borrowed, b)
-		m.views[pos] = newCellViewIn(c, *b)
+		m.views[pos] = newCellView(&m.host.Cells[m.order[pos]])
 	}
 	return m.views[pos]
 }
