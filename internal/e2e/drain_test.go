@@ -268,7 +268,9 @@ func TestDrainCancel(t *testing.T) {
 	}
 	vmA := s.boot("A", "a", 2)
 	vmB := s.boot("B", "a", 2)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
+	// Long enough that the cancel reaches the move on a loaded machine (a
+	// pause, a cancel and a heartbeat away); a cancelled copy ends at once.
+	s.ok("sim", "latency", "--op", "migrate", "--seconds", "30")
 	s.ok("host", "drain", "a", "--parallel", "1")
 	s.eventually("a move running", time.Minute, func() bool {
 		return s.claimsOfKind("b", "migration-dest")+s.claimsOfKind("c", "migration-dest") == 1
