@@ -17,8 +17,14 @@ type script struct {
 	name string
 }
 
-func loadScript(name string) *script {
-	src := scriptSource(name)
+// loadScript loads script name, prefixed with the libraries it uses: a
+// Redis script is one chunk, so shared functions travel in its source.
+func loadScript(name string, libs ...string) *script {
+	src := ""
+	for _, lib := range libs {
+		src += scriptSource(lib) + "\n"
+	}
+	src += scriptSource(name)
 	return &script{Script: redis.NewScript(src), src: src, name: name}
 }
 
@@ -37,8 +43,8 @@ func scriptSource(name string) string {
 // Ledger.change, which waits for the durability configured.
 var (
 	readScript            = loadScript("read")
-	claimScript           = loadScript("claim")
-	releaseScript         = loadScript("release")
+	claimScript           = loadScript("claim", "lib_counters")
+	releaseScript         = loadScript("release", "lib_counters")
 	claimStateScript      = loadScript("claim_state")
 	claimAdoptScript      = loadScript("claim_adopt")
 	moveSlotScript        = loadScript("move_slot")

@@ -27,23 +27,6 @@ local topo, pinsKey, claimsKey, usageKey, undoKey, stateKey = KEYS[1], KEYS[2], 
 local call = redis.call
 local id, record, entry = ARGV[1], ARGV[2], ARGV[3]
 
--- Lua's unpack stops short of 8,000 values, and numa admits guests of up
--- to 8,192 pinned vCPUs: a long list goes to Redis in slices, of an even
--- length so that no field is parted from its value. An empty list sends
--- nothing.
-local function sliced(cmd, key, list)
-  local out = {}
-  for i = 1, #list, 1000 do
-    local got = call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
-    if type(got) == 'table' then
-      for _, v in ipairs(got) do
-        out[#out + 1] = v
-      end
-    end
-  end
-  return out
-end
-
 local t = call('HMGET', topo, 'gen', 'rev')
 local gen, rev = t[1], tonumber(t[2]) or 0
 -- A retried claim gets the first result back. A claim made before the undo
@@ -118,19 +101,8 @@ for j, f in ipairs(fields) do
   used[f] = used[f] + tonumber(adds[j])
   reply[#reply + 1] = used[f]
 end
--- A counter at zero is removed, so an empty host has no usage key at all.
-local set, gone = {}, {}
-for f, v in pairs(used) do
-  if v > 0 then
-    set[#set + 1] = f
-    set[#set + 1] = v
-  else
-    gone[#gone + 1] = f
-  end
-end
 sliced('HSET', pinsKey, pins)
-sliced('HSET', usageKey, set)
-sliced('HDEL', usageKey, gone)
+writeUsage(usageKey, used)
 call('HSET', claimsKey, id, record)
 call('HSET', undoKey, id, entry)
 call('HSET', topo, 'rev', rev)

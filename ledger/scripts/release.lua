@@ -27,23 +27,6 @@ local call = redis.call
 local find, sub, match, gmatch = string.find, string.sub, string.match, string.gmatch
 local id, token, cond = ARGV[1], ARGV[2], ARGV[3]
 
--- Lua's unpack stops short of 8,000 values, and numa admits guests of up
--- to 8,192 pinned vCPUs: a long list goes to Redis in slices, of an even
--- length so that no field is parted from its value. An empty list sends
--- nothing.
-local function sliced(cmd, key, list)
-  local out = {}
-  for i = 1, #list, 1000 do
-    local got = call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
-    if type(got) == 'table' then
-      for _, v in ipairs(got) do
-        out[#out + 1] = v
-      end
-    end
-  end
-  return out
-end
-
 -- parse reads an undo entry, "token|pCPUs|field,n,...", into
 -- {token, cpus, fields, counts}; nil if it is not one.
 local function parse(entry, from, to)
@@ -171,8 +154,7 @@ for j, cpu in ipairs(u.cpus) do
     freed[#freed + 1] = cpu
   end
 end
--- Usage never goes below zero; a counter at zero is removed, so an empty
--- host has no usage key at all.
+-- Usage never goes below zero.
 local got = sliced('HMGET', usageKey, u.fields)
 local used = {}
 for j, f in ipairs(u.fields) do
@@ -184,18 +166,8 @@ for j, f in ipairs(u.fields) do
   counters[#counters + 1] = f
   counters[#counters + 1] = used[f]
 end
-local set, gone = {}, {}
-for f, v in pairs(used) do
-  if v > 0 then
-    set[#set + 1] = f
-    set[#set + 1] = v
-  else
-    gone[#gone + 1] = f
-  end
-end
 sliced('HDEL', pinsKey, freed)
-sliced('HSET', usageKey, set)
-sliced('HDEL', usageKey, gone)
+writeUsage(usageKey, used)
 call('HDEL', claimsKey, id)
 call('HDEL', undoKey, id)
 call('HDEL', leaseKey, id)
