@@ -242,15 +242,18 @@ func TestMigrationPolicy(t *testing.T) {
 
 	t.Run("the completion timeout aborts a migration the bandwidth cap keeps from converging", func(t *testing.T) {
 		g := busyGuest(t, 30)
-		req, pid := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs})
+		// Long enough for a loaded machine to start the copy and send the
+		// busy region more than once.
+		const limit = 8 * time.Second
+		req, pid := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: limit, BandwidthMiBs: busyCapMiBs})
 		var reports []hypervisor.Progress
 		err := e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) { reports = append(reports, p) })
 		t.Logf("Migrate = %v", err)
 		to := timeoutOf(t, "Migrate slower than its completion timeout", err)
-		if to.Timeout != hypervisor.TimeoutCompletion || to.Limit != 4*time.Second || to.Memory != 128<<20 || to.DataRemaining == 0 {
-			t.Errorf("Migrate slower than its completion timeout: %+v; want the completion timeout of 4s for 128 MiB, with data remaining", *to)
+		if to.Timeout != hypervisor.TimeoutCompletion || to.Limit != limit || to.Memory != 128<<20 || to.DataRemaining == 0 {
+			t.Errorf("Migrate slower than its completion timeout: %+v; want the completion timeout of %s for 128 MiB, with data remaining", *to, limit)
 		}
-		if !strings.Contains(err.Error(), "aborted: not completed within 4s") {
+		if !strings.Contains(err.Error(), "aborted: not completed within 8s") {
 			t.Errorf("Migrate slower than its completion timeout = %q; want it to say which timeout fired", err)
 		}
 		if last := reports[len(reports)-1]; last.Phase != PhaseAborting {
@@ -275,14 +278,17 @@ func TestMigrationPolicy(t *testing.T) {
 
 	t.Run("the progress timeout aborts a migration whose data remaining stops falling", func(t *testing.T) {
 		g := busyGuest(t, 31)
-		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: 3 * time.Second, BandwidthMiBs: busyCapMiBs})
+		// The progress clock runs from the start, so the timeout leaves room
+		// for a loaded machine to start the copy before the first figure.
+		const limit = 8 * time.Second
+		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: limit, BandwidthMiBs: busyCapMiBs})
 		err := e.d.Migrate(opContext(t), req, nil)
 		t.Logf("Migrate = %v", err)
 		to := timeoutOf(t, "Migrate that does not converge", err)
-		if to.Timeout != hypervisor.TimeoutProgress || to.Limit != 3*time.Second || to.LowestRemaining == 0 {
-			t.Errorf("Migrate that does not converge: %+v; want the progress timeout of 3s, with its lowest data remaining", *to)
+		if to.Timeout != hypervisor.TimeoutProgress || to.Limit != limit || to.LowestRemaining == 0 {
+			t.Errorf("Migrate that does not converge: %+v; want the progress timeout of %s, with its lowest data remaining", *to, limit)
 		}
-		if !strings.Contains(err.Error(), "aborted: no progress for 3s (data remaining ") {
+		if !strings.Contains(err.Error(), "aborted: no progress for 8s (data remaining ") {
 			t.Errorf("Migrate that does not converge = %q; want it to say which timeout fired, with the figures", err)
 		}
 		stayed(t, g, pid)
@@ -488,7 +494,10 @@ func TestMigrationPolicy(t *testing.T) {
 
 	t.Run("a retry that takes over an earlier attempt's migration times it and fences it", func(t *testing.T) {
 		g := busyGuest(t, 36)
-		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: 3 * time.Second, BandwidthMiBs: busyCapMiBs})
+		// The progress clock runs from the start, so the timeout leaves room
+		// for a loaded machine to start the copy before the first figure.
+		const limit = 8 * time.Second
+		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: limit, BandwidthMiBs: busyCapMiBs})
 		earlier := e.startEarlier(t, g, req.DestXML, busyCapMiBs)
 		var phases []string
 		err := e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) {
