@@ -56,7 +56,7 @@ func StartCluster(t testing.TB) *Cluster {
 	}
 	base, err := freePortRange(clusterPorts)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("testenv: %v", err)
 	}
 	c := &Cluster{Dir: dir, script: filepath.Join(root, "deploy", "cluster.sh"), base: base}
 	t.Cleanup(func() {
@@ -172,5 +172,5 @@ func freePortRange(n int) (int, error) {
 			return base, nil
 		}
 	}
-	return 0, fmt.Errorf("testenv: no %d free loopback ports in a row below 32768", n)
+	return 0, fmt.Errorf("find %d free loopback ports in a row below 32768: none in 50 tries", n)
 }

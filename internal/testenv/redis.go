@@ -287,15 +287,9 @@ func versionAtLeast(line string, major, minor int) bool {
 	return maj > major || maj == major && mnr >= minor
 }
 
-// freePort returns a loopback TCP port nothing listens on right now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort returns a loopback TCP port nothing listens on right now, below
+// the kernel's ephemeral range, where outgoing connections take no ports.
+func freePort() (int, error) { return freePortRange(1) }
 
 // ping sends an inline PING and expects +PONG; it keeps this package free of
 // a Redis client.

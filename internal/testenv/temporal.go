@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
-	"go.temporal.io/sdk/testsuite"
 )
 
 // Temporal is a Temporal CLI dev server on loopback.
@@ -27,12 +29,23 @@ type Temporal struct {
 	Client client.Client
 }
 
+// How long a dev server may take to answer, and how many servers one
+// StartTemporal tries.
+const (
+	temporalStartTimeout  = time.Minute
+	temporalStartAttempts = 3
+)
+
+type temporalConfig struct {
+	ui bool
+}
+
 // TemporalOption changes how StartTemporal runs the server.
-type TemporalOption func(*testsuite.DevServerOptions)
+type TemporalOption func(*temporalConfig)
 
 // WithUI serves the Web UI on a free port.
 func WithUI() TemporalOption {
-	return func(o *testsuite.DevServerOptions) { o.EnableUI = true }
+	return func(c *temporalConfig) { c.ui = true }
 }
 
 // ModuleRoot returns the directory of the project's go.mod, found by
@@ -71,40 +84,139 @@ func TemporalCLI(t testing.TB) string {
 
 // StartTemporal starts a Temporal dev server (in-memory, headless unless
 // WithUI) on a free loopback port and stops it when the test ends.
+//
+// A port found free can be taken before the server binds it, by another
+// test's server or an outgoing connection, and the dev server picks more
+// ports for its inner services. A server that exits while starting, or
+// does not answer in time, is stopped, its log tail goes to the test's
+// output, and another starts on other ports.
 func StartTemporal(t testing.TB, opts ...TemporalOption) *Temporal {
 	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := testsuite.DevServerOptions{
-		ExistingPath: TemporalCLI(t),
-		ClientOptions: &client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", port), Namespace: "default",
-			Logger: tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))},
-		LogLevel: "error",
-		Stdout:   io.Discard,
-		Stderr:   io.Discard,
-	}
+	var cfg temporalConfig
 	for _, opt := range opts {
-		opt(&o)
+		opt(&cfg)
 	}
-	uiPort := 0
-	if o.EnableUI {
-		if uiPort, err = freePort(); err != nil {
-			t.Fatal(err)
+	cli, dir := TemporalCLI(t), t.TempDir()
+	var lastErr error
+	for attempt := 1; attempt <= temporalStartAttempts; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
 		}
-		o.UIPort = fmt.Sprint(uiPort)
+		srv, err := startDevServer(cli, filepath.Join(dir, fmt.Sprintf("temporal-%d.log", attempt)), port, cfg)
+		if err == nil {
+			t.Cleanup(srv.stop)
+			return &srv.Temporal
+		}
+		lastErr = err
+		t.Logf("testenv: Temporal dev server, attempt %d of %d: %v", attempt, temporalStartAttempts, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv, err := testsuite.StartDevServer(ctx, o)
+	t.Fatalf("testenv: start the Temporal dev server: %v", lastErr)
+	return nil
+}
+
+// devServer is one `temporal server start-dev` process.
+type devServer struct {
+	Temporal
+	cmd  *exec.Cmd
+	done chan error
+	log  string
+}
+
+func startDevServer(cli, logPath string, port int, cfg temporalConfig) (*devServer, error) {
+	var err error
+	srv := &devServer{
+		Temporal: Temporal{Address: fmt.Sprintf("127.0.0.1:%d", port), Namespace: "default"},
+		log:      logPath,
+	}
+	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--namespace", srv.Namespace, "--log-level", "error",
+		"--dynamic-config-value", "frontend.enableServerVersionCheck=false"}
+	if cfg.ui {
+		if srv.UIPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--ui-port", strconv.Itoa(srv.UIPort))
+	} else {
+		args = append(args, "--headless")
+	}
+	logFile, err := os.Create(logPath)
 	if err != nil {
-		t.Fatalf("testenv: start the Temporal dev server: %v", err)
+		return nil, err
 	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Logf("testenv: stop the Temporal dev server: %v", err)
+	defer logFile.Close() // the child has its own descriptor
+	srv.cmd = exec.Command(cli, args...)
+	srv.cmd.Stdout, srv.cmd.Stderr = logFile, logFile
+	if err := srv.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("run %s: %w", cli, err)
+	}
+	srv.done = make(chan error, 1)
+	go func() { srv.done <- srv.cmd.Wait() }()
+
+	if err := srv.waitReady(); err != nil {
+		srv.kill()
+		return nil, err
+	}
+	return srv, nil
+}
+
+// waitReady dials the frontend until it answers, the server exits, or
+// temporalStartTimeout passes.
+func (s *devServer) waitReady() error {
+	logger := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	deadline := time.Now().Add(temporalStartTimeout)
+	for {
+		select {
+		case err := <-s.done:
+			s.cmd = nil
+			return fmt.Errorf("the server on %s %w before answering (%v); log: %s", s.Address, errExited, err, s.logTail())
+		default:
 		}
-	})
-	return &Temporal{Address: srv.FrontendHostPort(), Namespace: "default", UIPort: uiPort, Client: srv.Client()}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := client.DialContext(ctx, client.Options{HostPort: s.Address, Namespace: s.Namespace, Logger: logger})
+		cancel()
+		if err == nil {
+			s.Client = c
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the server on %s did not answer within %s: %v; log: %s", s.Address, temporalStartTimeout, err, s.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop closes the client and stops the server, killing it if it does not
+// exit in time.
+func (s *devServer) stop() {
+	if s.Client != nil {
+		s.Client.Close()
+	}
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.kill()
+	}
+}
+
+func (s *devServer) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
+func (s *devServer) logTail() string {
+	b, err := os.ReadFile(s.log)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return "(empty)"
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-5):], " | ")
 }
