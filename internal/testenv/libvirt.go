@@ -149,12 +149,11 @@ func (h *LibvirtHost) script(cmd string) ([]byte, error) {
 
 // LogTail returns the last n lines of the daemon's log.
 func (h *LibvirtHost) LogTail(n int) string {
-	b, err := os.ReadFile(filepath.Join(h.Dir, "libvirtd.log"))
+	lines, err := lastLines(filepath.Join(h.Dir, "libvirtd.log"), n)
 	if err != nil {
 		return err.Error()
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+	return strings.Join(lines, "\n")
 }
 
 // QEMUPid returns the pid of the QEMU process running the domain called

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -27,10 +26,6 @@ const (
 	ValkeyServerBin = "valkey-server"
 )
 
-// errExited marks a server that exited while starting, most likely
-// because another process took its port first.
-var errExited = errors.New("exited")
-
 // startTimeout bounds how long a redis-server may take to answer PING.
 const startTimeout = 15 * time.Second
 
@@ -42,9 +37,8 @@ type Redis struct {
 	// Dir is the server's working directory: its config, log, RDB and AOF.
 	Dir string
 
-	cfg  redisConfig
-	cmd  *exec.Cmd
-	done chan error
+	cfg    redisConfig
+	server *server // nil while stopped
 }
 
 type redisConfig struct {
@@ -205,56 +199,18 @@ func (r *Redis) start() error {
 	if err != nil {
 		return err
 	}
-	bin := r.cfg.server
-	cmd := exec.Command(bin, conf)
+	cmd := exec.Command(r.cfg.server, conf)
 	cmd.Dir = r.Dir
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s on %s: %w", bin, r.Addr, err)
-	}
-	r.cmd, r.done = cmd, make(chan error, 1)
-	go func() { r.done <- cmd.Wait() }()
-
-	deadline := time.Now().Add(startTimeout)
-	for {
-		select {
-		case err := <-r.done:
-			r.cmd = nil
-			return fmt.Errorf("%s on %s %w before answering PING (%v); log: %s", bin, r.Addr, errExited, err, r.logTail())
-		default:
-		}
-		if err := ping(r.Addr); err == nil {
-			return nil
-		} else if time.Now().After(deadline) {
-			r.stop(syscall.SIGKILL)
-			return fmt.Errorf("%s on %s did not answer PING within %s: %v; log: %s", bin, r.Addr, startTimeout, err, r.logTail())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	r.server, err = startServer(cmd, r.cfg.server+" on "+r.Addr, filepath.Join(r.Dir, "redis.log"),
+		startTimeout, 20*time.Millisecond, func() error { return ping(r.Addr) })
+	return err
 }
 
 // stop signals the server and waits for it to exit, killing it if a clean
 // shutdown takes too long. Stopping a stopped server does nothing.
 func (r *Redis) stop(sig syscall.Signal) {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(sig)
-	select {
-	case <-r.done:
-	case <-time.After(10 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.done
-	}
-	r.cmd = nil
-}
-
-func (r *Redis) logTail() string {
-	b, err := os.ReadFile(filepath.Join(r.Dir, "redis.log"))
-	if err != nil {
-		return "(no log)"
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.Join(lines[max(0, len(lines)-5):], " | ")
+	r.server.stop(sig)
+	r.server = nil
 }
 
 // hasWAITAOF says whether the installed program is Redis 7.2 or later,

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -118,21 +117,16 @@ func StartTemporal(t testing.TB, opts ...TemporalOption) *Temporal {
 // devServer is one `temporal server start-dev` process.
 type devServer struct {
 	Temporal
-	cmd  *exec.Cmd
-	done chan error
-	log  string
+	server *server
 }
 
 func startDevServer(cli, logPath string, port int, cfg temporalConfig) (*devServer, error) {
-	var err error
-	srv := &devServer{
-		Temporal: Temporal{Address: fmt.Sprintf("127.0.0.1:%d", port), Namespace: "default"},
-		log:      logPath,
-	}
+	srv := &devServer{Temporal: Temporal{Address: fmt.Sprintf("127.0.0.1:%d", port), Namespace: "default"}}
 	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--namespace", srv.Namespace, "--log-level", "error",
 		"--dynamic-config-value", "frontend.enableServerVersionCheck=false"}
 	if cfg.ui {
+		var err error
 		if srv.UIPort, err = freePort(); err != nil {
 			return nil, err
 		}
@@ -145,78 +139,24 @@ func startDevServer(cli, logPath string, port int, cfg temporalConfig) (*devServ
 		return nil, err
 	}
 	defer logFile.Close() // the child has its own descriptor
-	srv.cmd = exec.Command(cli, args...)
-	srv.cmd.Stdout, srv.cmd.Stderr = logFile, logFile
-	if err := srv.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("run %s: %w", cli, err)
+	cmd := exec.Command(cli, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	logger := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dial := func() (err error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Client, err = client.DialContext(ctx, client.Options{HostPort: srv.Address, Namespace: srv.Namespace, Logger: logger})
+		return err
 	}
-	srv.done = make(chan error, 1)
-	go func() { srv.done <- srv.cmd.Wait() }()
-
-	if err := srv.waitReady(); err != nil {
-		srv.kill()
+	if srv.server, err = startServer(cmd, "the Temporal dev server on "+srv.Address, logPath,
+		temporalStartTimeout, 100*time.Millisecond, dial); err != nil {
 		return nil, err
 	}
 	return srv, nil
 }
 
-// waitReady dials the frontend until it answers, the server exits, or
-// temporalStartTimeout passes.
-func (s *devServer) waitReady() error {
-	logger := tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))
-	deadline := time.Now().Add(temporalStartTimeout)
-	for {
-		select {
-		case err := <-s.done:
-			s.cmd = nil
-			return fmt.Errorf("the server on %s %w before answering (%v); log: %s", s.Address, errExited, err, s.logTail())
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := client.DialContext(ctx, client.Options{HostPort: s.Address, Namespace: s.Namespace, Logger: logger})
-		cancel()
-		if err == nil {
-			s.Client = c
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the server on %s did not answer within %s: %v; log: %s", s.Address, temporalStartTimeout, err, s.logTail())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// stop closes the client and stops the server, killing it if it does not
-// exit in time.
+// stop closes the client and stops the server.
 func (s *devServer) stop() {
-	if s.Client != nil {
-		s.Client.Close()
-	}
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		s.kill()
-	}
-}
-
-func (s *devServer) kill() {
-	if s.cmd == nil {
-		return
-	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
-	s.cmd = nil
-}
-
-func (s *devServer) logTail() string {
-	b, err := os.ReadFile(s.log)
-	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
-		return "(empty)"
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	return strings.Join(lines[max(0, len(lines)-5):], " | ")
+	s.Client.Close()
+	s.server.stop(syscall.SIGTERM)
 }
