@@ -38,6 +38,11 @@ const (
 	// migration from converging: 8 MiB dirty at every iteration takes 2s
 	// to send, over 6 times QEMU's default downtime of 300ms.
 	busyCapMiBs = 4
+	// busyTimeout is the completion and progress timeout of the tests that
+	// want one to fire. The progress clock runs from the start, so it
+	// leaves room for a loaded machine to start the copy before the first
+	// figure and send the busy region more than once.
+	busyTimeout = 8 * time.Second
 )
 
 // dirtyingKernel is a multiboot kernel that, loaded at 1 MiB, writes a
@@ -242,18 +247,15 @@ func TestMigrationPolicy(t *testing.T) {
 
 	t.Run("the completion timeout aborts a migration the bandwidth cap keeps from converging", func(t *testing.T) {
 		g := busyGuest(t, 30)
-		// Long enough for a loaded machine to start the copy and send the
-		// busy region more than once.
-		const limit = 8 * time.Second
-		req, pid := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: limit, BandwidthMiBs: busyCapMiBs})
+		req, pid := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: busyTimeout, BandwidthMiBs: busyCapMiBs})
 		var reports []hypervisor.Progress
 		err := e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) { reports = append(reports, p) })
 		t.Logf("Migrate = %v", err)
 		to := timeoutOf(t, "Migrate slower than its completion timeout", err)
-		if to.Timeout != hypervisor.TimeoutCompletion || to.Limit != limit || to.Memory != 128<<20 || to.DataRemaining == 0 {
-			t.Errorf("Migrate slower than its completion timeout: %+v; want the completion timeout of %s for 128 MiB, with data remaining", *to, limit)
+		if to.Timeout != hypervisor.TimeoutCompletion || to.Limit != busyTimeout || to.Memory != 128<<20 || to.DataRemaining == 0 {
+			t.Errorf("Migrate slower than its completion timeout: %+v; want the completion timeout of %s for 128 MiB, with data remaining", *to, busyTimeout)
 		}
-		if !strings.Contains(err.Error(), "aborted: not completed within 8s") {
+		if !strings.Contains(err.Error(), "aborted: not completed within "+busyTimeout.String()) {
 			t.Errorf("Migrate slower than its completion timeout = %q; want it to say which timeout fired", err)
 		}
 		if last := reports[len(reports)-1]; last.Phase != PhaseAborting {
@@ -278,17 +280,14 @@ func TestMigrationPolicy(t *testing.T) {
 
 	t.Run("the progress timeout aborts a migration whose data remaining stops falling", func(t *testing.T) {
 		g := busyGuest(t, 31)
-		// The progress clock runs from the start, so the timeout leaves room
-		// for a loaded machine to start the copy before the first figure.
-		const limit = 8 * time.Second
-		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: limit, BandwidthMiBs: busyCapMiBs})
+		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: busyTimeout, BandwidthMiBs: busyCapMiBs})
 		err := e.d.Migrate(opContext(t), req, nil)
 		t.Logf("Migrate = %v", err)
 		to := timeoutOf(t, "Migrate that does not converge", err)
-		if to.Timeout != hypervisor.TimeoutProgress || to.Limit != limit || to.LowestRemaining == 0 {
-			t.Errorf("Migrate that does not converge: %+v; want the progress timeout of %s, with its lowest data remaining", *to, limit)
+		if to.Timeout != hypervisor.TimeoutProgress || to.Limit != busyTimeout || to.LowestRemaining == 0 {
+			t.Errorf("Migrate that does not converge: %+v; want the progress timeout of %s, with its lowest data remaining", *to, busyTimeout)
 		}
-		if !strings.Contains(err.Error(), "aborted: no progress for 8s (data remaining ") {
+		if !strings.Contains(err.Error(), "aborted: no progress for "+busyTimeout.String()+" (data remaining ") {
 			t.Errorf("Migrate that does not converge = %q; want it to say which timeout fired, with the figures", err)
 		}
 		stayed(t, g, pid)
@@ -494,10 +493,7 @@ func TestMigrationPolicy(t *testing.T) {
 
 	t.Run("a retry that takes over an earlier attempt's migration times it and fences it", func(t *testing.T) {
 		g := busyGuest(t, 36)
-		// The progress clock runs from the start, so the timeout leaves room
-		// for a loaded machine to start the copy before the first figure.
-		const limit = 8 * time.Second
-		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: limit, BandwidthMiBs: busyCapMiBs})
+		req, pid := start(t, g, hypervisor.MigrationPolicy{ProgressTimeout: busyTimeout, BandwidthMiBs: busyCapMiBs})
 		earlier := e.startEarlier(t, g, req.DestXML, busyCapMiBs)
 		var phases []string
 		err := e.d.Migrate(opContext(t), req, func(p hypervisor.Progress) {
