@@ -109,6 +109,20 @@
 // break that proviso; the audit's last defence is that it never frees
 // pCPUs a domain of the claim's own instance is using.
 //
+// The lease has one clock on each side, and no time crosses between them.
+// Redis alone judges whether a lease runs: the fence script writes its end
+// by the server's TIME, and the release script compares that end with its
+// own TIME. The step counts the lease on its own monotonic clock, from a
+// reading taken before it sends the renewal, and believes it for half its
+// length: the script runs after that reading, so Redis keeps the lease
+// for at least the whole length after it. The rule holds under any skew
+// between the step's wall clock and Redis', because no absolute time of
+// one is compared with the other's; what it needs is that neither clock
+// runs at twice the other's rate and that Redis' clock is not stepped
+// forward by more than half a lease while one runs (a failover to a
+// replica whose clock is that far ahead, say). Fence's returned end is
+// Redis' time, for reports, never for the step's deadline.
+//
 // Each claim and release is one script and one round trip (with
 // its wait for durability); applier says why they are not batched.
 //
