@@ -145,7 +145,10 @@
 // is in order, so the wait then covers the first try, made on whichever
 // connection. Open checks once, on every master, that the waits can be
 // satisfied: WAITAOF needs Redis 7.2 and appendonly yes, where
-// appendfsync always gives the same guarantee on any version.
+// appendfsync always gives the same guarantee on any version. Open also
+// refuses a master whose maxmemory-policy may evict a ledger key
+// (CheckEviction): the volatile policies evict only keys with a TTL, and
+// no ledger key has one.
 // docs/redis-cluster.md says what each setting does and does not keep.
 //
 // # Instance records and crash safety
