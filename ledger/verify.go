@@ -187,9 +187,6 @@ func (h LostHost) String() string {
 	return fmt.Sprintf("host %s has no topology key (evicted, lost in a failover or deleted), yet %s name it", h.Host, strings.Join(by, "; "))
 }
 
-// hostKeyKinds are the last parts of a host's keys (hostKeys).
-var hostKeyKinds = []string{"topo", "pins", "claims", "usage", "undo", "lease", "state"}
-
 // LostHosts returns, by name, every host the ledger names (the registry,
 // a host key of its own, an instance record's host) that has no topology.
 // Snapshot refuses such a host as unknown, so a check of the registered
@@ -214,7 +211,10 @@ func (l *Ledger) LostHosts(ctx context.Context) ([]LostHost, error) {
 	start := l.prefix + ":host:{"
 	err = l.scanKeys(ctx, start+"*", func(key string) {
 		h, kind, ok := strings.Cut(strings.TrimPrefix(key, start), "}:")
-		if ok && validKeyName(h) && slices.Contains(hostKeyKinds, kind) && kind != "topo" {
+		if !ok || !validKeyName(h) {
+			return
+		}
+		if k := l.hostKeys(h); key != k.topo && slices.Contains(k.all(), key) {
 			lh := host(h)
 			if !slices.Contains(lh.Keys, kind) {
 				lh.Keys = append(lh.Keys, kind)
