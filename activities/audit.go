@@ -33,7 +33,9 @@ func (a *Activities) ListHosts(ctx context.Context) ([]string, error) {
 // guest runs pinned to exactly the claim), and frees with a
 // compare-and-delete on the token and state it judged, which a running
 // fence lease also refuses. Other drift against the hypervisor is only
-// reported (see the workflows package documentation for why).
+// reported (see the workflows package documentation for why), except a
+// shut-off domain left by an operation that is over, which it cleans
+// (audit.leftover).
 //
 // Only the host being unknown fails the activity; every other error is
 // reported in the result and keeps what it touches.

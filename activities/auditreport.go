@@ -84,6 +84,9 @@ const (
 	// DriftClaimInUse: a claim no operation will finish is used by a
 	// domain of its instance; the audit keeps it (KeptInUse, KeptSettling).
 	DriftClaimInUse = "claim-in-use"
+	// DriftLeftoverDomain: a shut-off domain has no claim on its host; the
+	// audit cleans one no operation of its instance will (audit.leftover).
+	DriftLeftoverDomain = "leftover-domain"
 )
 
 // AuditHostInput asks for an audit of one host.

@@ -94,6 +94,8 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 					Detail: fmt.Sprintf("domain %s is paused pinned to %s with no claim on %s; made again as claim %s of its open operation, pending",
 						d.Name, orNone(cpus), snap.Host, rc.ClaimID)})
 			}
+		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StateShutoff:
+			found = append(found, au.leftover(ctx, snap.Host, d))
 		case len(byInstance[d.UUID]) > 0:
 			if out := cpus.Difference(own).Difference(other); !out.IsEmpty() {
 				f := Drift{Kind: DriftPinsOutsideClaim, Instance: d.UUID, CPUs: out.String(),

@@ -23,16 +23,29 @@ type claimLease struct {
 	ledger               *ledger.Ledger
 	host, claimID, token string
 	length               time.Duration
+	// now is this worker's clock; time.Now, whose monotonic reading is
+	// what every comparison of the lease's times uses.
+	now func() time.Time
 
 	mu sync.Mutex
-	// until is when the lease ends by this worker's clock, conservatively:
-	// halfway from the renewal to the end by Redis' clock, since the two
-	// clocks differ and the step's own call needs time to return.
+	// until is when the lease ends by this worker's clock (see leaseEnd).
 	until time.Time
 }
 
 func (a *Activities) claimLease(host, claimID, token string) *claimLease {
-	return &claimLease{ledger: a.Ledger, host: host, claimID: claimID, token: token, length: a.lease()}
+	return &claimLease{ledger: a.Ledger, host: host, claimID: claimID, token: token, length: a.lease(), now: time.Now}
+}
+
+// leaseEnd is when a lease renewed by a call sent at sent ends by this
+// worker's clock: half the lease after the sending. Redis starts the lease
+// by its own clock when the fence script runs, which is after sent, so
+// the lease lasts at least until sent plus its length; the worker counts
+// only the duration from its own reading, never Redis' end against its own
+// wall clock, so no skew between the two clocks moves it. The other half
+// is the margin for the two clocks' rates and for the step's own call to
+// return (see the ledger's doc, Fences).
+func leaseEnd(sent time.Time, length time.Duration) time.Time {
+	return sent.Add(length / 2)
 }
 
 // leaseRetry bounds the wait between two tries of a renewal the ledger
@@ -46,16 +59,16 @@ const leaseRetry = 2 * time.Second
 func (l *claimLease) renew(ctx context.Context) (time.Time, error) {
 	wait := 100 * time.Millisecond
 	for {
-		now := time.Now()
-		end, err := l.ledger.Fence(ctx, l.host, l.claimID, l.token, l.length)
+		sent := l.now()
+		_, err := l.ledger.Fence(ctx, l.host, l.claimID, l.token, l.length)
 		if err == nil {
-			return l.extend(now.Add(end.Sub(now) / 2)), nil
+			return l.extend(leaseEnd(sent, l.length)), nil
 		}
 		if !ledger.Unavailable(err) {
 			return time.Time{}, err
 		}
 		held := l.held()
-		if !held.IsZero() && time.Now().Add(wait).After(held) {
+		if !held.IsZero() && l.now().Add(wait).After(held) {
 			return time.Time{}, fmt.Errorf("the fence lease on claim %s ran out while the ledger did not answer: %w", l.claimID, err)
 		}
 		if err := pause(ctx, err, &wait); err != nil {

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -153,5 +154,52 @@ func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 	// The retry, with the ledger back, moves it.
 	if err := w.acts.Migrate(ctx, in); err != nil {
 		t.Fatalf("Migrate again with the ledger back = %v, want nil", err)
+	}
+}
+
+// TestLeaseHoldsUnderClockSkew: a worker whose wall clock is an hour off
+// Redis', either way, believes a lease it just renewed and never one
+// that Redis has let run out (the audit may then free the claim).
+func TestLeaseHoldsUnderClockSkew(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	u := uuidN(63)
+	for i, skew := range []time.Duration{-time.Hour, time.Hour} {
+		c := w.claim(t, "a", fmt.Sprintf("boot-run-%d", i), u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+		l := w.acts.claimLease("a", c.ClaimID, c.Token)
+		l.length = 200 * time.Millisecond
+		l.now = func() time.Time { return time.Now().Add(skew) }
+		until, err := l.renew(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.now().Before(until) {
+			t.Errorf("skew %s: the lease just renewed ends at %s by the worker's clock, before its now %s", skew, until, l.now())
+		}
+		waitLeaseOut(t, w, c)
+		if held := l.held(); l.now().Before(held) {
+			t.Errorf("skew %s: Redis let the lease run out, but the worker believes it until %s, %s from now", skew, held, held.Sub(l.now()))
+		}
+	}
+}
+
+// waitLeaseOut waits until Redis has let c's fence lease run out: the
+// audit's compare-and-delete, which a running lease refuses, frees it.
+func waitLeaseOut(t *testing.T, w *world, c ClaimResult) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		freed, err := w.led.ReleaseIfUnchanged(context.Background(), "a", c.ClaimID, c.Token, ledger.StatePending)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if freed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim %s still under its fence lease 30s after its renewal", c.ClaimID)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -601,7 +601,9 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 // passed its fence is about to use, and a step whose claim was freed
 // (its workflow ended long ago) is refused here instead of taking
 // effect. A gone claim is ErrUnknownClaim, one made again with another
-// token ErrConflict.
+// token ErrConflict. The end returned is by Redis' clock: a caller
+// measures the lease on its own clock from before the call (see Fences in
+// the package doc), never by comparing that end with its own time.
 func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length time.Duration) (time.Time, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: fence %s on %s: %w", claimID, host, err) }
 	if err := checkHostName(host); err != nil {

@@ -109,6 +109,20 @@
 // break that proviso; the audit's last defence is that it never frees
 // pCPUs a domain of the claim's own instance is using.
 //
+// The lease has one clock on each side, and no time crosses between them.
+// Redis alone judges whether a lease runs: the fence script writes its end
+// by the server's TIME, and the release script compares that end with its
+// own TIME. The step counts the lease on its own monotonic clock, from a
+// reading taken before it sends the renewal, and believes it for half its
+// length: the script runs after that reading, so Redis keeps the lease
+// for at least the whole length after it. The rule holds under any skew
+// between the step's wall clock and Redis', because no absolute time of
+// one is compared with the other's; what it needs is that neither clock
+// runs at twice the other's rate and that Redis' clock is not stepped
+// forward by more than half a lease while one runs (a failover to a
+// replica whose clock is that far ahead, say). Fence's returned end is
+// Redis' time, for reports, never for the step's deadline.
+//
 // Each claim and release is one script and one round trip (with
 // its wait for durability); applier says why they are not batched.
 //
@@ -131,7 +145,10 @@
 // is in order, so the wait then covers the first try, made on whichever
 // connection. Open checks once, on every master, that the waits can be
 // satisfied: WAITAOF needs Redis 7.2 and appendonly yes, where
-// appendfsync always gives the same guarantee on any version.
+// appendfsync always gives the same guarantee on any version. Open also
+// refuses a master whose maxmemory-policy may evict a ledger key
+// (CheckEviction): the volatile policies evict only keys with a TTL, and
+// no ledger key has one.
 // docs/redis-cluster.md says what each setting does and does not keep.
 //
 // # Instance records and crash safety

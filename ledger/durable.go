@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -247,16 +248,50 @@ func (l *Ledger) CheckDurability(ctx context.Context) error {
 	if !l.acks.want.on() {
 		return nil
 	}
+	return l.eachMaster(ctx, l.acks.probe)
+}
+
+// eachMaster calls check on every master, with the master's address for
+// its error: each node of a cluster, or the one server.
+func (l *Ledger) eachMaster(ctx context.Context, check func(ctx context.Context, c redis.UniversalClient, addr string) error) error {
 	if l.acks.cluster != nil {
 		return l.acks.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return l.acks.probe(ctx, c, c.Options().Addr)
+			return check(ctx, c, c.Options().Addr)
 		})
 	}
 	addr := "the server"
 	if c, ok := l.rdb.(*redis.Client); ok {
 		addr = c.Options().Addr
 	}
-	return l.acks.probe(ctx, l.rdb, addr)
+	return check(ctx, l.rdb, addr)
+}
+
+// keepingPolicies are the maxmemory-policy values under which a server
+// never evicts a ledger key. No ledger key carries a TTL, so the volatile
+// policies, which evict only keys that do, leave them be: when memory
+// runs out, a change fails instead, as under noeviction.
+var keepingPolicies = []string{"noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl"}
+
+// CheckEviction asks every master, once, whether it may evict keys: a
+// server that evicts a host's topology, pins or claims under memory
+// pressure loses the ledger's record of who owns which pCPU, which no
+// durability brings back. A policy that may evict is refused whatever
+// maxmemory is now, since maxmemory can be set at run time. Its error is
+// one line naming the server, its policy and the policies allowed. Open
+// calls it; a caller of New may.
+func (l *Ledger) CheckEviction(ctx context.Context) error {
+	return l.eachMaster(ctx, func(ctx context.Context, c redis.UniversalClient, addr string) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return fmt.Errorf("ledger: redis %s: reading maxmemory-policy with INFO memory: %w", addr, err)
+		}
+		policy := infoField(info, "maxmemory_policy")
+		if !slices.Contains(keepingPolicies, policy) {
+			return fmt.Errorf("ledger: redis %s has maxmemory-policy %s, which may evict the ledger's keys and with them who owns which pCPU: allowed are %s (the ledger's keys have no TTL)",
+				addr, policy, strings.Join(keepingPolicies, ", "))
+		}
+		return nil
+	})
 }
 
 // probe checks one master. A wait on a connection that has written

@@ -946,3 +946,39 @@ func TestConfigReadTimeoutFitsWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenRefusesEviction: Open refuses, with one line naming the server,
+// its policy and noeviction, a server that may evict keys, and on a
+// cluster every master is asked; the volatile policies, which evict only
+// keys with a TTL, are kept.
+func TestOpenRefusesEviction(t *testing.T) {
+	ctx := context.Background()
+	refuse := func(what string, cfg Config, addr, policy string) {
+		t.Helper()
+		l, rdb, err := Open(ctx, cfg)
+		if err == nil {
+			_ = rdb.Close()
+			t.Errorf("Open on %s = ledger %p, want an error", what, l)
+			return
+		}
+		for _, want := range []string{addr, policy, "noeviction"} {
+			if !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("Open on %s: error %q, want one line naming %q", what, err, want)
+			}
+		}
+	}
+	lru := testenv.StartRedis(t, testenv.RedisConfigLines("maxmemory-policy allkeys-lru"))
+	refuse("a server with allkeys-lru", Config{URL: lru.URL()}, lru.Addr, "allkeys-lru")
+	volatile := testenv.StartRedis(t, testenv.RedisConfigLines("maxmemory-policy volatile-lru"))
+	if _, rdb, err := Open(ctx, Config{URL: volatile.URL()}); err != nil {
+		t.Errorf("Open on a server with volatile-lru: %v", err)
+	} else {
+		_ = rdb.Close()
+	}
+	cluster := testenv.StartRedisCluster(t, 3)
+	last := cluster.Nodes[len(cluster.Nodes)-1].Addr
+	if err := client(t, last).ConfigSet(ctx, "maxmemory-policy", "allkeys-random").Err(); err != nil {
+		t.Fatal(err)
+	}
+	refuse("a cluster with one master on allkeys-random", Config{Addrs: cluster.Addrs()}, last, "allkeys-random")
+}

@@ -32,31 +32,14 @@ const listBatch = 1000
 // may be listed or not; one that exists throughout is listed once.
 func (l *Ledger) Instances(ctx context.Context) ([]*Instance, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: list instances: %w", err) }
-	var mu sync.Mutex
 	uuids := map[string]bool{}
-	scan := func(ctx context.Context, c redis.UniversalClient) error {
-		start, end := l.prefix+":inst:{", "}"
-		it := c.Scan(ctx, 0, start+"*"+end, listBatch).Iterator()
-		for it.Next(ctx) {
-			key := it.Val()
-			u := strings.TrimSuffix(strings.TrimPrefix(key, start), end)
-			if !validKeyName(u) || l.instKey(u) != key {
-				continue // not a record key, though the pattern matched
-			}
-			mu.Lock()
+	start, end := l.prefix+":inst:{", "}"
+	err := l.scanKeys(ctx, start+"*"+end, func(key string) {
+		u := strings.TrimSuffix(strings.TrimPrefix(key, start), end)
+		if validKeyName(u) && l.instKey(u) == key { // else not a record key, though the pattern matched
 			uuids[u] = true
-			mu.Unlock()
 		}
-		return it.Err()
-	}
-	var err error
-	if l.acks.cluster != nil {
-		// Masters are scanned at once; a key seen on two during a
-		// resharding counts once.
-		err = l.acks.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		err = scan(ctx, l.rdb)
-	}
+	})
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -96,4 +79,24 @@ func (l *Ledger) Instances(ctx context.Context) ([]*Instance, error) {
 		}
 	}
 	return out, nil
+}
+
+// scanKeys calls each with every key that matches the pattern, walking
+// every master of a cluster at once; calls to each never overlap. A key
+// seen on two masters during a resharding is given twice.
+func (l *Ledger) scanKeys(ctx context.Context, match string, each func(key string)) error {
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c redis.UniversalClient) error {
+		it := c.Scan(ctx, 0, match, listBatch).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			each(it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	if l.acks.cluster != nil {
+		return l.acks.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	}
+	return scan(ctx, l.rdb)
 }

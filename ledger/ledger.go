@@ -76,7 +76,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
 
 // Open connects with cfg (see Config.NewClient) and returns a ledger using
 // cfg's key prefix and durability, which it checks every master can give
-// (CheckDurability). Close the client when done.
+// (CheckDurability), on masters that never evict its keys
+// (CheckEviction). Close the client when done.
 func Open(ctx context.Context, cfg Config) (*Ledger, redis.UniversalClient, error) {
 	d := cfg.durability()
 	if err := d.check(); err != nil {
@@ -87,6 +88,9 @@ func Open(ctx context.Context, cfg Config) (*Ledger, redis.UniversalClient, erro
 		return nil, nil, err
 	}
 	l, err := New(rdb, Options{KeyPrefix: cfg.KeyPrefix, Durability: d})
+	if err == nil {
+		err = l.CheckEviction(ctx)
+	}
 	if err == nil {
 		err = l.CheckDurability(ctx)
 	}

@@ -1,11 +1,14 @@
 package ledger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/numa"
 )
@@ -18,7 +21,8 @@ import (
 // claim has a known state, and tombstones lie only on a host that is down
 // or returning (a host goes up only once it has none).
 // The scripts keep these true; Verify is how the audit and the tests see
-// that they did.
+// that they did. A host whose topology is gone has no snapshot at all:
+// LostHosts finds those.
 func (s *Snapshot) Verify() error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -148,4 +152,109 @@ func checkUndo(c *Claim, entry string) error {
 		return fmt.Errorf("undo entry gives back %v, the record took %v", got, want)
 	}
 	return nil
+}
+
+// LostHost is a host that the ledger names but whose topology key is
+// gone: evicted, lost in a failover, or deleted by hand. Snapshot and
+// Claim then take it for a host never registered, while its claims,
+// pins or guests may still be there.
+type LostHost struct {
+	Host string `json:"host"`
+	// Registered: the registry of host names lists it.
+	Registered bool `json:"registered"`
+	// Keys are the kinds of the host's own keys left (pins, claims, ...).
+	Keys []string `json:"keys,omitempty"`
+	// Instances are the instance records that place a guest on it.
+	Instances []string `json:"instances,omitempty"`
+}
+
+func (h LostHost) String() string {
+	var by []string
+	if h.Registered {
+		by = append(by, "the host registry")
+	}
+	if len(h.Keys) > 0 {
+		by = append(by, "its "+strings.Join(h.Keys, ", ")+" keys")
+	}
+	if n := len(h.Instances); n > 0 {
+		shown := h.Instances[:min(n, 3)]
+		more := ""
+		if n > len(shown) {
+			more = fmt.Sprintf(" and %d more", n-len(shown))
+		}
+		by = append(by, fmt.Sprintf("the records of instances %s%s", strings.Join(shown, ", "), more))
+	}
+	return fmt.Sprintf("host %s has no topology key (evicted, lost in a failover or deleted), yet %s name it", h.Host, strings.Join(by, "; "))
+}
+
+// LostHosts returns, by name, every host the ledger names (the registry,
+// a host key of its own, an instance record's host) that has no topology.
+// Snapshot refuses such a host as unknown, so a check of the registered
+// hosts' snapshots alone would pass it, and its claims, by. Like
+// Instances it walks every key of the database: for an operator's check.
+func (l *Ledger) LostHosts(ctx context.Context) ([]LostHost, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: lost hosts: %w", err) }
+	named := map[string]*LostHost{}
+	host := func(h string) *LostHost {
+		if named[h] == nil {
+			named[h] = &LostHost{Host: h}
+		}
+		return named[h]
+	}
+	registered, err := l.Hosts(ctx)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	for _, h := range registered {
+		host(h).Registered = true
+	}
+	start := l.prefix + ":host:{"
+	err = l.scanKeys(ctx, start+"*", func(key string) {
+		h, kind, ok := strings.Cut(strings.TrimPrefix(key, start), "}:")
+		if !ok || !validKeyName(h) {
+			return
+		}
+		if k := l.hostKeys(h); key != k.topo && slices.Contains(k.all(), key) {
+			lh := host(h)
+			if !slices.Contains(lh.Keys, kind) {
+				lh.Keys = append(lh.Keys, kind)
+			}
+		}
+	})
+	if err != nil {
+		return nil, wrap(err)
+	}
+	insts, err := l.Instances(ctx)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	for _, in := range insts {
+		if in.Host != "" && validKeyName(in.Host) {
+			lh := host(in.Host)
+			lh.Instances = append(lh.Instances, in.UUID)
+		}
+	}
+	names := slices.Sorted(maps.Keys(named))
+	var lost []LostHost
+	for len(names) > 0 {
+		batch := names[:min(len(names), listBatch)]
+		names = names[len(batch):]
+		has := make([]*redis.BoolCmd, len(batch))
+		if _, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, h := range batch {
+				has[i] = p.HExists(ctx, l.hostKeys(h).topo, "topology")
+			}
+			return nil
+		}); err != nil {
+			return nil, wrap(err)
+		}
+		for i, h := range batch {
+			if !has[i].Val() {
+				lh := named[h]
+				slices.Sort(lh.Keys)
+				lost = append(lost, *lh)
+			}
+		}
+	}
+	return lost, nil
 }

@@ -28,7 +28,9 @@ type checkReport struct {
 // usage counters equal the claims' sum (Snapshot.Verify), and that every
 // committed claim is the one its instance's record names, with the same
 // placement. Pending claims belong to operations in flight, source holds
-// to resizes and tombstones to evacuated guests of fenced hosts.
+// to resizes and tombstones to evacuated guests of fenced hosts. A host
+// the ledger names (registry, keys, instance records) without a topology
+// is a problem too (ledger.LostHosts): its snapshot cannot be read.
 func check(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -85,6 +87,13 @@ func check(args []string, stdout io.Writer) error {
 				}
 			}
 		}
+		lost, err := led.LostHosts(a.ctx)
+		if err != nil {
+			return err
+		}
+		for _, h := range lost {
+			r.Problems = append(r.Problems, h.String())
+		}
 		r.Instances = len(instances)
 		if *asJSON {
 			if err := writeJSON(stdout, r); err != nil {
@@ -97,7 +106,7 @@ func check(args []string, stdout io.Writer) error {
 				fmt.Fprintln(stdout, "  PROBLEM: "+p)
 			}
 			if len(r.Problems) == 0 {
-				fmt.Fprintln(stdout, "ok: no pCPU has two owners, usage equals the claims, and every committed claim is its instance's placement")
+				fmt.Fprintln(stdout, "ok: every host named has its topology, no pCPU has two owners, usage equals the claims, and every committed claim is its instance's placement")
 			}
 		}
 		if len(r.Problems) > 0 {

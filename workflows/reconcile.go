@@ -82,8 +82,8 @@ const (
 // Reconcile audits hosts' ledgers against Temporal and the hypervisors,
 // one activity per host, at most Concurrency at once. It frees only claims
 // whose owning workflow is provably closed (see activities.AuditHost) and
-// reports drift without repairing it. A host whose audit fails is
-// reported and the rest go on.
+// reports drift, repairing only what AuditHost says it does. A host whose
+// audit fails is reported and the rest go on.
 func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error) {
 	s, err := newSaga(ctx, OpReconcile, "", 0)
 	if err != nil {
