@@ -111,6 +111,9 @@ func checkBounds(c *numa.Cell, u numa.CellUsage, ratios bool) error {
 // given explicitly, so that one the ledger would refuse is refused before
 // it is sent.
 func withinCaps(state *numa.Host, us []numa.CellUsage, p *numa.Placement) error {
+	if err := state.FitsHost(p.HostUsage()); err != nil {
+		return err
+	}
 	for _, u := range us {
 		c := state.Cell(u.Cell)
 		if c == nil {
