@@ -151,9 +151,9 @@ func (s *ClaimSpec) check() error {
 // Claim fits the spec on the host's current state and records the claim,
 // pending, in one atomic script that checks every chosen pCPU is unowned,
 // every usage counter stays within the limits numa.Fit applies (memory,
-// shared vCPUs, strict pages, allocation ratios) and the topology has not
-// changed. On a lost race it re-reads, re-fits and tries again, at most
-// MaxAttempts times, then fails with ErrConflict.
+// shared vCPUs, strict pages, allocation ratios, the host's totals) and
+// the topology has not changed. On a lost race it re-reads, re-fits and
+// tries again, at most MaxAttempts times, then fails with ErrConflict.
 //
 // Claiming an existing claim id returns the recorded claim unchanged, so a
 // retried activity gets its first result; an id already used for another

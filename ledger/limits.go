@@ -20,6 +20,10 @@ import (
 //     refuses a claim fitted against another topology generation, so
 //     these are checked here, once, for every claim, fitted or explicit.
 //
+// Beside them every claim is held to the host-level limits numa.Fit
+// applies to the guest as a whole (numa.Host.HostLimits, FitsHost), which
+// depend on the topology alone and so are caps like the cells'.
+//
 // numa.Fit leaves default small pages uncapped on purpose (they may
 // overcommit: only strict pages are locked), and holds no counter of a
 // guest cell that is neither pinned nor shared to a ratio without
