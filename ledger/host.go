@@ -111,11 +111,9 @@ func holdsClaims(topo *numa.Host, records []string) error {
 	}
 	h := topo.Clone()
 	for _, c := range claims {
-		err := h.Add(c.Usage)
-		if err == nil {
-			err = h.AddHost(c.HostUsage)
-		}
-		if err != nil {
+		// Host-level usage is left out as the ratios are: a topology with
+		// less room only refuses new claims until enough is released.
+		if err := h.Add(c.Usage); err != nil {
 			return fmt.Errorf("%w: claim %s of instance %s would not fit the new topology: %v", ErrConflict, c.ID, c.InstanceUUID, err)
 		}
 	}

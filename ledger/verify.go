@@ -14,7 +14,9 @@ import (
 // found: no pCPU in two claims; the pins are exactly the claims' pCPUs,
 // each owned by its claim; every claim's pCPUs are pinnable CPUs of the
 // cell it names; the usage counters are the sums of the claims' usage,
-// the host-level ones too, and these stay within the host's limits;
+// the host-level ones too, and these stay within the host's limits (a
+// host whose ratios were lowered below what its claims take is reported
+// until enough is released);
 // each undo entry belongs to a claim and says what the claim took; every
 // claim has a known state, and tombstones lie only on a host that is down
 // or returning (a host goes up only once it has none).
