@@ -29,7 +29,7 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
-	s.refused("no", "boot", "--name", "huge", "--vcpus", "2", "--memory-mb", "99999999999", "--wait")
+	s.refused("host memory usage would be", "boot", "--name", "huge", "--vcpus", "2", "--memory-mb", "99999999999", "--wait")
 
 	var f struct {
 		UUID string `json:"uuid"`
