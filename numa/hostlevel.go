@@ -81,7 +81,7 @@ func (h *Host) FitsHost(u HostUsage) error {
 // changing nothing, what FitsHost refuses.
 func (h *Host) AddHost(u HostUsage) error {
 	if err := h.FitsHost(u); err != nil {
-		return fmt.Errorf("numa: add: %w", err)
+		return err
 	}
 	h.MemoryUsedMB += u.MemoryMB
 	h.VCPUUsage += u.VCPUs
