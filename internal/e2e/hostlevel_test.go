@@ -8,8 +8,10 @@ import (
 
 // hostUsage is the host-level usage `host show --json` prints.
 type hostUsage struct {
-	MemoryUsedMB int64 `json:"memory_used_mb"`
-	VCPUUsage    int   `json:"vcpu_usage"`
+	MemoryUsedMB  int64 `json:"memory_used_mb"`
+	MemoryLimitMB int64 `json:"memory_limit_mb"`
+	VCPUUsage     int   `json:"vcpu_usage"`
+	VCPULimit     int64 `json:"vcpu_limit"`
 }
 
 func (s *stack) hostUsage(name string) hostUsage {
@@ -37,7 +39,7 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	s.jsonOf(&f, "boot", "--name", "F", "--host", "a", "--vcpus", "2", "--memory-mb", "4096", "--wait")
 	want := func(host string, mem int64, vcpus int, when string) {
 		t.Helper()
-		if got := s.hostUsage(host); got != (hostUsage{MemoryUsedMB: mem, VCPUUsage: vcpus}) {
+		if got := s.hostUsage(host); got.MemoryUsedMB != mem || got.VCPUUsage != vcpus {
 			t.Errorf("%s: host %s usage %+v, want %d MiB and %d shared vCPUs", when, host, got, mem, vcpus)
 		}
 	}
@@ -59,5 +61,11 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	s.ok("check")
 	if out := s.ok("host", "list"); !strings.Contains(out, fmt.Sprintf("host  mem %d/%d MiB, shared vCPUs %d/%d", 6144, 8192, 3, 16)) {
 		t.Errorf("host list does not show b's host-level usage:\n%s", out)
+	}
+
+	s.refused("--cpu-allocation-ratio 0", "host", "add", "c", "--cells", "1", "--cores", "2", "--cpu-allocation-ratio", "0")
+	s.ok("host", "add", "c", "--cells", "1", "--cores", "2", "--memory-mb", "4096", "--ram-allocation-ratio", "1.5", "--reserved-host-memory-mb", "1024")
+	if got := s.hostUsage("c"); got.MemoryLimitMB != 5120 || got.VCPULimit != 8 {
+		t.Errorf("host c limits %+v, want 4096×1.5−1024 = 5120 MiB and 2 CPUs × 4 = 8 vCPUs", got)
 	}
 }
