@@ -92,6 +92,9 @@ func Make(source string, guests []Guest, targets map[string]*numa.Host) Plan {
 		if err == nil {
 			err = state[best].Add(us)
 		}
+		if err == nil {
+			err = state[best].AddHost(bestP.HostUsage())
+		}
 		if err != nil {
 			// A fit the host cannot carry is a bug in the fit; the guest
 			// is not planned rather than planned twice onto the same pCPUs.

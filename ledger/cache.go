@@ -43,10 +43,10 @@ type hostCache struct {
 	// top is the newest revision seen at all.
 	top int64
 
-	pending     map[string][]numa.CellUsage // claim id -> its usage
-	pendingPins map[int]int                 // pCPU -> pending claims pinning it
-	pendingUse  map[string]int64            // usage field -> pending claims' sum
-	busy        *numa.Host                  // topo + observed + pending
+	pending     map[string]claimUse // claim id -> its usage
+	pendingPins map[int]int         // pCPU -> pending claims pinning it
+	pendingUse  map[string]int64    // usage field -> pending claims' sum
+	busy        *numa.Host          // topo + observed + pending
 }
 
 // seen is one value as of one revision.
@@ -58,15 +58,23 @@ type seen struct {
 // for pages the pool index.
 type fieldRef struct {
 	cell, pool int
-	what       byte // 'm' memory, 's' shared vCPUs, 'p' pages
+	what       byte // 'm' memory, 's' shared vCPUs, 'p' pages; 'M', 'V' the host's
+}
+
+// claimUse is what one claim takes: of its cells and of the host.
+type claimUse struct {
+	cells []numa.CellUsage
+	host  numa.HostUsage
 }
 
 func newHostCache(gen int64, digest string, topo *numa.Host) *hostCache {
 	hc := &hostCache{gen: gen, digest: digest, topo: topo,
 		cellOf: map[int]int{}, fieldOf: map[string]fieldRef{},
 		pins: map[int]seen{}, usage: map[string]seen{},
-		pending: map[string][]numa.CellUsage{}, pendingPins: map[int]int{}, pendingUse: map[string]int64{},
+		pending: map[string]claimUse{}, pendingPins: map[int]int{}, pendingUse: map[string]int64{},
 		busy: topo.Clone()}
+	hc.fieldOf[hostMemField] = fieldRef{what: 'M'}
+	hc.fieldOf[hostVCPUsField] = fieldRef{what: 'V'}
 	for i, c := range topo.Cells {
 		for _, cpu := range c.PCPUs.List() {
 			hc.cellOf[cpu] = i
@@ -202,8 +210,10 @@ func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
 	if c.Usage == nil {
 		c.Usage = []numa.CellUsage{}
 	}
-	hc.pending[c.ID] = c.Usage
-	hc.addPending(c.Usage, 1)
+	c.HostUsage = c.Placement.HostUsage()
+	use := claimUse{cells: c.Usage, host: c.HostUsage}
+	hc.pending[c.ID] = use
+	hc.addPending(use, 1)
 	return nil
 }
 
@@ -231,8 +241,10 @@ func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage
 
 // addPending adds (sign 1) or takes away (-1) one claim's usage to the
 // pending sums, and brings busy up to date.
-func (hc *hostCache) addPending(us []numa.CellUsage, sign int) {
-	for _, u := range us {
+func (hc *hostCache) addPending(use claimUse, sign int) {
+	hc.addPendingField(hostMemField, int64(sign)*use.host.MemoryMB)
+	hc.addPendingField(hostVCPUsField, int64(sign*use.host.VCPUs))
+	for _, u := range use.cells {
 		cpus := u.PinnedCPUs.List()
 		for _, cpu := range cpus {
 			hc.pendingPins[cpu] += sign
@@ -291,6 +303,14 @@ func (hc *hostCache) refreshField(f string) {
 		return
 	}
 	n := max(0, hc.usage[f].val+hc.pendingUse[f])
+	switch ref.what {
+	case 'M':
+		hc.busy.MemoryUsedMB = n
+		return
+	case 'V':
+		hc.busy.VCPUUsage = int(n)
+		return
+	}
 	c := &hc.busy.Cells[ref.cell]
 	switch ref.what {
 	case 'm':

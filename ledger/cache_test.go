@@ -208,8 +208,8 @@ func TestReleaseRecordWithoutUndo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := c.Token + "|0,1,2|0:mem,1024,0:pages:2048,512"; entry != want {
-			t.Errorf("undo entry of c1 = %q, want %q: token, pCPUs 0-2, 1024 MiB and 512 2 MiB pages", entry, want)
+		if want := c.Token + "|0,1,2|0:mem,1024,0:pages:2048,512,host:mem,1024"; entry != want {
+			t.Errorf("undo entry of c1 = %q, want %q: token, pCPUs 0-2, 1024 MiB and 512 2 MiB pages of cell 0, 1024 MiB of the host", entry, want)
 		}
 		rec, err := jsonClaim(c)
 		if err != nil {

@@ -92,6 +92,9 @@ type Claim struct {
 	Generation int64            `json:"generation"`
 	Placement  *numa.Placement  `json:"placement"`
 	Usage      []numa.CellUsage `json:"usage"`
+	// HostUsage is what the claim takes of the host's host-level counters
+	// (Placement.HostUsage); a record without it took none.
+	HostUsage numa.HostUsage `json:"host_usage"`
 }
 
 // ClaimSpec asks for a claim. Give exactly one of Request (fit it on the
@@ -148,9 +151,9 @@ func (s *ClaimSpec) check() error {
 // Claim fits the spec on the host's current state and records the claim,
 // pending, in one atomic script that checks every chosen pCPU is unowned,
 // every usage counter stays within the limits numa.Fit applies (memory,
-// shared vCPUs, strict pages, allocation ratios) and the topology has not
-// changed. On a lost race it re-reads, re-fits and tries again, at most
-// MaxAttempts times, then fails with ErrConflict.
+// shared vCPUs, strict pages, allocation ratios, the host's totals) and
+// the topology has not changed. On a lost race it re-reads, re-fits and
+// tries again, at most MaxAttempts times, then fails with ErrConflict.
 //
 // Claiming an existing claim id returns the recorded claim unchanged, so a
 // retried activity gets its first result; an id already used for another
@@ -337,6 +340,16 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 			add(pagesField(u.Cell, u.PageSizeKB), u.Pages, caps.pages)
 		}
 	}
+	// Every claim takes its memory and shared vCPUs of the host as a
+	// whole too, to the host's limits: a guest without a NUMA topology
+	// takes nothing else.
+	memCap, vcpuCap := h.HostLimits()
+	if c.HostUsage.MemoryMB != 0 {
+		add(hostMemField, c.HostUsage.MemoryMB, memCap)
+	}
+	if c.HostUsage.VCPUs != 0 {
+		add(hostVCPUsField, int64(c.HostUsage.VCPUs), vcpuCap)
+	}
 	call.cpus = pinned.List()
 
 	// The undo entry says what the claim took, "token|pCPUs|field,n,...",
@@ -422,6 +435,10 @@ func lostRaceCause(res []any) string {
 func describeField(f string) string {
 	parts := strings.Split(f, ":")
 	switch {
+	case f == hostMemField:
+		return "host MiB"
+	case f == hostVCPUsField:
+		return "host shared vCPUs"
 	case len(parts) == 2 && parts[1] == "mem":
 		return "cell " + parts[0] + " MiB"
 	case len(parts) == 2 && parts[1] == "shared":

@@ -10,7 +10,7 @@
 //	<prefix>:host:{h}:topo    hash: topology (JSON, no usage), digest, gen, rev
 //	<prefix>:host:{h}:pins    hash: pCPU -> claim id, the single owner of each pCPU
 //	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON)
-//	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB> -> count in use
+//	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB>, host:mem, host:vcpus -> count in use
 //	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
 //	<prefix>:host:{h}:lease   hash: claim id -> token|end of its fence lease (ms, server clock)
 //	<prefix>:host:{h}:state   hash: state (down, returning, disabled; none: up), reason, token, since
@@ -41,7 +41,7 @@
 // counter stays within each limit numa.Fit holds it to (dedicated memory
 // within the cell, shared vCPUs and the memory of shared and mixed guests
 // within the allocation ratios, strict pages within the pool less its
-// reserved pages) and that the generation is unchanged, and writes the
+// reserved pages, the host-level counters within the host's limits) and that the generation is unchanged, and writes the
 // pins, usage, claim record and undo entry together. The caller sends
 // each counter's cap, computed from the topology of the generation it
 // fitted against; the limits that depend on that topology alone (a guest
@@ -61,6 +61,25 @@
 // ReleaseIfUnchanged is the audit's compare-and-delete: it frees only a
 // claim that still has the token and state the audit judged, and no
 // running fence lease.
+//
+// # Host-level usage
+//
+// Every claim also takes its guest's numa.HostUsage of the host as a
+// whole, in the host:mem and host:vcpus counters, by the same script and
+// caps as the cells' counters: a guest with a NUMA placement its cells'
+// memory and shared vCPUs, a guest without one (no cells, so no cell
+// counter) its memory and all its vCPUs. These counters are held to
+// numa.Host.HostLimits: the cells' memory times the RAM allocation ratio
+// less the reserved host memory, and the cells' shared CPUs times the CPU
+// allocation ratio (Nova's initial ratios, 1 and 4, for a host without
+// Limits), as Nova's Placement holds MEMORY_MB and VCPU. So guests with
+// and without NUMA placements together never exceed the host, while the
+// per-cell limits still hold each NUMA guest's cells. Pinned vCPUs take
+// pCPUs, one owner each, and never host vCPUs; a guest without a NUMA
+// topology never gets pCPUs. The usage is in the claim record
+// (Claim.HostUsage) and its undo entry, so every move, which claims,
+// holds, tombstones and releases records, carries it as it does the pins;
+// a record without it took none.
 //
 // # Holds and tombstones
 //

@@ -111,6 +111,8 @@ func holdsClaims(topo *numa.Host, records []string) error {
 	}
 	h := topo.Clone()
 	for _, c := range claims {
+		// Host-level usage is left out as the ratios are: a topology with
+		// less room only refuses new claims until enough is released.
 		if err := h.Add(c.Usage); err != nil {
 			return fmt.Errorf("%w: claim %s of instance %s would not fit the new topology: %v", ErrConflict, c.ID, c.InstanceUUID, err)
 		}
@@ -200,6 +202,13 @@ func cpuIDs(keys []string) []int {
 	return out
 }
 
+// The host-level usage fields: every claim's numa.HostUsage, summed
+// (numa.Host.MemoryUsedMB and VCPUUsage).
+const (
+	hostMemField   = "host:mem"
+	hostVCPUsField = "host:vcpus"
+)
+
 // usageField names a usage hash field: "<cell>:mem", "<cell>:shared" or
 // "<cell>:pages:<size KiB>". Every claim and release names a few, so the
 // names of the usual cells and page sizes are made once.
@@ -248,6 +257,7 @@ func init() {
 // compose applies the ledger's pins and usage counters to a topology.
 func compose(topo *numa.Host, pins []int, usage map[string]int64) *numa.Host {
 	h := topo.Clone()
+	h.MemoryUsedMB, h.VCPUUsage = usage[hostMemField], int(usage[hostVCPUsField])
 	pinned := numa.NewCPUSet(pins...)
 	for i := range h.Cells {
 		c := &h.Cells[i]
@@ -315,6 +325,8 @@ type Snapshot struct {
 	Pins []Pin `json:"pins"`
 	// Usage holds the cells with any counter above zero, by cell.
 	Usage []CellLoad `json:"usage"`
+	// HostUsage is what the host-level counters say all claims took.
+	HostUsage numa.HostUsage `json:"host_usage"`
 	// Claims are ordered by id.
 	Claims []Claim `json:"claims"`
 	// Undo holds each claim's undo entry, what its release gives back,
@@ -379,6 +391,7 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 		counters[f], _ = strconv.ParseInt(v, 10, 64)
 	}
 	s.Topology = compose(stored, cpuIDs(pinKeys), counters)
+	s.HostUsage = numa.HostUsage{MemoryMB: s.Topology.MemoryUsedMB, VCPUs: s.Topology.VCPUUsage}
 	for cpu, owner := range pins.Val() {
 		id, err := strconv.Atoi(cpu)
 		if err != nil {
@@ -402,11 +415,15 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	return s, nil
 }
 
-// parseUsage reads the usage hash into per-cell loads.
+// parseUsage reads the usage hash into per-cell loads; the host-level
+// fields are compose's.
 func parseUsage(fields map[string]string) ([]CellLoad, error) {
 	byCell := map[int]*CellLoad{}
 	for f, v := range fields {
 		n, err := strconv.ParseInt(v, 10, 64)
+		if (f == hostMemField || f == hostVCPUsField) && err == nil {
+			continue
+		}
 		parts := strings.Split(f, ":")
 		cell, cerr := strconv.Atoi(parts[0])
 		if err != nil || cerr != nil || len(parts) < 2 {

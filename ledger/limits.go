@@ -20,6 +20,10 @@ import (
 //     refuses a claim fitted against another topology generation, so
 //     these are checked here, once, for every claim, fitted or explicit.
 //
+// Beside them every claim is held to the host-level limits numa.Fit
+// applies to the guest as a whole (numa.Host.HostLimits, FitsHost), which
+// depend on the topology alone and so are caps like the cells'.
+//
 // numa.Fit leaves default small pages uncapped on purpose (they may
 // overcommit: only strict pages are locked), and holds no counter of a
 // guest cell that is neither pinned nor shared to a ratio without
@@ -111,6 +115,9 @@ func checkBounds(c *numa.Cell, u numa.CellUsage, ratios bool) error {
 // given explicitly, so that one the ledger would refuse is refused before
 // it is sent.
 func withinCaps(state *numa.Host, us []numa.CellUsage, p *numa.Placement) error {
+	if err := state.FitsHost(p.HostUsage()); err != nil {
+		return err
+	}
 	for _, u := range us {
 		c := state.Cell(u.Cell)
 		if c == nil {

@@ -16,7 +16,10 @@ import (
 // Verify checks the snapshot's invariants and returns every violation
 // found: no pCPU in two claims; the pins are exactly the claims' pCPUs,
 // each owned by its claim; every claim's pCPUs are pinnable CPUs of the
-// cell it names; the usage counters are the sums of the claims' usage;
+// cell it names; the usage counters are the sums of the claims' usage,
+// the host-level ones too, and these stay within the host's limits (a
+// host whose ratios were lowered below what its claims take is reported
+// until enough is released);
 // each undo entry belongs to a claim and says what the claim took; every
 // claim has a known state, and tombstones lie only on a host that is down
 // or returning (a host goes up only once it has none).
@@ -36,7 +39,10 @@ func (s *Snapshot) Verify() error {
 		}
 		return want[cell]
 	}
+	var host numa.HostUsage
 	for _, c := range s.Claims {
+		host.MemoryMB += c.HostUsage.MemoryMB
+		host.VCPUs += c.HostUsage.VCPUs
 		if !slices.Contains(claimStates, c.State) {
 			bad("claim %s has state %q, not one of %v", c.ID, c.State, claimStates)
 		}
@@ -104,6 +110,12 @@ func (s *Snapshot) Verify() error {
 			bad("cell %d usage is %+v without any claim", cell, g)
 		}
 	}
+	if s.HostUsage != host {
+		bad("host usage says %d MiB and %d shared vCPUs, its claims %d MiB and %d", s.HostUsage.MemoryMB, s.HostUsage.VCPUs, host.MemoryMB, host.VCPUs)
+	}
+	if mem, vcpus := s.Topology.HostLimits(); s.HostUsage.MemoryMB > mem || int64(s.HostUsage.VCPUs) > vcpus {
+		bad("host usage %d MiB and %d shared vCPUs is above the limits %d MiB and %d", s.HostUsage.MemoryMB, s.HostUsage.VCPUs, mem, vcpus)
+	}
 	byID := make(map[string]*Claim, len(s.Claims))
 	for i := range s.Claims {
 		byID[s.Claims[i].ID] = &s.Claims[i]
@@ -144,6 +156,12 @@ func checkUndo(c *Claim, entry string) error {
 		if u.Pages != 0 && u.PageSizeKB != 0 {
 			want[pagesField(u.Cell, u.PageSizeKB)] += u.Pages
 		}
+	}
+	if c.HostUsage.MemoryMB != 0 {
+		want[hostMemField] = c.HostUsage.MemoryMB
+	}
+	if c.HostUsage.VCPUs != 0 {
+		want[hostVCPUsField] = int64(c.HostUsage.VCPUs)
 	}
 	if got := numa.NewCPUSet(parseCPUList(parts[1])...); !got.Equal(cpus) {
 		return fmt.Errorf("undo entry frees pCPUs %s, the record pins %s", got, cpus)

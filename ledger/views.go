@@ -207,6 +207,7 @@ func composeView(topo *numa.Host, pins []int, usage map[string]int64) *numa.Host
 	}
 	pools := make([]numa.PagePool, 0, n)
 	pinned := numa.NewCPUSet(pins...)
+	h.MemoryUsedMB, h.VCPUUsage = usage[hostMemField], int(usage[hostVCPUsField])
 	for i, c := range topo.Cells {
 		at := len(pools)
 		pools = append(pools, c.Pages...)

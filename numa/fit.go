@@ -54,11 +54,17 @@ func (e *NoFitError) Error() string {
 // valid assignments it returns the one Nova's permutation walk would reach
 // first (lexicographically first over Nova's ordering of host cells), found
 // with a bipartite matching in polynomial time. A request without a NUMA
-// topology fits with an empty placement. No fit is a *NoFitError.
+// topology fits with a placement without cells, carrying its memory and
+// vCPUs. Either way the guest must fit the host's host-level limits
+// (FitsHost). No fit is a *NoFitError.
 func Fit(h *Host, r *Request) (*Placement, error) {
 	p := &Placement{EmulatorPolicy: r.EmulatorPolicy, RealtimeVCPUs: r.RealtimeVCPUs,
 		RealtimePriority: r.RealtimePriority, HostSharedSet: h.SharedSet}
 	if !r.HasNUMA() {
+		p.MemoryMB, p.VCPUs = r.MemoryMB, r.VCPUs
+		if err := h.FitsHost(p.HostUsage()); err != nil {
+			return nil, err
+		}
 		return p, nil
 	}
 	k, n := len(r.Cells), len(h.Cells)
@@ -82,6 +88,9 @@ func Fit(h *Host, r *Request) (*Placement, error) {
 	p.Cells = make([]PlacedCell, k)
 	for i, pos := range assign {
 		p.Cells[i] = m.place(i, pos)
+	}
+	if err := h.FitsHost(p.HostUsage()); err != nil {
+		return nil, err
 	}
 	return p, nil
 }

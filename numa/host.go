@@ -2,6 +2,7 @@ package numa
 
 import (
 	"fmt"
+	"math"
 )
 
 // Host is a hypervisor host's NUMA topology together with its current usage.
@@ -16,12 +17,41 @@ type Host struct {
 	// Limits are the allocation ratios for shared vCPUs and memory; nil
 	// means no overcommit checks, as in Nova without limits.
 	Limits *Limits `json:"limits,omitempty"`
+
+	// MemoryUsedMB and VCPUUsage are the host-level usage (HostUsage) of
+	// all its guests, NUMA-placed or not: a guest without a NUMA topology
+	// counts here alone.
+	MemoryUsedMB int64 `json:"memory_usage_mb,omitempty"`
+	VCPUUsage    int   `json:"vcpu_usage,omitempty"`
 }
 
 // Limits are a host's allocation ratios. Pinned vCPUs never overcommit.
 type Limits struct {
 	CPUAllocationRatio float64 `json:"cpu_allocation_ratio"`
 	RAMAllocationRatio float64 `json:"ram_allocation_ratio"`
+	// ReservedHostMemoryMB is memory no guest gets (Nova's
+	// reserved_host_memory_mb), taken off the host-level memory limit.
+	ReservedHostMemoryMB int64 `json:"reserved_host_memory_mb,omitempty"`
+}
+
+// validate checks that the ratios are positive numbers and the reserved
+// memory is not negative; nil limits are valid.
+func (l *Limits) validate() error {
+	if l == nil {
+		return nil
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"cpu_allocation_ratio", l.CPUAllocationRatio}, {"ram_allocation_ratio", l.RAMAllocationRatio}} {
+		if !(r.v > 0) || math.IsInf(r.v, 0) {
+			return fmt.Errorf("numa: %s %v must be a positive number", r.name, r.v)
+		}
+	}
+	if l.ReservedHostMemoryMB < 0 {
+		return fmt.Errorf("numa: reserved_host_memory_mb %d must not be negative", l.ReservedHostMemoryMB)
+	}
+	return nil
 }
 
 // Cell is one host NUMA cell: what it has and what is already in use.
@@ -125,6 +155,7 @@ func (h *Host) Clone() *Host {
 // pages in use: the bare topology.
 func (h *Host) WithoutUsage() *Host {
 	out := h.Clone()
+	out.MemoryUsedMB, out.VCPUUsage = 0, 0
 	for i := range out.Cells {
 		c := &out.Cells[i]
 		c.PinnedCPUs, c.MemoryUsedMB, c.CPUUsage = CPUSet{}, 0, 0
@@ -142,6 +173,12 @@ func (h *Host) WithoutUsage() *Host {
 func (h *Host) Validate() error {
 	if len(h.Cells) == 0 {
 		return fmt.Errorf("numa: host has no cells; at least one is required")
+	}
+	if err := h.Limits.validate(); err != nil {
+		return err
+	}
+	if h.MemoryUsedMB < 0 || h.VCPUUsage < 0 {
+		return fmt.Errorf("numa: host-level usage %d MiB and %d vCPUs must not be negative", h.MemoryUsedMB, h.VCPUUsage)
 	}
 	ids := map[int]bool{}
 	var all CPUSet

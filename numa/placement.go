@@ -19,6 +19,10 @@ type Placement struct {
 	// HostSharedSet is the host's cpu_shared_set, where emulator threads run
 	// under hw:emulator_threads_policy=share.
 	HostSharedSet CPUSet
+	// MemoryMB and VCPUs are the guest's when it has no NUMA topology (no
+	// Cells): it floats over the whole host, which it takes them of.
+	MemoryMB int64
+	VCPUs    int
 }
 
 // PlacedCell is one guest cell on its host cell.
@@ -92,6 +96,8 @@ type placementJSON struct {
 	RealtimeVCPUs    []int      `json:"realtime_vcpus,omitempty"`
 	RealtimePriority int        `json:"realtime_priority,omitempty"`
 	HostSharedSet    []int      `json:"host_shared_set,omitempty"`
+	MemoryMB         int64      `json:"memory_mb,omitempty"`
+	VCPUs            int        `json:"vcpus,omitempty"`
 }
 
 type cellJSON struct {
@@ -131,6 +137,8 @@ func (p Placement) MarshalJSON() ([]byte, error) {
 		RealtimeVCPUs:    listOrNil(p.RealtimeVCPUs),
 		RealtimePriority: p.RealtimePriority,
 		HostSharedSet:    listOrNil(p.HostSharedSet),
+		MemoryMB:         p.MemoryMB,
+		VCPUs:            p.VCPUs,
 	}
 	for i, c := range p.Cells {
 		var pins map[string]int
@@ -186,6 +194,7 @@ func (p *Placement) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	out.RealtimePriority = in.RealtimePriority
+	out.MemoryMB, out.VCPUs = in.MemoryMB, in.VCPUs
 	if out.HostSharedSet, err = set("host_shared_set", in.HostSharedSet); err != nil {
 		return err
 	}
@@ -236,6 +245,9 @@ func (p *Placement) UnmarshalJSON(data []byte) error {
 // Check verifies that the placement is well formed on its own: distinct
 // guest and host cells, each dedicated vCPU pinned once, no pCPU used twice.
 func (p *Placement) Check() error {
+	if p.MemoryMB < 0 || p.VCPUs < 0 {
+		return fmt.Errorf("numa: placement: memory_mb %d and vcpus %d must not be negative", p.MemoryMB, p.VCPUs)
+	}
 	guests, hosts := map[int]bool{}, map[int]bool{}
 	var used, vcpus CPUSet
 	for _, c := range p.Cells {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 )
 
 func init() {
-	register("host add", "register a host: host add NAME --topology FILE | --cells N --cores N --threads N [--dedicated SPEC] [--shared SPEC] [--memory-mb N] [--hugepages 2M:N,1G:N] | --libvirt URI [--migrate-uri URI] [--dedicated SPEC] [--shared SPEC]", hostAdd)
+	register("host add", "register a host: host add NAME --topology FILE | --cells N --cores N --threads N [--dedicated SPEC] [--shared SPEC] [--memory-mb N] [--hugepages 2M:N,1G:N] | --libvirt URI [--migrate-uri URI] [--dedicated SPEC] [--shared SPEC]; [--cpu-allocation-ratio R] [--ram-allocation-ratio R] [--reserved-host-memory-mb N]", hostAdd)
 	register("host list", "show every host's pCPUs and who owns them: host list [--json]", hostList)
 	register("host show", "show one host's cells, pins, usage and claims: host show NAME [--json]", hostShow)
 }
@@ -35,6 +36,9 @@ func hostAdd(args []string, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "print the host as JSON")
 	libvirtURI := fs.String("libvirt", "", "register a libvirt host by URI; its topology comes from libvirt")
 	migrateURI := fs.String("migrate-uri", "", "with --libvirt: the migrate_uri for migrations to this host, e.g. tcp://10.0.0.2")
+	cpuRatio := fs.Float64("cpu-allocation-ratio", 4, "shared vCPUs per shared CPU (Nova's cpu_allocation_ratio)")
+	ramRatio := fs.Float64("ram-allocation-ratio", 1, "guest memory per MiB of host memory (Nova's ram_allocation_ratio)")
+	reserved := fs.Int64("reserved-host-memory-mb", 0, "memory kept for the host, MiB (Nova's reserved_host_memory_mb)")
 	pos, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -42,13 +46,17 @@ func hostAdd(args []string, stdout io.Writer) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("host add takes one NAME, got %d: %w", len(pos), errUsage)
 	}
+	limits, err := hostLimits(fs, *cpuRatio, *ramRatio, *reserved)
+	if err != nil {
+		return err
+	}
 	name := pos[0]
 	if *libvirtURI != "" {
 		if *topology != "" || *cells != 0 || *cores != 0 {
 			return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
 		}
 		hc := libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared}
-		return addLibvirtHost(stdout, name, hc, *asJSON)
+		return addLibvirtHost(stdout, name, hc, limits, *asJSON)
 	}
 	var host *numa.Host
 	switch {
@@ -75,6 +83,7 @@ func hostAdd(args []string, stdout io.Writer) error {
 	default:
 		return fmt.Errorf("host add %s: give --topology FILE or --cells N --cores N: %w", name, errUsage)
 	}
+	host.Limits = limits
 	return withApp(func(a *app) error {
 		led, err := a.ledger()
 		if err != nil {
@@ -107,7 +116,7 @@ func hostAdd(args []string, stdout io.Writer) error {
 
 // addLibvirtHost records how to reach a libvirt host, reads its NUMA
 // topology from libvirt and registers it in the ledger.
-func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, asJSON bool) error {
+func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, limits *numa.Limits, asJSON bool) error {
 	return withApp(func(a *app) error {
 		led, err := a.ledger()
 		if err != nil {
@@ -125,6 +134,7 @@ func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, asJSON
 		if err != nil {
 			return err
 		}
+		host.Limits = limits
 		gen, err := led.RegisterHost(a.ctx, name, host)
 		if err != nil {
 			return err
@@ -200,6 +210,31 @@ func sortedHosts(a *app, led *ledger.Ledger) ([]string, error) {
 	return hosts, nil
 }
 
+// hostLimits reads the limit flags of host add: nil when none is given,
+// which leaves the host without limits (numa.Host.HostLimits then applies
+// the flags' defaults, Nova's initial ratios, to the host as a whole).
+func hostLimits(fs *flag.FlagSet, cpuRatio, ramRatio float64, reservedMB int64) (*numa.Limits, error) {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		given = given || strings.HasSuffix(f.Name, "-ratio") || f.Name == "reserved-host-memory-mb"
+	})
+	if !given {
+		return nil, nil
+	}
+	for _, r := range []struct {
+		flag string
+		v    float64
+	}{{"--cpu-allocation-ratio", cpuRatio}, {"--ram-allocation-ratio", ramRatio}} {
+		if !(r.v > 0) || math.IsInf(r.v, 0) {
+			return nil, fmt.Errorf("host add: %s %v: a ratio is a positive number: %w", r.flag, r.v, errUsage)
+		}
+	}
+	if reservedMB < 0 {
+		return nil, fmt.Errorf("host add: --reserved-host-memory-mb %d: reserved memory is 0 or more MiB: %w", reservedMB, errUsage)
+	}
+	return &numa.Limits{CPUAllocationRatio: cpuRatio, RAMAllocationRatio: ramRatio, ReservedHostMemoryMB: reservedMB}, nil
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -211,8 +246,19 @@ type hostView struct {
 	Host       string            `json:"host"`
 	Generation int64             `json:"generation"`
 	Status     ledger.HostStatus `json:"status"`
-	Cells      []cellView        `json:"cells"`
-	Claims     []claimRow        `json:"claims"`
+	// Usage is what all guests take of the host as a whole, beside the
+	// cells: guests without a NUMA topology take nothing else.
+	Usage  hostUsage  `json:"host_usage"`
+	Cells  []cellView `json:"cells"`
+	Claims []claimRow `json:"claims"`
+}
+
+// hostUsage is a host's host-level usage and limits (numa.Host.HostLimits).
+type hostUsage struct {
+	MemoryUsedMB  int64 `json:"memory_used_mb"`
+	MemoryLimitMB int64 `json:"memory_limit_mb"`
+	VCPUUsage     int   `json:"vcpu_usage"`
+	VCPULimit     int64 `json:"vcpu_limit"`
 }
 
 type cellView struct {
@@ -264,6 +310,8 @@ func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
 		return names[uuid]
 	}
 	v := &hostView{Host: name, Generation: snap.Generation, Status: snap.Status}
+	memLimit, vcpuLimit := host.HostLimits()
+	v.Usage = hostUsage{MemoryUsedMB: host.MemoryUsedMB, MemoryLimitMB: memLimit, VCPUUsage: host.VCPUUsage, VCPULimit: vcpuLimit}
 	for _, c := range host.Cells {
 		cv := cellView{ID: c.ID, PCPUs: c.PCPUs.List(), SharedCPUs: c.CPUs.List(), PinnedCPUs: c.PinnedCPUs.List(),
 			Owners: map[string]owner{}, MemoryMB: c.MemoryMB, MemoryUsedMB: c.MemoryUsedMB, CPUUsage: c.CPUUsage, Pages: c.Pages}
@@ -364,6 +412,7 @@ func renderHost(w io.Writer, v *hostView, claims bool) {
 		state = fmt.Sprintf(" [%s: %s]", v.Status.State, v.Status.Reason)
 	}
 	fmt.Fprintf(w, "%s%s: %d cells, %d/%d pCPUs free\n", v.Host, state, len(v.Cells), free, pcpus)
+	fmt.Fprintf(w, "  host  mem %d/%d MiB, shared vCPUs %d/%d\n", v.Usage.MemoryUsedMB, v.Usage.MemoryLimitMB, v.Usage.VCPUUsage, v.Usage.VCPULimit)
 	for _, c := range v.Cells {
 		var sb strings.Builder
 		for _, cpu := range c.PCPUs {

@@ -85,6 +85,17 @@ local function legacy(record)
       add(cell .. ':pages:' .. string.format('%d', cu.page_size_kb), cu.pages)
     end
   end
+  -- What the claim took of the host as a whole (ledger's hostMemField and
+  -- hostVCPUsField); a record without it took none.
+  local hu = claim.host_usage
+  if type(hu) == 'table' then
+    if hu.memory_mb and hu.memory_mb ~= 0 then
+      u.fields[#u.fields + 1], u.counts[#u.counts + 1] = 'host:mem', hu.memory_mb
+    end
+    if hu.vcpus and hu.vcpus ~= 0 then
+      u.fields[#u.fields + 1], u.counts[#u.counts + 1] = 'host:vcpus', hu.vcpus
+    end
+  end
   return u
 end
 

@@ -1,0 +1,71 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// hostUsage is the host-level usage `host show --json` prints.
+type hostUsage struct {
+	MemoryUsedMB  int64 `json:"memory_used_mb"`
+	MemoryLimitMB int64 `json:"memory_limit_mb"`
+	VCPUUsage     int   `json:"vcpu_usage"`
+	VCPULimit     int64 `json:"vcpu_limit"`
+}
+
+func (s *stack) hostUsage(name string) hostUsage {
+	s.t.Helper()
+	var h struct {
+		Usage hostUsage `json:"host_usage"`
+	}
+	s.jsonOf(&h, "host", "show", name)
+	return h.Usage
+}
+
+// TestGuestsWithoutNUMATakeTheirHost boots and resizes guests without a
+// NUMA topology, which take no cell's resources: a guest larger than any
+// host is refused, and one that fits counts on its host's memory and
+// shared vCPUs, beside pinned guests, through a resize's hold and confirm.
+func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	s.refused("host memory usage would be", "boot", "--name", "huge", "--vcpus", "2", "--memory-mb", "99999999999", "--wait")
+
+	var f struct {
+		UUID string `json:"uuid"`
+	}
+	s.jsonOf(&f, "boot", "--name", "F", "--host", "a", "--vcpus", "2", "--memory-mb", "4096", "--wait")
+	want := func(host string, mem int64, vcpus int, when string) {
+		t.Helper()
+		if got := s.hostUsage(host); got.MemoryUsedMB != mem || got.VCPUUsage != vcpus {
+			t.Errorf("%s: host %s usage %+v, want %d MiB and %d shared vCPUs", when, host, got, mem, vcpus)
+		}
+	}
+	want("a", 4096, 2, "F booted")
+	// A pinned guest may take the cell's memory only as far as the host
+	// has any left beside F.
+	s.refused("no fit", "boot", "--name", "P", "--host", "a", "--vcpus", "1", "--memory-mb", "6144", "--spec", "hw:cpu_policy=dedicated", "--wait")
+	s.boot("P", "a", 1)
+	want("a", 5120, 2, "pinned P booted beside F")
+
+	s.ok("resize", f.UUID, "--vcpus", "3", "--memory-mb", "6144", "--host", "b", "--confirm-window", "0")
+	s.waitResized(f.UUID)
+	want("a", 5120, 2, "F's source hold")
+	want("b", 6144, 3, "F resized")
+	s.ok("check")
+	s.ok("resize", "confirm", f.UUID, "--wait")
+	want("a", 1024, 0, "F's hold released")
+	want("b", 6144, 3, "F confirmed")
+	s.ok("check")
+	if out := s.ok("host", "list"); !strings.Contains(out, fmt.Sprintf("host  mem %d/%d MiB, shared vCPUs %d/%d", 6144, 8192, 3, 16)) {
+		t.Errorf("host list does not show b's host-level usage:\n%s", out)
+	}
+
+	s.refused("--cpu-allocation-ratio 0", "host", "add", "c", "--cells", "1", "--cores", "2", "--cpu-allocation-ratio", "0")
+	s.ok("host", "add", "c", "--cells", "1", "--cores", "2", "--memory-mb", "4096", "--ram-allocation-ratio", "1.5", "--reserved-host-memory-mb", "1024")
+	if got := s.hostUsage("c"); got.MemoryLimitMB != 5120 || got.VCPULimit != 8 {
+		t.Errorf("host c limits %+v, want 4096×1.5−1024 = 5120 MiB and 2 CPUs × 4 = 8 vCPUs", got)
+	}
+}
