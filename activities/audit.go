@@ -9,7 +9,6 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/xmlpatch"
 )
 
 // ListHosts returns the ledger's registered hosts, for an audit of all.
@@ -401,18 +400,14 @@ func (au *audit) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) 
 	case err != nil:
 		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
 		return KeptDoubt, nil
-	case dom.State == hypervisor.StateShutoff:
-		// A shut-off domain uses no pCPU; only an operation, which
-		// claims first, starts it again.
-		return "", nil
 	}
 	want := claimCPUs(c)
-	pins, err := xmlpatch.Read(dom.XML)
+	used, err := hypervisor.UsedCPUs(*dom)
 	if err != nil {
 		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
 		return KeptDoubt, nil
 	}
-	used := pins.HostCPUs().Intersection(au.pinnable)
+	used = used.Intersection(au.pinnable)
 	if !used.Intersects(want) {
 		return "", nil
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/xmlpatch"
 )
 
 // QuarantineOwner is the owner of quarantine claims: no workflow, an
@@ -120,12 +119,12 @@ func (a *Activities) RecoverHost(ctx context.Context, in RecoverHostInput) (Reco
 		if d.State == hypervisor.StateShutoff {
 			continue
 		}
-		pins, err := xmlpatch.Read(d.XML)
+		used, err := hypervisor.UsedCPUs(d)
 		if err != nil {
-			res.Unresolved = append(res.Unresolved, fmt.Sprintf("domain %s: its pins cannot be read: %v", d.UUID, err))
+			res.Unresolved = append(res.Unresolved, err.Error())
 			continue
 		}
-		used := pins.HostCPUs().Intersection(free)
+		used = used.Intersection(free)
 		if used.IsEmpty() || used.IsSubsetOf(held[d.UUID]) {
 			res.Agreeing++
 			continue
@@ -287,14 +286,11 @@ func (a *Activities) domainUses(ctx context.Context, host, uuid string, cpus num
 	if err != nil {
 		return false, err
 	}
-	if dom.State == hypervisor.StateShutoff {
-		return false, nil
-	}
-	pins, err := xmlpatch.Read(dom.XML)
+	used, err := hypervisor.UsedCPUs(*dom)
 	if err != nil {
 		return true, nil // unreadable: keep it, as the audit keeps in doubt
 	}
-	return pins.HostCPUs().Intersects(cpus), nil
+	return used.Intersects(cpus), nil
 }
 
 // placementCPUs is every pCPU a placement pins on the host.

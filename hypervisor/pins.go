@@ -58,3 +58,19 @@ func PinsFit(p *xmlpatch.Pins, cpus, nodes numa.CPUSet) error {
 	}
 	return nil
 }
+
+// UsedCPUs is every host CPU a domain's pins name while it runs or is
+// paused: the pCPUs nothing else may be given. A shut-off domain uses
+// none, since only an operation, which claims first, starts it again. The
+// error of pins that cannot be read wraps xmlpatch's; callers keep what
+// such a domain may use.
+func UsedCPUs(d Domain) (numa.CPUSet, error) {
+	if d.State == StateShutoff {
+		return numa.CPUSet{}, nil
+	}
+	pins, err := xmlpatch.Read(d.XML)
+	if err != nil {
+		return numa.CPUSet{}, fmt.Errorf("domain %s: its pins cannot be read: %w", d.UUID, err)
+	}
+	return pins.HostCPUs(), nil
+}

@@ -54,3 +54,29 @@ func TestPinsFit(t *testing.T) {
 		})
 	}
 }
+
+func TestUsedCPUs(t *testing.T) {
+	pinned := `<domain><vcpu>2</vcpu><cputune><vcpupin vcpu='0' cpuset='2'/><vcpupin vcpu='1' cpuset='3'/><emulatorpin cpuset='5'/></cputune></domain>`
+	tests := []struct {
+		name    string
+		d       Domain
+		want    string
+		wantErr bool
+	}{
+		{"running", Domain{UUID: "u", State: StateRunning, XML: pinned}, "2-3,5", false},
+		{"paused", Domain{UUID: "u", State: StatePaused, XML: pinned}, "2-3,5", false},
+		{"shut off", Domain{UUID: "u", State: StateShutoff, XML: pinned}, "", false},
+		{"unreadable", Domain{UUID: "u", State: StateRunning, XML: "<domain>"}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := UsedCPUs(tt.d)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("UsedCPUs(%s) error %v, want error %v", tt.name, err, tt.wantErr)
+			}
+			if got.String() != tt.want {
+				t.Errorf("UsedCPUs(%s) = %q, want %q", tt.name, got, tt.want)
+			}
+		})
+	}
+}

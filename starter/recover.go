@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,8 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -78,7 +76,9 @@ func hostWord(res workflows.RecoverResult) string {
 
 // quarantine releases a quarantine claim: an operator's decision that the
 // pCPUs it held are free (the domain that used them is gone or has a
-// claim again). Any other kind of claim is refused.
+// claim again). The release runs on the worker, which asks the hypervisor
+// and refuses while a domain still runs on those pCPUs; any other kind of
+// claim is refused too.
 func quarantine(args []string, stdout io.Writer) error {
 	if len(args) == 0 || args[0] != "release" {
 		return fmt.Errorf("quarantine: give release --host H CLAIM: %w", errUsage)
@@ -93,36 +93,25 @@ func quarantine(args []string, stdout io.Writer) error {
 		return fmt.Errorf("quarantine release: give --host H and one claim id: %w", errUsage)
 	}
 	return withApp(func(a *app) error {
-		led, err := a.ledger()
+		c, err := a.client()
 		if err != nil {
 			return err
 		}
-		cl, err := led.GetClaim(a.ctx, *host, pos[0])
-		if errors.Is(err, ledger.ErrUnknownClaim) {
-			return fmt.Errorf("quarantine release: host %s has no claim %q", *host, pos[0])
+		id := workflows.QuarantineReleaseWorkflowID(*host, pos[0])
+		in := activities.ReleaseQuarantineInput{Host: *host, ClaimID: pos[0]}
+		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpUnquarantine, wf: workflows.ReleaseQuarantine, input: in,
+			summary: "release quarantine " + pos[0] + " on " + *host, source: *host}, "")
+		switch {
+		case alreadyRunning(err):
+			return fmt.Errorf("quarantine release: claim %s on %s is being released already (workflow %s)", pos[0], *host, id)
+		case err != nil:
+			return fmt.Errorf("quarantine release: %w", err)
 		}
-		if err != nil {
-			return err
+		var res activities.ReleasedQuarantine
+		if err := run.Get(a.ctx, &res); err != nil {
+			return fmt.Errorf("quarantine release: %s", rootMessage(err))
 		}
-		if cl.Kind != ledger.KindQuarantine {
-			return fmt.Errorf("quarantine release: claim %s on %s is a %s claim, not a quarantine; only quarantines are released by hand", cl.ID, *host, cl.Kind)
-		}
-		ok, err := led.ReleaseIfUnchanged(a.ctx, *host, cl.ID, cl.Token, cl.State)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("quarantine release: claim %s on %s changed meanwhile; look again", cl.ID, *host)
-		}
-		fmt.Fprintf(stdout, "quarantine %s on %s released: pCPUs %s are free\n", cl.ID, *host, claimCPUList(cl))
+		fmt.Fprintf(stdout, "quarantine %s on %s released: pCPUs %s are free\n", res.ClaimID, res.Host, res.CPUs)
 		return nil
 	})
-}
-
-func claimCPUList(c *ledger.Claim) string {
-	var s numa.CPUSet
-	for _, u := range c.Usage {
-		s = s.Union(u.PinnedCPUs)
-	}
-	return s.String()
 }

@@ -59,6 +59,33 @@ func Recover(ctx workflow.Context, in RecoverInput) (*RecoverResult, error) {
 	return res, nil
 }
 
+// QuarantineReleaseWorkflowID is the workflow id of the release of one
+// quarantine, so that two releases of it do not run at once.
+func QuarantineReleaseWorkflowID(host, claimID string) string {
+	return "quarantine-release-" + host + "/" + claimID
+}
+
+// ReleaseQuarantine releases a quarantine an operator has resolved, on
+// the worker, where the hypervisor driver is: the release is refused
+// while a domain on the host runs on its pCPUs
+// (activities.ReleaseQuarantineClaim).
+func ReleaseQuarantine(ctx workflow.Context, in activities.ReleaseQuarantineInput) (*activities.ReleasedQuarantine, error) {
+	s, err := newSaga(ctx, OpUnquarantine, "", 1)
+	if err != nil {
+		return nil, err
+	}
+	s.setHosts(in.Host, "")
+	s.phase(PhaseReleasing, "releasing quarantine "+in.ClaimID)
+	var res activities.ReleasedQuarantine
+	summary := "release quarantine " + in.ClaimID + " on " + in.Host
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, summary), a.ReleaseQuarantineClaim, in).Get(ctx, &res); err != nil {
+		return nil, s.fail(err)
+	}
+	s.step()
+	s.phase(PhaseCompleted, "pCPUs "+res.CPUs+" are free")
+	return &res, nil
+}
+
 // RecoverReport renders a recovery for people.
 func RecoverReport(res *RecoverResult) string {
 	var b strings.Builder

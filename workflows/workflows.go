@@ -127,6 +127,7 @@ const (
 	OpReconcile     Operation = "reconcile"
 	OpSettle        Operation = "settle"
 	OpRecover       Operation = "recover"
+	OpUnquarantine  Operation = "quarantine-release"
 	OpResize        Operation = "resize"
 	OpColdMigration Operation = "cold-migration"
 	OpEvacuation    Operation = "evacuation"

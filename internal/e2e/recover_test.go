@@ -91,6 +91,47 @@ func TestRecoverAfterLedgerLoss(t *testing.T) {
 	s.refused("not a quarantine", "quarantine", "release", "--host", "a", s.hostClaimOf("a", vmA))
 }
 
+// TestQuarantineReleaseAsksTheHypervisor: Redis lost host a's keys and
+// A's record while A runs on pCPUs 0-1, and recover quarantined them.
+// Releasing the quarantine is refused, naming A and its pCPUs, while A
+// runs, so a boot cannot pin onto A; once A is stopped the release goes
+// through and the boot takes 0-3.
+func TestQuarantineReleaseAsksTheHypervisor(t *testing.T) {
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	vmA := s.boot("A", "a", 2)
+	s.loseHost("a")
+	rdb := s.redisClient()
+	if err := rdb.Del(context.Background(), ledger.DefaultKeyPrefix+":inst:{"+vmA+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if out := s.ok("recover", "--host", "a"); !strings.Contains(out, "quarantine pCPUs 0-1 of "+vmA) {
+		t.Fatalf("recover did not quarantine A's pCPUs:\n%s", out)
+	}
+	q := s.hostClaimOf("a", vmA)
+	dom, err := s.simulator().Lookup(context.Background(), "a", vmA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := s.refused("domain "+dom.Name+" ("+vmA+") is running on pCPUs 0-1", "quarantine", "release", "--host", "a", q)
+	t.Logf("refused: %s", line)
+	if got := s.hostClaimOf("a", vmA); got != q {
+		t.Errorf("after the refused release A's pCPUs are held by %q, want the quarantine %q", got, q)
+	}
+	s.refused("", "boot", "--name", "B", "--host", "a", "--vcpus", "4", "--memory-mb", "1024", "--spec", "hw:cpu_policy=dedicated", "--wait")
+	s.noDoublePins("a")
+
+	if err := s.simulator().Stop(context.Background(), "a", vmA); err != nil {
+		t.Fatal(err)
+	}
+	s.ok("quarantine", "release", "--host", "a", q)
+	b := s.boot("B", "a", 4)
+	if got := s.guest(b).pcpus(); got != "0-3" {
+		t.Errorf("B pinned to %q, want 0-3 (A is stopped and its quarantine released)", got)
+	}
+	s.noDoublePins("a")
+}
+
 // hostClaimOf returns the id of uuid's claim on host.
 func (s *stack) hostClaimOf(host, uuid string) string {
 	s.t.Helper()
