@@ -7,9 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
 )
 
 // twoHosts registers hosts a and b with 4 pinnable CPUs each and boots VM A
@@ -220,6 +225,23 @@ func badNames(t *testing.T, s *stack, vmA string) {
 	s.refused("--host is empty", "unshelve", vmA, "--host", "")
 	s.refused(`host name "a\nb": invalid input`, "list", "--host", "a\nb")
 	s.refused(`host name "a\x01b": invalid input`, "host", "show", "a\x01b")
+	// Another client starting the workflow itself is refused by the
+	// ledger the workers use, with the value named.
+	for want, in := range map[string]workflows.BootInput{
+		`guest name "` + strings.Repeat("x", 64) + `"... (10000 bytes)`: {Name: strings.Repeat("x", 10000), Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 512}},
+		"memory_mb 9223372036854775807: allowed are 1-1073741824 MiB":   {Name: "X", Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}},
+	} {
+		in.UUID = uuid.NewString()
+		ctx := context.Background()
+		run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: activities.InstanceWorkflowID(in.UUID),
+			TaskQueue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-")}, workflows.Boot, in)
+		if err == nil {
+			err = run.Get(ctx, nil)
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Boot workflow of %.40q with %d MiB = %v, want it refused with %q", in.Name, in.Flavor.MemoryMB, err, want)
+		}
+	}
 	if after := state(); after != before {
 		t.Errorf("the refused boots and moves changed the guests or hosts:\nbefore %s\nafter  %s", before, after)
 	}
