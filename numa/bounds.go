@@ -27,9 +27,9 @@ const (
 	MaxPageSizeKB = 16 << 20
 	// MaxGuestVCPUs is the most vCPUs a guest may have: one per CPU id.
 	MaxGuestVCPUs = MaxCPU + 1
-	// MaxGuestMemoryMB is the most memory a guest may have, as much as
-	// one cell may.
-	MaxGuestMemoryMB = MaxCellMemoryMB
+	// MaxGuestMemoryMB is the most memory a guest may have: as much as
+	// the largest host has.
+	MaxGuestMemoryMB = MaxCells * MaxCellMemoryMB
 )
 
 // checkShape checks the cells, cores and threads of a uniform host, each

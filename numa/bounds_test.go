@@ -84,8 +84,8 @@ func TestNewRequestBounds(t *testing.T) {
 		{MaxGuestVCPUs, MaxGuestMemoryMB, ""},
 		{0, 1024, "vcpus 0: allowed are 1-8192"},
 		{MaxGuestVCPUs + 1, 1024, "vcpus 8193: allowed are 1-8192"},
-		{1, 0, "memory_mb 0: allowed are 1-1073741824 MiB"},
-		{1, 1<<63 - 1, "memory_mb 9223372036854775807: allowed are 1-1073741824 MiB"},
+		{1, 0, "memory_mb 0: allowed are 1-1099511627776 MiB"},
+		{1, 1<<63 - 1, "memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB"},
 	}
 	for _, tt := range tests {
 		_, err := NewRequest(tt.vcpus, tt.memoryMB, nil, nil)

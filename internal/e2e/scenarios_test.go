@@ -212,7 +212,7 @@ func badNames(t *testing.T, s *stack, vmA string) {
 	boot := func(want string, args ...string) {
 		s.refused(want, append([]string{"boot", "--vcpus", "1", "--memory-mb", "512"}, args...)...)
 	}
-	boot("memory_mb 9223372036854775807: allowed are 1-1073741824 MiB", "--name", "X", "--memory-mb", "9223372036854775807")
+	boot("memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB", "--name", "X", "--memory-mb", "9223372036854775807")
 	boot("vcpus 8193: allowed are 1-8192", "--name", "X", "--vcpus", "8193")
 	boot(`guest name "`+strings.Repeat("x", 64)+`"... (10000 bytes): invalid input: guest names are 1-255`, "--name", strings.Repeat("x", 10000))
 	boot(`guest name "two\nlines": invalid input`, "--name", "two\nlines")
@@ -228,8 +228,8 @@ func badNames(t *testing.T, s *stack, vmA string) {
 	// Another client starting the workflow itself is refused by the
 	// ledger the workers use, with the value named.
 	for want, in := range map[string]workflows.BootInput{
-		`guest name "` + strings.Repeat("x", 64) + `"... (10000 bytes)`: {Name: strings.Repeat("x", 10000), Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 512}},
-		"memory_mb 9223372036854775807: allowed are 1-1073741824 MiB":   {Name: "X", Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}},
+		`guest name "` + strings.Repeat("x", 64) + `"... (10000 bytes)`:  {Name: strings.Repeat("x", 10000), Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 512}},
+		"memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB": {Name: "X", Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}},
 	} {
 		in.UUID = uuid.NewString()
 		ctx := context.Background()
