@@ -123,6 +123,8 @@ func TestRegisterHost(t *testing.T) {
 	withUsage := testHost(2, 4)
 	withUsage.Cells[0].MemoryUsedMB = 100
 	grown := testHost(3, 4)
+	hugeMemory := testHost(1, 1)
+	hugeMemory.Cells[0].MemoryMB = 1<<63 - 1
 
 	for _, tc := range []struct {
 		name    string
@@ -139,6 +141,8 @@ func TestRegisterHost(t *testing.T) {
 		{"malformed topology", "h1", dupCell, ErrInvalid, 0},
 		{"no topology", "h1", nil, ErrInvalid, 0},
 		{"bad host name", "h 1", testHost(1, 1), ErrInvalid, 0},
+		{"host name with the key separator", "h:2", testHost(1, 1), ErrInvalid, 0},
+		{"memory past the bound", "h2", hugeMemory, ErrInvalid, 0},
 		{"malformed topology of a new host", "h2", &numa.Host{}, ErrInvalid, 0},
 		{"growing", "h1", grown, nil, 2},
 	} {

@@ -146,8 +146,8 @@ func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor F
 	if err := checkInstanceKeyName(uuid); err != nil {
 		return nil, wrap(err)
 	}
-	if name == "" || len(name) > 255 {
-		return nil, wrap(fmt.Errorf("name %q: %w: names are 1-255 characters", name, ErrInvalid))
+	if err := CheckGuestName(name); err != nil {
+		return nil, wrap(err)
 	}
 	if err := checkVMState(vmState); err != nil {
 		return nil, wrap(err)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -51,6 +52,9 @@ func TestCreateInstance(t *testing.T) {
 		{"unknown vm_state", "u2", "vm-2", flavor, "running", ErrInvalid},
 		{"empty name", "u2", "", flavor, VMBuilding, ErrInvalid},
 		{"bad uuid", "u{2}", "vm-2", flavor, VMBuilding, ErrInvalid},
+		{"name with a newline", "u2", "vm\n2", flavor, VMBuilding, ErrInvalid},
+		{"name of 10 kB", "u2", strings.Repeat("v", 10000), flavor, VMBuilding, ErrInvalid},
+		{"memory past the bound", "u2", "vm-2", Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}, VMBuilding, ErrInvalid},
 	} {
 		if _, err := l.CreateInstance(ctx, tc.uuid, tc.vmName, tc.flavor, tc.vm, ""); !errors.Is(err, tc.want) {
 			t.Errorf("CreateInstance(%s) error = %v, want %v", tc.name, err, tc.want)

@@ -29,29 +29,38 @@ func validName(s string, max int, punct string) bool {
 	return true
 }
 
-// validKeyName is the rule for host names and instance uuids.
-func validKeyName(s string) bool { return validName(s, 253, "._:-") }
-func validClaimID(s string) bool { return validName(s, 200, "._:/@+=-") }
-func validPrefix(s string) bool  { return validName(s, 64, "._:-") }
+// validKeyName is the rule for instance uuids; host names follow it
+// without ':', the separator of the keys they are part of.
+func validKeyName(s string) bool  { return validName(s, 253, "._:-") }
+func validHostName(s string) bool { return validName(s, 253, "._-") }
+func validClaimID(s string) bool  { return validName(s, 200, "._:/@+=-") }
+func validPrefix(s string) bool   { return validName(s, 64, "._:-") }
 
 const (
+	hostRule  = "1-253 characters of letters, digits, '.', '_' and '-', starting with a letter or digit"
 	nameRule  = "1-253 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
 	claimRule = "1-200 characters of letters, digits and . _ : / @ + = -, starting with a letter or digit"
 )
 
-func checkHostName(h string) error {
-	if !validKeyName(h) {
-		return fmt.Errorf("host name %q: %w: host names are %s", h, ErrInvalid, nameRule)
+// CheckHostName refuses a host name that cannot be part of the ledger's
+// keys, with an error wrapping ErrInvalid that names it and the rule.
+// Every command and activity that takes a host name checks it here.
+func CheckHostName(h string) error {
+	if !validHostName(h) {
+		return fmt.Errorf("host name %s: %w: host names are %s", quoteName(h), ErrInvalid, hostRule)
 	}
 	return nil
 }
+
+// checkHostName is CheckHostName for the ledger's own methods.
+func checkHostName(h string) error { return CheckHostName(h) }
 
 // checkInstanceKeyName checks an instance uuid against the key name rule
 // only: the ledger keys instances by whatever id it is given, and leaves the
 // UUID syntax to the drivers (hypervisor.ParseUUID).
 func checkInstanceKeyName(u string) error {
 	if !validKeyName(u) {
-		return fmt.Errorf("instance uuid %q: %w: uuids are %s", u, ErrInvalid, nameRule)
+		return fmt.Errorf("instance uuid %s: %w: uuids are %s", quoteName(u), ErrInvalid, nameRule)
 	}
 	return nil
 }

@@ -171,8 +171,8 @@ func (h *Host) WithoutUsage() *Host {
 // belong to one cell only, usage within capacity. Its error names the first
 // bad value.
 func (h *Host) Validate() error {
-	if len(h.Cells) == 0 {
-		return fmt.Errorf("numa: host has no cells; at least one is required")
+	if len(h.Cells) == 0 || len(h.Cells) > MaxCells {
+		return fmt.Errorf("numa: host has %d cells; allowed are 1-%d", len(h.Cells), MaxCells)
 	}
 	if err := h.Limits.validate(); err != nil {
 		return err
@@ -206,8 +206,8 @@ func (h *Host) Validate() error {
 			}
 			seen = seen.Union(s)
 		}
-		if c.MemoryMB <= 0 {
-			return fmt.Errorf("numa: cell %d: memory_mb %d must be positive", c.ID, c.MemoryMB)
+		if err := checkCellBounds(c); err != nil {
+			return err
 		}
 		if c.MemoryUsedMB < 0 || c.CPUUsage < 0 {
 			return fmt.Errorf("numa: cell %d: usage must not be negative", c.ID)

@@ -176,19 +176,6 @@ func NewRequest(vcpus int, memoryMB int64, extraSpecs, imageProps map[string]str
 	return req, nil
 }
 
-func checkSize(vcpus int, memoryMB int64) error {
-	if vcpus < 1 {
-		return invalid("InvalidVCPUs", "vcpus %d: a guest needs at least 1 vCPU", vcpus)
-	}
-	if vcpus > MaxCPU+1 {
-		return invalid("InvalidVCPUs", "vcpus %d: at most %d are allowed", vcpus, MaxCPU+1)
-	}
-	if memoryMB < 1 {
-		return invalid("InvalidMemory", "memory_mb %d: a guest needs at least 1 MiB", memoryMB)
-	}
-	return nil
-}
-
 // cpuKnobs are the flavor's and image's CPU settings, each source already
 // reconciled with the other.
 type cpuKnobs struct {

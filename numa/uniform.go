@@ -19,24 +19,21 @@ type UniformSpec struct {
 // core by core (core c of cell i holds the Threads ids from
 // (i*Cores+c)*Threads), so sibling threads are adjacent.
 func Uniform(s UniformSpec) (*Host, error) {
-	if s.Cells < 1 || s.Cores < 1 || s.Threads < 1 {
-		return nil, fmt.Errorf("numa: host shape %d cells x %d cores x %d threads: each must be at least 1", s.Cells, s.Cores, s.Threads)
+	if err := s.checkShape(); err != nil {
+		return nil, err
 	}
-	if total := s.Cells * s.Cores * s.Threads; total > MaxCPU+1 {
-		return nil, fmt.Errorf("numa: host shape has %d CPUs; at most %d are allowed", total, MaxCPU+1)
-	}
-	if s.MemoryMB < 1 {
-		return nil, fmt.Errorf("numa: memory %d MiB per cell: must be positive", s.MemoryMB)
+	if err := checkCellMemory(s.MemoryMB); err != nil {
+		return nil, fmt.Errorf("numa: %w", err)
 	}
 	var huge int64
 	for size, n := range s.HugePages {
-		if size <= 4 || n < 0 {
-			return nil, fmt.Errorf("numa: huge pages %d KiB x %d: sizes must be above 4 KiB and counts 0 or more", size, n)
+		if err := checkPages(size, n, s.MemoryMB); err != nil {
+			return nil, fmt.Errorf("numa: %w", err)
 		}
 		huge += size * n
 	}
 	if huge > s.MemoryMB*1024 {
-		return nil, fmt.Errorf("numa: huge pages take %d MiB of a cell's %d MiB", huge/1024, s.MemoryMB)
+		return nil, fmt.Errorf("numa: huge pages take %d MiB of a cell's %d MiB; together they may take at most all of it", huge/1024, s.MemoryMB)
 	}
 	perCell := s.Cores * s.Threads
 	all := Range(0, s.Cells*perCell-1)

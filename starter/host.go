@@ -51,6 +51,9 @@ func hostAdd(args []string, stdout io.Writer) error {
 		return err
 	}
 	name := pos[0]
+	if err := checkHostArg("host add", name); err != nil {
+		return err
+	}
 	if *libvirtURI != "" {
 		if *topology != "" || *cells != 0 || *cores != 0 {
 			return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
@@ -114,15 +117,14 @@ func hostAdd(args []string, stdout io.Writer) error {
 	})
 }
 
-// addLibvirtHost records how to reach a libvirt host, reads its NUMA
-// topology from libvirt and registers it in the ledger.
+// addLibvirtHost reads a libvirt host's NUMA topology from libvirt,
+// registers it in the ledger, and only then records how to reach it, so
+// that a host that cannot be reached or registered leaves the registry as
+// it was: no entry for a new host, its old URI for one already there.
 func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, limits *numa.Limits, asJSON bool) error {
 	return withApp(func(a *app) error {
 		led, err := a.ledger()
 		if err != nil {
-			return err
-		}
-		if err := a.cfg.LibvirtRegistry(a.rdb).Put(a.ctx, name, hc); err != nil {
 			return err
 		}
 		drv, err := a.cfg.Libvirt(a.rdb)
@@ -130,6 +132,11 @@ func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, limits
 			return err
 		}
 		defer drv.Close()
+		// Known to this driver only, ahead of the registry, until it is
+		// recorded below.
+		if err := drv.RegisterHost(name, hc); err != nil {
+			return err
+		}
 		host, err := drv.Capabilities(a.ctx, name)
 		if err != nil {
 			return err
@@ -137,6 +144,9 @@ func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, limits
 		host.Limits = limits
 		gen, err := led.RegisterHost(a.ctx, name, host)
 		if err != nil {
+			return err
+		}
+		if err := a.cfg.LibvirtRegistry(a.rdb).Put(a.ctx, name, hc); err != nil {
 			return err
 		}
 		if asJSON {
@@ -194,6 +204,9 @@ func parseHugePages(s string) (map[int64]int64, error) {
 		num, err := strconv.ParseInt(size[:len(size)-1], 10, 64)
 		if !ok || err != nil || num <= 0 {
 			return nil, fmt.Errorf("host add: --hugepages %q: page size %q must be a number with K, M or G, such as 2M", s, size)
+		}
+		if num > numa.MaxPageSizeKB/mult {
+			return nil, fmt.Errorf("host add: --hugepages %q: page size %q: allowed are sizes up to %d KiB", s, size, numa.MaxPageSizeKB)
 		}
 		out[num*mult] = n
 	}
@@ -342,6 +355,9 @@ func hostShow(args []string, stdout io.Writer) error {
 	}
 	if len(pos) != 1 {
 		return fmt.Errorf("host show takes one NAME: %w", errUsage)
+	}
+	if err := checkHostArg("host show", pos[0]); err != nil {
+		return err
 	}
 	return withApp(func(a *app) error {
 		led, err := a.ledger()

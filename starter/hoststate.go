@@ -78,7 +78,7 @@ func oneHost(fs *flag.FlagSet, args []string) (string, error) {
 	if len(pos) != 1 {
 		return "", fmt.Errorf("%s takes one host NAME, got %d arguments: %w", fs.Name(), len(pos), errUsage)
 	}
-	return pos[0], nil
+	return pos[0], checkHostArg(fs.Name(), pos[0])
 }
 
 func hostDown(args []string, stdout io.Writer) error {

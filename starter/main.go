@@ -90,7 +90,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		args = fs.Args()
 		if len(args) == 0 {
-			return positional, nil
+			return positional, checkNameFlags(fs)
 		}
 		positional = append(positional, args[0])
 		args = args[1:]

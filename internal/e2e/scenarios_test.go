@@ -1,9 +1,20 @@
 package e2e
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
 )
 
 // twoHosts registers hosts a and b with 4 pinnable CPUs each and boots VM A
@@ -176,6 +187,8 @@ func TestBadInput(t *testing.T) {
 	s.refused("hw:cpu_policy", "boot", "--name", "X", "--vcpus", "2", "--memory-mb", "1024", "--spec", "hw:cpu_policy=pinned")
 	s.refused("is active", "unshelve", vmA)
 	s.refused("unknown host", "boot", "--name", "X", "--host", "nowhere", "--vcpus", "1", "--memory-mb", "512")
+	badNames(t, s, vmA)
+	badHostAdds(t, s)
 
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "5")
 	s.ok("migrate", vmA, "--dest", "b")
@@ -187,5 +200,88 @@ func TestBadInput(t *testing.T) {
 	after := s.pinned("a") + "|" + s.pinned("b")
 	if after != "|0-1" {
 		t.Errorf("pinned after the refusals and the shelve = %q (before %q), want only B's 0-1 on b", after, before)
+	}
+}
+
+// badNames: sizes past numa's bounds, names the ledger cannot hold and
+// empty host flags are refused before a workflow starts, and leave no
+// record of a guest behind.
+func badNames(t *testing.T, s *stack, vmA string) {
+	state := func() string { return s.ok("list", "--json") + s.ok("host", "list", "--json") }
+	before := state()
+	boot := func(want string, args ...string) {
+		s.refused(want, append([]string{"boot", "--vcpus", "1", "--memory-mb", "512"}, args...)...)
+	}
+	boot("memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB", "--name", "X", "--memory-mb", "9223372036854775807")
+	boot("vcpus 8193: allowed are 1-8192", "--name", "X", "--vcpus", "8193")
+	boot(`guest name "`+strings.Repeat("x", 64)+`"... (10000 bytes): invalid input: guest names are 1-255`, "--name", strings.Repeat("x", 10000))
+	boot(`guest name "two\nlines": invalid input`, "--name", "two\nlines")
+	boot(`guest name "bell\a": invalid input`, "--name", "bell\a")
+	boot("--name is empty", "--name", "")
+	boot("--host is empty; give a name, or leave --host out", "--name", "X", "--host", "")
+	boot(`host name "a{b}": invalid input: host names are 1-253 characters of letters, digits, '.', '_' and '-'`, "--name", "X", "--host", "a{b}")
+	boot(`host name "a:b": invalid input`, "--name", "X", "--host", "a:b")
+	s.refused("--dest is empty; give a name, or leave --dest out", "migrate", vmA, "--dest", "")
+	s.refused("--host is empty", "unshelve", vmA, "--host", "")
+	s.refused(`host name "a\nb": invalid input`, "list", "--host", "a\nb")
+	s.refused(`host name "a\x01b": invalid input`, "host", "show", "a\x01b")
+	// Another client starting the workflow itself is refused by the
+	// ledger the workers use, with the value named.
+	for want, in := range map[string]workflows.BootInput{
+		`guest name "` + strings.Repeat("x", 64) + `"... (10000 bytes)`:  {Name: strings.Repeat("x", 10000), Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 512}},
+		"memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB": {Name: "X", Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}},
+	} {
+		in.UUID = uuid.NewString()
+		ctx := context.Background()
+		run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: activities.InstanceWorkflowID(in.UUID),
+			TaskQueue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-")}, workflows.Boot, in)
+		if err == nil {
+			err = run.Get(ctx, nil)
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Boot workflow of %.40q with %d MiB = %v, want it refused with %q", in.Name, in.Flavor.MemoryMB, err, want)
+		}
+	}
+	if after := state(); after != before {
+		t.Errorf("the refused boots and moves changed the guests or hosts:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// badHostAdds: shapes whose products overflow, huge memory and page
+// counts, and bad names are refused; a libvirt host that cannot be
+// reached is not registered, nor does it change a registered host's URI.
+func badHostAdds(t *testing.T, s *stack) {
+	ctx := context.Background()
+	reg := libvirt.NewRegistry(s.redisClient(), ledger.DefaultKeyPrefix)
+	if err := reg.Put(ctx, "a", libvirt.HostConfig{URI: "qemu+tcp://a.example/system"}); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string { return s.ok("host", "list", "--json") }
+	before := state()
+	add := func(want string, args ...string) {
+		s.refused(want, append([]string{"host", "add"}, args...)...)
+	}
+	add("host shape 4294967296 cells x 4294967296 cores x 1 threads: at most 1024 cells", "h", "--cells", "4294967296", "--cores", "4294967296")
+	add("host shape 1024 cells x 18014398509481984 cores x 1 threads: more than 8192 CPUs", "h", "--cells", "1024", "--cores", "18014398509481984")
+	add("host shape 1 cells x 4 cores x 4294967296 threads: at most 8 threads per core", "h", "--cells", "1", "--cores", "4", "--threads", "4294967296")
+	add("memory 9223372036854775807 MiB per cell: allowed are 1-1073741824 MiB", "h", "--cells", "1", "--cores", "4",
+		"--memory-mb", "9223372036854775807", "--hugepages", "1G:9223372036854775807")
+	add("9223372036854775807 huge pages of 1048576 KiB: allowed are 0-8", "h", "--cells", "1", "--cores", "4", "--memory-mb", "8192",
+		"--hugepages", "1G:9223372036854775807")
+	add(`page size "9223372036854775807G": allowed are sizes up to 16777216 KiB`, "h", "--cells", "1", "--cores", "4", "--hugepages", "9223372036854775807G:1")
+	add(`host name "h:1": invalid input`, "h:1", "--cells", "1", "--cores", "4")
+	add(`host name "h{1}": invalid input`, "h{1}", "--cells", "1", "--cores", "4")
+	add(`host name "h\n1": invalid input`, "h\n1", "--cells", "1", "--cores", "4")
+	const unreachable = "qemu+tcp://127.0.0.1:1/system"
+	add("connect", "a", "--libvirt", unreachable)
+	add("connect", "zz", "--libvirt", unreachable)
+	if hc, err := reg.Resolve(ctx, "a"); err != nil || hc.URI != "qemu+tcp://a.example/system" {
+		t.Errorf("registry entry of a after a failed libvirt add = %+v, %v; want its URI qemu+tcp://a.example/system", hc, err)
+	}
+	if hc, err := reg.Resolve(ctx, "zz"); !errors.Is(err, hypervisor.ErrUnknownHost) {
+		t.Errorf("registry entry of zz after a failed libvirt add = %+v, %v; want none", hc, err)
+	}
+	if after := state(); after != before {
+		t.Errorf("the refused host adds changed the hosts:\nbefore %s\nafter  %s", before, after)
 	}
 }
