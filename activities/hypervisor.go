@@ -333,12 +333,18 @@ func (a *Activities) shutdown(ctx context.Context, host, uuid string) error {
 // resize that did not finish, or in a resize's revert: started if it was
 // powered off (unless LeaveOff), defined again from its record's domain
 // XML if it was removed. The claim it runs on is its resident claim: an
-// offload releases it only once done, and a resize holds it.
+// offload releases it only once done, and a resize holds it. A host an
+// operator marked down or returning is refused (ErrTypeHostDown): its
+// guests are the evacuation's, and one started there may run beside its
+// rebuilt copy on the same disks.
 func (a *Activities) RestoreDomain(ctx context.Context, in DomainInput) error {
 	return a.heartbeating(ctx, func(ctx context.Context) error { return a.restore(ctx, in) })
 }
 
 func (a *Activities) restore(ctx context.Context, in DomainInput) error {
+	if err := a.takesGuests(ctx, in.Host); err != nil {
+		return err
+	}
 	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
 	switch {
 	case errors.Is(err, hypervisor.ErrNotFound):
@@ -361,6 +367,19 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 		return nil
 	}
 	return classify(a.Driver.Start(ctx, in.Host, in.UUID))
+}
+
+// takesGuests refuses, as ErrTypeHostDown, a host that is down or
+// returning: no guest is defined or started there.
+func (a *Activities) takesGuests(ctx context.Context, host string) error {
+	var st HostStatus
+	if err := waitLedger(ctx, func(ctx context.Context) (err error) { st, err = a.Ledger.HostStatus(ctx, host); return err }); err != nil {
+		return classify(err)
+	}
+	if st.State == ledger.HostDown || st.State == ledger.HostReturning {
+		return classify(fmt.Errorf("%w: host %s is %s; no guest starts there until it is up", ledger.ErrHostDown, host, st.State))
+	}
+	return nil
 }
 
 // Spawn defines and starts the guest on the host with its domain XML
@@ -422,7 +441,8 @@ func (a *Activities) defineAndStart(ctx context.Context, host, uuid, xml, claimI
 				return fenced(err)
 			}
 			if err != nil {
-				return err
+				// A host marked down is final too (ErrTypeHostDown).
+				return classify(err)
 			}
 			actx, cancel = context.WithDeadline(ctx, until)
 		}

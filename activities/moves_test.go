@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/pinflow/pinflow/hypervisor"
@@ -99,6 +100,54 @@ func TestResizeRevertKeepsThePins(t *testing.T) {
 	if w.hasClaim(t, "b", dst.ClaimID) {
 		t.Errorf("the destination claim is still held after the revert")
 	}
+}
+
+// TestRevertRefusedBeforeItDestroys: a revert whose hold cannot become
+// resident again, its host fenced or the hold gone, is refused by the
+// step that comes before the destroy, and changes nothing: the guest
+// runs on its destination and the record names it. No guest is restored
+// on the fenced host either.
+func TestRevertRefusedBeforeItDestroys(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(21)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", testFlavor)
+	back := RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}
+	unchanged := func(when string) {
+		t.Helper()
+		w.runsPinned(t, u, "b", dst, testFlavor.VCPUs)
+		if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.Resize == nil {
+			t.Errorf("record %s = %+v, %v; want it on b's claim %s, in its resize", when, inst, err, dst.ClaimID)
+		}
+	}
+
+	if _, err := w.led.SetHostDown(ctx, "a", "power supply failed"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.RevertRecord(ctx, back); !isType(err, ErrTypeHostDown) {
+		t.Errorf("RevertRecord to a fenced host: error = %v, want type %s", err, ErrTypeHostDown)
+	}
+	if err := w.acts.RestoreDomain(ctx, DomainInput{UUID: u, Host: "a"}); !isType(err, ErrTypeHostDown) {
+		t.Errorf("RestoreDomain on a fenced host: error = %v, want type %s", err, ErrTypeHostDown)
+	}
+	if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateHeld {
+		t.Errorf("hold after the refused revert = %+v, %v; want it held", c, err)
+	}
+	if _, err := w.drv.Lookup(ctx, "a", u); err == nil {
+		t.Errorf("the refused revert left a domain of %s on the fenced host", u)
+	}
+	unchanged("after a revert to a fenced host")
+
+	if err := w.led.Release(ctx, "a", src.ClaimID); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.RevertRecord(ctx, back); !isType(err, ErrTypeBadState) || !strings.Contains(err.Error(), "is gone") {
+		t.Errorf("RevertRecord with its hold gone: error = %v, want a %s saying the hold is gone", err, ErrTypeBadState)
+	}
+	unchanged("after a revert whose hold is gone")
 }
 
 // TestSettleInterruptedResize: a resize terminated after the guest

@@ -275,14 +275,21 @@ type RevertRecordInput struct {
 
 // RevertRecord turns the source hold back into the resident claim (the
 // same pCPUs, never re-fitted) and points the record at it with the old
-// flavor and domain XML, forgetting the resize. The destination's guest
-// must be gone already: the caller destroys it first.
+// flavor and domain XML, forgetting the resize. It comes before the
+// destination's guest is destroyed, so that a revert that cannot have
+// its hold back leaves the guest running: a source host that is down or
+// returning is ErrTypeHostDown, a hold that is gone ErrTypeBadState.
 func (a *Activities) RevertRecord(ctx context.Context, in RevertRecordInput) error {
 	inst, err := a.Ledger.Instance(ctx, in.UUID)
 	if err != nil {
 		return classify(err)
 	}
-	if _, err := a.Ledger.Unhold(ctx, in.Source, in.SourceClaimID); err != nil {
+	_, err = a.Ledger.Reinstate(ctx, in.Source, in.SourceClaimID)
+	switch {
+	case errors.Is(err, ledger.ErrUnknownClaim):
+		return BadState(fmt.Sprintf("instance %s's source hold %s on %s is gone (released by another operation or an operator); its resize cannot be reverted",
+			in.UUID, in.SourceClaimID, in.Source))
+	case err != nil:
 		return classify(err)
 	}
 	if inst.Resize == nil {

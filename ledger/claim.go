@@ -393,13 +393,6 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	return call, nil
 }
 
-func boolArg(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // toInt reads an integer from a script reply, given as an integer or as a
 // string.
 func toInt(v any) int64 {
@@ -483,7 +476,7 @@ func backoff(ctx context.Context, attempt int) error {
 // hold or a dead host's claim as a new resident); an unknown claim is
 // ErrUnknownClaim.
 func (l *Ledger) Commit(ctx context.Context, host, claimID string) (*Claim, error) {
-	return l.setClaimState(ctx, "commit", host, claimID, StateCommitted, false, StatePending)
+	return l.setClaimState(ctx, "commit", host, claimID, StateCommitted, anyHost, StatePending)
 }
 
 // Hold turns a committed claim into a source hold (held); holding a held claim
@@ -492,14 +485,29 @@ func (l *Ledger) Commit(ctx context.Context, host, claimID string) (*Claim, erro
 // The claim keeps its pins and usage, so no other claim can take its pCPUs
 // while a resize or cold migration is open, and a revert gets them back.
 func (l *Ledger) Hold(ctx context.Context, host, claimID string) (*Claim, error) {
-	return l.setClaimState(ctx, "hold", host, claimID, StateHeld, false, StateCommitted)
+	return l.setClaimState(ctx, "hold", host, claimID, StateHeld, anyHost, StateCommitted)
 }
 
 // Unhold turns a source hold back into a committed claim, without any release
 // or re-fit in between; unholding a committed claim changes nothing. Pending or
 // tombstone: ErrConflict; unknown: ErrUnknownClaim.
+//
+// It is for a guest that never left the claim's host (a resize undone
+// before its guest moved), whatever the host's state: a claim of a guest
+// on a fenced host stays resident until an evacuation tombstones it.
+// A guest that comes back to its hold comes with Reinstate.
 func (l *Ledger) Unhold(ctx context.Context, host, claimID string) (*Claim, error) {
-	return l.setClaimState(ctx, "unhold", host, claimID, StateCommitted, false, StateHeld)
+	return l.setClaimState(ctx, "unhold", host, claimID, StateCommitted, anyHost, StateHeld)
+}
+
+// Reinstate turns a source hold back into a committed claim for a guest
+// that is to run on it again (a resize's revert), in one script with the
+// check that the host is neither down nor returning: ErrHostDown there,
+// since the guest must not start on a fenced host. Reinstating a committed
+// claim changes nothing; pending or tombstone: ErrConflict; unknown:
+// ErrUnknownClaim.
+func (l *Ledger) Reinstate(ctx context.Context, host, claimID string) (*Claim, error) {
+	return l.setClaimState(ctx, "reinstate", host, claimID, StateCommitted, liveHost, StateHeld)
 }
 
 // Tombstone turns a committed or held claim on a host that is down into a
@@ -509,13 +517,22 @@ func (l *Ledger) Unhold(ctx context.Context, host, claimID string) (*Claim, erro
 // A host that is returning is not down either: its tombstones are being
 // cleared, and no evacuation starts from it.
 func (l *Ledger) Tombstone(ctx context.Context, host, claimID string) (*Claim, error) {
-	return l.setClaimState(ctx, "tombstone", host, claimID, StateTombstone, true, StateCommitted, StateHeld)
+	return l.setClaimState(ctx, "tombstone", host, claimID, StateTombstone, downHost, StateCommitted, StateHeld)
 }
 
+// hostRule is what the claim state script asks of the host's state.
+type hostRule string
+
+const (
+	anyHost  hostRule = ""
+	downHost hostRule = "down" // fenced
+	liveHost hostRule = "live" // neither down nor returning
+)
+
 // setClaimState moves a claim of host to state to, from one of the states
-// from, in one script; hostDown asks for the host to be down too. A claim
+// from, in one script that also checks the host's state by rule. A claim
 // in state to already is a retry's success.
-func (l *Ledger) setClaimState(ctx context.Context, op, host, claimID string, to ClaimState, hostDown bool, from ...ClaimState) (*Claim, error) {
+func (l *Ledger) setClaimState(ctx context.Context, op, host, claimID string, to ClaimState, rule hostRule, from ...ClaimState) (*Claim, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: %s %s on %s: %w", op, claimID, host, err) }
 	if err := checkHostName(host); err != nil {
 		return nil, wrap(err)
@@ -530,7 +547,7 @@ func (l *Ledger) setClaimState(ctx context.Context, op, host, claimID string, to
 	}
 	k := l.hostKeys(host)
 	res, err := l.change(ctx, claimStateScript, []string{k.claims, k.state},
-		claimID, string(to), strings.Join(names, ","), at, boolArg(hostDown)).StringSlice()
+		claimID, string(to), strings.Join(names, ","), at, string(rule)).StringSlice()
 	if err != nil {
 		return nil, wrap(err)
 	}
@@ -540,6 +557,9 @@ func (l *Ledger) setClaimState(ctx context.Context, op, host, claimID string, to
 	case "state":
 		return nil, wrap(fmt.Errorf("%w: the claim is %s; only a claim that is %s can become %s", ErrConflict, res[1], strings.Join(names, " or "), to))
 	case "host":
+		if rule == liveHost {
+			return nil, wrap(fmt.Errorf("%w: host %s is %s; no guest runs again on a host that is down or returning", ErrHostDown, host, res[1]))
+		}
 		return nil, wrap(fmt.Errorf("%w: host %s is %s; only a claim on a host that is down becomes a tombstone", ErrConflict, host, res[1]))
 	}
 	c := &Claim{}
@@ -618,9 +638,11 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 // passed its fence is about to use, and a step whose claim was freed
 // (its workflow ended long ago) is refused here instead of taking
 // effect. A gone claim is ErrUnknownClaim, one made again with another
-// token ErrConflict. The end returned is by Redis' clock: a caller
-// measures the lease on its own clock from before the call (see Fences in
-// the package doc), never by comparing that end with its own time.
+// token ErrConflict, and a host marked down or returning ErrHostDown: no
+// step starts a guest on a fenced host. The end returned is by Redis'
+// clock: a caller measures the lease on its own clock from before the
+// call (see Fences in the package doc), never by comparing that end with
+// its own time.
 func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length time.Duration) (time.Time, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: fence %s on %s: %w", claimID, host, err) }
 	if err := checkHostName(host); err != nil {
@@ -633,7 +655,7 @@ func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length 
 		return time.Time{}, wrap(fmt.Errorf("%w: token %q and lease %s: a token and a positive lease are needed", ErrInvalid, token, length))
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, fenceScript, []string{k.claims, k.undo, k.lease}, claimID, token, length.Milliseconds()).Slice()
+	res, err := l.change(ctx, fenceScript, []string{k.claims, k.undo, k.lease, k.state}, claimID, token, length.Milliseconds()).Slice()
 	if err != nil {
 		return time.Time{}, wrap(err)
 	}
@@ -642,6 +664,9 @@ func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length 
 		return time.UnixMilli(toInt(res[1])), nil
 	case "gone":
 		return time.Time{}, wrap(fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID))
+	case "down":
+		state, _ := res[1].(string)
+		return time.Time{}, wrap(fmt.Errorf("%w: host %s is %s; no guest starts there", ErrHostDown, host, state))
 	}
 	return time.Time{}, wrap(fmt.Errorf("%w: claim %q was made again with another token", ErrConflict, claimID))
 }

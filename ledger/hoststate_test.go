@@ -243,8 +243,19 @@ func TestClaimsRefusedOnHostNotUp(t *testing.T) {
 		if _, err := l.Commit(ctx, host, "resident"); err != nil {
 			t.Errorf("Commit on a host %s: %v", state, err)
 		}
-		if _, err := l.Fence(ctx, host, "made", made.Token, time.Second); err != nil {
-			t.Errorf("Fence on a host %s: %v", state, err)
+		// No guest starts there: a step's fence and a revert's reinstated
+		// hold are refused; a hold whose guest never left becomes resident.
+		if _, err := l.Fence(ctx, host, "made", made.Token, time.Second); !errors.Is(err, ErrHostDown) {
+			t.Errorf("Fence on a host %s: error = %v, want ErrHostDown", state, err)
+		}
+		if _, err := l.Hold(ctx, host, "resident"); err != nil {
+			t.Errorf("Hold on a host %s: %v", state, err)
+		}
+		if _, err := l.Reinstate(ctx, host, "resident"); !errors.Is(err, ErrHostDown) {
+			t.Errorf("Reinstate on a host %s: error = %v, want ErrHostDown", state, err)
+		}
+		if _, err := l.Unhold(ctx, host, "resident"); err != nil {
+			t.Errorf("Unhold on a host %s: %v", state, err)
 		}
 		if ok, err := l.ReleasePending(ctx, host, "made"); err != nil || !ok {
 			t.Errorf("ReleasePending on a host %s = %v, %v; want true, nil", state, ok, err)
@@ -259,6 +270,12 @@ func TestClaimsRefusedOnHostNotUp(t *testing.T) {
 	}
 	if _, err := l.Claim(ctx, spec("after", "h-returning", dedicated(t, 1, 64))); err != nil {
 		t.Errorf("Claim on a host up again: %v", err)
+	}
+	if _, err := l.Hold(ctx, "h-returning", "resident"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := l.Reinstate(ctx, "h-returning", "resident"); err != nil || c.State != StateCommitted {
+		t.Errorf("Reinstate on a host up again = %v, %v; want the claim committed", c, err)
 	}
 }
 

@@ -37,7 +37,7 @@ func validClaimID(s string) bool  { return validName(s, 200, "._:/@+=-") }
 func validPrefix(s string) bool   { return validName(s, 64, "._:-") }
 
 const (
-	hostRule  = "1-253 characters of letters, digits, '.', '_' and '-', starting with a letter or digit"
+	hostNameRule  = "1-253 characters of letters, digits, '.', '_' and '-', starting with a letter or digit"
 	nameRule  = "1-253 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
 	claimRule = "1-200 characters of letters, digits and . _ : / @ + = -, starting with a letter or digit"
 )
@@ -47,7 +47,7 @@ const (
 // Every command and activity that takes a host name checks it here.
 func CheckHostName(h string) error {
 	if !validHostName(h) {
-		return fmt.Errorf("host name %s: %w: host names are %s", quoteName(h), ErrInvalid, hostRule)
+		return fmt.Errorf("host name %s: %w: host names are %s", quoteName(h), ErrInvalid, hostNameRule)
 	}
 	return nil
 }

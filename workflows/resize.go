@@ -177,7 +177,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	}
 	srcDom := activities.DomainInput{UUID: in.UUID, Host: src, LeaveOff: !wasActive}
 	s.onFailure("run the guest on its source again", func(ctx workflow.Context) error {
-		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+src+" again"), a.RestoreDomain, srcDom).Get(ctx, nil)
+		return restoreOrLeave(ctx, s, srcDom)
 	})
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "power off the guest on "+src), a.PowerOff, srcDom).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
@@ -264,21 +264,37 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	return res, nil
 }
 
-// revertResize takes a resized guest back to its source: the destination
-// guest goes first (the disks are shared: it must never run beside the
-// source), then the hold becomes the resident claim and the record points
-// at it with the old flavor, the guest runs on its source pins, and only
-// then is the destination claim freed.
+// revertResize takes a resized guest back to its source: the hold
+// becomes the resident claim and the record points at it with the old
+// flavor, then the destination guest goes (the disks are shared: it must
+// never run beside the source), the guest runs on its source pins, and
+// only then is the destination claim freed. A hold that cannot become
+// resident (gone, or its host down or returning) stops the revert before
+// anything is destroyed: the guest keeps running on its destination
+// (keepDestination). Runs from before holdFirstVersion destroy first.
 func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, destDom, srcDom activities.DomainInput,
 	destClaim string, vmState ledger.VMState) error {
 	if err := s.setTask(ctx, uuid, ledger.TaskResizeReverting); err != nil {
 		return err
 	}
-	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+destDom.Host), a.DestroyDomain, destDom).Get(ctx, nil); err != nil {
-		return err
+	destroy := func() error {
+		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+destDom.Host), a.DestroyDomain, destDom).Get(ctx, nil)
 	}
 	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
-	if err := s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil); err != nil {
+	reinstate := func() error {
+		return s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil)
+	}
+	first, second := destroy, reinstate
+	if s.holdFirst {
+		first, second = reinstate, destroy
+	}
+	if err := first(); err != nil {
+		if s.holdFirst && isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
+			return keepDestination(ctx, s, uuid, source, destDom.Host, vmState, err)
+		}
+		return err
+	}
+	if err := second(); err != nil {
 		return err
 	}
 	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+srcDom.Host), a.RestoreDomain, srcDom).Get(ctx, nil); err != nil {
@@ -290,6 +306,44 @@ func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.
 	}
 	return s.ledger(ctx, "vm state "+string(vmState), a.SetTaskState,
 		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil)
+}
+
+// keepDestination ends a resize whose revert cannot have its source hold
+// back (why): the guest keeps running on dest, its record forgets the
+// resize and takes its state from before it, and the hold, when its host
+// is down or returning, becomes a tombstone that host up clears with
+// whatever the host kept of the guest. It returns the revert's refusal,
+// which says where the guest runs.
+func keepDestination(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, dest string, vmState ledger.VMState, why error) error {
+	srcDown := isType(why, activities.ErrTypeHostDown)
+	if srcDown {
+		if err := s.ledger(ctx, "tombstone the hold on "+source.Host, a.TombstoneClaim, source).Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+	if err := s.ledger(ctx, "forget the resize", a.EndResize, uuid).Get(ctx, nil); err != nil {
+		return err
+	}
+	if err := s.ledger(ctx, "vm state "+string(vmState), a.SetTaskState,
+		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("revert refused: %s; instance %s keeps running on %s and its resize is over", appMessage(why), uuid, dest)
+	if srcDown {
+		msg += fmt.Sprintf("; its hold on %s is a tombstone that 'pinflow host up %s' clears", source.Host, source.Host)
+	}
+	return activities.BadState(msg)
+}
+
+// restoreOrLeave runs the guest on its host again (a compensation), or
+// leaves it off there when the host is down or returning: its guests are
+// then the evacuation's, and the record still names the host.
+func restoreOrLeave(ctx workflow.Context, s *saga, dom activities.DomainInput) error {
+	err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+dom.Host+" again"), a.RestoreDomain, dom).Get(ctx, nil)
+	if isType(err, activities.ErrTypeHostDown) {
+		return nil
+	}
+	return err
 }
 
 // decisionAllowed says why a confirm or revert is refused now, or nil.

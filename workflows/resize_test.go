@@ -52,9 +52,9 @@ func TestResizeEnds(t *testing.T) {
 		steps   string
 	}{
 		{"confirm", 0, DecisionConfirm, 0, "confirmed", prefix + ",task,confirm"},
-		{"revert", 0, DecisionRevert, 0, "reverted", prefix + ",task,destroy,revert,restore,release,task"},
+		{"revert", 0, DecisionRevert, 0, "reverted", prefix + ",task,revert,destroy,restore,release,task"},
 		{"confirm window passes", 30 * time.Minute, "", 0, "auto-confirmed", prefix + ",task,confirm"},
-		{"cancel in VERIFY_RESIZE reverts", -1, "", 2 * time.Hour, "reverted", prefix + ",task,destroy,revert,restore,release,task"},
+		{"cancel in VERIFY_RESIZE reverts", -1, "", 2 * time.Hour, "reverted", prefix + ",task,revert,destroy,restore,release,task"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -84,6 +84,44 @@ func TestResizeEnds(t *testing.T) {
 			var res ResizeResult
 			if err := h.env.GetWorkflowResult(&res); err != nil || res.Outcome != tt.outcome {
 				t.Errorf("Resize result = %+v, %v; want outcome %s", res, err, tt.outcome)
+			}
+			if got := h.sequence(); got != tt.steps {
+				t.Errorf("Resize steps =\n  %s\nwant\n  %s", got, tt.steps)
+			}
+		})
+	}
+}
+
+// A revert that cannot make its source hold resident (the hold gone, or
+// its host down) destroys nothing: the guest keeps running on its
+// destination, the resize ends, and a hold on a down host is tombstoned.
+func TestResizeRevertKeepsTheDestination(t *testing.T) {
+	const prefix = "load,choose,task,begin,claim,hold,task,poweroff,move,task,finish,task,revert"
+	tests := []struct {
+		name  string
+		typ   string
+		steps string
+		want  string
+	}{
+		{"the source host is down", activities.ErrTypeHostDown, prefix + ",tombstone,end,task", "tombstone that 'pinflow host up a' clears"},
+		{"the hold is gone", activities.ErrTypeBadState, prefix + ",end,task", "keeps running on b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.onResize()
+			h.on("revert", a.RevertRecord, failed("the hold cannot be resident", tt.typ))
+			h.on("tombstone", a.TombstoneClaim, nil).Maybe()
+			h.on("end", a.EndResize, nil)
+			h.on("destroy", a.DestroyDomain, nil).Maybe()
+			h.on("restore", a.RestoreDomain, nil).Maybe()
+			h.on("release", a.ReleaseClaim, nil).Maybe()
+			var rejected error
+			h.decide(t, 10*time.Minute, DecisionRevert, &rejected)
+			f := bigger
+			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+			if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Resize error = %v, want one saying %q", err, tt.want)
 			}
 			if got := h.sequence(); got != tt.steps {
 				t.Errorf("Resize steps =\n  %s\nwant\n  %s", got, tt.steps)

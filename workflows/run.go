@@ -34,6 +34,10 @@ const (
 	// claim, and the steps after it read it there. Runs started before
 	// it pass the XML from step to step.
 	stagedXMLVersion = 2
+	// holdFirstVersion has a resize's revert make its source hold
+	// resident before it destroys the destination's guest, and keep the
+	// guest on its destination when the hold is gone or its host is down.
+	holdFirstVersion = 3
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -93,10 +97,12 @@ type saga struct {
 	local bool
 	// staged: the run's domain XML is staged in the ledger (stagedXMLVersion).
 	staged bool
-	status Status
-	steps  int // total steps, for Progress
-	done   int
-	undo   []compensation
+	// holdFirst: a revert secures its hold first (holdFirstVersion).
+	holdFirst bool
+	status    Status
+	steps     int // total steps, for Progress
+	done      int
+	undo      []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []activities.HeldClaim
 }
@@ -109,8 +115,8 @@ type compensation struct {
 func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
 	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
 	s.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
-	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, stagedXMLVersion)
-	s.local, s.staged = v >= localLedgerVersion, v >= stagedXMLVersion
+	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, holdFirstVersion)
+	s.local, s.staged, s.holdFirst = v >= localLedgerVersion, v >= stagedXMLVersion, v >= holdFirstVersion
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 		// An offload that did not finish leaves the guest running on its
 		// resident claim, as before.
 		s.onFailure("run the guest again", func(ctx workflow.Context) error {
-			return workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+inst.Host+" again"), a.RestoreDomain, dom).Get(ctx, nil)
+			return restoreOrLeave(ctx, s, dom)
 		})
 	}
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {

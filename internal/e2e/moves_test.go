@@ -307,6 +307,33 @@ func TestEvacuation(t *testing.T) {
 	s.ok("check")
 }
 
+// TestRevertToAFencedHost resizes A from a to b, fences a and lets it
+// come back by itself: the revert must not start A on a, which the ledger
+// says is down (an evacuation of a would rebuild it beside itself). A
+// keeps running on b alone, its hold on a is a tombstone, and host up
+// clears it.
+func TestRevertToAFencedHost(t *testing.T) {
+	s, vmA, _ := twoHosts(t) // A on a 0-1, B on b 0-1
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.waitResized(vmA)
+	s.ok("sim", "power", "--host", "a", "--off")
+	s.ok("host", "down", "a", "--fence", "--reason", "power supply failed")
+	s.ok("sim", "power", "--host", "a", "--on")
+	s.refused("keeps running on b", "resize", "revert", vmA, "--wait")
+	if g := s.guest(vmA); hostOf(g) != "b" || g.VMState != "active" {
+		t.Errorf("after the refused revert A is %s on %q, want active on b", g.VMState, hostOf(g))
+	}
+	if dom, err := s.simulator().Lookup(context.Background(), "a", vmA); err == nil {
+		t.Errorf("after the refused revert a has A %s, want nothing there", dom.State)
+	}
+	if got := s.claimStates("a", vmA); got != "boot/tombstone" {
+		t.Errorf("after the refused revert a holds %q of A, want its hold as a tombstone", got)
+	}
+	s.ok("host", "up", "a", "--wait")
+	s.checkAgreement(vmA, "b")
+	s.ok("check")
+}
+
 // TestEvacuatedHostRemoved removes a fenced host that never comes back,
 // with the tombstones of its evacuated guest.
 func TestEvacuatedHostRemoved(t *testing.T) {

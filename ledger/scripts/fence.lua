@@ -1,11 +1,14 @@
 -- Renews the fence lease of a claim for a hypervisor step that acts for
 -- it, if the claim still exists with the caller's token. While the lease
 -- runs, the audit's compare-and-delete refuses to free the claim, so a
--- step that passed its fence cannot be overtaken by a release.
--- KEYS: claims, undo, lease
+-- step that passed its fence cannot be overtaken by a release. A host
+-- an operator marked down or returning is refused like a gone claim: no
+-- guest starts there, nor switches over to it, until it is up.
+-- KEYS: claims, undo, lease, host state
 -- ARGV: claim id, token, lease length in milliseconds
--- Returns {'ok', lease end in ms of the server's clock}, {'gone'} or
--- {'token'} (the claim was made again by someone else).
+-- Returns {'ok', lease end in ms of the server's clock}, {'gone'},
+-- {'token'} (the claim was made again by someone else) or {'down', host
+-- state}.
 local entry = redis.call('HGET', KEYS[2], ARGV[1])
 local token
 if entry then
@@ -20,6 +23,10 @@ else
 end
 if token ~= ARGV[2] then
   return {'token'}
+end
+local host = redis.call('HGET', KEYS[4], 'state') or 'up'
+if host == 'down' or host == 'returning' then
+  return {'down', host}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
