@@ -7,6 +7,7 @@ package config
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -222,9 +223,25 @@ func (c *Config) temporalTLSFiles() tlsfile.Files {
 	return tlsfile.Files{Var: Prefix + "_TEMPORAL_TLS", CA: c.Temporal.TLSCA, Cert: c.Temporal.TLSCert, Key: c.Temporal.TLSKey}
 }
 
-// Redis connects to Redis and opens the ledger on it.
+// Redis connects to Redis and opens the ledger on it, bound to the
+// Temporal namespace (ledger.Bind): a ledger that serves another
+// namespace is refused, before anything acts on it, since its claims
+// name workflows this namespace cannot see.
 func (c *Config) Redis(ctx context.Context) (*ledger.Ledger, redis.UniversalClient, error) {
-	return ledger.Open(ctx, c.RedisConfig)
+	led, rdb, err := ledger.Open(ctx, c.RedisConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := led.Bind(ctx, c.Namespace); err != nil {
+		_ = rdb.Close()
+		var other *ledger.OtherDeploymentError
+		if errors.As(err, &other) {
+			return nil, nil, fmt.Errorf("the ledger at %s (key prefix %s) serves Temporal namespace %q, not %q; set %s_TEMPORAL_NAMESPACE=%s, or give this deployment its own %s_REDIS_KEY_PREFIX",
+				c.RedisConfig.Endpoint(), c.RedisConfig.KeyPrefix, other.Bound.Namespace, other.Want.Namespace, Prefix, other.Bound.Namespace, Prefix)
+		}
+		return nil, nil, fmt.Errorf("redis %s: %w", c.RedisConfig.Endpoint(), err)
+	}
+	return led, rdb, nil
 }
 
 // NewDriver returns the configured hypervisor driver; the simulator keeps
