@@ -95,7 +95,10 @@ type Temporal struct {
 	// one cluster, comma-separated: calls then spread over those that
 	// answer, so losing one does not stop the worker or the CLI.
 	Address string `envconfig:"TEMPORAL_ADDRESS" default:"127.0.0.1:7233"`
-	// Namespace is the Temporal namespace pinflow's workflows run in.
+	// Namespace is the Temporal namespace pinflow's workflows run in. The
+	// first worker or CLI to use a ledger binds it to its namespace, and
+	// one of any other namespace is refused there: only this namespace
+	// sees the workflows the ledger's claims name.
 	Namespace string `envconfig:"TEMPORAL_NAMESPACE" default:"default"`
 	// TaskQueue is the task queue workers poll and the CLI starts on.
 	TaskQueue string `envconfig:"TEMPORAL_TASK_QUEUE" default:"pinflow"`
