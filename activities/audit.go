@@ -21,9 +21,12 @@ func (a *Activities) ListHosts(ctx context.Context) ([]string, error) {
 // It walks the ledger's claims, never a list of workflows (visibility is
 // eventually consistent), and asks the OwnerChecker about each claim
 // older than the grace period. It keeps every claim whose owner runs with
-// the claim's first run id, and every claim it cannot decide on. A
-// candidate is a pending claim whose owner is closed (for at least the
-// grace period, and never less than MinGrace), replaced or unknown, or a
+// the claim's first run id, every claim whose owner runs in another
+// namespace, every claim younger than the namespace's retention whose
+// owner Temporal does not know (it runs where this worker cannot see),
+// and every claim it cannot decide on. A candidate is a pending claim
+// whose owner is closed (for at least the grace period, and never less
+// than MinGrace), replaced or unknown, or a
 // committed claim that its instance record does not name while no
 // workflow of the instance is open. Before freeing a candidate it reads
 // the claim and the record again (Temporal's answer is newer than the
@@ -52,7 +55,7 @@ func (a *Activities) AuditHost(ctx context.Context, in AuditHostInput) (HostAudi
 
 func (a *Activities) auditHost(ctx context.Context, in AuditHostInput) (HostAudit, error) {
 	start := time.Now()
-	au := &audit{a: a, res: HostAudit{Host: in.Host, DryRun: in.DryRun}, grace: a.Grace, minGrace: a.MinGrace}
+	au := &audit{a: a, res: HostAudit{Host: in.Host, DryRun: in.DryRun}, grace: a.Grace, minGrace: a.MinGrace, namespace: a.Ledger.Namespace()}
 	if in.Grace != nil {
 		au.grace = *in.Grace
 	}
@@ -104,7 +107,11 @@ type audit struct {
 	grace time.Duration
 	// minGrace is the least time a closed owner must have been closed.
 	minGrace time.Duration
-	pinnable numa.CPUSet
+	// namespace is the Temporal namespace the audit sees and settles in.
+	namespace string
+	// retention is the namespace's, read when first needed.
+	retention *time.Duration
+	pinnable  numa.CPUSet
 }
 
 func (au *audit) fail(format string, args ...any) {
@@ -151,7 +158,7 @@ type claimOutcome struct {
 // for, and acts on the decision.
 func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) claimOutcome {
 	au.res.Tally.Claims++
-	r := auditRules{grace: au.grace, minGrace: au.minGrace, now: now}
+	r := auditRules{grace: au.grace, minGrace: au.minGrace, namespace: au.namespace, now: now}
 	var f claimFacts
 	v := decide(c, f, r)
 	for v.need != needNothing {
@@ -179,6 +186,8 @@ type auditRules struct {
 	grace time.Duration
 	// minGrace is the least time a closed owner must have been closed.
 	minGrace time.Duration
+	// namespace is the Temporal namespace the audit's answers come from.
+	namespace string
 	// now is when the audit began judging; younger claims are not judged.
 	now time.Time
 }
@@ -186,11 +195,12 @@ type auditRules struct {
 // claimFacts are what the audit has read about one claim, each only when
 // a decision asked for it.
 type claimFacts struct {
-	record   *ledger.Home // the instance record
-	noRecord bool         // the instance has no record
-	owner    *OwnerStatus // the status of the claim's owning workflow
-	ownerAt  time.Time    // when the owner's status was read
-	instance *OwnerStatus // the status of the instance's workflow
+	record    *ledger.Home   // the instance record
+	noRecord  bool           // the instance has no record
+	owner     *OwnerStatus   // the status of the claim's owning workflow
+	ownerAt   time.Time      // when the owner's status was read
+	instance  *OwnerStatus   // the status of the instance's workflow
+	retention *time.Duration // the namespace's retention of closed runs
 }
 
 // need is a fact a decision cannot be made without.
@@ -201,6 +211,7 @@ const (
 	needRecord
 	needOwner
 	needInstance
+	needRetention
 )
 
 // verdict is a decision on a claim: kept or to be freed and why, or the
@@ -234,12 +245,19 @@ func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 			return verdict{kept: KeptResident}
 		}
 	}
+	if !ownNamespace(c, r.namespace) {
+		// Temporal answers for the audit's namespace only.
+		return verdict{kept: KeptOtherNamespace}
+	}
 	if f.owner == nil {
 		return verdict{need: needOwner}
 	}
 	owner := *f.owner
 	if owner.State == OwnerRunning && owner.FirstRunID == c.OwnerRunID {
 		return verdict{kept: KeptOwnerRunning}
+	}
+	if v := unseen(c, owner, f, r); v != (verdict{}) {
+		return v
 	}
 	// The claim's own chain is closed. Its last activity attempts may
 	// still be in flight (termination does not stop them), so it must
@@ -265,6 +283,9 @@ func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 			return verdict{need: needInstance}
 		}
 		inst = *f.instance
+		if v := unseen(c, inst, f, r); v != (verdict{}) {
+			return v
+		}
 	}
 	switch {
 	case inst.State == OwnerRunning && c.State == ledger.StateHeld:
@@ -275,6 +296,31 @@ func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 		return verdict{freed: FreedInstanceGone}
 	}
 	return verdict{freed: FreedNotResident}
+}
+
+// unseen judges a claim of whose workflow st Temporal knows no run. That
+// proves the workflow gone only for a claim older than the namespace's
+// retention: a younger claim's workflow would still be known had it run
+// here, so it runs where the audit cannot see (another namespace or
+// server), and the claim is kept. It returns the zero verdict when the
+// decision goes on.
+func unseen(c *ledger.Claim, st OwnerStatus, f claimFacts, r auditRules) verdict {
+	switch {
+	case st.State != OwnerNotFound:
+		return verdict{}
+	case f.retention == nil:
+		return verdict{need: needRetention}
+	case r.now.Sub(c.CreatedAt) <= *f.retention:
+		return verdict{kept: KeptOwnerUnseen}
+	}
+	return verdict{}
+}
+
+// ownNamespace says whether c's owner runs in namespace; a claim recorded
+// before claims named their namespace belongs to the ledger's, which is
+// the namespace of every process the ledger lets act (ledger.Bind).
+func ownNamespace(c *ledger.Claim, namespace string) bool {
+	return c.Namespace == "" || c.Namespace == namespace
 }
 
 // learn reads into f the fact a decision on c needs. It reports an error
@@ -307,6 +353,16 @@ func (au *audit) learn(ctx context.Context, c *ledger.Claim, f *claimFacts, n ne
 			return false
 		}
 		f.instance = &st
+	case needRetention:
+		if au.retention == nil {
+			d, err := au.a.Owners.Retention(ctx)
+			if err != nil {
+				au.fail("claim %s: retention of namespace %q: %v", c.ID, au.namespace, err)
+				return false
+			}
+			au.retention = &d
+		}
+		f.retention = au.retention
 	}
 	return true
 }
@@ -350,7 +406,7 @@ func (au *audit) free(ctx context.Context, c *ledger.Claim, reason string) claim
 // its record says, so Settle confirms it, which frees this hold and
 // clears the record's resize too.
 func (au *audit) settleHold(ctx context.Context, c *ledger.Claim) bool {
-	if c.State != ledger.StateHeld || au.a.Settler == nil || au.res.DryRun {
+	if c.State != ledger.StateHeld || !au.maySettle(c) {
 		return false
 	}
 	home, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
@@ -358,6 +414,14 @@ func (au *audit) settleHold(ctx context.Context, c *ledger.Claim) bool {
 		return false
 	}
 	return au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: home.Host, ClaimID: home.ClaimID}) == nil
+}
+
+// maySettle says whether the audit may start Settle for c's instance. The
+// Settler starts it in the audit's namespace, so only for a claim whose
+// owner runs there: in another, Settle would run beside the instance's
+// open operation instead of being refused by its workflow id.
+func (au *audit) maySettle(c *ledger.Claim) bool {
+	return au.a.Settler != nil && !au.res.DryRun && ownNamespace(c, au.namespace)
 }
 
 // recheck reads the claim and, for a committed one, its instance record
@@ -414,7 +478,7 @@ func (au *audit) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) 
 	d := Drift{Kind: DriftClaimInUse, Instance: c.InstanceUUID, ClaimID: c.ID, CPUs: used.Intersection(want).String(),
 		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its pCPUs %s", c.State, c.ID, dom.Name, dom.State, used.Intersection(want))}
 	kept := KeptInUse
-	if dom.State == hypervisor.StateRunning && used.Equal(want) && au.a.Settler != nil && !au.res.DryRun {
+	if dom.State == hypervisor.StateRunning && used.Equal(want) && au.maySettle(c) {
 		err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: c.Host, ClaimID: c.ID})
 		if err != nil {
 			d.Detail += fmt.Sprintf("; settling it failed to start: %v", err)

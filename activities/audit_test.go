@@ -10,13 +10,16 @@ import (
 func TestDecide(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	old := now.Add(-time.Hour)
-	rules := auditRules{grace: time.Minute, minGrace: 30 * time.Second, now: now}
+	rules := auditRules{grace: time.Minute, minGrace: 30 * time.Second, namespace: "default", now: now}
 	claim := func(state ledger.ClaimState) *ledger.Claim {
 		return &ledger.Claim{ID: "c1", Host: "h1", InstanceUUID: "u1", Kind: ledger.KindInstance, State: state,
 			OwnerWorkflowID: "wf-u1", OwnerRunID: "run-1", CreatedAt: old}
 	}
 	closed := &OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: old}
 	running := &OwnerStatus{State: OwnerRunning, FirstRunID: "run-2", Since: old}
+	notFound := &OwnerStatus{State: OwnerNotFound}
+	day, halfHour := 24*time.Hour, 30*time.Minute
+	inNamespace := func(c *ledger.Claim, ns string) *ledger.Claim { c.Namespace = ns; return c }
 	tests := []struct {
 		name  string
 		claim *ledger.Claim
@@ -42,6 +45,24 @@ func TestDecide(t *testing.T) {
 			claimFacts{noRecord: true, owner: closed, ownerAt: now, instance: closed}, verdict{freed: FreedInstanceGone}},
 		{"hold, instance workflow open", claim(ledger.StateHeld),
 			claimFacts{record: &ledger.Home{Host: "h2"}, owner: closed, ownerAt: now, instance: running}, verdict{kept: KeptSourceHold}},
+		{"pending, owner not found, retention unread", claim(ledger.StatePending),
+			claimFacts{owner: notFound, ownerAt: now}, verdict{need: needRetention}},
+		{"pending, owner not found, younger than the retention", claim(ledger.StatePending),
+			claimFacts{owner: notFound, ownerAt: now, retention: &day}, verdict{kept: KeptOwnerUnseen}},
+		{"pending, owner not found, older than the retention", claim(ledger.StatePending),
+			claimFacts{owner: notFound, ownerAt: now, retention: &halfHour}, verdict{freed: FreedOwnerNotFound}},
+		{"hold, instance workflow not found, younger than the retention", claim(ledger.StateHeld),
+			claimFacts{record: &ledger.Home{Host: "h2"}, owner: closed, ownerAt: now, instance: notFound, retention: &day},
+			verdict{kept: KeptOwnerUnseen}},
+		{"hold, instance workflow not found, older than the retention", claim(ledger.StateHeld),
+			claimFacts{record: &ledger.Home{Host: "h2"}, owner: closed, ownerAt: now, instance: notFound, retention: &halfHour},
+			verdict{freed: FreedNotResident}},
+		{"pending, owner in the audit's namespace", inNamespace(claim(ledger.StatePending), "default"),
+			claimFacts{}, verdict{need: needOwner}},
+		{"pending, owner in another namespace, Temporal not asked", inNamespace(claim(ledger.StatePending), "other"),
+			claimFacts{}, verdict{kept: KeptOtherNamespace}},
+		{"hold, owner in another namespace", inNamespace(claim(ledger.StateHeld), "other"),
+			claimFacts{record: &ledger.Home{Host: "h2"}, owner: notFound, ownerAt: now, retention: &halfHour}, verdict{kept: KeptOtherNamespace}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

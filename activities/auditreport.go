@@ -16,8 +16,9 @@ const (
 	// FreedOwnerReplaced: a pending claim whose owning workflow id now runs
 	// another chain (another first run id); the claim's chain is closed.
 	FreedOwnerReplaced = "owner-replaced"
-	// FreedOwnerNotFound: a pending claim whose owning workflow the server
-	// no longer knows (closed beyond retention).
+	// FreedOwnerNotFound: a pending claim, older than the namespace's
+	// retention, whose owning workflow the server no longer knows (closed
+	// beyond retention).
 	FreedOwnerNotFound = "owner-not-found"
 	// FreedNotResident: a committed claim the instance record does not
 	// name (another host, another claim, or no host), with no workflow of
@@ -65,6 +66,14 @@ const (
 	KeptTombstone = "tombstone"
 	// KeptSourceHold: a resize's source hold, while the resize is open.
 	KeptSourceHold = "source-hold"
+	// KeptOwnerUnseen: Temporal knows no run of the claim's owner (or of
+	// its instance's workflow), but the claim is younger than the
+	// namespace's retention, so the workflow cannot have been forgotten:
+	// it runs where this worker cannot see it.
+	KeptOwnerUnseen = "owner-unseen"
+	// KeptOtherNamespace: the claim's owner runs in another Temporal
+	// namespace, whose workflows this worker cannot see or start.
+	KeptOtherNamespace = "other-namespace"
 )
 
 // Kinds of drift between the ledger and a hypervisor.

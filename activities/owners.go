@@ -9,6 +9,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/pinflow/pinflow/ledger"
@@ -25,7 +26,8 @@ const (
 	// OwnerClosed: the latest run of the workflow id is closed.
 	OwnerClosed OwnerState = "closed"
 	// OwnerNotFound: the server knows no run of the workflow id (never
-	// started, or closed longer ago than the namespace's retention).
+	// started, closed longer ago than the namespace's retention, or run
+	// in another namespace or on another server).
 	OwnerNotFound OwnerState = "not-found"
 )
 
@@ -47,12 +49,30 @@ type OwnerStatus struct {
 // error, never a guess, when they cannot tell.
 type OwnerChecker interface {
 	OwnerStatus(ctx context.Context, workflowID string) (OwnerStatus, error)
+	// Retention is how long the namespace keeps a closed run: a workflow
+	// not found may have closed longer ago only.
+	Retention(ctx context.Context) (time.Duration, error)
 }
 
 // TemporalOwners is the OwnerChecker of a real Temporal server: one
 // DescribeWorkflow of the id's latest run per question.
 type TemporalOwners struct {
 	Client client.Client
+	// Namespace is the Client's namespace.
+	Namespace string
+}
+
+// Retention reads the namespace's workflow execution retention.
+func (t TemporalOwners) Retention(ctx context.Context) (time.Duration, error) {
+	d, err := t.Client.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: t.Namespace})
+	if err != nil {
+		return 0, fmt.Errorf("activities: describe namespace %q: %w", t.Namespace, err)
+	}
+	ttl := d.GetConfig().GetWorkflowExecutionRetentionTtl()
+	if ttl == nil {
+		return 0, fmt.Errorf("activities: describe namespace %q: the reply has no retention", t.Namespace)
+	}
+	return ttl.AsDuration(), nil
 }
 
 // OwnerStatus describes the latest run of workflowID.

@@ -18,12 +18,15 @@ import (
 )
 
 // fakeOwners is an OwnerChecker that answers exactly what the test set:
-// an unknown workflow id is not found.
+// an unknown workflow id is not found, and the namespace keeps closed
+// runs for testRetention.
 type fakeOwners struct {
 	mu     sync.Mutex
 	status map[string]OwnerStatus
 	errs   map[string]error
 	calls  []string
+	// retentionReads counts the questions about the retention.
+	retentionReads int
 	// before, when set, runs at the start of every question, to race the
 	// audit.
 	before func(workflowID string)
@@ -55,12 +58,23 @@ func (f *fakeOwners) OwnerStatus(_ context.Context, id string) (OwnerStatus, err
 	return OwnerStatus{State: OwnerNotFound}, nil
 }
 
+// testRetention is the fake namespace's retention of closed runs.
+const testRetention = 24 * time.Hour
+
+func (f *fakeOwners) Retention(context.Context) (time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retentionReads++
+	return testRetention, nil
+}
+
 // world is a real Redis with a ledger and a simulated hypervisor on it,
 // and the activities over them with a fake owner checker. Its ledger's
 // clock is the test's, so claims can be made in the past.
 type world struct {
 	acts   *Activities
 	led    *ledger.Ledger
+	rdb    *redis.Client
 	drv    *sim.Driver
 	owners *fakeOwners
 	mu     sync.Mutex
@@ -88,11 +102,11 @@ func newWorldOn(t testing.TB, ledgerSrv, simSrv *testenv.Redis) *world {
 		simRDB = client(simSrv)
 	}
 	w := &world{owners: newFakeOwners(), now: time.Now().Add(-time.Hour)}
-	led, err := ledger.New(rdb, ledger.Options{Now: w.clock})
+	led, err := ledger.New(rdb, ledger.Options{Now: w.clock, Namespace: "default"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.led, w.drv = led, sim.New(simRDB, sim.Options{})
+	w.led, w.rdb, w.drv = led, rdb, sim.New(simRDB, sim.Options{})
 	w.acts = &Activities{Ledger: led, Driver: w.drv, Owners: w.owners, Grace: time.Minute}
 	return w
 }
@@ -161,6 +175,23 @@ func (w *world) boot(t testing.TB, host, uuid string, owner Owner) ClaimResult {
 	return c
 }
 
+// claimIn makes a pending claim as a process of Temporal namespace ns
+// would, on the world's Redis.
+func (w *world) claimIn(t testing.TB, ns, host, id, uuid string, owner Owner) ClaimResult {
+	t.Helper()
+	led, err := ledger.New(w.rdb, ledger.Options{Now: w.clock, Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acts := *w.acts
+	acts.Ledger = led
+	c, err := acts.Claim(context.Background(), ClaimInput{Host: host, ClaimID: id, UUID: uuid, Kind: ledger.KindMigrationDest, Owner: owner, Flavor: testFlavor})
+	if err != nil {
+		t.Fatalf("Claim(%s on %s) in namespace %s: %v", id, host, ns, err)
+	}
+	return c
+}
+
 func (w *world) audit(t testing.TB, in AuditHostInput) HostAudit {
 	t.Helper()
 	res, err := w.acts.AuditHost(context.Background(), in)
@@ -191,6 +222,7 @@ func TestAuditHostDecisions(t *testing.T) {
 	ctx := context.Background()
 	old := time.Now().Add(-time.Hour)
 	long := OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: old}
+	beyond := time.Now().Add(-testRetention - time.Hour)
 
 	tests := []struct {
 		name string
@@ -218,9 +250,18 @@ func TestAuditHostDecisions(t *testing.T) {
 			w.owners.set("wf-"+u, OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-10 * time.Second)})
 			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, time.Minute, false, KeptRecentlyClosed, ""},
-		{"pending, owner not found", func(t *testing.T, host, u string) string {
+		{"pending, owner not found, younger than the retention", func(t *testing.T, host, u string) string {
 			return w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, time.Minute, false, "", FreedOwnerNotFound},
+		}, 0, false, KeptOwnerUnseen, ""},
+		{"pending, owner not found, older than the retention", func(t *testing.T, host, u string) string {
+			w.at(beyond)
+			defer w.at(old)
+			return w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
+		}, 0, false, "", FreedOwnerNotFound},
+		{"pending, owner in another namespace", func(t *testing.T, host, u string) string {
+			w.owners.set("wf-"+u, long)
+			return w.claimIn(t, "other", host, "c-"+u, u, Owner{"wf-" + u, "run-1"}).ClaimID
+		}, 0, false, KeptOtherNamespace, ""},
 		{"pending, younger than the grace period", func(t *testing.T, host, u string) string {
 			w.at(time.Now())
 			defer w.at(old)
@@ -252,7 +293,16 @@ func TestAuditHostDecisions(t *testing.T) {
 			w.owners.set(InstanceWorkflowID(u), OwnerStatus{State: OwnerRunning, FirstRunID: "del-" + u, Since: old})
 			return c.ClaimID
 		}, 0, false, KeptInstanceBusy, ""},
-		{"committed, instance record gone, no workflow open", func(t *testing.T, host, u string) string {
+		{"committed, instance record gone, no workflow known, younger than the retention", func(t *testing.T, host, u string) string {
+			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
+			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
+				t.Fatal(err)
+			}
+			return c.ClaimID
+		}, 0, false, KeptOwnerUnseen, ""},
+		{"committed, instance record gone, no workflow known, older than the retention", func(t *testing.T, host, u string) string {
+			w.at(beyond)
+			defer w.at(old)
 			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
@@ -334,6 +384,7 @@ func TestAuditHostReleaseRace(t *testing.T) {
 	w.addHost(t, "a")
 	u := uuidN(200)
 	owner := Owner{"wf-race", "run-1"}
+	w.owners.set(owner.WorkflowID, OwnerStatus{State: OwnerClosed, FirstRunID: owner.FirstRunID, Since: time.Now().Add(-time.Hour)})
 	c := w.claim(t, "a", "c-race", u, ledger.KindUnshelve, owner)
 	before, err := w.led.GetClaim(context.Background(), "a", c.ClaimID)
 	if err != nil {
@@ -452,5 +503,45 @@ func TestReasonCounts(t *testing.T) {
 	}
 	if got := rc.Total(); got != 4 {
 		t.Errorf("ReasonCounts.Total() = %d, want 4", got)
+	}
+}
+
+// TestAuditSettlesOnlyWhatItSees: a resize waiting in VERIFY_RESIZE
+// whose workflow Temporal does not know keeps its source hold, and the
+// audit starts no Settle (which would end the hold a revert needs),
+// unless the resize is older than the namespace's retention.
+func TestAuditSettlesOnlyWhatItSees(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		age         time.Duration
+		wantKept    string
+		wantSettles int
+	}{
+		{"younger than the retention", time.Hour, KeptOwnerUnseen, 0},
+		{"older than the retention", testRetention + time.Hour, KeptSettling, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.at(time.Now().Add(-tt.age))
+			settler := &fakeSettler{}
+			w.acts.Settler = settler
+			w.addHost(t, "a")
+			w.addHost(t, "b")
+			u := uuidN(30)
+			src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+			bigger := testFlavor
+			bigger.VCPUs = 3
+			w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
+			res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
+			if got := res.Tally.Kept.Of(tt.wantKept); got != 1 || res.Tally.Freed.Total() != 0 {
+				t.Errorf("AuditHost(a): tally %+v, want the source hold kept %s", res.Tally, tt.wantKept)
+			}
+			if len(settler.started) != tt.wantSettles {
+				t.Errorf("AuditHost(a) started %d settles (%+v), want %d", len(settler.started), settler.started, tt.wantSettles)
+			}
+			if !w.hasClaim(t, "a", src.ClaimID) {
+				t.Errorf("AuditHost(a) freed the source hold %s", src.ClaimID)
+			}
+		})
 	}
 }

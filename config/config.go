@@ -7,6 +7,7 @@ package config
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -94,7 +95,10 @@ type Temporal struct {
 	// one cluster, comma-separated: calls then spread over those that
 	// answer, so losing one does not stop the worker or the CLI.
 	Address string `envconfig:"TEMPORAL_ADDRESS" default:"127.0.0.1:7233"`
-	// Namespace is the Temporal namespace pinflow's workflows run in.
+	// Namespace is the Temporal namespace pinflow's workflows run in. The
+	// first worker or CLI to use a ledger binds it to its namespace, and
+	// one of any other namespace is refused there: only this namespace
+	// sees the workflows the ledger's claims name.
 	Namespace string `envconfig:"TEMPORAL_NAMESPACE" default:"default"`
 	// TaskQueue is the task queue workers poll and the CLI starts on.
 	TaskQueue string `envconfig:"TEMPORAL_TASK_QUEUE" default:"pinflow"`
@@ -222,9 +226,25 @@ func (c *Config) temporalTLSFiles() tlsfile.Files {
 	return tlsfile.Files{Var: Prefix + "_TEMPORAL_TLS", CA: c.Temporal.TLSCA, Cert: c.Temporal.TLSCert, Key: c.Temporal.TLSKey}
 }
 
-// Redis connects to Redis and opens the ledger on it.
+// Redis connects to Redis and opens the ledger on it, bound to the
+// Temporal namespace (ledger.Bind): a ledger that serves another
+// namespace is refused, before anything acts on it, since its claims
+// name workflows this namespace cannot see.
 func (c *Config) Redis(ctx context.Context) (*ledger.Ledger, redis.UniversalClient, error) {
-	return ledger.Open(ctx, c.RedisConfig)
+	led, rdb, err := ledger.Open(ctx, c.RedisConfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := led.Bind(ctx, c.Namespace); err != nil {
+		_ = rdb.Close()
+		var other *ledger.OtherDeploymentError
+		if errors.As(err, &other) {
+			return nil, nil, fmt.Errorf("the ledger at %s (key prefix %s) serves Temporal namespace %q, not %q; set %s_TEMPORAL_NAMESPACE=%s, or give this deployment its own %s_REDIS_KEY_PREFIX",
+				c.RedisConfig.Endpoint(), c.RedisConfig.KeyPrefix, other.Bound.Namespace, other.Want.Namespace, Prefix, other.Bound.Namespace, Prefix)
+		}
+		return nil, nil, fmt.Errorf("redis %s: %w", c.RedisConfig.Endpoint(), err)
+	}
+	return led, rdb, nil
 }
 
 // NewDriver returns the configured hypervisor driver; the simulator keeps

@@ -72,7 +72,7 @@ func TestRedisCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := Config{RedisConfig: tt.cfg}
+			c := Config{RedisConfig: tt.cfg, Temporal: Temporal{Namespace: "default"}}
 			c.RedisConfig.DialTimeout = 3 * time.Second
 			_, rdb, err := c.Redis(ctx)
 			if tt.ok {
@@ -117,7 +117,7 @@ func TestRedisTLS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := Config{RedisConfig: tt.cfg}
+			c := Config{RedisConfig: tt.cfg, Temporal: Temporal{Namespace: "default"}}
 			c.RedisConfig.DialTimeout = 3 * time.Second
 			_, rdb, err := c.Redis(ctx)
 			if tt.ok {

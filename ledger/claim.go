@@ -83,6 +83,10 @@ type Claim struct {
 	// when that workflow is no longer running.
 	OwnerWorkflowID string `json:"owner_workflow_id"`
 	OwnerRunID      string `json:"owner_run_id"`
+	// Namespace is the Temporal namespace the owner runs in, the one
+	// the claiming process served (Options.Namespace); a record without
+	// it belongs to the namespace the ledger is bound to (Bind).
+	Namespace string `json:"namespace,omitempty"`
 	// Token is random; ReleaseIfUnchanged and Fence accept the claim only
 	// with it, so a decision on a claim, or a step acting for one, cannot
 	// reach a claim made again meanwhile.
@@ -178,7 +182,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 	}
 	c := &Claim{
 		State: StatePending, ID: spec.ID, Host: spec.Host, InstanceUUID: spec.InstanceUUID, Kind: spec.Kind,
-		OwnerWorkflowID: spec.OwnerWorkflowID, OwnerRunID: spec.OwnerRunID,
+		OwnerWorkflowID: spec.OwnerWorkflowID, OwnerRunID: spec.OwnerRunID, Namespace: l.namespace,
 		Token: token, CreatedAt: l.now().UTC(),
 	}
 	k := l.hostKeys(spec.Host)

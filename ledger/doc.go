@@ -18,6 +18,7 @@
 //	<prefix>:hosts            set: registered host names
 //	<prefix>:placement:changed  sorted set: host -> when its usage or topology last changed (µs, server clock)
 //	<prefix>:moves            sorted set: "target|move" -> lease end (ms, server clock): the drains' moves running (TakeMoveSlot)
+//	<prefix>:deployment       string: the Temporal deployment the ledger serves, {"namespace":...} (Bind)
 //
 // gen is the topology generation; it grows when RegisterHost changes the
 // topology, and a claim fitted against an older generation is refused. rev
@@ -204,4 +205,12 @@
 //
 // Only the audit frees claims that no workflow finishes, and only with the
 // token it read, so it cannot free a claim made again in the meantime.
+//
+// # Deployment
+//
+// A ledger serves one Temporal namespace: its claims name workflows
+// (Claim.OwnerWorkflowID, and Claim.Namespace, the claiming process's
+// namespace), and only that namespace can say whether they still run.
+// Bind records the namespace in the deployment key on first use (one
+// atomic script) and refuses a process of another namespace thereafter.
 package ledger

@@ -111,3 +111,7 @@ func (l *Ledger) movesKey() string { return l.prefix + ":moves" }
 // changedKey is the sorted set of hosts whose usage or topology changed
 // lately (see ChangedSince), in its own slot like hostsKey.
 func (l *Ledger) changedKey() string { return l.prefix + ":placement:changed" }
+
+// deploymentKey names the Temporal deployment the ledger serves (Bind),
+// read and written alone, in its own slot.
+func (l *Ledger) deploymentKey() string { return l.prefix + ":deployment" }

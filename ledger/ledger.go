@@ -24,6 +24,9 @@ type Options struct {
 	// Durability is what every change waits for before its call returns;
 	// the zero value waits for nothing.
 	Durability Durability
+	// Namespace is the Temporal namespace of the workflows this process
+	// claims for, which every claim records; Bind sets it too.
+	Namespace string
 }
 
 // Ledger is the per-host CPU, memory and page ledger and the instance
@@ -34,6 +37,7 @@ type Ledger struct {
 	prefix      string
 	maxAttempts int
 	now         func() time.Time
+	namespace   string
 
 	// hosts caches each host's topology and state, so a claim fits without
 	// reading the host first (see hostCache).
@@ -53,7 +57,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Ledger, error) {
 		return nil, err
 	}
 	acks := newAcker(rdb, opts.Durability)
-	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, acks: acks}
+	l := &Ledger{rdb: rdb, prefix: opts.KeyPrefix, maxAttempts: opts.MaxAttempts, now: opts.Now, acks: acks, namespace: opts.Namespace}
 	if l.prefix == "" {
 		l.prefix = DefaultKeyPrefix
 	}

@@ -61,4 +61,5 @@ var (
 	instStageScript       = loadScript("inst_stage")
 	hostStateScript       = loadScript("host_state")
 	instClearResizeScript = loadScript("inst_clear_resize")
+	bindScript            = loadScript("bind")
 )

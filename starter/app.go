@@ -50,8 +50,13 @@ func (a *app) ledger() (*ledger.Ledger, error) {
 	return a.led, nil
 }
 
+// client connects to Temporal once the ledger is open: a ledger bound to
+// another namespace is refused before any workflow starts.
 func (a *app) client() (client.Client, error) {
 	if a.temporal == nil {
+		if _, err := a.ledger(); err != nil {
+			return nil, err
+		}
 		c, err := a.cfg.Dial(a.ctx, nil, config.WithTelemetry(a.tel))
 		if err != nil {
 			return nil, err

@@ -83,7 +83,7 @@ func run() error {
 		SweepInterval: cfg.Placement.SweepInterval, Logger: logger})
 	go func() { _ = hosts.Run(ctx) }()
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions, Placement: hosts,
-		Owners: activities.TemporalOwners{Client: tc}, Holders: activities.TemporalOwners{Client: tc}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
+		Owners: activities.TemporalOwners{Client: tc, Namespace: cfg.Namespace}, Holders: activities.TemporalOwners{Client: tc, Namespace: cfg.Namespace}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
 		Settler:         workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue},
 		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, DrainMaxMoves: cfg.DrainMaxMoves, MigrationPolicy: policy})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,

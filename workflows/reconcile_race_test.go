@@ -54,6 +54,10 @@ func (o *openOwner) OwnerStatus(_ context.Context, id string) (activities.OwnerS
 	return activities.OwnerStatus{State: activities.OwnerNotFound}, nil
 }
 
+// Retention is none: every claim is older, so a workflow not found is
+// gone.
+func (o *openOwner) Retention(context.Context) (time.Duration, error) { return 0, nil }
+
 // firstRun gives the workflows under test a first run id, as the server
 // would: the test environment leaves it empty, and the ledger refuses a
 // claim without an owner run.

@@ -42,7 +42,7 @@ func BenchmarkAuditFleet(b *testing.B) {
 	}
 	defer rdb.Close()
 	drv := sim.New(rdb, sim.Options{})
-	acts := &activities.Activities{Ledger: led, Driver: drv, Owners: activities.TemporalOwners{Client: tc}}
+	acts := &activities.Activities{Ledger: led, Driver: drv, Owners: activities.TemporalOwners{Client: tc, Namespace: namespace}}
 	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 8, Threads: 2, MemoryMB: 1 << 16})
 	if err != nil {
 		b.Fatal(err)

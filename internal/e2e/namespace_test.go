@@ -1,0 +1,70 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinflow/pinflow/ledger"
+)
+
+// TestLedgerServesOneNamespace: a CLI or worker configured with another
+// Temporal namespace on the same Redis and key prefix refuses the ledger
+// with one line naming both namespaces, before any Temporal call, and
+// changes no claim.
+func TestLedgerServesOneNamespace(t *testing.T) {
+	s := newStack(t)
+	s.startWorker()
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
+	s.boot("vm", "a", 2)
+	rdb := s.redisClient()
+	claims := func() map[string]string {
+		t.Helper()
+		c, err := rdb.HGetAll(context.Background(), ledger.DefaultKeyPrefix+":host:{a}:claims").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	before := claims()
+	if len(before) == 0 {
+		t.Fatal("host a has no claim after the boot")
+	}
+
+	want := `serves Temporal namespace "` + s.namespace() + `", not "other"`
+	own := s.env
+	s.env = append(slices.Clip(own), "PINFLOW_TEMPORAL_NAMESPACE=other")
+	s.refused(want, "host", "show", "a")
+	s.refused(want, "reconcile", "--grace", "0", "--wait")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := exec.CommandContext(ctx, s.worker)
+	w.Env = s.env
+	out, err := w.CombinedOutput()
+	line := strings.TrimSpace(string(out))
+	if err == nil || strings.Contains(line, "\n") || !strings.HasPrefix(line, "pinflow-worker: ") || !strings.Contains(line, want) {
+		t.Errorf("worker of namespace other: exit %v, output %q; want a non-zero exit and one line containing %q", err, line, want)
+	}
+	s.env = own
+
+	if diff := cmp.Diff(before, claims()); diff != "" {
+		t.Errorf("claims on a after the refusals (-before +after):\n%s", diff)
+	}
+}
+
+// namespace is the Temporal namespace the stack's workers serve.
+func (s *stack) namespace() string {
+	ns := ""
+	for _, kv := range s.env {
+		if v, ok := strings.CutPrefix(kv, "PINFLOW_TEMPORAL_NAMESPACE="); ok {
+			ns = v
+		}
+	}
+	return ns
+}
