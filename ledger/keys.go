@@ -37,9 +37,9 @@ func validClaimID(s string) bool  { return validName(s, 200, "._:/@+=-") }
 func validPrefix(s string) bool   { return validName(s, 64, "._:-") }
 
 const (
-	hostNameRule  = "1-253 characters of letters, digits, '.', '_' and '-', starting with a letter or digit"
-	nameRule  = "1-253 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
-	claimRule = "1-200 characters of letters, digits and . _ : / @ + = -, starting with a letter or digit"
+	hostNameRule = "1-253 characters of letters, digits, '.', '_' and '-', starting with a letter or digit"
+	nameRule     = "1-253 characters of letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
+	claimRule    = "1-200 characters of letters, digits and . _ : / @ + = -, starting with a letter or digit"
 )
 
 // CheckHostName refuses a host name that cannot be part of the ledger's
