@@ -39,7 +39,7 @@ func validateExtraSpec(key, value string) error {
 	if !found || !knownNamespace(ns) {
 		return nil
 	}
-	msg := fmt.Sprintf("extra spec %s=%q: %s: is a namespace Nova knows and %s is none of its keys", key, value, ns, key)
+	msg := fmt.Sprintf("extra spec %s=%q: no such key in Nova's %s: namespace", key, value, ns)
 	if near := nearestSpec(key); near != "" {
 		msg += "; did you mean " + near + "?"
 	}
