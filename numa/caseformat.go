@@ -35,7 +35,9 @@ func (in *InstanceSpec) Request() (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewRequest(in.VCPUs, in.MemoryMB, es, ip)
+	// The reference cases are answers of Nova's hardware layer, which
+	// sees specs the API has already validated, or not at all.
+	return newRequest(in.VCPUs, in.MemoryMB, es, ip)
 }
 
 // flatten turns JSON property values into the strings Nova compares.

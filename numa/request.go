@@ -135,9 +135,23 @@ func (s specs) get(key string) (flavor, image string) {
 
 // NewRequest builds the request a guest of vcpus and memoryMB makes under
 // the given flavor extra specs and image properties, with Nova's rules for
-// which source wins and which combinations are invalid. An invalid request
-// is an *InvalidRequestError; the request is nil.
+// which source wins and which combinations are invalid. The specs and
+// properties are first validated as Nova's API does (ValidateExtraSpecs,
+// ValidateImageProps). An invalid request is an *InvalidRequestError; the
+// request is nil.
 func NewRequest(vcpus int, memoryMB int64, extraSpecs, imageProps map[string]string) (*Request, error) {
+	if err := ValidateExtraSpecs(extraSpecs); err != nil {
+		return nil, err
+	}
+	if err := ValidateImageProps(imageProps); err != nil {
+		return nil, err
+	}
+	return newRequest(vcpus, memoryMB, extraSpecs, imageProps)
+}
+
+// newRequest is NewRequest without the API's validation: Nova's own
+// request building, which its reference cases exercise directly.
+func newRequest(vcpus int, memoryMB int64, extraSpecs, imageProps map[string]string) (*Request, error) {
 	if err := checkSize(vcpus, memoryMB); err != nil {
 		return nil, err
 	}

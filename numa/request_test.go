@@ -7,6 +7,9 @@ import (
 	"testing"
 )
 
+// TestNewRequestInvalid checks the kind NewRequest gives each refusal:
+// ValidationError and InvalidRequest are the API's validation of extra
+// specs and image properties, the others Nova's request building.
 func TestNewRequestInvalid(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -17,12 +20,12 @@ func TestNewRequestInvalid(t *testing.T) {
 	}{
 		{"thread policy without pinning", 2, map[string]string{"hw:cpu_thread_policy": "isolate"}, nil, "CPUThreadPolicyConfigurationInvalid"},
 		{"emulator isolate without pinning", 2, map[string]string{"hw:emulator_threads_policy": "isolate"}, nil, "BadRequirementEmulatorThreadsPolicy"},
-		{"bad cpu policy", 2, map[string]string{"hw:cpu_policy": "pinned"}, nil, "InvalidCPUAllocationPolicy"},
-		{"bad image cpu policy", 2, nil, map[string]string{"hw_cpu_policy": "x"}, "InvalidCPUAllocationPolicy"},
+		{"bad cpu policy", 2, map[string]string{"hw:cpu_policy": "pinned"}, nil, "ValidationError"},
+		{"bad image cpu policy", 2, nil, map[string]string{"hw_cpu_policy": "x"}, "InvalidRequest"},
 		{"image dedicated under shared flavor", 2, map[string]string{"hw:cpu_policy": "shared"}, map[string]string{"hw_cpu_policy": "dedicated"}, "ImageCPUPinningForbidden"},
 		{"image dedicated under mixed flavor", 2, map[string]string{"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "1"}, map[string]string{"hw_cpu_policy": "dedicated"}, "ImageCPUPinningForbidden"},
 		{"thread policy conflict", 2, map[string]string{"hw:cpu_policy": "dedicated", "hw:cpu_thread_policy": "isolate"}, map[string]string{"hw_cpu_thread_policy": "require"}, "ImageCPUThreadPolicyForbidden"},
-		{"bad emulator policy", 2, map[string]string{"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "both"}, nil, "InvalidEmulatorThreadsPolicy"},
+		{"bad emulator policy", 2, map[string]string{"hw:cpu_policy": "dedicated", "hw:emulator_threads_policy": "both"}, nil, "ValidationError"},
 		{"mixed without mask", 2, map[string]string{"hw:cpu_policy": "mixed"}, nil, "RequiredMixedOrRealtimeCPUMask"},
 		{"mixed with both masks", 4, map[string]string{"hw:cpu_policy": "mixed", "hw:cpu_dedicated_mask": "^0", "hw:cpu_realtime": "yes", "hw:cpu_realtime_mask": "^0"}, nil, "RequiredMixedOrRealtimeCPUMask"},
 		{"dedicated mask without mixed", 2, map[string]string{"hw:cpu_policy": "dedicated", "hw:cpu_dedicated_mask": "1"}, nil, "RequiredMixedInstancePolicy"},
@@ -31,8 +34,8 @@ func TestNewRequestInvalid(t *testing.T) {
 		{"realtime without pinning", 2, map[string]string{"hw:cpu_realtime": "yes", "hw:cpu_realtime_mask": "^0"}, nil, "RealtimeConfigurationInvalid"},
 		{"realtime on all vCPUs without emulator policy", 2, map[string]string{"hw:cpu_policy": "dedicated", "hw:cpu_realtime": "yes"}, nil, "RealtimeMaskNotFoundOrInvalid"},
 		{"realtime mask outside vCPUs", 2, map[string]string{"hw:cpu_policy": "dedicated", "hw:cpu_realtime": "yes", "hw:cpu_realtime_mask": "7"}, nil, "RealtimeMaskNotFoundOrInvalid"},
-		{"numa nodes zero", 2, map[string]string{"hw:numa_nodes": "0"}, nil, "InvalidNUMANodesNumber"},
-		{"numa nodes not a number", 2, map[string]string{"hw:numa_nodes": "two"}, nil, "InvalidNUMANodesNumber"},
+		{"numa nodes zero", 2, map[string]string{"hw:numa_nodes": "0"}, nil, "ValidationError"},
+		{"numa nodes not a number", 2, map[string]string{"hw:numa_nodes": "two"}, nil, "ValidationError"},
 		{"numa nodes in flavor and image", 2, map[string]string{"hw:numa_nodes": "1"}, map[string]string{"hw_numa_nodes": "1"}, "ImageNUMATopologyForbidden"},
 		{"asymmetric split", 3, map[string]string{"hw:numa_nodes": "2"}, nil, "ImageNUMATopologyAsymmetric"},
 		{"cpus without mem", 2, map[string]string{"hw:numa_nodes": "1", "hw:numa_cpus.0": "0-1"}, nil, "ImageNUMATopologyIncomplete"},
@@ -41,7 +44,7 @@ func TestNewRequestInvalid(t *testing.T) {
 		{"vCPU twice", 2, map[string]string{"hw:numa_nodes": "2", "hw:numa_cpus.0": "0-1", "hw:numa_mem.0": "512", "hw:numa_cpus.1": "1", "hw:numa_mem.1": "512"}, nil, "ImageNUMATopologyCPUDuplicates"},
 		{"vCPU unassigned", 3, map[string]string{"hw:numa_nodes": "1", "hw:numa_cpus.0": "0-1", "hw:numa_mem.0": "1024"}, nil, "ImageNUMATopologyCPUsUnassigned"},
 		{"memory does not add up", 2, map[string]string{"hw:numa_nodes": "1", "hw:numa_cpus.0": "0-1", "hw:numa_mem.0": "512"}, nil, "ImageNUMATopologyMemoryOutOfRange"},
-		{"bad page size", 2, map[string]string{"hw:mem_page_size": "huge"}, nil, "MemoryPageSizeInvalid"},
+		{"bad page size", 2, map[string]string{"hw:mem_page_size": "huge"}, nil, "ValidationError"},
 		{"image page size alone", 2, nil, map[string]string{"hw_mem_page_size": "2048"}, "MemoryPageSizeForbidden"},
 		{"image page size under explicit flavor size", 2, map[string]string{"hw:mem_page_size": "2048"}, map[string]string{"hw_mem_page_size": "1GB"}, "MemoryPageSizeForbidden"},
 		{"locked memory without pages", 2, map[string]string{"hw:locked_memory": "true"}, nil, "LockMemoryForbidden"},

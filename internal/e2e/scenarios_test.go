@@ -185,6 +185,16 @@ func TestBadInput(t *testing.T) {
 	s.refused("unknown instance", "migrate", "00000000-0000-4000-8000-000000000000", "--dest", "b")
 	s.refused("unknown host", "migrate", vmA, "--dest", "nowhere")
 	s.refused("hw:cpu_policy", "boot", "--name", "X", "--vcpus", "2", "--memory-mb", "1024", "--spec", "hw:cpu_policy=pinned")
+	// Each of these booted a floating guest: a typo of a key Nova knows, a
+	// flavor key as an image property, a trait value Nova refuses.
+	guests := len(s.listRows())
+	s.refused("did you mean hw:cpu_policy", "boot", "--name", "X", "--vcpus", "2", "--memory-mb", "1024", "--spec", "hw:cpu_polcy=dedicated")
+	s.refused("hw_cpu_policy", "boot", "--name", "X", "--vcpus", "2", "--memory-mb", "1024", "--image-prop", "hw:cpu_policy=dedicated")
+	s.refused("required or forbidden", "boot", "--name", "X", "--vcpus", "2", "--memory-mb", "1024", "--spec", "trait:HW_CPU_HYPERTHREADING=bogus")
+	s.refused("did you mean hw:cpu_policy", "resize", vmA, "--spec", "hw:cpu_polcy=dedicated")
+	if n := len(s.listRows()); n != guests {
+		t.Errorf("pinflow list has %d guests after the refused boots, want %d", n, guests)
+	}
 	s.refused("is active", "unshelve", vmA)
 	s.refused("unknown host", "boot", "--name", "X", "--host", "nowhere", "--vcpus", "1", "--memory-mb", "512")
 	badNames(t, s, vmA)
