@@ -69,3 +69,82 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 		t.Errorf("host c limits %+v, want 4096×1.5−1024 = 5120 MiB and 2 CPUs × 4 = 8 vCPUs", got)
 	}
 }
+
+// TestConcurrentBootsNeverOvercommit starts, all at once from separate
+// CLI processes, more guests without a NUMA topology than host a has
+// memory and shared vCPUs for, pinned guests beside them, and a resize
+// onto a whose source hold stays on b until its confirm window ends. Some
+// boots must be refused for want of room; whatever the interleaving, a
+// never holds more than its limits, the guests that run there add up to
+// what its ledger counts, and every ledger checks out.
+func TestConcurrentBootsNeverOvercommit(t *testing.T) {
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	var m struct {
+		UUID string `json:"uuid"`
+	}
+	s.jsonOf(&m, "boot", "--name", "mover", "--host", "b", "--vcpus", "2", "--memory-mb", "2048", "--wait")
+
+	type result struct {
+		what string
+		code int
+		err  string
+	}
+	var cmds [][]string
+	for i := range 8 { // 8 × 1536 MiB and 8 × 3 vCPUs: more than a has
+		cmds = append(cmds, []string{"boot", "--name", fmt.Sprintf("float%d", i), "--host", "a", "--vcpus", "3", "--memory-mb", "1536", "--wait"})
+	}
+	for i := range 3 {
+		cmds = append(cmds, []string{"boot", "--name", fmt.Sprintf("pinned%d", i), "--host", "a", "--vcpus", "1", "--memory-mb", "512",
+			"--spec", "hw:cpu_policy=dedicated", "--wait"})
+	}
+	cmds = append(cmds, []string{"resize", m.UUID, "--vcpus", "3", "--memory-mb", "3072", "--host", "a", "--confirm-window", "2s", "--wait"})
+	results := make(chan result, len(cmds))
+	for _, args := range cmds {
+		go func() {
+			_, errOut, code := s.run(args...)
+			results <- result{what: strings.Join(args, " "), code: code, err: errOut}
+		}()
+	}
+	refused := 0
+	for range cmds {
+		r := <-results
+		if r.code == 0 {
+			continue
+		}
+		refused++
+		if !strings.Contains(r.err, "host memory") && !strings.Contains(r.err, "host vCPU") &&
+			!strings.Contains(r.err, "no fit") && !strings.Contains(r.err, "no room") {
+			t.Errorf("pinflow %s: exit %d for another reason than room: %s", r.what, r.code, r.err)
+		}
+	}
+	if refused == 0 {
+		t.Errorf("every boot went through, though a cannot hold them all")
+	}
+
+	for _, h := range []string{"a", "b"} {
+		u := s.hostUsage(h)
+		if u.MemoryUsedMB > u.MemoryLimitMB || int64(u.VCPUUsage) > u.VCPULimit {
+			t.Errorf("host %s holds more than its limits: %+v", h, u)
+		}
+		var mem int64
+		var vcpus int
+		var rows []listed
+		s.jsonOf(&rows, "list", "--host", h)
+		for _, r := range rows {
+			if r.VMState != "active" {
+				continue
+			}
+			mem += r.Flavor.MemoryMB
+			if r.Flavor.ExtraSpecs["hw:cpu_policy"] != "dedicated" {
+				vcpus += r.Flavor.VCPUs
+			}
+		}
+		if mem != u.MemoryUsedMB || vcpus != u.VCPUUsage {
+			t.Errorf("host %s: its active guests take %d MiB and %d shared vCPUs, its ledger counts %+v", h, mem, vcpus, u)
+		}
+	}
+	s.noDoublePins("a", "b")
+	s.ok("check")
+}
