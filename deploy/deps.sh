@@ -22,6 +22,8 @@ have xmllint || need_pkgs+=(libxml2-utils)
 have libvirtd || need_pkgs+=(libvirt-daemon libvirt-daemon-driver-qemu)
 have qemu-system-x86_64 || need_pkgs+=(qemu-system-x86)
 have virsh || need_pkgs+=(libvirt-clients)
+# Nova's own validators answer numa's extra-spec oracle test on fresh cases.
+/usr/bin/python3 -c 'import nova.api.validation.extra_specs.validators' >/dev/null 2>&1 || need_pkgs+=(python3-nova)
 # deploy/cluster.sh keeps Temporal's state in a private PostgreSQL.
 if [ "${PINFLOW_NEED_CLUSTER:-1}" = 1 ] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   need_pkgs+=(postgresql)

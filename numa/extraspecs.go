@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"unicode/utf8"
 )
 
 // ValidateExtraSpecs checks a flavor's extra specs as Nova's API does from
@@ -24,7 +25,32 @@ func ValidateExtraSpecs(specs map[string]string) error {
 	return nil
 }
 
+// specKeyChars are the characters Nova's API schema allows in an extra
+// spec's key, which is 1-255 of them; a value is at most 255 characters.
+const specKeyChars = "letters, digits, '-', '_', ':', '.' and space"
+
+const maxSpecLen = 255
+
+func validSpecKey(key string) bool {
+	if key == "" || utf8.RuneCountInString(key) > maxSpecLen {
+		return false
+	}
+	for _, r := range key {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_:. ", r)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 func validateExtraSpec(key, value string) error {
+	if !validSpecKey(key) {
+		return invalid("ValidationError", "extra spec key %q: keys are 1-%d characters of %s", key, maxSpecLen, specKeyChars)
+	}
+	if n := utf8.RuneCountInString(value); n > maxSpecLen {
+		return invalid("ValidationError", "extra spec %s: its value has %d characters; at most %d are allowed", key, n, maxSpecLen)
+	}
 	if r, ok := lookupSpec(key); ok {
 		if allowed := r.value.check(value); allowed != "" {
 			return invalid("ValidationError", "extra spec %s=%q: %s", key, value, allowed)

@@ -8,7 +8,8 @@ nova.objects.ImageMetaProps.from_dict for the image properties.
 
 With --generate --seed N --n M it writes M generated cases instead: valid
 and invalid ones (typos of known keys, wrong enums, out-of-range numbers,
-bad indexed keys, unknown namespaces, keys given in the other source's
+bad indexed keys, unknown namespaces, keys with characters or lengths
+the API refuses, keys given in the other source's
 form). Run it with /usr/bin/python3 where python3-nova is installed:
 
     /usr/bin/python3 extra_specs.py --generate --seed 1 --n 3000 |
@@ -28,7 +29,14 @@ def answer(case):
 
     objects.register_all()
     error = None
+    try:
+        # The API's schema first: key characters and lengths.
+        api_schema().validate({"extra_specs": dict(case.get("extra_specs", {}))})
+    except exception.ValidationError as e:
+        error = "extra specs: %s" % e
     for key, value in sorted(case.get("extra_specs", {}).items()):
+        if error is not None:
+            break
         try:
             validators.validate(key, value)
         except exception.ValidationError as e:
@@ -43,6 +51,12 @@ def answer(case):
     out["nova_valid"] = error is None
     out["nova_error"] = error
     return out
+
+
+def api_schema():
+    from nova.api.openstack.compute.schemas import flavors_extraspecs
+    from nova.api.validation import validators
+    return validators._SchemaValidator(flavors_extraspecs.create)
 
 
 # Example values for the patterned and free-form extra specs.
@@ -162,7 +176,7 @@ def generate(seed, n):
     fields = objects.ImageMetaProps.fields
     img_names = sorted(k for k in fields if k not in ("hw_numa_cpus", "hw_numa_mem", "traits_required"))
     legacy = sorted(objects.ImageMetaProps._legacy_property_map)
-    kinds = ["good", "good-hw", "bad-value", "typo", "bad-index", "unknown-namespace", "flavor-image-form",
+    kinds = ["good", "good-hw", "bad-value", "typo", "bad-index", "unknown-namespace", "bad-key", "flavor-image-form",
              "image-good", "image-bad-value", "image-flavor-form", "image-hw-typo", "image-numa", "image-legacy"]
     for i in range(n):
         kind = kinds[i % len(kinds)]
@@ -185,6 +199,10 @@ def generate(seed, n):
             es[rng.choice(["custom", "hwx", "my_ns", "HW", "hw-rng", "trait_x!", "resourcesX+"]) + ":" +
                rng.choice(["cpu_policy", "anything", "a:b"])] = rng.choice(["dedicated", "x", ""])
             es[rng.choice(["plain_key", "hw_unknown_thing", "capabilitiesfoo"])] = "v"
+        elif kind == "bad-key":
+            key = rng.choice(["custom:", "hw:cpu_policy", "x", "my ns:k"])
+            key += rng.choice(["", "/a", "!", "é", "\t", "@", "k" * 250])
+            es[key] = rng.choice(["v", "v" * 255, "v" * 256, "ü" * 255])
         elif kind == "flavor-image-form":
             es[rng.choice([k for k in img_names if k.startswith("hw_")])] = "dedicated"
         elif kind in ("image-good", "image-bad-value"):
@@ -195,7 +213,10 @@ def generate(seed, n):
             ip[spec_name(rng, rng.choice(hw))] = "dedicated"
         elif kind == "image-hw-typo":
             name = rng.choice([k for k in img_names if k.startswith("hw_")])
-            ip[typo(rng, "hw:" + name[3:]).replace("hw:", "hw_", 1)] = image_value(rng, fields[name], True)
+            wrong = name
+            while wrong in fields or wrong in legacy:  # a typo that is a real name is none
+                wrong = typo(rng, "hw:" + name[3:]).replace("hw:", "hw_", 1)
+            ip[wrong] = image_value(rng, fields[name], True)
         elif kind == "image-numa":
             for c in rng.sample(range(3), rng.randint(1, 3)):
                 ip["hw_numa_cpus.%d" % c] = rng.choice(PATTERN_GOOD["cpu"] + PATTERN_BAD["cpu"] + ["3-1"])
