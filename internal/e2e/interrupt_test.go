@@ -124,7 +124,7 @@ func newChaos(t *testing.T, hosts, cores int, durable bool) *chaos {
 func chaosOn(s *stack, hosts, cores int) *chaos {
 	t := s.t
 	c := &chaos{s: s, t: t, tc: s.tc, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
-		outcomes: map[string]int{}, seed: uint64(time.Now().UnixNano())}
+		outcomes: map[string]int{}, held: map[string]string{}, seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv("PINFLOW_CHAOS_SEED"); v != "" {
 		fmt.Sscan(v, &c.seed)
 	}

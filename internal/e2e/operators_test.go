@@ -24,9 +24,6 @@ import (
 func (c *chaos) takeHost(rng *rand.Rand, what string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.held == nil {
-		c.held = map[string]string{}
-	}
 	var free []string
 	for _, h := range c.hosts {
 		if c.held[h] == "" {
@@ -86,6 +83,7 @@ func (c *chaos) fence(ctx context.Context, rng *rand.Rand) {
 	}
 	defer c.freeHost(h)
 	c.fences.Add(1)
+	began := time.Since(c.begun).Round(time.Second)
 	if _, _, ok := c.cli(nil, "sim", "power", "--host", h, "--off"); !ok {
 		return
 	}
@@ -97,12 +95,14 @@ func (c *chaos) fence(ctx context.Context, rng *rand.Rand) {
 	// An evacuation fails for want of room, or does not start while an
 	// operation on the guest runs: the operator tries again, then gives up
 	// on those guests, which stay on the host.
-	evacuated := "some failed"
+	evacuated, why := "some failed", ""
 	for range 3 {
-		if _, _, ok := c.cli([]string{"evacuations failed"}, "host", "evacuate", h, "--wait"); ok {
+		out, _, ok := c.cli([]string{"evacuations failed"}, "host", "evacuate", h, "--wait")
+		if ok {
 			evacuated = "ok"
 			break
 		}
+		why = strings.ReplaceAll(strings.TrimSpace(out), "\n", "; ")
 		pause(rng, 2*time.Second)
 	}
 	c.count("fence evacuate", evacuated)
@@ -113,6 +113,7 @@ func (c *chaos) fence(ctx context.Context, rng *rand.Rand) {
 		_, _, ok := c.cli([]string{"operations run on its guests", "coming back already"}, "host", "up", h, "--wait")
 		if ok {
 			c.count("fence host up", map[bool]string{true: "ok at once", false: "ok after refusals"}[tries == 1])
+			c.t.Logf("fence cycle of %s from %s to %s: evacuation %s (%s), up at try %d", h, began, time.Since(c.begun).Round(time.Second), evacuated, why, tries)
 			return
 		}
 		pause(rng, 2*time.Second)
