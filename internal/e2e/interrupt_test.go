@@ -53,6 +53,16 @@ type chaos struct {
 	// drainEvery, when set, drains a random host this long after the
 	// last drain ended, interrupting some drains as operations are.
 	drainEvery time.Duration
+	// fenceEvery, when set, fences a random host this long after the
+	// last fence cycle ended: power off, host down, evacuate, power on,
+	// host up.
+	fenceEvery time.Duration
+	// recoverEvery, when set, recovers a random host's ledger this often
+	// and releases the quarantines found.
+	recoverEvery time.Duration
+	// foreignWorkerEvery, when set, starts a worker of another Temporal
+	// namespace this often, which must refuse the ledger.
+	foreignWorkerEvery time.Duration
 	// idle, when set, rests each guest up to this long between its
 	// operations, so that a drain finds some guests at rest.
 	idle time.Duration
@@ -79,6 +89,12 @@ type chaos struct {
 	drains     atomic.Int64
 	started    atomic.Int64
 	unreadable atomic.Int64
+	fences     atomic.Int64
+	recovers   atomic.Int64
+	foreign    atomic.Int64
+	// held are the hosts a drain, a fence cycle or a recovery works on,
+	// and which: no two of them take one host at once.
+	held map[string]string
 }
 
 // chaosEvent is something done to the deployment during a chaos run.
@@ -108,7 +124,7 @@ func newChaos(t *testing.T, hosts, cores int, durable bool) *chaos {
 func chaosOn(s *stack, hosts, cores int) *chaos {
 	t := s.t
 	c := &chaos{s: s, t: t, tc: s.tc, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
-		outcomes: map[string]int{}, seed: uint64(time.Now().UnixNano())}
+		outcomes: map[string]int{}, held: map[string]string{}, seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv("PINFLOW_CHAOS_SEED"); v != "" {
 		fmt.Sscan(v, &c.seed)
 	}
@@ -205,7 +221,8 @@ func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
 		for _, h := range c.hosts {
 			clash, err := c.doublePins(ctx, h)
 			if err != nil {
-				// Redis restarting: this sample sees nothing.
+				// Redis restarting or the host powered off: this
+				// sample sees nothing.
 				c.unreadable.Add(1)
 				continue
 			}
@@ -409,7 +426,11 @@ func (c *chaos) outcomeOf(err error, what string) string {
 // operation would be, and enables the host again once the drain has
 // ended: its maintenance is over.
 func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
-	h := c.hosts[rng.IntN(len(c.hosts))]
+	h := c.takeHost(rng, "drain")
+	if h == "" {
+		return
+	}
+	defer c.freeHost(h)
 	id := workflows.DrainWorkflowID(h)
 	c.mu.Lock()
 	c.drainIDs = append(c.drainIDs, id)
@@ -503,6 +524,10 @@ func (c *chaos) run() {
 	})
 	drainRNG := rand.New(rand.NewPCG(c.seed, 1<<32))
 	every(c.drainEvery, func() { c.drain(ctx, drainRNG) })
+	fenceRNG, recoverRNG := rand.New(rand.NewPCG(c.seed, 2<<32)), rand.New(rand.NewPCG(c.seed, 3<<32))
+	every(c.fenceEvery, func() { c.fence(ctx, fenceRNG) })
+	every(c.recoverEvery, func() { c.recoverHost(ctx, recoverRNG) })
+	every(c.foreignWorkerEvery, func() { c.foreignWorker(ctx) })
 	every(c.restartRedisEvery, func() {
 		c.s.redis.Restart(c.t)
 		c.restarts.Add(1)
@@ -558,8 +583,9 @@ func (c *chaos) run() {
 	c.checkEnd(ctx)
 }
 
-// summary logs the run's figures: operations by kind, interruption and
-// outcome, audits, freed claims, samples, kills, restarts, violations.
+// summary logs the run's figures: operations and operator actions by
+// kind, interruption and outcome, audits, freed claims, samples, kills,
+// restarts, violations.
 func (c *chaos) summary() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -575,8 +601,9 @@ func (c *chaos) summary() {
 		fmt.Fprintf(&b, "\n  %-40s %d", k, c.outcomes[k])
 	}
 	c.t.Logf("%d operations on %d guests over %d hosts:%s", total, len(c.uuids), len(c.hosts), b.String())
-	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting); %d drains; %d worker kills; %d Redis restarts; %d violations",
-		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.drains.Load(), c.kills.Load(), c.restarts.Load(), len(c.violations))
+	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting or host off); %d drains; %d fence cycles; %d recoveries; %d workers of another namespace; %d worker kills; %d Redis restarts; %d violations",
+		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.drains.Load(), c.fences.Load(), c.recovers.Load(), c.foreign.Load(),
+		c.kills.Load(), c.restarts.Load(), len(c.violations))
 }
 
 // waitIdle waits until no workflow of any guest or drain is open.
@@ -700,7 +727,9 @@ func recordHost(inst *ledger.Instance) string {
 
 // TestInterruptedOperations cancels and terminates boots, migrations,
 // offloads, unshelves, deletes and host drains at random points of slow,
-// faulty hypervisor steps while an audit with no grace runs every second. No
+// faulty hypervisor steps while an audit with no grace runs every second,
+// and operators fence hosts and bring them back, recover healthy hosts'
+// ledgers, release quarantines and start a worker of another namespace. No
 // pCPU may ever be used by two running guests, and once everything has
 // settled every running guest sits on exactly its record's committed
 // claim and no claim is left that no record names.
@@ -709,6 +738,7 @@ func TestInterruptedOperations(t *testing.T) {
 	c := newChaos(t, 4, 4, false)
 	c.slots, c.ops, c.window = 8, 80, 60*time.Second
 	c.drainEvery, c.idle = 2*time.Second, 2*time.Second
+	c.fenceEvery, c.recoverEvery, c.foreignWorkerEvery = 5*time.Second, 3*time.Second, 15*time.Second
 	c.interrupt = func(rng *rand.Rand) string {
 		switch n := rng.IntN(10); {
 		case n < 4:
