@@ -42,6 +42,9 @@ const (
 	// source hold resident before it destroys the destination's guest,
 	// and leave that guest be when the hold is gone or its host is down.
 	undoHoldFirstVersion = 4
+	// sweepBuildingVersion has a full audit sweep the instance records
+	// stuck in building (activities.SweepBuilding).
+	sweepBuildingVersion = 5
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -105,6 +108,8 @@ type saga struct {
 	holdFirst bool
 	// undoHoldFirst: a resize's undo secures its hold first (undoHoldFirstVersion).
 	undoHoldFirst bool
+	// sweepBuilding: a full audit sweeps building records (sweepBuildingVersion).
+	sweepBuilding bool
 	status        Status
 	steps         int // total steps, for Progress
 	done          int
@@ -121,9 +126,9 @@ type compensation struct {
 func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
 	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
 	s.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
-	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, undoHoldFirstVersion)
+	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, sweepBuildingVersion)
 	s.local, s.staged, s.holdFirst = v >= localLedgerVersion, v >= stagedXMLVersion, v >= holdFirstVersion
-	s.undoHoldFirst = v >= undoHoldFirstVersion
+	s.undoHoldFirst, s.sweepBuilding = v >= undoHoldFirstVersion, v >= sweepBuildingVersion
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
