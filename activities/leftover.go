@@ -51,8 +51,7 @@ func (au *audit) leftover(ctx context.Context, host string, d hypervisor.Domain)
 		return f
 	}
 	if rec.VMState == ledger.VMBuilding && rec.Host == "" {
-		err := au.a.Ledger.SetState(ctx, d.UUID, ledger.Transition{FromVM: []ledger.VMState{ledger.VMBuilding}, VM: ledger.VMError, Task: ledger.TaskNone})
-		if err != nil {
+		if err := au.a.markBuildFailed(ctx, d.UUID); err != nil {
 			f.Detail += fmt.Sprintf("; marking its build failed: %v", err)
 			return f
 		}
@@ -60,6 +59,12 @@ func (au *audit) leftover(ctx context.Context, host string, d hypervisor.Domain)
 	}
 	f.Detail += au.undefineLeftover(ctx, host, d.UUID)
 	return f
+}
+
+// markBuildFailed marks a record still building as failed, vm_state
+// error with no task, as a boot's own compensation leaves it.
+func (a *Activities) markBuildFailed(ctx context.Context, uuid string) error {
+	return a.Ledger.SetState(ctx, uuid, ledger.Transition{FromVM: []ledger.VMState{ledger.VMBuilding}, VM: ledger.VMError, Task: ledger.TaskNone})
 }
 
 // instanceBusy says why a workflow of the instance may still act on its

@@ -317,3 +317,52 @@ func TestResizeAfterAnInterruptedOne(t *testing.T) {
 	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
 	w.runsPinned(t, u, "b", dst, 3)
 }
+
+// TestKeepMovedKeepsOnlyAMovedGuest: a move undone with its hold gone
+// keeps the guest on its destination when the move defined it there, and
+// refuses, changing nothing, when it did not get that far.
+func TestKeepMovedKeepsOnlyAMovedGuest(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(22)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
+		Owner: Owner{InstanceWorkflowID(u), "resize-1"}, Flavor: testFlavor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.led.Release(ctx, "a", src.ClaimID); err != nil {
+		t.Fatal(err)
+	}
+	keep := FinishResizeInput{UUID: u, Dest: "b", DestClaimID: c.ClaimID}
+
+	if err := w.acts.KeepMoved(ctx, keep); !isType(err, ErrTypeBadState) || !strings.Contains(err.Error(), "no domain on b") {
+		t.Errorf("KeepMoved before the move: error = %v, want a %s saying there is no domain on b", err, ErrTypeBadState)
+	}
+	if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "a" || inst.Resize == nil {
+		t.Errorf("record after a refused KeepMoved = %+v, %v; want it on a, in its resize", inst, err)
+	}
+
+	if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
+		Placement: c.Placement, Start: true, StageXML: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.acts.KeepMoved(ctx, keep); err != nil {
+		t.Fatalf("KeepMoved after the move: %v", err)
+	}
+	w.runsPinned(t, u, "b", c, testFlavor.VCPUs)
+	if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.DomainXML == "" {
+		t.Errorf("record after KeepMoved = %+v, %v; want it on b's claim %s with its domain XML", inst, err, c.ClaimID)
+	}
+}

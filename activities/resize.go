@@ -244,6 +244,20 @@ func (a *Activities) FinishResize(ctx context.Context, in FinishResizeInput) err
 	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMResized, Task: ledger.TaskNone}))
 }
 
+// KeepMoved commits a move that is not to be undone (its source hold is
+// gone or its host down) when the guest's domain is defined on in.Dest,
+// as FinishResize does; a move that defined none there is
+// ErrTypeBadState: nothing of the guest is on the destination to keep.
+func (a *Activities) KeepMoved(ctx context.Context, in FinishResizeInput) error {
+	if _, err := a.Driver.Lookup(ctx, in.Dest, in.UUID); err != nil {
+		if errors.Is(err, hypervisor.ErrNotFound) {
+			return BadState(fmt.Sprintf("instance %s has no domain on %s: its move did not get that far", in.UUID, in.Dest))
+		}
+		return classify(err)
+	}
+	return a.FinishResize(ctx, in)
+}
+
 // ConfirmResizeInput ends a resize by keeping its destination.
 type ConfirmResizeInput struct {
 	UUID string `json:"uuid"`

@@ -68,6 +68,9 @@ type ReconcileResult struct {
 	Audited int              `json:"audited"`
 	Pages   int              `json:"pages,omitempty"`
 	Total   activities.Tally `json:"total"`
+	// Records is the sweep of the instance records stuck in building, run
+	// by an audit of every host.
+	Records *activities.RecordSweep `json:"records,omitempty"`
 	// Duration is the audit's wall time, from the workflow's clock.
 	Duration time.Duration `json:"duration"`
 }
@@ -145,6 +148,7 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 			next++
 		}
 	}
+	s.sweepRecords(ctx, in, res)
 	res.Duration = workflow.Now(ctx).Sub(start)
 	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
 		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
@@ -189,11 +193,34 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 		s.step()
 		s.auditPhase(PhaseAuditing, res, res.Audited, len(hosts))
 	}
+	s.sweepRecords(ctx, in, res)
 	res.Duration = workflow.Now(ctx).Sub(start)
 	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
 		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
 	s.auditPhase(PhaseCompleted, res, res.Audited, len(hosts))
 	return res, nil
+}
+
+// sweepRecords sweeps the instance records stuck in building, which no
+// host's audit reaches, when the audit is of every host (its pages, which
+// name their hosts, leave it to their parent). A sweep that fails is
+// reported as an error of the audit.
+func (s *saga) sweepRecords(ctx workflow.Context, in ReconcileInput, res *ReconcileResult) {
+	if !s.sweepBuilding || len(in.Hosts) > 0 {
+		return
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: auditTimeout,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
+			MaximumAttempts: auditAttempts, NonRetryableErrorTypes: activities.NonRetryableErrorTypes},
+		Summary: "sweep the records stuck in building",
+	})
+	sweep := activities.RecordSweep{DryRun: in.DryRun}
+	if err := workflow.ExecuteActivity(actx, a.SweepBuilding, activities.SweepBuildingInput{Grace: in.Grace, DryRun: in.DryRun}).Get(ctx, &sweep); err != nil {
+		sweep.Errors, sweep.Tally.Errors = []string{err.Error()}, 1
+	}
+	res.Records = &sweep
+	res.Total.Add(sweep.Tally)
 }
 
 // auditPhase records the phase with the counts so far in the status query
@@ -221,6 +248,10 @@ func ReconcileReport(res *ReconcileResult) string {
 	}
 	b.WriteString(fmt.Sprintf("reconcile%s: %d hosts in %s%s\n", dry, res.Audited, res.Duration.Round(time.Millisecond), pages))
 	b.WriteString(fmt.Sprintf("total: %s\n", tallyLine(res.Total)))
+	if r := res.Records; r != nil {
+		b.WriteString(fmt.Sprintf("building records: %s\n", tallyLine(r.Tally)))
+		writeDrift(&b, r.Drift, r.Errors)
+	}
 	for _, h := range res.Hosts {
 		if h.Host == "" {
 			continue
@@ -233,18 +264,23 @@ func ReconcileReport(res *ReconcileResult) string {
 			}
 			b.WriteString(fmt.Sprintf("  %s %s claim %s of %s (owner %s) pCPUs %s: %s\n", verb, f.State, f.ClaimID, f.Instance, f.Owner, orDashCPUs(f.CPUs), f.Reason))
 		}
-		for _, d := range h.Drift {
-			flight := ""
-			if d.InFlight {
-				flight = " [its workflow is open: may be a step in progress]"
-			}
-			b.WriteString(fmt.Sprintf("  drift %s: %s%s\n", d.Kind, d.Detail, flight))
-		}
-		for _, e := range h.Errors {
-			b.WriteString(fmt.Sprintf("  error: %s\n", e))
-		}
+		writeDrift(&b, h.Drift, h.Errors)
 	}
 	return b.String()
+}
+
+// writeDrift writes an audit's drift and error lines.
+func writeDrift(b *strings.Builder, drift []activities.Drift, errs []string) {
+	for _, d := range drift {
+		flight := ""
+		if d.InFlight {
+			flight = " [its workflow is open: may be a step in progress]"
+		}
+		b.WriteString(fmt.Sprintf("  drift %s: %s%s\n", d.Kind, d.Detail, flight))
+	}
+	for _, e := range errs {
+		b.WriteString(fmt.Sprintf("  error: %s\n", e))
+	}
 }
 
 func tallyLine(t activities.Tally) string {

@@ -40,6 +40,9 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 			res.Freed = []activities.FreedClaim{{ClaimID: "x-" + in.Host, Reason: activities.FreedOwnerClosed}}
 			return res, nil
 		})
+	stuck := activities.RecordSweep{Drift: []activities.Drift{{Kind: activities.DriftStuckBuild, Instance: "u", Detail: "instance u is building with no domain on no host"}}}
+	stuck.Tally.Drift.Add(activities.DriftStuckBuild, 1)
+	h.on("sweep", a.SweepBuilding, stuck, nil)
 	zero := time.Duration(0)
 	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, Concurrency: 2})
 	if err := h.env.GetWorkflowError(); err != nil {
@@ -53,7 +56,8 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 		t.Errorf("Reconcile(concurrency 2) ran %d host audits at once", most)
 	}
 	want := activities.Tally{Claims: 8, Kept: activities.ReasonCounts{{Reason: activities.KeptResident, Count: 4}},
-		Freed: activities.ReasonCounts{{Reason: activities.FreedOwnerClosed, Count: 4}}, Errors: 1}
+		Freed: activities.ReasonCounts{{Reason: activities.FreedOwnerClosed, Count: 4}},
+		Drift: activities.ReasonCounts{{Reason: activities.DriftStuckBuild, Count: 1}}, Errors: 1}
 	if diff := cmp.Diff(want, res.Total); diff != "" {
 		t.Errorf("Reconcile total (-want +got):\n%s", diff)
 	}
@@ -68,7 +72,8 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 		t.Errorf("host c errors = %v, want its audit's failure", res.Hosts[2].Errors)
 	}
 	report := ReconcileReport(&res)
-	for _, want := range []string{"total: 8 claims, kept 4 (resident 4), freed 4 (owner-closed 4)", "freed  claim x-a", "host c: 0 claims", "error: "} {
+	for _, want := range []string{"total: 8 claims, kept 4 (resident 4), freed 4 (owner-closed 4)", "freed  claim x-a", "host c: 0 claims", "error: ",
+		"building records: 0 claims, kept 0, freed 0, drift 1 (stuck-build 1)", "drift stuck-build: instance u is building"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("ReconcileReport lacks %q:\n%s", want, report)
 		}
@@ -102,6 +107,10 @@ func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("AuditHost inputs (-want +got):\n%s", diff)
 	}
+	var res ReconcileResult
+	if err := h.env.GetWorkflowResult(&res); err != nil || res.Records != nil {
+		t.Errorf("Reconcile of named hosts swept the building records: %+v, %v; want no sweep", res.Records, err)
+	}
 }
 
 // TestReconcilePagesALargeFleet: more hosts than a page are audited page
@@ -128,6 +137,7 @@ func TestReconcilePagesALargeFleet(t *testing.T) {
 			}
 			return res, nil
 		})
+	h.on("sweep", a.SweepBuilding, activities.RecordSweep{}, nil).Once()
 	zero := time.Duration(0)
 	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, PageSize: 2})
 	if err := h.env.GetWorkflowError(); err != nil {

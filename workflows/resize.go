@@ -163,7 +163,11 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
 
 	source := activities.ClaimRef{Host: src, ClaimID: inst.ClaimID}
+	resident := false // the undo made the hold resident already
 	s.onFailure("make the source hold resident again", func(ctx workflow.Context) error {
+		if resident {
+			return nil
+		}
 		return s.ledger(ctx, "unhold claim on "+src, a.UnholdClaim, source).Get(ctx, nil)
 	})
 	if err := s.ledger(ctx, "hold the source claim on "+src, a.HoldClaim, source).Get(ctx, nil); err != nil {
@@ -186,7 +190,20 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 
 	s.phase(PhaseSpawning, "moving the guest to "+dst)
 	destDom := activities.DomainInput{UUID: in.UUID, Host: dst}
+	vmState := ledger.VMActive
+	if !wasActive {
+		vmState = ledger.VMStopped
+	}
 	s.onFailure("remove the guest from the destination", func(ctx workflow.Context) error {
+		if s.undoHoldFirst {
+			// The guest's way back comes first: with no hold to go back
+			// to, its copy on the destination is all it has.
+			move := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
+			if err := secureHold(ctx, s, in.UUID, source, move, vmState); err != nil {
+				return err
+			}
+			resident = true
+		}
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, destDom).Get(ctx, nil)
 	})
 	move := activities.MoveResizedInput{UUID: in.UUID, Source: src, Dest: dst, ClaimID: destClaim, Token: claim.Token,
@@ -233,10 +250,6 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	}
 	if decision == "" && verifyCtx.Err() != nil {
 		decision = DecisionRevert
-	}
-	vmState := ledger.VMActive
-	if !wasActive {
-		vmState = ledger.VMStopped
 	}
 	res := &ResizeResult{UUID: in.UUID, Source: src, Dest: dst}
 	if decision == DecisionRevert {
@@ -290,7 +303,7 @@ func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.
 	}
 	if err := first(); err != nil {
 		if s.holdFirst && isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
-			return keepDestination(ctx, s, uuid, source, destDom.Host, vmState, err)
+			return keepDestination(ctx, s, "revert refused", uuid, source, destDom.Host, vmState, err)
 		}
 		return err
 	}
@@ -308,13 +321,33 @@ func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.
 		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil)
 }
 
-// keepDestination ends a resize whose revert cannot have its source hold
-// back (why): the guest keeps running on dest, its record forgets the
-// resize and takes its state from before it, and the hold, when its host
-// is down or returning, becomes a tombstone that host up clears with
-// whatever the host kept of the guest. It returns the revert's refusal,
-// which says where the guest runs.
-func keepDestination(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, dest string, vmState ledger.VMState, why error) error {
+// secureHold makes a resize's source hold resident again before its undo
+// destroys the guest's copy on move.Dest (the undo of a move that has not
+// committed). A hold that is gone, or whose host is down or returning,
+// keeps that copy instead: the move is committed (KeepMoved, which
+// refuses when the move defined no domain there) and the resize ends on
+// the destination (keepDestination). Either refusal stops the undo and
+// says where the guest is.
+func secureHold(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, move activities.FinishResizeInput, vmState ledger.VMState) error {
+	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
+	err := s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil)
+	if !isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
+		return err
+	}
+	if kept := workflow.ExecuteActivity(s.hypervisorStep(ctx, "keep the guest on "+move.Dest), a.KeepMoved, move).Get(ctx, nil); kept != nil {
+		return activities.BadState(fmt.Sprintf("undo stopped: %s; instance %s runs on neither host: its copy on %s cannot be kept (%s)",
+			appMessage(err), uuid, move.Dest, appMessage(kept)))
+	}
+	return ended{keepDestination(ctx, s, "undo stopped", uuid, source, move.Dest, vmState, err)}
+}
+
+// keepDestination ends a resize whose revert or undo (what) cannot have
+// its source hold back (why): the guest keeps running on dest, its record
+// forgets the resize and takes its state from before it, and the hold,
+// when its host is down or returning, becomes a tombstone that host up
+// clears with whatever the host kept of the guest. It returns the
+// refusal, which says where the guest runs.
+func keepDestination(ctx workflow.Context, s *saga, what, uuid string, source activities.ClaimRef, dest string, vmState ledger.VMState, why error) error {
 	srcDown := isType(why, activities.ErrTypeHostDown)
 	if srcDown {
 		if err := s.ledger(ctx, "tombstone the hold on "+source.Host, a.TombstoneClaim, source).Get(ctx, nil); err != nil {
@@ -328,7 +361,7 @@ func keepDestination(ctx workflow.Context, s *saga, uuid string, source activiti
 		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil); err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("revert refused: %s; instance %s keeps running on %s and its resize is over", appMessage(why), uuid, dest)
+	msg := fmt.Sprintf("%s: %s; instance %s keeps running on %s and its resize is over", what, appMessage(why), uuid, dest)
 	if srcDown {
 		msg += fmt.Sprintf("; its hold on %s is a tombstone that 'pinflow host up %s' clears", source.Host, source.Host)
 	}

@@ -130,6 +130,55 @@ func TestResizeRevertKeepsTheDestination(t *testing.T) {
 	}
 }
 
+// TestResizeUndoKeepsTheDestination undoes a move that failed when its
+// source hold cannot be resident: the guest's copy on the destination is
+// never destroyed, and is kept when the move left one there.
+func TestResizeUndoKeepsTheDestination(t *testing.T) {
+	const prefix = "load,choose,task,begin,claim,hold,task,poweroff,move,revert,keep"
+	tests := []struct {
+		name  string
+		typ   string
+		keep  error
+		steps string
+		want  string
+	}{
+		{"the source host is down", activities.ErrTypeHostDown, nil, prefix + ",tombstone,end,task", "tombstone that 'pinflow host up a' clears"},
+		{"the hold is gone", activities.ErrTypeBadState, nil, prefix + ",end,task", "keeps running on b"},
+		{"nothing was moved", activities.ErrTypeBadState, failed("no domain on b", activities.ErrTypeBadState), prefix, "runs on neither host"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on("load", a.LoadInstance, active("a"), nil)
+			h.on("choose", a.ChooseHost, "b", nil)
+			h.on("task", a.SetTaskState, nil)
+			h.on("begin", a.BeginResize, nil)
+			h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "d", Placement: placement}, nil)
+			h.on("hold", a.HoldClaim, nil)
+			h.on("poweroff", a.PowerOff, nil)
+			h.on("move", a.MoveResized, "", failed("boom", activities.ErrTypeFenced))
+			h.on("revert", a.RevertRecord, failed("the hold cannot be resident", tt.typ))
+			h.on("keep", a.KeepMoved, tt.keep)
+			h.on("tombstone", a.TombstoneClaim, nil).Maybe()
+			h.on("end", a.EndResize, nil).Maybe()
+			h.on("destroy", a.DestroyDomain, nil).Maybe()
+			h.on("restore", a.RestoreDomain, nil).Maybe()
+			h.on("unhold", a.UnholdClaim, nil).Maybe()
+			h.on("release", a.ReleaseClaim, nil).Maybe()
+			f := bigger
+			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+			if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Resize error = %v, want one saying %q", err, tt.want)
+			} else if kept := tt.keep == nil; kept && strings.Contains(err.Error(), "kept for an operator") {
+				t.Errorf("Resize error = %v, want no compensation left for an operator: the guest is kept", err)
+			}
+			if got := h.sequence(); got != tt.steps {
+				t.Errorf("Resize steps =\n  %s\nwant\n  %s", got, tt.steps)
+			}
+		})
+	}
+}
+
 func TestResizeCompensations(t *testing.T) {
 	tests := []struct {
 		failAt string
@@ -140,7 +189,7 @@ func TestResizeCompensations(t *testing.T) {
 		{"claim", activities.ErrTypeNoFit, "load,choose,task,begin,claim,choose,claim,choose,claim,release,end,task"},
 		{"hold", activities.ErrTypeBadState, "load,choose,task,begin,claim,hold,unhold,release,end,task"},
 		{"poweroff", activities.ErrTypeRejected, "load,choose,task,begin,claim,hold,task,poweroff,restore,unhold,release,end,task"},
-		{"move", activities.ErrTypeFenced, "load,choose,task,begin,claim,hold,task,poweroff,move,destroy,restore,unhold,release,end,task"},
+		{"move", activities.ErrTypeFenced, "load,choose,task,begin,claim,hold,task,poweroff,move,revert,destroy,restore,release,end,task"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.failAt, func(t *testing.T) {
@@ -164,6 +213,7 @@ func TestResizeCompensations(t *testing.T) {
 			h.on("restore", a.RestoreDomain, nil).Maybe()
 			h.on("move", a.MoveResized, fail("move", "<domain/>", nil)...).Maybe()
 			h.on("destroy", a.DestroyDomain, nil).Maybe()
+			h.on("revert", a.RevertRecord, nil).Maybe()
 			f := bigger
 			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
 			var appErr *temporal.ApplicationError

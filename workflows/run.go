@@ -38,6 +38,13 @@ const (
 	// resident before it destroys the destination's guest, and keep the
 	// guest on its destination when the hold is gone or its host is down.
 	holdFirstVersion = 3
+	// undoHoldFirstVersion has a resize undone before its commit make its
+	// source hold resident before it destroys the destination's guest,
+	// and leave that guest be when the hold is gone or its host is down.
+	undoHoldFirstVersion = 4
+	// sweepBuildingVersion has a full audit sweep the instance records
+	// stuck in building (activities.SweepBuilding).
+	sweepBuildingVersion = 5
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -99,10 +106,14 @@ type saga struct {
 	staged bool
 	// holdFirst: a revert secures its hold first (holdFirstVersion).
 	holdFirst bool
-	status    Status
-	steps     int // total steps, for Progress
-	done      int
-	undo      []compensation
+	// undoHoldFirst: a resize's undo secures its hold first (undoHoldFirstVersion).
+	undoHoldFirst bool
+	// sweepBuilding: a full audit sweeps building records (sweepBuildingVersion).
+	sweepBuilding bool
+	status        Status
+	steps         int // total steps, for Progress
+	done          int
+	undo          []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []activities.HeldClaim
 }
@@ -115,8 +126,9 @@ type compensation struct {
 func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
 	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
 	s.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
-	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, holdFirstVersion)
+	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, sweepBuildingVersion)
 	s.local, s.staged, s.holdFirst = v >= localLedgerVersion, v >= stagedXMLVersion, v >= holdFirstVersion
+	s.undoHoldFirst, s.sweepBuilding = v >= undoHoldFirstVersion, v >= sweepBuildingVersion
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
@@ -381,6 +393,15 @@ func appMessage(err error) string {
 // forwards instead.
 var errRolledForward = errors.New("the step had completed; finishing forwards")
 
+// ended is what a compensation returns when it ended the operation
+// another way than undoing it (a resize that keeps its guest on the
+// destination): the remaining compensations do not run, and the
+// operation fails with err, which says how it ended.
+type ended struct{ err error }
+
+func (e ended) Error() string { return e.err.Error() }
+func (e ended) Unwrap() error { return e.err }
+
 // fail runs the compensations in reverse order in a disconnected context
 // (so a cancelled workflow still compensates), records the error phase and
 // returns cause, joined with any compensation error.
@@ -398,6 +419,11 @@ func (s *saga) fail(cause error) error {
 		if errors.Is(err, errRolledForward) {
 			s.undo = nil
 			return errRolledForward
+		}
+		var end ended
+		if errors.As(err, &end) {
+			errs = append(errs, end.err)
+			break
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("compensation %q: %w", c.summary, err))

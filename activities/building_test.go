@@ -1,0 +1,62 @@
+package activities
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pinflow/pinflow/ledger"
+)
+
+// TestSweepBuildingFailsAStuckBoot: a boot that stopped after it created
+// its record and before its define leaves the record building with no
+// domain. The sweep marks it failed once the instance's workflow is
+// provably over (closed for the grace, or unknown and older than the
+// retention), and leaves it while that workflow may still end the build.
+func TestSweepBuildingFailsAStuckBoot(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	record := func(n int, at time.Time, st *OwnerStatus) string {
+		u := uuidN(n)
+		w.at(at)
+		if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
+			t.Fatal(err)
+		}
+		if st != nil {
+			w.owners.set(InstanceWorkflowID(u), *st)
+		}
+		return u
+	}
+	now := time.Now()
+	closed := record(70, now, &longClosed)
+	open := record(71, now, &OwnerStatus{State: OwnerRunning, FirstRunID: "run-1"})
+	justClosed := record(72, now, &OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: now.Add(-time.Second)})
+	unseen := record(73, now, nil)
+	forgotten := record(74, now.Add(-2*testRetention), nil)
+	states := func(when string, want map[string]ledger.VMState) {
+		t.Helper()
+		for u, vm := range want {
+			if inst, err := w.led.Instance(ctx, u); err != nil || inst.VMState != vm {
+				t.Errorf("record %s %s = %+v, %v; want vm_state %s", u, when, inst, err, vm)
+			}
+		}
+	}
+
+	res, err := w.acts.SweepBuilding(ctx, SweepBuildingInput{DryRun: true})
+	if err != nil || res.Tally.Drift.Of(DriftStuckBuild) != 2 {
+		t.Errorf("SweepBuilding dry run = %+v, %v; want two %s", res, err, DriftStuckBuild)
+	}
+	states("after a dry run", map[string]ledger.VMState{closed: ledger.VMBuilding, forgotten: ledger.VMBuilding})
+
+	res, err = w.acts.SweepBuilding(ctx, SweepBuildingInput{})
+	if err != nil || res.Tally.Drift.Of(DriftStuckBuild) != 2 || len(res.Errors) != 0 {
+		t.Errorf("SweepBuilding = %+v, %v; want two %s and no error", res, err, DriftStuckBuild)
+	}
+	states("after the sweep", map[string]ledger.VMState{
+		closed: ledger.VMError, forgotten: ledger.VMError,
+		open: ledger.VMBuilding, justClosed: ledger.VMBuilding, unseen: ledger.VMBuilding,
+	})
+	if inst, err := w.led.Instance(ctx, closed); err != nil || inst.TaskState != ledger.TaskNone {
+		t.Errorf("failed build's record = %+v, %v; want no task", inst, err)
+	}
+}
