@@ -40,6 +40,18 @@ type RecordSweep struct {
 // than the namespace's retention (unseen); anything else is left, in
 // doubt, for a later sweep.
 func (a *Activities) SweepBuilding(ctx context.Context, in SweepBuildingInput) (RecordSweep, error) {
+	var res RecordSweep
+	// Heartbeating, as a host's audit does, so that a sweep whose worker
+	// died is retried at once rather than after its timeout.
+	err := a.heartbeating(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = a.sweepBuilding(ctx, in)
+		return err
+	})
+	return res, err
+}
+
+func (a *Activities) sweepBuilding(ctx context.Context, in SweepBuildingInput) (RecordSweep, error) {
 	res := RecordSweep{DryRun: in.DryRun}
 	wait := max(a.Grace, a.MinGrace)
 	if in.Grace != nil {

@@ -210,7 +210,7 @@ func (s *saga) sweepRecords(ctx workflow.Context, in ReconcileInput, res *Reconc
 		return
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: auditTimeout,
+		StartToCloseTimeout: auditTimeout, HeartbeatTimeout: heartbeatTimeout,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
 			MaximumAttempts: auditAttempts, NonRetryableErrorTypes: activities.NonRetryableErrorTypes},
 		Summary: "sweep the records stuck in building",

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/pinflow/pinflow/activities"
 )
@@ -43,10 +45,21 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	stuck := activities.RecordSweep{Drift: []activities.Drift{{Kind: activities.DriftStuckBuild, Instance: "u", Detail: "instance u is building with no domain on no host"}}}
 	stuck.Tally.Drift.Add(activities.DriftStuckBuild, 1)
 	h.on("sweep", a.SweepBuilding, stuck, nil)
+	// A worker that dies in an audit step must not hold the audit for the
+	// step's whole timeout: every step heartbeats.
+	var unbeaten []string
+	h.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.HeartbeatTimeout == 0 {
+			unbeaten = append(unbeaten, info.ActivityType.Name)
+		}
+	})
 	zero := time.Duration(0)
 	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, Concurrency: 2})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Reconcile: %v", err)
+	}
+	if len(unbeaten) > 0 {
+		t.Errorf("audit steps %v run without a heartbeat timeout", unbeaten)
 	}
 	var res ReconcileResult
 	if err := h.env.GetWorkflowResult(&res); err != nil {
