@@ -169,8 +169,14 @@ func (au *audit) judge(ctx context.Context, c *ledger.Claim, now time.Time) clai
 		v = decide(c, f, r)
 	}
 	o := claimOutcome{kept: v.kept}
-	if v.kept == KeptResident {
+	if f.record.Names(c) {
 		o.resident, o.digest = true, f.record.DomainDigest
+	}
+	if v.settle {
+		o.kept = KeptResident
+		if au.maySettle(c) && au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: c.Host, ClaimID: c.ID}) == nil {
+			o.kept = KeptSettling
+		}
 	}
 	if v.freed != "" {
 		o = au.free(ctx, c, v.freed)
@@ -219,6 +225,8 @@ const (
 type verdict struct {
 	need        need
 	kept, freed string
+	// settle: the claim is its guest's, which Settle is to make resident.
+	settle bool
 }
 
 // decide judges claim c on the facts read so far. It asks for the
@@ -237,13 +245,17 @@ func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 	if r.grace > 0 && r.now.Sub(c.CreatedAt) < r.grace {
 		return verdict{kept: KeptYoung}
 	}
+	resident := false
 	if c.State == ledger.StateCommitted || c.State == ledger.StateHeld {
 		if f.record == nil && !f.noRecord {
 			return verdict{need: needRecord}
 		}
-		if f.record != nil && f.record.Host == c.Host && f.record.ClaimID == c.ID {
+		resident = f.record.Names(c)
+		if resident && c.State == ledger.StateCommitted {
 			return verdict{kept: KeptResident}
 		}
+		// A hold its record still names: its resize held the claim and
+		// had not moved the guest yet.
 	}
 	if !ownNamespace(c, r.namespace) {
 		// Temporal answers for the audit's namespace only.
@@ -292,6 +304,10 @@ func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 		return verdict{kept: KeptSourceHold}
 	case inst.State == OwnerRunning:
 		return verdict{kept: KeptInstanceBusy}
+	case resident:
+		// Its resize was stopped before the guest moved, and nothing will
+		// make the claim resident again but Settle.
+		return verdict{settle: true}
 	case f.noRecord:
 		return verdict{freed: FreedInstanceGone}
 	}

@@ -198,6 +198,52 @@ func TestSettleInterruptedResize(t *testing.T) {
 	}
 }
 
+// TestSettleStoppedResize: a resize stopped after it held the guest's
+// resident claim and before the guest moved leaves the guest where it
+// was, on a hold its record names. Settle makes the hold resident again,
+// forgets the resize and gives the record the guest's state: active while
+// the guest runs, stopped once the resize powered it off.
+func TestSettleStoppedResize(t *testing.T) {
+	for _, poweredOff := range []bool{false, true} {
+		t.Run(map[bool]string{false: "running", true: "powered off"}[poweredOff], func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t)
+			w.addHost(t, "a")
+			u := uuidN(22)
+			src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+			if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor, Cold: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+				t.Fatal(err)
+			}
+			want := ledger.VMActive
+			if poweredOff {
+				if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
+					t.Fatal(err)
+				}
+				want = ledger.VMStopped
+			}
+			// Terminated here: the guest never left a.
+			res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
+			if err != nil || !res.Settled || res.PreviousClaimID != "" {
+				t.Fatalf("SettleClaim of the stopped resize = %+v, %v; want settled, releasing nothing", res, err)
+			}
+			if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateCommitted {
+				t.Errorf("claim after settling = %+v, %v; want it committed", c, err)
+			}
+			inst, err := w.led.Instance(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inst.Host != "a" || inst.ClaimID != src.ClaimID || inst.Resize != nil || inst.VMState != want || inst.TaskState != ledger.TaskNone {
+				t.Errorf("record after settling = host %s claim %s %s/%q resize %+v; want a, %s, %s, no task, no resize",
+					inst.Host, inst.ClaimID, inst.VMState, inst.TaskState, inst.Resize, src.ClaimID, want)
+			}
+		})
+	}
+}
+
 // TestSettleInterruptedEvacuation: an evacuation terminated after the
 // guest started on its new host is settled there, and the fenced host's
 // claim becomes a tombstone, not free pCPUs: the host may still define

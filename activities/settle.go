@@ -59,6 +59,15 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 		return SettleResult{}, classify(err)
 	}
 	res := SettleResult{}
+	if inst.Host == in.Host && inst.ClaimID == in.ClaimID {
+		claim, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
+		if err != nil && !errors.Is(err, ledger.ErrUnknownClaim) {
+			return SettleResult{}, classify(err)
+		}
+		if err == nil && claim.State == ledger.StateHeld {
+			return a.settleStoppedResize(ctx, inst)
+		}
+	}
 	if inst.Host != in.Host || inst.ClaimID != in.ClaimID {
 		claim, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
 		if errors.Is(err, ledger.ErrUnknownClaim) {
@@ -143,6 +152,40 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 	}
 	res.Settled = true
 	return res, nil
+}
+
+// settleStoppedResize ends a resize that was stopped after it held the
+// guest's resident claim and before the guest moved: the guest never left,
+// so its hold is resident again and the resize is forgotten. The record's
+// vm state follows the guest's domain, which the resize may have powered
+// off.
+func (a *Activities) settleStoppedResize(ctx context.Context, inst *ledger.Instance) (SettleResult, error) {
+	dom, err := a.Driver.Lookup(ctx, inst.Host, inst.UUID)
+	if err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return SettleResult{}, classify(err)
+	}
+	if _, err := a.Ledger.Unhold(ctx, inst.Host, inst.ClaimID); err != nil {
+		return SettleResult{}, classify(err)
+	}
+	if r := inst.Resize; r != nil && r.SourceHost == inst.Host && r.SourceClaimID == inst.ClaimID {
+		if err := a.Ledger.ClearResize(ctx, inst.UUID); err != nil {
+			return SettleResult{}, classify(err)
+		}
+	}
+	switch {
+	case dom == nil:
+		// No domain where the record says: drift for the audit to report,
+		// not a state to guess.
+		return SettleResult{Settled: true, Reason: fmt.Sprintf("the guest has no domain on %s", inst.Host)}, nil
+	case dom.State == hypervisor.StateRunning:
+		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone})
+	case dom.State == hypervisor.StateShutoff:
+		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: ledger.VMStopped, Task: ledger.TaskNone})
+	}
+	if err != nil {
+		return SettleResult{}, classify(err)
+	}
+	return SettleResult{Settled: true}, nil
 }
 
 // finishDelete removes the guest of a deleted instance from in.Host and

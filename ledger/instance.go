@@ -588,6 +588,12 @@ type Home struct {
 	DomainDigest string
 }
 
+// Names says whether the home is claim c: c is its instance's resident
+// claim. A nil home names none.
+func (h *Home) Names(c *Claim) bool {
+	return h != nil && h.Host == c.Host && h.ClaimID == c.ID
+}
+
 // DomainDigest identifies a domain XML document: a hypervisor that returns
 // the same digest returns the very document pinflow defined, pins included.
 func DomainDigest(domainXML string) string {

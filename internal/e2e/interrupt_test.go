@@ -682,7 +682,7 @@ func (c *chaos) checkEnd(ctx context.Context) {
 			}
 			cl, ok := claims[inst.ClaimID]
 			if !ok || cl.State != ledger.StateCommitted {
-				t.Errorf("guest %s runs on %s on claim %s, which is not committed there", d.UUID, h, inst.ClaimID)
+				t.Errorf("guest %s runs on %s on claim %s, which is not committed there (%q)", d.UUID, h, inst.ClaimID, cl.State)
 				continue
 			}
 			pins, err := xmlpatch.Read(d.XML)
