@@ -15,6 +15,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 	"github.com/redis/go-redis/v9"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
@@ -235,16 +236,40 @@ func (c *Config) Redis(ctx context.Context) (*ledger.Ledger, redis.UniversalClie
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := led.Bind(ctx, c.Namespace); err != nil {
+	if err := c.bind(ctx, led, ledger.Deployment{Namespace: c.Namespace}); err != nil {
 		_ = rdb.Close()
-		var other *ledger.OtherDeploymentError
-		if errors.As(err, &other) {
-			return nil, nil, fmt.Errorf("the ledger at %s (key prefix %s) serves Temporal namespace %q, not %q; set %s_TEMPORAL_NAMESPACE=%s, or give this deployment its own %s_REDIS_KEY_PREFIX",
-				c.RedisConfig.Endpoint(), c.RedisConfig.KeyPrefix, other.Bound.Namespace, other.Want.Namespace, Prefix, other.Bound.Namespace, Prefix)
-		}
-		return nil, nil, fmt.Errorf("redis %s: %w", c.RedisConfig.Endpoint(), err)
+		return nil, nil, err
 	}
 	return led, rdb, nil
+}
+
+// BindCluster binds led, opened by Redis, to the namespace's id on the
+// Temporal cluster tc serves: a ledger that serves a namespace of the
+// same name on another cluster is refused. Every process that starts
+// workflows or audits binds so, once it is connected to Temporal.
+func (c *Config) BindCluster(ctx context.Context, led *ledger.Ledger, tc client.Client) error {
+	desc, err := tc.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: c.Namespace})
+	if err != nil {
+		return fmt.Errorf("temporal %s: describe namespace %s: %v", c.Address, c.Namespace, err)
+	}
+	return c.bind(ctx, led, ledger.Deployment{Namespace: c.Namespace, NamespaceID: desc.GetNamespaceInfo().GetId()})
+}
+
+// bind binds led to want, and says how to fix a refusal.
+func (c *Config) bind(ctx context.Context, led *ledger.Ledger, want ledger.Deployment) error {
+	err := led.Bind(ctx, want)
+	var other *ledger.OtherDeploymentError
+	switch {
+	case err == nil:
+		return nil
+	case !errors.As(err, &other):
+		return fmt.Errorf("redis %s: %w", c.RedisConfig.Endpoint(), err)
+	case other.Bound.Namespace == want.Namespace:
+		return fmt.Errorf("the ledger at %s (key prefix %s) serves Temporal namespace %q of another cluster (namespace id %s, this cluster's is %s); connect to that cluster, or give this deployment its own %s_REDIS_KEY_PREFIX",
+			c.RedisConfig.Endpoint(), c.RedisConfig.KeyPrefix, other.Bound.Namespace, other.Bound.NamespaceID, want.NamespaceID, Prefix)
+	}
+	return fmt.Errorf("the ledger at %s (key prefix %s) serves Temporal namespace %q, not %q; set %s_TEMPORAL_NAMESPACE=%s, or give this deployment its own %s_REDIS_KEY_PREFIX",
+		c.RedisConfig.Endpoint(), c.RedisConfig.KeyPrefix, other.Bound.Namespace, want.Namespace, Prefix, other.Bound.Namespace, Prefix)
 }
 
 // NewDriver returns the configured hypervisor driver; the simulator keeps

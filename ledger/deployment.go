@@ -15,6 +15,17 @@ type Deployment struct {
 	// frontend addresses are no part of it: they differ between the nodes
 	// of one cluster.
 	Namespace string `json:"namespace"`
+	// NamespaceID is the namespace's id, which tells apart namespaces of
+	// one name on two Temporal clusters (staging's "default" and
+	// production's) and stays the same when a replicated namespace fails
+	// over. A process that cannot ask Temporal binds by name alone.
+	NamespaceID string `json:"namespace_id,omitempty"`
+}
+
+// serves says whether a ledger bound to d may serve want: the same
+// namespace, and the same id when both know it.
+func (d Deployment) serves(want Deployment) bool {
+	return d.Namespace == want.Namespace && (d.NamespaceID == "" || want.NamespaceID == "" || d.NamespaceID == want.NamespaceID)
 }
 
 // OtherDeploymentError is Bind's refusal of a ledger that serves another
@@ -24,19 +35,23 @@ type OtherDeploymentError struct {
 }
 
 func (e *OtherDeploymentError) Error() string {
+	if e.Bound.Namespace == e.Want.Namespace {
+		return fmt.Sprintf("the ledger serves Temporal namespace %q with id %s, of another cluster than this one's (id %s)",
+			e.Bound.Namespace, e.Bound.NamespaceID, e.Want.NamespaceID)
+	}
 	return fmt.Sprintf("the ledger serves Temporal namespace %q, not %q", e.Bound.Namespace, e.Want.Namespace)
 }
 
 // Is makes the refusal an ErrConflict, one of the ledger's answers.
 func (e *OtherDeploymentError) Is(target error) bool { return target == ErrConflict }
 
-// Bind binds the ledger to the deployment of namespace if nothing bound it
-// yet, in one atomic step, and fails with an *OtherDeploymentError,
-// changing nothing, when another deployment bound it first. Every process
-// that acts on the ledger binds before it acts, and before it uses l:
-// l's claims then record namespace (Options.Namespace).
-func (l *Ledger) Bind(ctx context.Context, namespace string) error {
-	want := Deployment{Namespace: namespace}
+// Bind binds the ledger to deployment want if nothing bound it yet, in
+// one atomic step, and fails with an *OtherDeploymentError, changing
+// nothing, when another deployment bound it first. A binding by name alone
+// learns want's namespace id. Every process that acts on the ledger binds
+// before it acts, and before it uses l: l's claims then record the
+// namespace.
+func (l *Ledger) Bind(ctx context.Context, want Deployment) error {
 	if want.Namespace == "" {
 		return fmt.Errorf("ledger: bind: %w: no Temporal namespace to bind to", ErrInvalid)
 	}
@@ -52,10 +67,10 @@ func (l *Ledger) Bind(ctx context.Context, namespace string) error {
 	if err := json.Unmarshal([]byte(reply), &bound); err != nil {
 		return fmt.Errorf("ledger: bind: the deployment bound, %q: %w", reply, err)
 	}
-	if bound != want {
+	if !bound.serves(want) {
 		return &OtherDeploymentError{Bound: bound, Want: want}
 	}
-	l.namespace = namespace
+	l.namespace = want.Namespace
 	return nil
 }
 

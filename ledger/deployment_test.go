@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -12,21 +13,21 @@ import (
 func TestBind(t *testing.T) {
 	ctx := context.Background()
 	l, rdb, _ := newLedger(t)
-	if err := l.Bind(ctx, "default"); err != nil {
+	if err := l.Bind(ctx, Deployment{Namespace: "default"}); err != nil {
 		t.Fatalf("Bind(default) on an empty ledger: %v", err)
 	}
 	again, err := New(rdb, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := again.Bind(ctx, "default"); err != nil {
+	if err := again.Bind(ctx, Deployment{Namespace: "default"}); err != nil {
 		t.Errorf("Bind(default) on a ledger bound to default: %v", err)
 	}
 	other, err := New(rdb, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = other.Bind(ctx, "other")
+	err = other.Bind(ctx, Deployment{Namespace: "other"})
 	var refused *OtherDeploymentError
 	if !errors.As(err, &refused) || !errors.Is(err, ErrConflict) || refused.Bound.Namespace != "default" || refused.Want.Namespace != "other" {
 		t.Fatalf("Bind(other) on a ledger bound to default = %v, want an *OtherDeploymentError naming both", err)
@@ -49,7 +50,58 @@ func TestBind(t *testing.T) {
 	if stored.Namespace != "default" {
 		t.Errorf("claim made after Bind(default) records namespace %q, want default", stored.Namespace)
 	}
-	if err := l.Bind(ctx, ""); !errors.Is(err, ErrInvalid) {
+	if err := l.Bind(ctx, Deployment{}); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Bind(\"\") = %v, want ErrInvalid", err)
+	}
+}
+
+// TestBindNamespaceID: a binding by name learns the namespace id of the
+// first process that knows it; a process of the same name on another
+// cluster (another id) is refused and changes nothing, and one that knows
+// no id is checked by name.
+func TestBindNamespaceID(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, _ := newLedger(t)
+	bind := func(d Deployment) error {
+		t.Helper()
+		l, err := New(rdb, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Bind(ctx, d)
+	}
+	key := func() string {
+		t.Helper()
+		l, _ := New(rdb, Options{})
+		got, err := rdb.Get(ctx, l.deploymentKey()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if err := bind(Deployment{Namespace: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bind(Deployment{Namespace: "default", NamespaceID: "id-prod"}); err != nil {
+		t.Fatalf("Bind with an id on a ledger bound by name: %v", err)
+	}
+	bound := key()
+	if !strings.Contains(bound, `"namespace_id":"id-prod"`) {
+		t.Errorf("deployment key = %s, want it to have learnt id-prod", bound)
+	}
+	err := bind(Deployment{Namespace: "default", NamespaceID: "id-staging"})
+	var refused *OtherDeploymentError
+	if !errors.As(err, &refused) || refused.Bound.NamespaceID != "id-prod" || refused.Want.NamespaceID != "id-staging" ||
+		!strings.Contains(err.Error(), "another cluster") {
+		t.Errorf("Bind of default on another cluster = %v, want an *OtherDeploymentError naming both ids", err)
+	}
+	if got := key(); got != bound {
+		t.Errorf("deployment key after the refusal = %s, want %s", got, bound)
+	}
+	if err := bind(Deployment{Namespace: "default"}); err != nil {
+		t.Errorf("Bind by name alone on a ledger bound with an id: %v", err)
+	}
+	if err := bind(Deployment{Namespace: "default", NamespaceID: "id-prod"}); err != nil {
+		t.Errorf("Bind with the bound id: %v", err)
 	}
 }

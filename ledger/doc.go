@@ -18,7 +18,7 @@
 //	<prefix>:hosts            set: registered host names
 //	<prefix>:placement:changed  sorted set: host -> when its usage or topology last changed (µs, server clock)
 //	<prefix>:moves            sorted set: "target|move" -> lease end (ms, server clock): the drains' moves running (TakeMoveSlot)
-//	<prefix>:deployment       string: the Temporal deployment the ledger serves, {"namespace":...} (Bind)
+//	<prefix>:deployment       string: the Temporal deployment the ledger serves, {"namespace":...,"namespace_id":...} (Bind)
 //
 // gen is the topology generation; it grows when RegisterHost changes the
 // topology, and a claim fitted against an older generation is refused. rev
@@ -212,5 +212,7 @@
 // (Claim.OwnerWorkflowID, and Claim.Namespace, the claiming process's
 // namespace), and only that namespace can say whether they still run.
 // Bind records the namespace in the deployment key on first use (one
-// atomic script) and refuses a process of another namespace thereafter.
+// atomic script) and refuses a process of another namespace thereafter;
+// the namespace's id, learnt from the first process that asked Temporal,
+// refuses a namespace of the same name on another cluster too.
 package ledger

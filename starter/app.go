@@ -50,15 +50,22 @@ func (a *app) ledger() (*ledger.Ledger, error) {
 	return a.led, nil
 }
 
-// client connects to Temporal once the ledger is open: a ledger bound to
-// another namespace is refused before any workflow starts.
+// client connects to Temporal once the ledger is open, and binds the
+// ledger to the namespace's id there: a ledger that serves another
+// namespace, or the same name on another cluster, is refused before any
+// workflow starts.
 func (a *app) client() (client.Client, error) {
 	if a.temporal == nil {
-		if _, err := a.ledger(); err != nil {
+		led, err := a.ledger()
+		if err != nil {
 			return nil, err
 		}
 		c, err := a.cfg.Dial(a.ctx, nil, config.WithTelemetry(a.tel))
 		if err != nil {
+			return nil, err
+		}
+		if err := a.cfg.BindCluster(a.ctx, led, c); err != nil {
+			c.Close()
 			return nil, err
 		}
 		a.temporal = c

@@ -64,6 +64,9 @@ func run() error {
 		return err
 	}
 	defer tc.Close()
+	if err := cfg.BindCluster(ctx, led, tc); err != nil {
+		return err
+	}
 	if err := serveOps(ctx, cfg, tel, rdb, tc, logger); err != nil {
 		return err
 	}

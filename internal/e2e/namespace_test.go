@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -67,4 +69,53 @@ func (s *stack) namespace() string {
 		}
 	}
 	return ns
+}
+
+// TestLedgerServesOneCluster: a worker or CLI of a namespace of the same
+// name on another Temporal cluster (a staging "default" pointed at
+// production's Redis) is refused before it starts a workflow, with one
+// line naming both namespace ids, and changes no claim.
+func TestLedgerServesOneCluster(t *testing.T) {
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
+	uuid := s.boot("vm", "a", 2)
+	rdb := s.redisClient()
+	claims := func() map[string]string {
+		t.Helper()
+		c, err := rdb.HGetAll(context.Background(), ledger.DefaultKeyPrefix+":host:{a}:claims").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	before := claims()
+
+	staging := testenv.StartTemporal(t)
+	own := s.env
+	s.env = append(slices.Clip(own), "PINFLOW_TEMPORAL_ADDRESS="+staging.Address)
+	want := `serves Temporal namespace "` + s.namespace() + `" of another cluster`
+	s.refused(want, "reconcile", "--grace", "0", "--wait")
+	s.refused(want, "delete", uuid, "--wait")
+	s.refused(want, "boot", "--name", "vm2", "--vcpus", "1", "--memory-mb", "512", "--host", "a", "--wait")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w := exec.CommandContext(ctx, s.worker)
+	w.Env = s.env
+	out, err := w.CombinedOutput()
+	line := strings.TrimSpace(string(out))
+	if err == nil || strings.Contains(line, "\n") || !strings.HasPrefix(line, "pinflow-worker: ") || !strings.Contains(line, want) {
+		t.Errorf("worker of another cluster: exit %v, output %q; want a non-zero exit and one line containing %q", err, line, want)
+	}
+	s.env = own
+
+	if diff := cmp.Diff(before, claims()); diff != "" {
+		t.Errorf("claims on a after the refusals (-before +after):\n%s", diff)
+	}
+	if g := s.guest(uuid); g.VMState != "active" || g.Host == nil || *g.Host != "a" {
+		t.Errorf("guest after the refusals = %+v, want it active on a", g)
+	}
+	if n, err := staging.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{}); err != nil || len(n.Executions) != 0 {
+		t.Errorf("the other cluster ran workflows: %v, %v", n.GetExecutions(), err)
+	}
 }
