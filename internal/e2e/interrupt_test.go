@@ -769,8 +769,10 @@ func TestWorkerKilledUnderInterruptions(t *testing.T) {
 // TestSoak is everything at once, for long: boots, migrations, offloads,
 // unshelves and deletes on many guests, host drains, a third of them cancelled or
 // terminated at random points, hypervisor faults and latencies, the
-// worker killed with SIGKILL and Redis restarted now and then, an audit
-// every second, with the same checks. `make soak` runs it long
+// worker killed with SIGKILL and Redis restarted now and then, hosts
+// fenced and brought back, ledgers recovered, quarantines released and
+// workers of another namespace started, an audit every second, with the
+// same checks. `make soak` runs it long
 // (PINFLOW_SOAK_OPS=10000 on 8 hosts and 40 guests); make test runs a
 // short one.
 func TestSoak(t *testing.T) {
@@ -781,6 +783,9 @@ func TestSoak(t *testing.T) {
 	c.killEvery = time.Duration(envInt("PINFLOW_SOAK_KILL_SECONDS", 10)) * time.Second
 	c.restartRedisEvery = time.Duration(envInt("PINFLOW_SOAK_REDIS_SECONDS", 15)) * time.Second
 	c.drainEvery = time.Duration(envInt("PINFLOW_SOAK_DRAIN_SECONDS", 5)) * time.Second
+	c.fenceEvery = time.Duration(envInt("PINFLOW_SOAK_FENCE_SECONDS", 8)) * time.Second
+	c.recoverEvery = time.Duration(envInt("PINFLOW_SOAK_RECOVER_SECONDS", 6)) * time.Second
+	c.foreignWorkerEvery = time.Duration(envInt("PINFLOW_SOAK_FOREIGN_SECONDS", 20)) * time.Second
 	c.interrupt = func(rng *rand.Rand) string {
 		switch n := rng.IntN(6); n {
 		case 0:
