@@ -85,8 +85,12 @@ func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationIn
 		if err != nil {
 			return classify(err)
 		}
-		if destXML, err = xmlpatch.Patch(dom.XML, &in.Placement); err != nil {
-			return classify(err)
+		// A guest without a NUMA placement has no pins to rewrite.
+		destXML = dom.XML
+		if in.Placement.HasNUMA() {
+			if destXML, err = xmlpatch.Patch(dom.XML, &in.Placement); err != nil {
+				return classify(err)
+			}
 		}
 		if err := a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML); err != nil {
 			return classify(err)

@@ -26,8 +26,10 @@ func (s *stack) hostUsage(name string) hostUsage {
 // TestGuestsWithoutNUMATakeTheirHost boots and resizes guests without a
 // NUMA topology, which take no cell's resources: a guest larger than any
 // host is refused, and one that fits counts on its host's memory and
-// shared vCPUs, beside pinned guests, through a resize's hold and confirm.
+// shared vCPUs, beside pinned guests, through a resize's hold and confirm,
+// a live migration, a shelve-offload and unshelve, and an evacuation.
 func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -63,6 +65,27 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 		t.Errorf("host list does not show b's host-level usage:\n%s", out)
 	}
 
+	// Every move carries it: a live migration, a shelve-offload and an
+	// unshelve, and an evacuation, whose tombstone keeps it on the fenced
+	// host until the host is back.
+	s.ok("migrate", f.UUID, "--dest", "a", "--wait")
+	want("a", 7168, 3, "F migrated to a")
+	want("b", 0, 0, "F migrated away")
+	s.ok("shelve", f.UUID, "--offload", "--wait")
+	want("a", 1024, 0, "F offloaded")
+	s.ok("unshelve", f.UUID, "--host", "b", "--wait")
+	want("b", 6144, 3, "F unshelved on b")
+	s.ok("sim", "power", "--host", "b", "--off")
+	s.ok("host", "down", "b", "--fence", "--reason", "power supply failed")
+	s.ok("evacuate", f.UUID, "--host", "a", "--wait")
+	want("a", 7168, 3, "F evacuated to a")
+	want("b", 6144, 3, "F's tombstone on the fenced b")
+	s.ok("check")
+	s.ok("sim", "power", "--host", "b", "--on")
+	s.ok("host", "up", "b", "--wait")
+	want("b", 0, 0, "b back up")
+	s.ok("check")
+
 	s.refused("--cpu-allocation-ratio 0", "host", "add", "c", "--cells", "1", "--cores", "2", "--cpu-allocation-ratio", "0")
 	s.ok("host", "add", "c", "--cells", "1", "--cores", "2", "--memory-mb", "4096", "--ram-allocation-ratio", "1.5", "--reserved-host-memory-mb", "1024")
 	if got := s.hostUsage("c"); got.MemoryLimitMB != 5120 || got.VCPULimit != 8 {
@@ -78,6 +101,7 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 // never holds more than its limits, the guests that run there add up to
 // what its ledger counts, and every ledger checks out.
 func TestConcurrentBootsNeverOvercommit(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
