@@ -27,7 +27,8 @@ func (s *stack) hostUsage(name string) hostUsage {
 // NUMA topology, which take no cell's resources: a guest larger than any
 // host is refused, and one that fits counts on its host's memory and
 // shared vCPUs, beside pinned guests, through a resize's hold and confirm,
-// a live migration, a shelve-offload and unshelve, and an evacuation.
+// a live migration, a shelve-offload and unshelve, an evacuation and a
+// drain.
 func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
@@ -84,6 +85,10 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	s.ok("sim", "power", "--host", "b", "--on")
 	s.ok("host", "up", "b", "--wait")
 	want("b", 0, 0, "b back up")
+	s.ok("check")
+	s.ok("host", "drain", "a", "--wait")
+	want("a", 0, 0, "a drained")
+	want("b", 7168, 3, "F and P drained to b")
 	s.ok("check")
 
 	s.refused("--cpu-allocation-ratio 0", "host", "add", "c", "--cells", "1", "--cores", "2", "--cpu-allocation-ratio", "0")
