@@ -1,12 +1,15 @@
 # pinflow: see README.md. `make test` and `make demo` set up what they need.
 GO      ?= go
+SHELL   := /bin/bash
+# A pipe fails when a command in it does (go test into testtimes).
+.SHELLFLAGS := -o pipefail -c
 BIN     := $(CURDIR)/bin
 export PATH := $(BIN):$(PATH)
 
 STATICCHECK_VERSION ?= v0.8.2
 WORKFLOWCHECK_VERSION ?= v0.6.0
 
-.PHONY: all build deps test test-short lint fuzz bench bench-e2e up down demo clean
+.PHONY: all build deps test test-times test-stress test-short lint fuzz bench bench-e2e up down demo clean
 
 all: build
 
@@ -21,10 +24,33 @@ deps:
 # deploy/cluster.sh starts (the TestCluster* failure tests always run on it).
 CLUSTER_SUITE := ^(TestNovaBug1845146|TestMigrationFailureLeavesTheSource|TestShelveUnshelveSpawnFailure|TestUnshelveAfterShelve|TestWorkerKilledDuringMigration|TestBadInput|TestReconcileRandomized)$$
 
+# The end-to-end tests mostly wait on servers, workflows and guests, so
+# four run at once (they call t.Parallel; libvirt's and the Web UI's run
+# alone first). Each run ends with a table of the packages' wall times
+# and the slowest tests; `make test-times` prints it again.
+TESTFLAGS ?= -race -count=1 -parallel 4
 test: deps
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 45m ./...
-	PINFLOW_E2E_TARGET=cluster $(GO) test -race -count=1 -timeout 20m ./internal/e2e -run '$(CLUSTER_SUITE)'
+	$(GO) test $(TESTFLAGS) -timeout 45m -json ./... | $(GO) run ./internal/testtimes -save $(BIN)/test-events.json
+	PINFLOW_E2E_TARGET=cluster $(GO) test $(TESTFLAGS) -timeout 20m -json ./internal/e2e -run '$(CLUSTER_SUITE)' \
+		| $(GO) run ./internal/testtimes -save $(BIN)/test-events-cluster.json
+
+# The whole suite while stress-ng keeps every core busy: no test may
+# depend on how fast the machine is. STRESS_RUNS=5 runs it five times and
+# stops at the first failure.
+STRESS_RUNS ?= 1
+test-stress: deps
+	@for i in $$(seq $(STRESS_RUNS)); do \
+		stress-ng --cpu "$$(nproc)" --timeout 0 --quiet & hog=$$!; \
+		$(MAKE) --no-print-directory test; rc=$$?; \
+		kill $$hog; wait $$hog 2>/dev/null; \
+		echo "test-stress: run $$i of $(STRESS_RUNS) under $$(nproc) busy CPUs: exit $$rc"; \
+		[ $$rc = 0 ] || exit $$rc; \
+	done
+
+test-times:
+	$(GO) run ./internal/testtimes -from $(BIN)/test-events.json
+	$(GO) run ./internal/testtimes -from $(BIN)/test-events-cluster.json
 
 test-short:
 	$(GO) test -short -count=1 ./...

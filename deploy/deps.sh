@@ -24,6 +24,8 @@ have qemu-system-x86_64 || need_pkgs+=(qemu-system-x86)
 have virsh || need_pkgs+=(libvirt-clients)
 # Nova's own validators answer numa's extra-spec oracle test on fresh cases.
 /usr/bin/python3 -c 'import nova.api.validation.extra_specs.validators' >/dev/null 2>&1 || need_pkgs+=(python3-nova)
+# make test-stress keeps every core busy with it while the suite runs.
+have stress-ng || need_pkgs+=(stress-ng)
 # deploy/cluster.sh keeps Temporal's state in a private PostgreSQL.
 if [ "${PINFLOW_NEED_CLUSTER:-1}" = 1 ] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   need_pkgs+=(postgresql)

@@ -96,6 +96,7 @@ func (c *chaos) cost(at time.Duration) string {
 // test's client use both frontends, the other node takes over the dead
 // one's history shards, and no operation is lost or run twice.
 func TestClusterTemporalNodeKilled(t *testing.T) {
+	t.Parallel()
 	const at = 10 * time.Second
 	c := clusterChaos(t, 75*time.Second)
 	cl := c.s.cluster
@@ -113,6 +114,7 @@ func TestClusterTemporalNodeKilled(t *testing.T) {
 // is lost; while the new master has no replica of its own, changes on its
 // slots wait, and retry, until the old master is back as its replica.
 func TestClusterRedisMasterFailover(t *testing.T) {
+	t.Parallel()
 	const at = 10 * time.Second
 	c := clusterChaos(t, 45*time.Second)
 	rdb := c.s.redisClient()
@@ -134,6 +136,7 @@ func TestClusterRedisMasterFailover(t *testing.T) {
 // does not replace it: the others pick up its workflow and activity tasks
 // once their timeouts run out.
 func TestClusterWorkerKilled(t *testing.T) {
+	t.Parallel()
 	const at = 10 * time.Second
 	c := clusterChaos(t, 40*time.Second)
 	c.events = []chaosEvent{{at, "kill -9 worker 1 of 3", func() {
@@ -149,6 +152,7 @@ func TestClusterWorkerKilled(t *testing.T) {
 // after the other, each replaced by a new one, as a rolling upgrade does:
 // a stopping worker hands its work over, and no migration is aborted.
 func TestClusterRollingRestart(t *testing.T) {
+	t.Parallel()
 	const at = 10 * time.Second
 	c := clusterChaos(t, 40*time.Second)
 	restart := func(i int) func() {

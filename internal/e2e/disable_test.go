@@ -23,6 +23,7 @@ func (s *stack) hostLine(host string) string {
 // there and none elsewhere, while a boot and a migration that name it
 // do; once enabled, pinflow chooses it again.
 func TestHostDisable(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t) // A on a 0-1, B on b 0-1
 	s.ok("host", "disable", "a", "--reason", "firmware update")
 	if l := s.hostLine("a"); !strings.Contains(l, "[disabled: firmware update]") {
@@ -91,6 +92,7 @@ func TestHostDisable(t *testing.T) {
 // TestHostDisableBadInput: each refusal is one line, a non-zero exit, and
 // no change to any host's state or ledger.
 func TestHostDisableBadInput(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")

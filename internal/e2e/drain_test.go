@@ -18,6 +18,7 @@ import (
 // nowhere is reported before anything moves, with a non-zero exit; a
 // disabled host is no target; bad input is one line.
 func TestPlanDrain(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -100,6 +101,7 @@ func (s *stack) claimsOfKind(host, kind string) int {
 // parallelism; every guest lands NUMA-exact where the plan put it; the
 // host ends empty and disabled, and check and the hypervisors agree.
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -192,6 +194,7 @@ func TestDrain(t *testing.T) {
 // draining host, bad limits, a bad policy and an unknown host are one line
 // and change nothing.
 func TestDrainRefusals(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -221,6 +224,7 @@ func TestDrainRefusals(t *testing.T) {
 // onto its host is in flight waits for it and then moves that guest too;
 // one whose --settle runs out first changes nothing.
 func TestDrainWaitsForOperationsInFlight(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -262,6 +266,7 @@ func firstGuest(s *stack, host string) string {
 // back, releases every reservation no move adopted, and leaves each guest
 // running on exactly one host; an audit afterwards frees nothing.
 func TestDrainCancel(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -298,6 +303,7 @@ func TestDrainCancel(t *testing.T) {
 // starts no other, keeps the next guests' reservations, and says so in
 // its status; resumed, it moves the rest. --wait prints each guest's step.
 func TestDrainPauseResume(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -369,6 +375,7 @@ func TestDrainPauseResume(t *testing.T) {
 // its history, every guest lands on one host, no reservation is left and
 // an audit afterwards frees nothing.
 func TestDrainSurvivesWorkerKills(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -407,6 +414,7 @@ func TestDrainSurvivesWorkerKills(t *testing.T) {
 // instant does more than one guest move, a drain says it is waiting for
 // the cloud's limit, and both complete.
 func TestDrainsShareCloudLimits(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, "PINFLOW_DRAIN_MAX_MOVES=1")
 	for _, h := range []string{"a1", "a2", "t1", "t2"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -468,6 +476,7 @@ func TestDrainsShareCloudLimits(t *testing.T) {
 // retried guest starts its next move only after its failed one gave its
 // slot back: the drain ends with every guest moved, none twice in flight.
 func TestDrainRetriesFailedMoves(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	for _, h := range []string{"a", "b", "c", "d"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")

@@ -48,6 +48,7 @@ func (s *stack) noDoublePins(hosts ...string) {
 // claim, the audit frees nothing it uses, and a new guest on the
 // destination gets other pCPUs.
 func TestCancelAtSwitchover(t *testing.T) {
+	t.Parallel()
 	for _, at := range []time.Duration{1500 * time.Millisecond, 2800 * time.Millisecond, 3200 * time.Millisecond} {
 		t.Run(at.String(), func(t *testing.T) {
 			s, vmA, _ := twoHosts(t)
@@ -79,6 +80,7 @@ func TestCancelAtSwitchover(t *testing.T) {
 // compensates, so no guest is left running on pCPUs the ledger has
 // freed, and the next boot on the host shares nothing.
 func TestCancelDuringSpawn(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "2", "--memory-mb", "8192")
 	// The cancel reaches the step within a heartbeat timeout (5 s), well
@@ -107,6 +109,7 @@ func TestCancelDuringSpawn(t *testing.T) {
 // milliseconds while guests boot and migrate. No claim of an operation
 // that ran to its end may be freed, whenever the audit looks.
 func TestAuditRacesCommits(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
 	s.ok("host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	stop := make(chan struct{})
@@ -145,6 +148,7 @@ func TestAuditRacesCommits(t *testing.T) {
 // restart) in the middle of a migration: the migration is not aborted;
 // the next worker follows it to its end.
 func TestGracefulWorkerStopHandsOver(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "4")
 	s.ok("migrate", vmA, "--dest", "b")

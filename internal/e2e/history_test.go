@@ -23,6 +23,7 @@ import (
 // code. With PINFLOW_RECORD_HISTORIES=1 it also stores them as the golden
 // histories that workflows' replay test uses.
 func TestHistoriesReplay(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	var recorded []*historypb.History
 	names := []string{}

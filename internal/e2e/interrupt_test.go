@@ -734,6 +734,7 @@ func recordHost(inst *ledger.Instance) string {
 // settled every running guest sits on exactly its record's committed
 // claim and no claim is left that no record names.
 func TestInterruptedOperations(t *testing.T) {
+	t.Parallel()
 	// Room enough that a drain can often plan its host's guests.
 	c := newChaos(t, 4, 4, false)
 	c.slots, c.ops, c.window = 8, 80, 60*time.Second
@@ -754,6 +755,7 @@ func TestInterruptedOperations(t *testing.T) {
 // TestWorkerKilledUnderInterruptions kills the worker every few seconds
 // while operations are cancelled at random points, with the same checks.
 func TestWorkerKilledUnderInterruptions(t *testing.T) {
+	t.Parallel()
 	c := newChaos(t, 4, 3, false)
 	c.slots, c.ops, c.window = 6, 48, 45*time.Second
 	c.killEvery = 7 * time.Second
@@ -776,6 +778,7 @@ func TestWorkerKilledUnderInterruptions(t *testing.T) {
 // (PINFLOW_SOAK_OPS=10000 on 8 hosts and 40 guests); make test runs a
 // short one.
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	ops, hosts, guests := envInt("PINFLOW_SOAK_OPS", 240), envInt("PINFLOW_SOAK_HOSTS", 8), envInt("PINFLOW_SOAK_GUESTS", 16)
 	window := time.Duration(envInt("PINFLOW_SOAK_MINUTES", 2)) * time.Minute
 	c := newChaos(t, hosts, 6, true)

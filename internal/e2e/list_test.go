@@ -45,6 +45,7 @@ func (s *stack) listRows(args ...string) [][]string {
 // TestList boots guests on two hosts, shelves one and lists them all, by
 // host, by vm state and by task state, as text and as JSON.
 func TestList(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "8", "--memory-mb", "8192")
 	s.ok("host", "add", "b", "--cells", "1", "--cores", "8", "--memory-mb", "8192")
@@ -117,6 +118,7 @@ func TestList(t *testing.T) {
 // TestListBadInput: an unknown host or state, or an argument, is one line
 // naming it and what is allowed, and a non-zero exit.
 func TestListBadInput(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	if out := s.ok("list"); strings.TrimSpace(out) != "no guests" {

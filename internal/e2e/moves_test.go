@@ -48,6 +48,7 @@ func (s *stack) vcpusOf(uuid string) int {
 // (1805767, 1953359), the destination freed; a confirm frees the hold at
 // once, not at the next audit (1818914).
 func TestResizeHoldsTheSource(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t) // A on a 0-1, B on b 0-1; 4 cores each
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
 	s.waitResized(vmA)
@@ -95,6 +96,7 @@ func TestResizeHoldsTheSource(t *testing.T) {
 // TestResizeOnItsHost resizes a guest on the host it runs on, which can
 // hold both placements at once, and reverts and confirms there.
 func TestResizeOnItsHost(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "a", "--confirm-window", "0")
 	s.waitResized(vmA)
@@ -121,6 +123,7 @@ func TestResizeOnItsHost(t *testing.T) {
 // 1879878 freed the pins twice): exactly one is taken, and the guest ends
 // where that one says, on one claim.
 func TestResizeRacingDecisions(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
 	s.waitResized(vmA)
@@ -157,6 +160,7 @@ func TestResizeRacingDecisions(t *testing.T) {
 // are slow: the guest runs on its source as before, with its flavor and
 // exactly its pins, and nothing is left behind for an audit to free.
 func TestResizeInterrupted(t *testing.T) {
+	t.Parallel()
 	steps := []struct {
 		name, op string
 	}{
@@ -198,6 +202,7 @@ func TestResizeInterrupted(t *testing.T) {
 // workflow will ever decide, so the audit settles it as confirmed (the
 // guest lives on its new claim): the hold goes and the record is active.
 func TestResizeTerminatedInVerify(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
 	s.waitResized(vmA)
@@ -217,6 +222,7 @@ func TestResizeTerminatedInVerify(t *testing.T) {
 // confirm window, and refuses one onto its own host; a live migration
 // the hypervisor refuses falls back to a cold one when asked.
 func TestColdMigration(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
 	s.ok("sim", "fault", "--host", "a", "--op", "prepare", "--times", "5")
 	s.refused("failed", "migrate", vmB, "--dest", "a", "--wait")
@@ -240,6 +246,7 @@ func TestColdMigration(t *testing.T) {
 // TestMovesBadInput: each refusal is one line, a non-zero exit, and no
 // change to any claim or record.
 func TestMovesBadInput(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	state := func() string {
 		out, _ := json.Marshal([]any{s.host("a"), s.host("b"), s.guest(vmA)})
@@ -267,6 +274,7 @@ func TestMovesBadInput(t *testing.T) {
 // next host, Nova 1791075), and brings the host back: its leftovers are
 // destroyed and its tombstones cleared before it takes a guest again.
 func TestEvacuation(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t) // A on a 0-1, B on b 0-1
 	s.ok("host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	vmC := s.boot("C", "a", 2) // a 2-3
@@ -313,6 +321,7 @@ func TestEvacuation(t *testing.T) {
 // keeps running on b alone, its hold on a is a tombstone, and host up
 // clears it.
 func TestRevertToAFencedHost(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t) // A on a 0-1, B on b 0-1
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
 	s.waitResized(vmA)
@@ -337,6 +346,7 @@ func TestRevertToAFencedHost(t *testing.T) {
 // TestEvacuatedHostRemoved removes a fenced host that never comes back,
 // with the tombstones of its evacuated guest.
 func TestEvacuatedHostRemoved(t *testing.T) {
+	t.Parallel()
 	s, _, vmB := twoHosts(t)
 	s.ok("sim", "power", "--host", "b", "--off")
 	s.ok("host", "down", "b", "--fence", "--reason", "mainboard died")
@@ -355,6 +365,7 @@ func TestEvacuatedHostRemoved(t *testing.T) {
 // settles it, with the dead host's claim a tombstone. Never both, never
 // a leak.
 func TestEvacuationInterrupted(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
 	s.ok("sim", "power", "--host", "a", "--off")
 	s.ok("host", "down", "a", "--fence", "--reason", "test")

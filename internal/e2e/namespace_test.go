@@ -20,6 +20,7 @@ import (
 // with one line naming both namespaces, before any Temporal call, and
 // changes no claim.
 func TestLedgerServesOneNamespace(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.startWorker()
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
@@ -76,6 +77,7 @@ func (s *stack) namespace() string {
 // production's Redis) is refused before it starts a workflow, with one
 // line naming both namespace ids, and changes no claim.
 func TestLedgerServesOneCluster(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	uuid := s.boot("vm", "a", 2)

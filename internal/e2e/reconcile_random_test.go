@@ -34,6 +34,7 @@ const (
 // when everything has ended the ledger is exactly the instances'
 // placements, and each running guest agrees with its record.
 func TestReconcileRandomized(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	hosts := []string{"h0", "h1", "h2", "h3"}
 	for _, h := range hosts {

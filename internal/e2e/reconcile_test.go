@@ -39,6 +39,7 @@ func hostAudit(res workflows.ReconcileResult, host string) activities.HostAudit 
 // holds b's destination claim, keeps it; b stays 0-3 and a 0,1, and after
 // the migration a is empty and b is 0-3.
 func TestReconcileDuringMigration(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
 	s.ok("migrate", vmA, "--dest", "b")
@@ -79,6 +80,7 @@ func TestReconcileDuringMigration(t *testing.T) {
 // step runs no compensation, so its destination claim is orphaned; the
 // next audit past the grace period frees it, and nothing else.
 func TestReconcileFreesTerminatedOwner(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
 	s.ok("migrate", vmA, "--dest", "b")
@@ -166,6 +168,7 @@ func claimThenContinue(ctx workflow.Context, continued bool) error {
 // first run id does not change); the audit keeps its claim until it ends,
 // then frees it.
 func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	ctx := context.Background()
@@ -233,6 +236,7 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 
 // TestReconcileBadInput: refused with one clear line, nothing started.
 func TestReconcileBadInput(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	s.refused("--grace", "reconcile", "--grace", "-1s")

@@ -35,6 +35,7 @@ func (s *stack) loseHost(host string) {
 // token (so its fenced switchover goes on and it completes), quarantines
 // nothing, and check and an audit pass afterwards.
 func TestRecoverAfterLedgerLoss(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
 	s.ok("migrate", vmB, "--dest", "a")
@@ -97,6 +98,7 @@ func TestRecoverAfterLedgerLoss(t *testing.T) {
 // runs, so a boot cannot pin onto A; once A is stopped the release goes
 // through and the boot takes 0-3.
 func TestQuarantineReleaseAsksTheHypervisor(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	vmA := s.boot("A", "a", 2)
@@ -148,6 +150,7 @@ func (s *stack) hostClaimOf(host, uuid string) string {
 // guest runs (the host's claims gone, its topology kept) is quarantined
 // by the next audit, so a boot cannot take its pCPUs.
 func TestAuditQuarantinesVanishedClaims(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	vmA := s.boot("A", "a", 2)
@@ -189,6 +192,7 @@ func TestAuditQuarantinesVanishedClaims(t *testing.T) {
 // itself; a claim Redis lost while its guest runs is quarantined with no
 // operator acting, and a second worker leaves the one schedule as it is.
 func TestScheduledAudit(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, "PINFLOW_RECONCILE_INTERVAL=2s")
 	s.startWorker()
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
@@ -215,6 +219,7 @@ func TestScheduledAudit(t *testing.T) {
 // migration completes; the resident claim of A, whose guest runs, is
 // quarantined (only recover restores resident claims).
 func TestAuditRestoresAnOpenMigrationsLostClaim(t *testing.T) {
+	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
 	s.ok("migrate", vmB, "--dest", "a")

@@ -58,6 +58,7 @@ func (s *stack) waitDestClaim(host, uuid string) {
 // b holds b's remaining CPUs, nothing else may get them, and afterwards A
 // owns them.
 func TestNovaBug1845146(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
 	s.ok("migrate", vmA, "--dest", "b")
@@ -87,6 +88,7 @@ func TestNovaBug1845146(t *testing.T) {
 // TestMigrationFailureLeavesTheSource: a migration that fails at the
 // migrate step leaves A on a with 0,1 and b without the claim.
 func TestMigrationFailureLeavesTheSource(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	for _, h := range []string{"a", "b"} {
 		s.ok("sim", "fault", "--host", h, "--op", "migrate", "--times", "10")
@@ -111,6 +113,7 @@ func TestMigrationFailureLeavesTheSource(t *testing.T) {
 // the instance shelved_offloaded with no host and no placement and the
 // host without its pins; a later delete succeeds.
 func TestShelveUnshelveSpawnFailure(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	vm := s.boot("A", "a", 2)
@@ -139,6 +142,7 @@ func TestShelveUnshelveSpawnFailure(t *testing.T) {
 
 // TestUnshelveAfterShelve brings a shelved guest back with new pins.
 func TestUnshelveAfterShelve(t *testing.T) {
+	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	s.ok("host", "add", "b", "--cells", "2", "--cores", "2")
@@ -158,6 +162,7 @@ func TestUnshelveAfterShelve(t *testing.T) {
 // and starts a new one: the migration completes and the ledger, the record
 // and the hypervisor agree.
 func TestWorkerKilledDuringMigration(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	s.ok("sim", "latency", "--op", "migrate", "--seconds", "4")
 	s.ok("migrate", vmA, "--dest", "b")
@@ -180,6 +185,7 @@ func TestWorkerKilledDuringMigration(t *testing.T) {
 
 // TestBadInput: each refused with one clear line, nothing changed.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	s, vmA, _ := twoHosts(t)
 	before := s.pinned("a") + "|" + s.pinned("b")
 	s.refused("unknown instance", "migrate", "00000000-0000-4000-8000-000000000000", "--dest", "b")

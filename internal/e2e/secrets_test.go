@@ -27,6 +27,7 @@ const workerSecret = "pf-w0rker-s3cret-71c2"
 // names the endpoints without the password, /readyz checks Redis and
 // Temporal, /metrics serves Temporal's and pinflow's metrics.
 func TestWorkerOps(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts Redis, Temporal and a worker; skipped with -short")
 	}
@@ -95,6 +96,7 @@ func TestWorkerOps(t *testing.T) {
 // API key (so TLS) for a plain Temporal, exits non-zero with one line
 // naming the endpoint, and never prints the secret.
 func TestWorkerBadCredentials(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts Redis, Temporal and a worker; skipped with -short")
 	}

@@ -29,11 +29,22 @@ type Cluster struct {
 // clusterPorts is how many ports above its base the script may use.
 const clusterPorts = 128
 
+// clusterSlots bounds the clusters a test binary runs at once: each is
+// a PostgreSQL, two Temporal nodes and seven Redis servers, and tests that
+// run in parallel wait here for a slot rather than share the machine with
+// more of them.
+var clusterSlots = make(chan struct{}, 2)
+
 // StartCluster runs deploy/cluster.sh up in a new directory on free
 // loopback ports and brings it down, state and all, when the test ends.
-// Under CI=true a missing program fails the test, else it skips.
+// Under CI=true a missing program fails the test, else it skips. It waits
+// while two other clusters of this test binary run.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	clusterSlots <- struct{}{}
+	// Registered first, so it runs after the cleanup that brings the
+	// cluster down.
+	t.Cleanup(func() { <-clusterSlots })
 	root := ModuleRoot(t)
 	for _, p := range []string{"temporal-server", "temporal-sql-tool"} {
 		if _, err := os.Stat(filepath.Join(root, "bin", p)); err != nil {
