@@ -20,6 +20,7 @@ func init() {
 	register("sim latency", "set how long a simulated operation takes: sim latency --op OP --seconds S [--host H] | --op OP --clear [--host H] [--json]", simLatency)
 	register("sim fault", "make a simulated operation fail: sim fault --host H --op OP --times N [--rate R] | --host H --op OP --clear [--json]", simFault)
 	register("sim power", "power a simulated host off (a crash: its guests stop, calls to it fail) or back on: sim power --host H --off|--on [--json]", simPower)
+	register("sim gate", "hold the next simulated calls at a gate until released, or wait for calls there: sim gate --at GATE --hold|--release|--wait-arrived N|--wait-cancelled N [--json]", simGate)
 	register("sim show", "show the simulator's latencies, faults and powered-off hosts: sim show [--json]", simShow)
 }
 
@@ -242,6 +243,78 @@ func simPower(args []string, stdout io.Writer) error {
 		return err
 	}
 	_, err = fmt.Fprintf(stdout, "%s is powered on; its guests stay shut off\n", *host)
+	return err
+}
+
+// simGateWait bounds how long sim gate --wait-* waits: the calls of a
+// test arrive in seconds, and one that never does is a hang to report.
+const simGateWait = 3 * time.Minute
+
+func simGate(args []string, stdout io.Writer) error {
+	const cmd = "sim gate"
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	at := fs.String("at", "", "the gate: define, start, shutdown, stop, undefine, prepare, migrate, switchover (a migration's copy done, before its point of no return) or switched (past it)")
+	hold := fs.Bool("hold", false, "hold the next calls at the gate, and count them afresh")
+	release := fs.Bool("release", false, "let the held calls go on, and the next ones pass")
+	arrived := fs.Int("wait-arrived", 0, "wait until N calls have arrived at the gate since it was held")
+	cancelled := fs.Int("wait-cancelled", 0, "wait until N held calls have been cancelled there")
+	asJSON := fs.Bool("json", false, "print the gate's state as JSON")
+	if err := simParse(fs, args); err != nil {
+		return err
+	}
+	if *at == "" {
+		return fmt.Errorf("%s: --at is required: %w", cmd, errUsage)
+	}
+	gate, err := sim.ParseGate(*at)
+	if err != nil {
+		return fmt.Errorf("%s: --at %s: %w", cmd, strings.TrimPrefix(err.Error(), "sim: "), errUsage)
+	}
+	set := simSetFlags(fs)
+	given := 0
+	for _, f := range []string{"hold", "release", "wait-arrived", "wait-cancelled"} {
+		if set[f] {
+			given++
+		}
+	}
+	switch {
+	case given != 1:
+		return fmt.Errorf("%s: give exactly one of --hold, --release, --wait-arrived N or --wait-cancelled N: %w", cmd, errUsage)
+	case set["wait-arrived"] && *arrived < 1, set["wait-cancelled"] && *cancelled < 1:
+		return fmt.Errorf("%s: the count to wait for must be 1 or more: %w", cmd, errUsage)
+	}
+
+	var st sim.GateState
+	err = withSim(func(ctx context.Context, d *sim.Driver) (err error) {
+		switch {
+		case *hold:
+			err = d.HoldGate(ctx, gate)
+		case *release:
+			err = d.ReleaseGate(ctx, gate)
+		default:
+			wctx, cancel := context.WithTimeout(ctx, simGateWait)
+			defer cancel()
+			st, err = d.AwaitGate(wctx, gate, func(st sim.GateState) bool {
+				return st.Arrived >= *arrived && st.Cancelled >= *cancelled
+			})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		st, err = d.GateState(ctx, gate)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout, st)
+	}
+	state := "open"
+	if st.Held {
+		state = "held"
+	}
+	_, err = fmt.Fprintf(stdout, "gate %s is %s: %d calls arrived while held, %d cancelled there\n", gate, state, st.Arrived, st.Cancelled)
 	return err
 }
 

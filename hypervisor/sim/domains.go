@@ -223,6 +223,9 @@ func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
+	if err := d.gate(ctx, GateShutdown, false); err != nil {
+		return fail(err)
+	}
 	// The latency is the guest's, not the call's: it becomes the due time
 	// instead of a wait, which is why Shutdown does not pace.
 	latency, err := d.latencyOf(ctx, host, OpShutdown)

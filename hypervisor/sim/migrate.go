@@ -377,6 +377,9 @@ func (d *Driver) locate(ctx context.Context, a *attempt) (srcDom *domState, done
 // attempt.
 func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error {
 	src, dst, u := a.req.Source, a.req.Dest, a.u
+	if err := d.gate(ctx, GateMigrate, false); err != nil {
+		return err
+	}
 	model, err := d.copyModelOf(ctx, a)
 	if err != nil {
 		return err
@@ -481,6 +484,9 @@ func (d *Driver) touch(ctx context.Context, a *attempt) error {
 // that asked for it, and after it the rest of the memory is pulled before
 // the migration finishes.
 func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) error {
+	if err := d.gate(ctx, GateSwitchover, false); err != nil {
+		return d.abort(ctx, a, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return d.abort(ctx, a, err)
 	}
@@ -506,6 +512,9 @@ func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) erro
 		return d.abort(ctx, a, err)
 	}
 	if err := d.crashAt("switchover"); err != nil {
+		return err
+	}
+	if err := d.gate(ctx, GateSwitched, true); err != nil {
 		return err
 	}
 	if postCopy {

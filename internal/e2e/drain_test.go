@@ -292,7 +292,7 @@ func TestDrainCancel(t *testing.T) {
 		s.checkAgreement(g, hostOf(s.guest(g)))
 	}
 	s.noDoublePins("a", "b", "c")
-	time.Sleep(2500 * time.Millisecond) // the minimum grace
+	s.pastMinGrace()
 	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
 		t.Errorf("the audit after the cancelled drain freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
 	}
@@ -402,7 +402,7 @@ func TestDrainSurvivesWorkerKills(t *testing.T) {
 		}
 	}
 	s.noDoublePins("a", "b", "c")
-	time.Sleep(2500 * time.Millisecond) // the minimum grace
+	s.pastMinGrace()
 	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
 		t.Errorf("the audit after the drain freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
 	}

@@ -43,27 +43,31 @@ func (s *stack) noDoublePins(hosts ...string) {
 }
 
 // TestCancelAtSwitchover is the first double pin of wave one: a cancel
-// that reaches a live migration around its switchover. Whatever the
-// timing, the guest ends on exactly one host, on exactly its record's
-// claim, the audit frees nothing it uses, and a new guest on the
-// destination gets other pCPUs.
+// that reaches a live migration around its switchover. The migration is
+// held at a gate of the simulator until the cancel has reached it there:
+// before its copy, with its copy done before the point of no return (the
+// cancel aborts it: the guest stays on a), and past that point (the cancel
+// cannot stop it: the guest ends on b). Either way the guest runs on
+// exactly its record's claim, the audit frees nothing it uses, and a new
+// guest on the destination gets other pCPUs.
 func TestCancelAtSwitchover(t *testing.T) {
 	t.Parallel()
-	for _, at := range []time.Duration{1500 * time.Millisecond, 2800 * time.Millisecond, 3200 * time.Millisecond} {
-		t.Run(at.String(), func(t *testing.T) {
+	for _, tt := range []struct{ gate, host string }{{"migrate", "a"}, {"switchover", "a"}, {"switched", "b"}} {
+		t.Run(tt.gate, func(t *testing.T) {
 			s, vmA, _ := twoHosts(t)
-			s.ok("sim", "latency", "--op", "migrate", "--seconds", "3")
+			s.ok("sim", "gate", "--at", tt.gate, "--hold")
 			s.ok("migrate", vmA, "--dest", "b")
-			s.waitDestClaim("b", vmA)
-			time.Sleep(at)
-			s.run("cancel", vmA)
+			s.ok("sim", "gate", "--at", tt.gate, "--wait-arrived", "1")
+			s.ok("cancel", vmA)
+			s.ok("sim", "gate", "--at", tt.gate, "--wait-cancelled", "1")
+			s.ok("sim", "gate", "--at", tt.gate, "--release")
 			g := s.waitClosed(vmA)
 			host := hostOf(g)
-			if host != "a" && host != "b" || g.TaskState != nil {
-				t.Fatalf("after the cancel A is on %q with task %v, want a or b and no task", host, g.TaskState)
+			if host != tt.host || g.TaskState != nil {
+				t.Fatalf("after a cancel at gate %s A is on %q with task %v, want %s and no task", tt.gate, host, g.TaskState, tt.host)
 			}
 			s.checkAgreement(vmA, host)
-			time.Sleep(2500 * time.Millisecond) // the minimum grace
+			s.pastMinGrace()
 			res := s.reconcile("--grace", "0")
 			if n := res.Total.Freed.Total(); n != 0 {
 				t.Errorf("the audit after the cancel freed %d claims: %+v", n, res.Hosts)
@@ -76,20 +80,20 @@ func TestCancelAtSwitchover(t *testing.T) {
 }
 
 // TestCancelDuringSpawn is the second: a cancel while the spawn's start
-// is slow. The workflow waits for the spawn attempt to end before it
-// compensates, so no guest is left running on pCPUs the ledger has
-// freed, and the next boot on the host shares nothing.
+// is held at the simulator's gate. The workflow waits for the spawn
+// attempt to end before it compensates, so no guest is left running on
+// pCPUs the ledger has freed, and the next boot on the host shares
+// nothing.
 func TestCancelDuringSpawn(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "2", "--memory-mb", "8192")
-	// The cancel reaches the step within a heartbeat timeout (5 s), well
-	// inside the start's 10 s.
-	s.ok("sim", "latency", "--op", "start", "--seconds", "10")
+	s.ok("sim", "gate", "--at", "start", "--hold")
 	out := s.ok("boot", "--name", "A", "--host", "a", "--vcpus", "2", "--memory-mb", "1024", "--spec", "hw:cpu_policy=dedicated", "--json")
 	uuid := jsonField(t, out, "uuid")
-	time.Sleep(1500 * time.Millisecond)
+	s.ok("sim", "gate", "--at", "start", "--wait-arrived", "1")
 	s.ok("cancel", uuid)
+	s.ok("sim", "gate", "--at", "start", "--wait-cancelled", "1")
 	g := s.waitClosed(uuid)
 	if g.VMState != "error" || hostOf(g) != "" {
 		t.Errorf("after the cancel A is %s on %q, want error on no host", g.VMState, hostOf(g))
@@ -97,7 +101,7 @@ func TestCancelDuringSpawn(t *testing.T) {
 	if got := s.pinned("a"); got != "" {
 		t.Errorf("after the cancel a has %q pinned, want nothing", got)
 	}
-	s.ok("sim", "latency", "--op", "start", "--seconds", "0")
+	s.ok("sim", "gate", "--at", "start", "--release")
 	b := s.boot("B", "a", 2)
 	s.noDoublePins("a")
 	s.checkAgreement(b, "a")

@@ -244,22 +244,40 @@ func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
 
 // audit runs one audit of every host with no grace and counts what it
 // freed.
-func (c *chaos) audit(ctx context.Context, id string) error {
+func (c *chaos) audit(ctx context.Context, id string) (*workflows.ReconcileResult, error) {
 	zero := time.Duration(0)
 	run, err := c.start(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue},
 		workflows.Reconcile, workflows.ReconcileInput{Grace: &zero})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var res workflows.ReconcileResult
 	if err := run.Get(ctx, &res); err != nil {
-		return err
+		return nil, err
 	}
 	c.audits.Add(1)
 	for _, h := range res.Hosts {
 		c.freed.Add(int64(len(h.Freed)))
 	}
-	return nil
+	return &res, nil
+}
+
+// settled says whether an audit found nothing left to do: it freed
+// nothing, and kept nothing only for now (an owner closed less than the
+// minimum grace ago, a fence lease still running, a settle it started,
+// an operation still open).
+func settled(res *workflows.ReconcileResult) bool {
+	t := res.Total
+	if t.Freed.Total() > 0 || t.Errors > 0 {
+		return false
+	}
+	for _, r := range []string{activities.KeptRecentlyClosed, activities.KeptChanged, activities.KeptSettling, activities.KeptDoubt,
+		activities.KeptOwnerRunning, activities.KeptInstanceBusy, activities.KeptSourceHold, activities.KeptYoung} {
+		if t.Kept.Of(r) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // operate runs one guest's operations one after the other, interrupting
@@ -495,7 +513,7 @@ func (c *chaos) run() {
 				return
 			case <-time.After(time.Second):
 			}
-			if err := c.audit(ctx, fmt.Sprintf("chaos-audit-%d", i)); err != nil {
+			if _, err := c.audit(ctx, fmt.Sprintf("chaos-audit-%d", i)); err != nil {
 				c.report("audit %d: %v", i, err)
 			}
 		}
@@ -558,20 +576,25 @@ func (c *chaos) run() {
 
 	// Let what the interruptions left behind settle. Every workflow closes
 	// first: a drain that ended asked its moves to cancel, and they
-	// compensate after it. Then activity attempts of terminated workflows
-	// end and fence leases (10 s here) run out, and the audit frees or
-	// settles. A claim is freed only once its owner has been closed for
-	// the minimum grace (2 s), and settles run under the guests' workflow
-	// ids, so each audit waits for them and then for the grace: an audit
-	// right after an owner closed keeps its claims.
+	// compensate after it. Then audits run until one finds nothing left
+	// to do: activity attempts of terminated workflows end, fence leases
+	// (10 s here) run out, owners pass the minimum grace (2 s), and the
+	// settles an audit starts (under the guests' workflow ids) finish
+	// before the next audit.
 	c.waitIdle(ctx)
-	time.Sleep(12 * time.Second)
-	for i := range 3 {
-		if err := c.audit(ctx, fmt.Sprintf("chaos-final-%d", i)); err != nil {
+	for i := 0; ; i++ {
+		res, err := c.audit(ctx, fmt.Sprintf("chaos-final-%d", i))
+		if err != nil {
 			t.Fatalf("final audit: %v", err)
 		}
 		c.waitIdle(ctx)
-		time.Sleep(3 * time.Second)
+		if settled(res) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the final audits found work left after %d runs: %s", i+1, workflows.ReconcileReport(res))
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	c.summary()
 	for _, v := range c.violations {

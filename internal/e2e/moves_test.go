@@ -58,7 +58,7 @@ func TestResizeHoldsTheSource(t *testing.T) {
 	if got := s.claimStates("b", vmA); got != "resize-dest/committed" {
 		t.Errorf("in VERIFY_RESIZE b holds %q of A, want the committed resize-dest claim", got)
 	}
-	time.Sleep(2500 * time.Millisecond) // the minimum grace
+	s.pastMinGrace()
 	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
 		t.Errorf("the audit in VERIFY_RESIZE freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
 	}
@@ -189,7 +189,7 @@ func TestResizeInterrupted(t *testing.T) {
 			if got := s.claimStates("a", vmA) + "|" + s.claimStates("b", vmA); got != "boot/committed|" {
 				t.Errorf("after the cancel A's claims are %q, want only its committed boot claim on a", got)
 			}
-			time.Sleep(2500 * time.Millisecond)
+			s.pastMinGrace()
 			if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
 				t.Errorf("the audit after the cancel freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
 			}
@@ -209,7 +209,7 @@ func TestResizeTerminatedInVerify(t *testing.T) {
 	if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2500 * time.Millisecond)
+	s.pastMinGrace()
 	s.reconcile("--grace", "0")
 	s.eventually("the audit to settle the resize", time.Minute, func() bool {
 		return s.guest(vmA).VMState == "active" && s.claimStates("a", vmA) == ""
@@ -296,7 +296,7 @@ func TestEvacuation(t *testing.T) {
 		t.Errorf("after the evacuation b|c have %q pinned, want 0-3|0-1 (one guest beside B, one on c)", got)
 	}
 	s.noDoublePins("b", "c")
-	time.Sleep(2500 * time.Millisecond)
+	s.pastMinGrace()
 	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
 		t.Errorf("the audit after the evacuation freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
 	}

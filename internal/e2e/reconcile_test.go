@@ -224,7 +224,7 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The owner's last attempts may still write for the minimum grace.
-	time.Sleep(2500 * time.Millisecond)
+	s.pastMinGrace()
 	res = s.reconcile("--grace", "0", "--host", "a")
 	if got := res.Total.Freed.Of(activities.FreedOwnerClosed); got != 1 {
 		t.Errorf("the audit after the owner ended freed %d claims (owner closed), want 1: %+v", got, res.Total)

@@ -77,7 +77,7 @@ func TestRecoverAfterLedgerLoss(t *testing.T) {
 	s.ok("check")
 	s.checkAgreement(vmA, "a")
 	s.checkAgreement(vmB, "a")
-	time.Sleep(2500 * time.Millisecond) // the minimum grace
+	s.pastMinGrace()
 	res := s.reconcile("--grace", "0")
 	if n := res.Total.Freed.Total(); n != 0 {
 		t.Errorf("the audit after the recovery freed %d claims: %+v", n, res.Hosts)

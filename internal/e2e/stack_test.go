@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/pinflow/pinflow/config"
@@ -170,7 +172,7 @@ func newBareStack(t *testing.T) *stack {
 		"PINFLOW_TEMPORAL_TASK_QUEUE=e2e-"+strings.ReplaceAll(t.Name(), "/", "-"),
 		"PINFLOW_DRIVER=sim",
 		// Short enough for tests to wait out, long enough to matter.
-		"PINFLOW_RECONCILE_MIN_GRACE=2s",
+		"PINFLOW_RECONCILE_MIN_GRACE="+minGrace.String(),
 		"PINFLOW_FENCE_LEASE=10s",
 		"PINFLOW_SHUTDOWN_TIMEOUT=2s",
 		// A scheduled audit at a minute boundary would race the audits
@@ -178,6 +180,64 @@ func newBareStack(t *testing.T) *stack {
 		"PINFLOW_RECONCILE_INTERVAL=0",
 	)
 	return s
+}
+
+// minGrace is the audit's minimum grace in the tests' workers: a claim
+// whose owner closed less than this ago is kept.
+const minGrace = 2 * time.Second
+
+// pastMinGrace waits until every workflow of the stack's task queue has
+// closed, and closed at least the minimum grace ago: an audit then judges
+// every claim they left.
+func (s *stack) pastMinGrace() {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	query := fmt.Sprintf("TaskQueue = %q", s.taskQueue())
+	for {
+		var last time.Time
+		open := false
+		var next []byte
+		for {
+			page, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: next})
+			if err != nil {
+				s.t.Fatalf("list the workflows of %s: %v", s.taskQueue(), err)
+			}
+			for _, e := range page.Executions {
+				if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+					open = true
+				} else if c := e.GetCloseTime().AsTime(); c.After(last) {
+					last = c
+				}
+			}
+			if next = page.NextPageToken; len(next) == 0 {
+				break
+			}
+		}
+		wait := time.Until(last.Add(minGrace + 100*time.Millisecond))
+		if !open && wait <= 0 {
+			return
+		}
+		if open {
+			wait = 200 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			s.t.Fatalf("the workflows of %s did not close", s.taskQueue())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// taskQueue is the task queue of the stack's workers.
+func (s *stack) taskQueue() string {
+	q := ""
+	for _, kv := range s.env {
+		if v, ok := strings.CutPrefix(kv, "PINFLOW_TEMPORAL_TASK_QUEUE="); ok {
+			q = v
+		}
+	}
+	return q
 }
 
 // stopWorkersAtEnd stops the workers when the test ends, before the Redis

@@ -1,0 +1,154 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Gate names a point of the simulated operations where a test can hold
+// the next calls until it releases them: it reaches an exact window of an
+// operation (a cancel while a guest starts, an audit between a migration's
+// switchover and its end) by construction, with no latency to guess.
+type Gate string
+
+// The gates: one before each operation with a latency (after its host is
+// checked, before its latency and fault), and two inside a live migration.
+const (
+	GateDefine   Gate = "define"
+	GateStart    Gate = "start"
+	GateShutdown Gate = "shutdown"
+	GateStop     Gate = "stop"
+	GateUndefine Gate = "undefine"
+	GatePrepare  Gate = "prepare"
+	GateMigrate  Gate = "migrate"
+	// GateSwitchover holds a migration whose copy is done, before its
+	// point of no return: a cancel there aborts it.
+	GateSwitchover Gate = "switchover"
+	// GateSwitched holds a migration past its point of no return, the
+	// guest's home already the destination: a cancel there is noted and
+	// does not stop it, as a real migration past its switchover completes.
+	GateSwitched Gate = "switched"
+)
+
+// Gates lists every Gate in the order an operation meets them.
+func Gates() []Gate {
+	return []Gate{GateDefine, GateStart, GateShutdown, GateStop, GateUndefine, GatePrepare, GateMigrate, GateSwitchover, GateSwitched}
+}
+
+// ParseGate reads a gate name, case-insensitively.
+func ParseGate(s string) (Gate, error) {
+	name := strings.ToLower(strings.TrimSpace(s))
+	names := make([]string, 0, len(Gates()))
+	for _, g := range Gates() {
+		if string(g) == name {
+			return g, nil
+		}
+		names = append(names, string(g))
+	}
+	return "", fmt.Errorf("sim: gate %q: must be one of %s", s, strings.Join(names, ", "))
+}
+
+// GateState is what a gate has seen since it was last held.
+type GateState struct {
+	Gate Gate `json:"gate"`
+	Held bool `json:"held"`
+	// Arrived counts the calls that reached the gate while it was held.
+	Arrived int `json:"arrived"`
+	// Cancelled counts the held calls whose context was cancelled there.
+	Cancelled int `json:"cancelled"`
+}
+
+// gatePoll is how often a held call looks whether its gate was released.
+const gatePoll = 20 * time.Millisecond
+
+func (d *Driver) gateKey(g Gate) string { return d.prefix + ":gate:" + string(g) }
+
+// HoldGate makes the next calls that reach g wait until ReleaseGate, and
+// starts its counts afresh.
+func (d *Driver) HoldGate(ctx context.Context, g Gate) error {
+	pipe := d.rdb.TxPipeline()
+	pipe.Del(ctx, d.gateKey(g))
+	pipe.HSet(ctx, d.gateKey(g), "held", "1", "arrived", "0", "cancelled", "0")
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
+// ReleaseGate lets the calls held at g go on, and the next ones pass; its
+// counts stay readable.
+func (d *Driver) ReleaseGate(ctx context.Context, g Gate) error {
+	return d.rdb.HSet(ctx, d.gateKey(g), "held", "0").Err()
+}
+
+// GateState reads g's state.
+func (d *Driver) GateState(ctx context.Context, g Gate) (GateState, error) {
+	st := GateState{Gate: g}
+	v, err := d.rdb.HGetAll(ctx, d.gateKey(g)).Result()
+	if err != nil {
+		return st, err
+	}
+	st.Held = v["held"] == "1"
+	st.Arrived, _ = strconv.Atoi(v["arrived"])
+	st.Cancelled, _ = strconv.Atoi(v["cancelled"])
+	return st, nil
+}
+
+// AwaitGate waits until cond holds of g's state, or ctx ends.
+func (d *Driver) AwaitGate(ctx context.Context, g Gate, cond func(GateState) bool) (GateState, error) {
+	for {
+		st, err := d.GateState(ctx, g)
+		if err != nil || cond(st) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("sim: gate %s: %w (arrived %d, cancelled %d)", g, ctx.Err(), st.Arrived, st.Cancelled)
+		case <-time.After(gatePoll):
+		}
+	}
+}
+
+// gate holds a call at g while g is held. A cancelled call returns its
+// context's error, unless the call is past its point of no return
+// (unstoppable): that one notes the cancel and waits for the release.
+func (d *Driver) gate(ctx context.Context, g Gate, unstoppable bool) error {
+	key := d.gateKey(g)
+	held, err := d.rdb.HGet(ctx, key, "held").Result()
+	if errors.Is(err, redis.Nil) || err == nil && held != "1" {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	// The call's own context may end while it waits; the gate's counts
+	// must still be written.
+	bg := context.WithoutCancel(ctx)
+	if err := d.rdb.HIncrBy(bg, key, "arrived", 1).Err(); err != nil {
+		return err
+	}
+	noted := false
+	for {
+		if ctx.Err() != nil && !noted {
+			noted = true
+			if err := d.rdb.HIncrBy(bg, key, "cancelled", 1).Err(); err != nil {
+				return err
+			}
+			if !unstoppable {
+				return ctx.Err()
+			}
+		}
+		held, err := d.rdb.HGet(bg, key, "held").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		if held != "1" {
+			return nil
+		}
+		time.Sleep(gatePoll)
+	}
+}
