@@ -150,20 +150,24 @@ func TestAuditRacesCommits(t *testing.T) {
 
 // TestGracefulWorkerStopHandsOver stops the worker gracefully (a rolling
 // restart) in the middle of a migration: the migration is not aborted;
-// the next worker follows it to its end.
+// the next worker takes it over and follows it to its end.
 func TestGracefulWorkerStopHandsOver(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "4")
+	// The migration is held at its start on the worker being stopped; the
+	// stop ends that attempt, and the next worker's attempt is held too
+	// until it has arrived.
+	s.ok("sim", "gate", "--at", "migrate", "--hold")
 	s.ok("migrate", vmA, "--dest", "b")
-	s.waitDestClaim("b", vmA)
-	time.Sleep(time.Second)
+	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", "1")
 	old := s.workers[len(s.workers)-1]
 	if err := old.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	_ = old.Wait()
 	s.startWorker()
+	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", "2")
+	s.ok("sim", "gate", "--at", "migrate", "--release")
 	g := s.waitClosed(vmA)
 	if hostOf(g) != "b" {
 		t.Fatalf("after a graceful worker stop A is on %q, want b: the migration must not be aborted", hostOf(g))
