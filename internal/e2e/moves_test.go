@@ -156,9 +156,10 @@ func TestResizeRacingDecisions(t *testing.T) {
 	s.ok("check")
 }
 
-// TestResizeInterrupted cancels a resize at each of its steps while they
-// are slow: the guest runs on its source as before, with its flavor and
-// exactly its pins, and nothing is left behind for an audit to free.
+// TestResizeInterrupted cancels a resize at each of its steps while the
+// step is held at the simulator's gate: the guest runs on its source as
+// before, with its flavor and exactly its pins, and nothing is left behind
+// for an audit to free.
 func TestResizeInterrupted(t *testing.T) {
 	t.Parallel()
 	steps := []struct {
@@ -171,15 +172,12 @@ func TestResizeInterrupted(t *testing.T) {
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
 			s, vmA, _ := twoHosts(t)
-			s.ok("sim", "latency", "--op", st.op, "--seconds", "4")
+			s.ok("sim", "gate", "--at", st.op, "--hold")
 			s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
-			s.eventually("the resize to reach "+st.name, time.Minute, func() bool {
-				g := s.guest(vmA)
-				return g.TaskState != nil && *g.TaskState == "resize_migrating"
-			})
-			time.Sleep(1500 * time.Millisecond)
+			s.ok("sim", "gate", "--at", st.op, "--wait-arrived", "1")
 			s.ok("cancel", vmA)
-			s.ok("sim", "latency", "--op", st.op, "--seconds", "0")
+			s.ok("sim", "gate", "--at", st.op, "--wait-cancelled", "1")
+			s.ok("sim", "gate", "--at", st.op, "--release")
 			g := s.waitClosed(vmA)
 			if hostOf(g) != "a" || g.pcpus() != "0-1" || g.VMState != "active" || g.TaskState != nil || s.vcpusOf(vmA) != 2 {
 				t.Errorf("after the cancel A is %s/%v on %q pinned %q with %d vCPUs, want active on a pinned 0-1 with 2",
@@ -358,24 +356,23 @@ func TestEvacuatedHostRemoved(t *testing.T) {
 	s.ok("check")
 }
 
-// TestEvacuationInterrupted cancels an evacuation during its rebuild (the
-// guest stays the fenced host's, nothing is left on the destination, and
-// a second evacuation succeeds), then terminates one there: the audit
-// either frees the orphaned claim or, if the rebuilt guest runs on it,
-// settles it, with the dead host's claim a tombstone. Never both, never
-// a leak.
+// TestEvacuationInterrupted cancels an evacuation while its rebuild's
+// start is held at the simulator's gate (the guest stays the fenced
+// host's, nothing is left on the destination), then terminates a second
+// one there: the start, cancelled when its heartbeat finds the workflow
+// gone, never happens, and the audit frees the orphaned claim; the dead
+// host's claim stays resident. Never a leak, never a guest on b.
 func TestEvacuationInterrupted(t *testing.T) {
 	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
 	s.ok("sim", "power", "--host", "a", "--off")
 	s.ok("host", "down", "a", "--fence", "--reason", "test")
-	// The cancel reaches the rebuild within a heartbeat timeout (5 s),
-	// well inside the start's 10 s.
-	s.ok("sim", "latency", "--op", "start", "--seconds", "10")
+	s.ok("sim", "gate", "--at", "start", "--hold")
 	s.ok("evacuate", vmA)
-	s.eventually("the rebuild on b", time.Minute, func() bool { return s.claimStates("b", vmA) == "evacuation-dest/pending" })
-	time.Sleep(1500 * time.Millisecond)
+	s.ok("sim", "gate", "--at", "start", "--wait-arrived", "1")
 	s.ok("cancel", vmA)
+	s.ok("sim", "gate", "--at", "start", "--wait-cancelled", "1")
+	s.ok("sim", "gate", "--at", "start", "--release")
 	g := s.waitClosed(vmA)
 	if hostOf(g) != "a" || g.TaskState != nil || s.claimStates("b", vmA) != "" || s.claimStates("a", vmA) != "boot/committed" {
 		t.Errorf("after the cancel A is on %q (task %v) with claims a %q b %q; want its record and committed claim on a, nothing on b",
@@ -383,27 +380,26 @@ func TestEvacuationInterrupted(t *testing.T) {
 	}
 	s.noDoublePins("b")
 
+	s.ok("sim", "gate", "--at", "start", "--hold")
 	s.ok("evacuate", vmA)
-	s.eventually("the rebuild on b", time.Minute, func() bool { return s.claimStates("b", vmA) == "evacuation-dest/pending" })
+	s.ok("sim", "gate", "--at", "start", "--wait-arrived", "1")
 	if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(12 * time.Second) // the start finishes or is abandoned, and the minimum grace passes
-	s.reconcile("--grace", "0")
-	s.eventually("the audit to settle or free the evacuation", time.Minute, func() bool {
-		g := s.guest(vmA)
-		onB := hostOf(g) == "b" && g.VMState == "active" && s.claimStates("a", vmA) == "boot/tombstone"
-		onA := hostOf(g) == "a" && s.claimStates("b", vmA) == "" && s.claimStates("a", vmA) == "boot/committed"
-		if !onB && !onA {
-			s.reconcile("--grace", "0")
-		}
-		if onB {
-			t.Logf("the terminated rebuild had started A on b: settled there")
-		} else if onA {
-			t.Logf("the terminated rebuild never started A: its claim freed")
-		}
-		return onB || onA
+	s.ok("sim", "gate", "--at", "start", "--wait-cancelled", "1")
+	s.ok("sim", "gate", "--at", "start", "--release")
+	s.pastMinGrace()
+	s.eventually("the audit to free the terminated evacuation's claim", time.Minute, func() bool {
+		s.reconcile("--grace", "0")
+		return s.claimStates("b", vmA) == ""
 	})
+	if g := s.guest(vmA); hostOf(g) != "a" || s.claimStates("a", vmA) != "boot/committed" {
+		t.Errorf("after the terminated evacuation A is on %q with claim %q on a; want its record and committed claim on a",
+			hostOf(g), s.claimStates("a", vmA))
+	}
+	if dom, err := s.simulator().Lookup(context.Background(), "b", vmA); err == nil {
+		t.Errorf("after the audit b still has A's domain, %s", dom.State)
+	}
 	s.noDoublePins("b")
 	s.checkAgreement(vmB, "b")
 }
