@@ -158,18 +158,20 @@ func TestUnshelveAfterShelve(t *testing.T) {
 	}
 }
 
-// TestWorkerKilledDuringMigration kills the worker in the slow migrate step
-// and starts a new one: the migration completes and the ledger, the record
-// and the hypervisor agree.
+// TestWorkerKilledDuringMigration kills the worker while its migration,
+// its copy done, is held before the switchover, and starts a new one: the
+// new worker's attempt takes over what the dead one left, the migration
+// completes, and the ledger, the record and the hypervisor agree.
 func TestWorkerKilledDuringMigration(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "4")
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmA, "--dest", "b")
-	s.waitDestClaim("b", vmA)
-	time.Sleep(time.Second)
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	s.killWorker()
 	s.startWorker()
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "2")
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("A to land on b after the worker restart", 3*time.Minute, func() bool {
 		g := s.guest(vmA)
 		return hostOf(g) == "b" && g.TaskState == nil
