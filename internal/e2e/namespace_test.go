@@ -25,16 +25,7 @@ func TestLedgerServesOneNamespace(t *testing.T) {
 	s.startWorker()
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	s.boot("vm", "a", 2)
-	rdb := s.redisClient()
-	claims := func() map[string]string {
-		t.Helper()
-		c, err := rdb.HGetAll(context.Background(), ledger.DefaultKeyPrefix+":host:{a}:claims").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	before := claims()
+	before := s.rawClaims("a")
 	if len(before) == 0 {
 		t.Fatal("host a has no claim after the boot")
 	}
@@ -45,6 +36,32 @@ func TestLedgerServesOneNamespace(t *testing.T) {
 	s.refused(want, "host", "show", "a")
 	s.refused(want, "reconcile", "--grace", "0", "--wait")
 
+	s.workerRefused(want)
+	s.env = own
+
+	if diff := cmp.Diff(before, s.rawClaims("a")); diff != "" {
+		t.Errorf("claims on a after the refusals (-before +after):\n%s", diff)
+	}
+}
+
+// namespace is the Temporal namespace the stack's workers serve.
+func (s *stack) namespace() string { return s.envOf("PINFLOW_TEMPORAL_NAMESPACE") }
+
+// rawClaims is host's claims as Redis holds them, to compare before and
+// after what must change nothing.
+func (s *stack) rawClaims(host string) map[string]string {
+	s.t.Helper()
+	c, err := s.redisClient().HGetAll(context.Background(), ledger.DefaultKeyPrefix+":host:{"+host+"}:claims").Result()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// workerRefused starts a worker with the stack's environment and expects
+// it to exit at once, non-zero, with one line containing want.
+func (s *stack) workerRefused(want string) {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := exec.CommandContext(ctx, s.worker)
@@ -52,24 +69,8 @@ func TestLedgerServesOneNamespace(t *testing.T) {
 	out, err := w.CombinedOutput()
 	line := strings.TrimSpace(string(out))
 	if err == nil || strings.Contains(line, "\n") || !strings.HasPrefix(line, "pinflow-worker: ") || !strings.Contains(line, want) {
-		t.Errorf("worker of namespace other: exit %v, output %q; want a non-zero exit and one line containing %q", err, line, want)
+		s.t.Errorf("worker: exit %v, output %q; want a non-zero exit and one line containing %q", err, line, want)
 	}
-	s.env = own
-
-	if diff := cmp.Diff(before, claims()); diff != "" {
-		t.Errorf("claims on a after the refusals (-before +after):\n%s", diff)
-	}
-}
-
-// namespace is the Temporal namespace the stack's workers serve.
-func (s *stack) namespace() string {
-	ns := ""
-	for _, kv := range s.env {
-		if v, ok := strings.CutPrefix(kv, "PINFLOW_TEMPORAL_NAMESPACE="); ok {
-			ns = v
-		}
-	}
-	return ns
 }
 
 // TestLedgerServesOneCluster: a worker or CLI of a namespace of the same
@@ -81,16 +82,7 @@ func TestLedgerServesOneCluster(t *testing.T) {
 	s := newStack(t)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4")
 	uuid := s.boot("vm", "a", 2)
-	rdb := s.redisClient()
-	claims := func() map[string]string {
-		t.Helper()
-		c, err := rdb.HGetAll(context.Background(), ledger.DefaultKeyPrefix+":host:{a}:claims").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	before := claims()
+	before := s.rawClaims("a")
 
 	staging := testenv.StartTemporal(t)
 	own := s.env
@@ -100,24 +92,16 @@ func TestLedgerServesOneCluster(t *testing.T) {
 	s.refused(want, "delete", uuid, "--wait")
 	s.refused(want, "boot", "--name", "vm2", "--vcpus", "1", "--memory-mb", "512", "--host", "a", "--wait")
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	w := exec.CommandContext(ctx, s.worker)
-	w.Env = s.env
-	out, err := w.CombinedOutput()
-	line := strings.TrimSpace(string(out))
-	if err == nil || strings.Contains(line, "\n") || !strings.HasPrefix(line, "pinflow-worker: ") || !strings.Contains(line, want) {
-		t.Errorf("worker of another cluster: exit %v, output %q; want a non-zero exit and one line containing %q", err, line, want)
-	}
+	s.workerRefused(want)
 	s.env = own
 
-	if diff := cmp.Diff(before, claims()); diff != "" {
+	if diff := cmp.Diff(before, s.rawClaims("a")); diff != "" {
 		t.Errorf("claims on a after the refusals (-before +after):\n%s", diff)
 	}
 	if g := s.guest(uuid); g.VMState != "active" || g.Host == nil || *g.Host != "a" {
 		t.Errorf("guest after the refusals = %+v, want it active on a", g)
 	}
-	if n, err := staging.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{}); err != nil || len(n.Executions) != 0 {
+	if n, err := staging.Client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{}); err != nil || len(n.Executions) != 0 {
 		t.Errorf("the other cluster ran workflows: %v, %v", n.GetExecutions(), err)
 	}
 }

@@ -230,14 +230,18 @@ func (s *stack) pastMinGrace() {
 }
 
 // taskQueue is the task queue of the stack's workers.
-func (s *stack) taskQueue() string {
-	q := ""
+func (s *stack) taskQueue() string { return s.envOf("PINFLOW_TEMPORAL_TASK_QUEUE") }
+
+// envOf is the value the stack's workers and CLI get for variable name:
+// the last one set wins, as in a process's environment.
+func (s *stack) envOf(name string) string {
+	v := ""
 	for _, kv := range s.env {
-		if v, ok := strings.CutPrefix(kv, "PINFLOW_TEMPORAL_TASK_QUEUE="); ok {
-			q = v
+		if val, ok := strings.CutPrefix(kv, name+"="); ok {
+			v = val
 		}
 	}
-	return q
+	return v
 }
 
 // stopWorkersAtEnd stops the workers when the test ends, before the Redis
