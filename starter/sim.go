@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 )
 
@@ -20,7 +21,7 @@ func init() {
 	register("sim latency", "set how long a simulated operation takes: sim latency --op OP --seconds S [--host H] | --op OP --clear [--host H] [--json]", simLatency)
 	register("sim fault", "make a simulated operation fail: sim fault --host H --op OP --times N [--rate R] | --host H --op OP --clear [--json]", simFault)
 	register("sim power", "power a simulated host off (a crash: its guests stop, calls to it fail) or back on: sim power --host H --off|--on [--json]", simPower)
-	register("sim gate", "hold the next simulated calls at a gate until released, or wait for calls there: sim gate --at GATE --hold|--release|--wait-arrived N|--wait-cancelled N [--json]", simGate)
+	register("sim gate", "hold the next simulated calls at a gate until released, or wait for calls there: sim gate --at GATE [--guest UUID] --hold|--release|--wait-arrived N|--wait-cancelled N [--json]", simGate)
 	register("sim show", "show the simulator's latencies, faults and powered-off hosts: sim show [--json]", simShow)
 }
 
@@ -254,6 +255,7 @@ func simGate(args []string, stdout io.Writer) error {
 	const cmd = "sim gate"
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	at := fs.String("at", "", "the gate: define, start, shutdown, stop, undefine, prepare, migrate, switchover (a migration's copy done, before its point of no return) or switched (past it)")
+	guest := fs.String("guest", "", "only the calls on this guest's domain (default: every guest's)")
 	hold := fs.Bool("hold", false, "hold the next calls at the gate, and count them afresh")
 	release := fs.Bool("release", false, "let the held calls go on, and the next ones pass")
 	arrived := fs.Int("wait-arrived", 0, "wait until N calls have arrived at the gate since it was held")
@@ -268,6 +270,13 @@ func simGate(args []string, stdout io.Writer) error {
 	gate, err := sim.ParseGate(*at)
 	if err != nil {
 		return fmt.Errorf("%s: --at %s: %w", cmd, strings.TrimPrefix(err.Error(), "sim: "), errUsage)
+	}
+	if *guest != "" {
+		id, err := hypervisor.ParseUUID(*guest)
+		if err != nil {
+			return fmt.Errorf("%s: --guest %q: not a UUID: %w", cmd, *guest, errUsage)
+		}
+		*guest = id.String()
 	}
 	set := simSetFlags(fs)
 	given := 0
@@ -287,13 +296,13 @@ func simGate(args []string, stdout io.Writer) error {
 	err = withSim(func(ctx context.Context, d *sim.Driver) (err error) {
 		switch {
 		case *hold:
-			err = d.HoldGate(ctx, gate)
+			err = d.HoldGate(ctx, gate, *guest)
 		case *release:
-			err = d.ReleaseGate(ctx, gate)
+			err = d.ReleaseGate(ctx, gate, *guest)
 		default:
 			wctx, cancel := context.WithTimeout(ctx, simGateWait)
 			defer cancel()
-			st, err = d.AwaitGate(wctx, gate, func(st sim.GateState) bool {
+			st, err = d.AwaitGate(wctx, gate, *guest, func(st sim.GateState) bool {
 				return st.Arrived >= *arrived && st.Cancelled >= *cancelled
 			})
 			return err
@@ -301,7 +310,7 @@ func simGate(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		st, err = d.GateState(ctx, gate)
+		st, err = d.GateState(ctx, gate, *guest)
 		return err
 	})
 	if err != nil {

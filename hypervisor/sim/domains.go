@@ -33,7 +33,7 @@ func (d *Driver) Define(ctx context.Context, host, domainXML string) error {
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
-	if err := d.pace(ctx, host, OpDefine); err != nil {
+	if err := d.pace(ctx, host, doc.UUID, OpDefine); err != nil {
 		return fail(err)
 	}
 	if err := d.claimHome(ctx, host, doc.UUID, false); err != nil {
@@ -150,7 +150,7 @@ func (d *Driver) Start(ctx context.Context, host, uuid string) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := d.pace(ctx, host, OpStart); err != nil {
+	if err := d.pace(ctx, host, u, OpStart); err != nil {
 		return fail(err)
 	}
 	// The placement check reads the XML outside the script; the script
@@ -190,7 +190,7 @@ func (d *Driver) Stop(ctx context.Context, host, uuid string) error {
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
-	if err := d.pace(ctx, host, OpStop); err != nil {
+	if err := d.pace(ctx, host, u, OpStop); err != nil {
 		return fail(err)
 	}
 	code, rest, err := d.runOnDomain(ctx, stopScript, host, u)
@@ -223,7 +223,7 @@ func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
-	if err := d.gate(ctx, GateShutdown, false); err != nil {
+	if err := d.gate(ctx, GateShutdown, u, false); err != nil {
 		return fail(err)
 	}
 	// The latency is the guest's, not the call's: it becomes the due time
@@ -261,7 +261,7 @@ func (d *Driver) Undefine(ctx context.Context, host, uuid string) error {
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
-	if err := d.pace(ctx, host, OpUndefine); err != nil {
+	if err := d.pace(ctx, host, u, OpUndefine); err != nil {
 		return fail(err)
 	}
 	code, rest, err := d.runOnDomain(ctx, undefineScript, host, u, u)

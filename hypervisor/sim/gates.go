@@ -57,7 +57,9 @@ func ParseGate(s string) (Gate, error) {
 // GateState is what a gate has seen since it was last held.
 type GateState struct {
 	Gate Gate `json:"gate"`
-	Held bool `json:"held"`
+	// Guest is the domain UUID the gate holds; empty, every domain.
+	Guest string `json:"guest,omitempty"`
+	Held  bool   `json:"held"`
 	// Arrived counts the calls that reached the gate while it was held.
 	Arrived int `json:"arrived"`
 	// Cancelled counts the held calls whose context was cancelled there.
@@ -67,28 +69,40 @@ type GateState struct {
 // gatePoll is how often a held call looks whether its gate was released.
 const gatePoll = 20 * time.Millisecond
 
-func (d *Driver) gateKey(g Gate) string { return d.prefix + ":gate:" + string(g) }
+// gateKey is g's key for the domain uuid, or for every domain ("").
+func (d *Driver) gateKey(g Gate, uuid string) string {
+	if uuid == "" {
+		return d.prefix + ":gate:" + string(g)
+	}
+	return d.prefix + ":gate:" + string(g) + ":" + uuid
+}
 
 // HoldGate makes the next calls that reach g wait until ReleaseGate, and
-// starts its counts afresh.
-func (d *Driver) HoldGate(ctx context.Context, g Gate) error {
+// starts its counts afresh: the calls on domain uuid, or on every domain
+// when uuid is "". A call held by both waits for both to be released.
+func (d *Driver) HoldGate(ctx context.Context, g Gate, uuid string) error {
 	pipe := d.rdb.TxPipeline()
-	pipe.Del(ctx, d.gateKey(g))
-	pipe.HSet(ctx, d.gateKey(g), "held", "1", "arrived", "0", "cancelled", "0")
+	pipe.Del(ctx, d.gateKey(g, uuid))
+	pipe.HSet(ctx, d.gateKey(g, uuid), "held", "1", "arrived", "0", "cancelled", "0")
 	_, err := pipe.Exec(ctx)
 	return err
 }
 
-// ReleaseGate lets the calls held at g go on, and the next ones pass; its
-// counts stay readable.
-func (d *Driver) ReleaseGate(ctx context.Context, g Gate) error {
-	return d.rdb.HSet(ctx, d.gateKey(g), "held", "0").Err()
+// ReleaseGate lets the calls held at g (for uuid, or every domain) go on,
+// and the next ones pass; its counts stay readable.
+func (d *Driver) ReleaseGate(ctx context.Context, g Gate, uuid string) error {
+	return d.rdb.HSet(ctx, d.gateKey(g, uuid), "held", "0").Err()
 }
 
-// GateState reads g's state.
-func (d *Driver) GateState(ctx context.Context, g Gate) (GateState, error) {
-	st := GateState{Gate: g}
-	v, err := d.rdb.HGetAll(ctx, d.gateKey(g)).Result()
+// ClearGate releases g for uuid and forgets its counts.
+func (d *Driver) ClearGate(ctx context.Context, g Gate, uuid string) error {
+	return d.rdb.Del(ctx, d.gateKey(g, uuid)).Err()
+}
+
+// GateState reads g's state for uuid (or every domain).
+func (d *Driver) GateState(ctx context.Context, g Gate, uuid string) (GateState, error) {
+	st := GateState{Gate: g, Guest: uuid}
+	v, err := d.rdb.HGetAll(ctx, d.gateKey(g, uuid)).Result()
 	if err != nil {
 		return st, err
 	}
@@ -98,10 +112,10 @@ func (d *Driver) GateState(ctx context.Context, g Gate) (GateState, error) {
 	return st, nil
 }
 
-// AwaitGate waits until cond holds of g's state, or ctx ends.
-func (d *Driver) AwaitGate(ctx context.Context, g Gate, cond func(GateState) bool) (GateState, error) {
+// AwaitGate waits until cond holds of g's state for uuid, or ctx ends.
+func (d *Driver) AwaitGate(ctx context.Context, g Gate, uuid string, cond func(GateState) bool) (GateState, error) {
 	for {
-		st, err := d.GateState(ctx, g)
+		st, err := d.GateState(ctx, g, uuid)
 		if err != nil || cond(st) {
 			return st, err
 		}
@@ -113,42 +127,57 @@ func (d *Driver) AwaitGate(ctx context.Context, g Gate, cond func(GateState) boo
 	}
 }
 
-// gate holds a call at g while g is held. A cancelled call returns its
-// context's error, unless the call is past its point of no return
-// (unstoppable): that one notes the cancel and waits for the release.
-func (d *Driver) gate(ctx context.Context, g Gate, unstoppable bool) error {
-	key := d.gateKey(g)
-	held, err := d.rdb.HGet(ctx, key, "held").Result()
-	if errors.Is(err, redis.Nil) || err == nil && held != "1" {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+// gate holds a call on domain uuid at g while g is held for it or for
+// every domain. A cancelled call returns its context's error, unless the
+// call is past its point of no return (unstoppable): that one notes the
+// cancel and waits for the release.
+func (d *Driver) gate(ctx context.Context, g Gate, uuid string, unstoppable bool) error {
 	// The call's own context may end while it waits; the gate's counts
 	// must still be written.
 	bg := context.WithoutCancel(ctx)
-	if err := d.rdb.HIncrBy(bg, key, "arrived", 1).Err(); err != nil {
+	keys, err := d.heldGates(bg, g, uuid)
+	if err != nil || len(keys) == 0 {
 		return err
+	}
+	for _, k := range keys {
+		if err := d.rdb.HIncrBy(bg, k, "arrived", 1).Err(); err != nil {
+			return err
+		}
 	}
 	noted := false
 	for {
 		if ctx.Err() != nil && !noted {
 			noted = true
-			if err := d.rdb.HIncrBy(bg, key, "cancelled", 1).Err(); err != nil {
-				return err
+			for _, k := range keys {
+				if err := d.rdb.HIncrBy(bg, k, "cancelled", 1).Err(); err != nil {
+					return err
+				}
 			}
 			if !unstoppable {
 				return ctx.Err()
 			}
 		}
-		held, err := d.rdb.HGet(bg, key, "held").Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
+		if keys, err = d.heldGates(bg, g, uuid); err != nil || len(keys) == 0 {
 			return err
-		}
-		if held != "1" {
-			return nil
 		}
 		time.Sleep(gatePoll)
 	}
+}
+
+// heldGates returns the keys of g that hold a call on uuid.
+func (d *Driver) heldGates(ctx context.Context, g Gate, uuid string) ([]string, error) {
+	pipe := d.rdb.Pipeline()
+	all := pipe.HGet(ctx, d.gateKey(g, ""), "held")
+	own := pipe.HGet(ctx, d.gateKey(g, uuid), "held")
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	var keys []string
+	if all.Val() == "1" {
+		keys = append(keys, d.gateKey(g, ""))
+	}
+	if own.Val() == "1" {
+		keys = append(keys, d.gateKey(g, uuid))
+	}
+	return keys, nil
 }

@@ -16,7 +16,7 @@ func (e *env) await(g Gate, what string, cond func(GateState) bool) GateState {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
 	defer cancel()
-	st, err := e.d.AwaitGate(ctx, g, cond)
+	st, err := e.d.AwaitGate(ctx, g, "", cond)
 	if err != nil {
 		e.t.Fatalf("waiting for %s at gate %s: %v", what, g, err)
 	}
@@ -30,7 +30,7 @@ func TestGateHoldsUntilReleased(t *testing.T) {
 	if err := e.d.Define(e.ctx, "h1", domainXML(uuidA, "a", 2, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.HoldGate(e.ctx, GateStart); err != nil {
+	if err := e.d.HoldGate(e.ctx, GateStart, ""); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -44,7 +44,7 @@ func TestGateHoldsUntilReleased(t *testing.T) {
 		t.Fatalf("Start returned %v while held", err)
 	default:
 	}
-	if err := e.d.ReleaseGate(e.ctx, GateStart); err != nil {
+	if err := e.d.ReleaseGate(e.ctx, GateStart, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
@@ -73,7 +73,7 @@ func TestGateCancel(t *testing.T) {
 		t.Run(string(tt.gate), func(t *testing.T) {
 			e := newEnv(t, Options{})
 			src := e.running("h1", uuidA, "a", 2, 0)
-			if err := e.d.HoldGate(e.ctx, tt.gate); err != nil {
+			if err := e.d.HoldGate(e.ctx, tt.gate, ""); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(e.ctx)
@@ -90,7 +90,7 @@ func TestGateCancel(t *testing.T) {
 					t.Fatalf("Migrate held past its switchover returned %v before the release", err)
 				case <-time.After(5 * gatePoll):
 				}
-				if err := e.d.ReleaseGate(e.ctx, tt.gate); err != nil {
+				if err := e.d.ReleaseGate(e.ctx, tt.gate, ""); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -108,5 +108,41 @@ func TestGateCancel(t *testing.T) {
 				t.Errorf("after a cancel at gate %s, placement mismatch (-want +got):\n%s", tt.gate, diff)
 			}
 		})
+	}
+}
+
+// TestGateOfOneGuest: a gate held for one domain holds only its calls;
+// the same operation on another domain passes.
+func TestGateOfOneGuest(t *testing.T) {
+	e := newEnv(t, Options{})
+	for _, u := range []string{uuidA, uuidB} {
+		if err := e.d.Define(e.ctx, "h1", domainXML(u, "g"+u[:4], 2, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.d.HoldGate(e.ctx, GateStart, uuidA); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.d.Start(e.ctx, "h1", uuidA) }()
+	ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	if _, err := e.d.AwaitGate(ctx, GateStart, uuidA, func(st GateState) bool { return st.Arrived == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Stop(e.ctx, "h1", uuidB); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Start(e.ctx, "h1", uuidB); err != nil {
+		t.Errorf("Start of another domain through a gate held for %s: %v", uuidA, err)
+	}
+	if st, err := e.d.GateState(e.ctx, GateStart, ""); err != nil || st.Arrived != 0 {
+		t.Errorf("the every-domain gate = %+v, %v; want nothing arrived", st, err)
+	}
+	if err := e.d.ReleaseGate(e.ctx, GateStart, uuidA); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Start of %s after the release: %v", uuidA, err)
 	}
 }

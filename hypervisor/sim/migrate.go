@@ -151,7 +151,7 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 	if err := d.checkDestination(ctx, dst, destXML); err != nil {
 		return fail(err)
 	}
-	if err := d.pace(ctx, dst, OpPrepare); err != nil {
+	if err := d.pace(ctx, dst, u, OpPrepare); err != nil {
 		return fail(err)
 	}
 	dom, err := d.domain(ctx, dst, u)
@@ -377,7 +377,7 @@ func (d *Driver) locate(ctx context.Context, a *attempt) (srcDom *domState, done
 // attempt.
 func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error {
 	src, dst, u := a.req.Source, a.req.Dest, a.u
-	if err := d.gate(ctx, GateMigrate, false); err != nil {
+	if err := d.gate(ctx, GateMigrate, u, false); err != nil {
 		return err
 	}
 	model, err := d.copyModelOf(ctx, a)
@@ -484,7 +484,7 @@ func (d *Driver) touch(ctx context.Context, a *attempt) error {
 // that asked for it, and after it the rest of the memory is pulled before
 // the migration finishes.
 func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) error {
-	if err := d.gate(ctx, GateSwitchover, false); err != nil {
+	if err := d.gate(ctx, GateSwitchover, a.u, false); err != nil {
 		return d.abort(ctx, a, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -514,7 +514,7 @@ func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) erro
 	if err := d.crashAt("switchover"); err != nil {
 		return err
 	}
-	if err := d.gate(ctx, GateSwitched, true); err != nil {
+	if err := d.gate(ctx, GateSwitched, a.u, true); err != nil {
 		return err
 	}
 	if postCopy {

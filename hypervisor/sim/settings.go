@@ -224,11 +224,12 @@ func (d *Driver) latencyOf(ctx context.Context, host string, op Op) (time.Durati
 	return d.defaultLatency(op), nil
 }
 
-// pace holds op at its gate while a test holds it, makes op on host take
+// pace holds op on uuid's domain at its gate while a test holds it, makes
+// op on host take
 // its latency, then injects its fault if one is due. It is the common
 // start of every operation that has them.
-func (d *Driver) pace(ctx context.Context, host string, op Op) error {
-	if err := d.gate(ctx, Gate(op), false); err != nil {
+func (d *Driver) pace(ctx context.Context, host, uuid string, op Op) error {
+	if err := d.gate(ctx, Gate(op), uuid, false); err != nil {
 		return err
 	}
 	l, err := d.latencyOf(ctx, host, op)

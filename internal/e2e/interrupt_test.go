@@ -331,6 +331,17 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
 		}
 		id := activities.InstanceWorkflowID(uuid)
+		// Half the interruptions come at a gate of one of the operation's
+		// hypervisor steps, held until the interruption has reached it;
+		// the others at a random moment, between steps too.
+		how := c.interrupt(rng)
+		gate := sim.Gate("")
+		if gates := opGates[op]; how != "" && len(gates) > 0 && rng.IntN(2) == 0 {
+			gate = gates[rng.IntN(len(gates))]
+			if err := c.drv.HoldGate(ctx, gate, uuid); err != nil {
+				gate = "" // Redis restarting: a random moment instead
+			}
+		}
 		began := time.Now()
 		run, err := c.start(ctx, client.StartWorkflowOptions{
 			ID: id, TaskQueue: c.queue,
@@ -338,6 +349,9 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			WorkflowExecutionErrorWhenAlreadyStarted: true,
 		}, wf, in)
 		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		if err != nil && gate != "" {
+			_ = c.drv.ClearGate(context.WithoutCancel(ctx), gate, uuid)
+		}
 		if errors.As(err, &already) {
 			// The audit settles the guest: wait for it.
 			time.Sleep(500 * time.Millisecond)
@@ -347,8 +361,10 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			c.report("start %s of %s: %v", op, uuid, err)
 			return
 		}
-		how := c.interrupt(rng)
-		if how == "" && (op == workflows.OpResize || op == workflows.OpColdMigration) && rng.IntN(2) == 0 {
+		if gate != "" {
+			c.interruptAtGate(ctx, gate, uuid, how, run, fmt.Sprintf("%s of %s", op, uuid))
+			how += " at " + string(gate)
+		} else if how == "" && (op == workflows.OpResize || op == workflows.OpColdMigration) && rng.IntN(2) == 0 {
 			decision := []string{workflows.DecisionConfirm, workflows.DecisionRevert}[rng.IntN(2)]
 			how = decision
 			time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Second))))
@@ -405,10 +421,58 @@ func unanswered(err error) bool {
 	return errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// opGates are the simulator's gates each operation's hypervisor steps
+// pass, where the chaos run may hold one and interrupt it there.
+var opGates = map[workflows.Operation][]sim.Gate{
+	workflows.OpBoot:          {sim.GateDefine, sim.GateStart},
+	workflows.OpLiveMigration: {sim.GatePrepare, sim.GateMigrate, sim.GateSwitchover, sim.GateSwitched},
+	workflows.OpResize:        {sim.GateShutdown, sim.GateDefine, sim.GateStart},
+	workflows.OpColdMigration: {sim.GateShutdown, sim.GateDefine, sim.GateStart},
+	workflows.OpShelveOffload: {sim.GateShutdown, sim.GateUndefine},
+	workflows.OpUnshelve:      {sim.GateDefine, sim.GateStart},
+	workflows.OpDelete:        {sim.GateStop, sim.GateUndefine},
+}
+
+// interruptAtGate interrupts run (how) once a call of its guest has
+// arrived at gate, which the caller held for the guest, and releases the
+// gate once the interruption has reached that call. A step the
+// interruption does not reach (a compensation, a worker killed meanwhile)
+// is released after a while, and a run that ends without arriving is
+// not interrupted.
+func (c *chaos) interruptAtGate(ctx context.Context, gate sim.Gate, uuid, how string, run client.WorkflowRun, what string) {
+	defer func() { _ = c.drv.ClearGate(context.WithoutCancel(ctx), gate, uuid) }()
+	closed := make(chan struct{})
+	go func() { _ = run.Get(ctx, nil); close(closed) }()
+	until := func(limit time.Duration, cond func(sim.GateState) bool) bool {
+		deadline := time.Now().Add(limit)
+		for time.Now().Before(deadline) {
+			if st, err := c.drv.GateState(ctx, gate, uuid); err == nil && cond(st) {
+				return true
+			}
+			select {
+			case <-closed:
+				return false
+			case <-ctx.Done():
+				return false
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		return false
+	}
+	if !until(time.Minute, func(st sim.GateState) bool { return st.Arrived > 0 }) {
+		return
+	}
+	c.interruptRun(ctx, nil, 0, how, run, what+" at gate "+string(gate))
+	until(10*time.Second, func(st sim.GateState) bool { return st.Cancelled > 0 })
+}
+
 // interruptRun cancels or terminates run (how) at a random moment within
-// up to, and reports an error other than the run having ended.
+// up to (none when rng is nil), and reports an error other than the run
+// having ended.
 func (c *chaos) interruptRun(ctx context.Context, rng *rand.Rand, upTo time.Duration, how string, run client.WorkflowRun, what string) {
-	time.Sleep(time.Duration(rng.Int64N(int64(upTo))))
+	if rng != nil {
+		time.Sleep(time.Duration(rng.Int64N(int64(upTo))))
+	}
 	var err error
 	switch how {
 	case "cancel":
