@@ -205,11 +205,11 @@ func (s *stack) pastMinGrace() {
 		for _, e := range page.Executions {
 			closed := e.GetCloseTime()
 			if e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-				d, err := s.tc.DescribeWorkflowExecution(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
+				d, err := s.tc.DescribeWorkflow(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
 				if err != nil {
 					s.t.Fatalf("describe workflow %s: %v", e.GetExecution().GetWorkflowId(), err)
 				}
-				closed = d.GetWorkflowExecutionInfo().GetCloseTime()
+				closed = d.RawResponse.GetWorkflowExecutionInfo().GetCloseTime()
 			}
 			if closed != nil && closed.AsTime().After(last) {
 				last = closed.AsTime()
