@@ -200,11 +200,14 @@ func TestLimitsHoldUnderRace(t *testing.T) {
 	}, shared...)
 	guests := map[string][]*numa.Request{"a": all, "b": shared}
 
-	duration := 3 * time.Second
+	// The race runs until it has exercised the limits, however fast the
+	// machine: enough claims landed and a sample saw a cell at a limit.
+	wantClaims := int64(100)
 	if testing.Short() {
-		duration = 500 * time.Millisecond
+		wantClaims = 20
 	}
-	var claimed, refused atomic.Int64
+	var claimed, refused, samples, nearFull atomic.Int64
+	enough := func() bool { return claimed.Load() >= wantClaims && nearFull.Load() > 0 }
 	stop := make(chan struct{})
 	var workers sync.WaitGroup
 	for w := range 24 {
@@ -214,7 +217,7 @@ func TestLimitsHoldUnderRace(t *testing.T) {
 		go func() {
 			defer workers.Done()
 			var held []string
-			for i := 0; ; i++ {
+			for i := 0; !enough(); i++ {
 				select {
 				case <-stop:
 					return
@@ -245,7 +248,6 @@ func TestLimitsHoldUnderRace(t *testing.T) {
 			}
 		}()
 	}
-	var samples, nearFull atomic.Int64
 	var sampler sync.WaitGroup
 	for name, h := range hosts {
 		sampler.Add(1)
@@ -284,9 +286,12 @@ func TestLimitsHoldUnderRace(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(duration)
-	close(stop)
+	// Only a hang reaches this deadline.
+	hang := time.AfterFunc(2*time.Minute, func() { close(stop) })
 	workers.Wait()
+	if hang.Stop() {
+		close(stop)
+	}
 	sampler.Wait()
 	t.Logf("%d claims landed, %d refused; %d samples, %d near a limit", claimed.Load(), refused.Load(), samples.Load(), nearFull.Load())
 	if claimed.Load() < 100 || nearFull.Load() == 0 {
