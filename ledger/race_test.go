@@ -39,11 +39,14 @@ func TestConcurrentClaimsKeepOneOwnerPerCPU(t *testing.T) {
 		dedicated(t, 1, 256, "hw:mem_page_size", "2048"),
 	}
 
-	duration := 3 * time.Second
+	// The race runs until it has been exercised, however fast the
+	// machine: enough claims landed and a snapshot saw several at once.
+	wantClaims := int64(100)
 	if testing.Short() {
-		duration = 500 * time.Millisecond
+		wantClaims = 20
 	}
-	var claimed, released, nofit, conflicts atomic.Int64
+	var claimed, released, nofit, conflicts, samples, busy atomic.Int64
+	enough := func() bool { return claimed.Load() >= wantClaims && busy.Load() > 0 }
 	stop := make(chan struct{})
 	var workers sync.WaitGroup
 	for w := range 64 {
@@ -54,7 +57,7 @@ func TestConcurrentClaimsKeepOneOwnerPerCPU(t *testing.T) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			for i := 0; ; i++ {
+			for i := 0; !enough(); i++ {
 				select {
 				case <-stop:
 					return
@@ -89,7 +92,6 @@ func TestConcurrentClaimsKeepOneOwnerPerCPU(t *testing.T) {
 			}
 		}()
 	}
-	var samples, busy int
 	var sampler sync.WaitGroup
 	sampler.Add(1)
 	go func() {
@@ -106,24 +108,27 @@ func TestConcurrentClaimsKeepOneOwnerPerCPU(t *testing.T) {
 				return
 			}
 			if err := s.Verify(); err != nil {
-				t.Errorf("snapshot %d with %d claims: %v", samples, len(s.Claims), err)
+				t.Errorf("snapshot %d with %d claims: %v", samples.Load(), len(s.Claims), err)
 				return
 			}
-			samples++
+			samples.Add(1)
 			if len(s.Claims) > 1 {
-				busy++
+				busy.Add(1)
 			}
 		}
 	}()
-	time.Sleep(duration)
-	close(stop)
+	// Only a hang reaches this deadline.
+	hang := time.AfterFunc(2*time.Minute, func() { close(stop) })
 	workers.Wait()
+	if hang.Stop() {
+		close(stop)
+	}
 	sampler.Wait()
 
 	t.Logf("%d claims, %d releases, %d no fit, %d conflicts after %d tries; %d snapshots, %d with several claims",
-		claimed.Load(), released.Load(), nofit.Load(), conflicts.Load(), DefaultMaxAttempts, samples, busy)
-	if claimed.Load() < 100 || busy == 0 {
-		t.Errorf("only %d claims succeeded and %d of %d snapshots saw several claims at once: the race was not exercised", claimed.Load(), busy, samples)
+		claimed.Load(), released.Load(), nofit.Load(), conflicts.Load(), DefaultMaxAttempts, samples.Load(), busy.Load())
+	if !enough() {
+		t.Errorf("only %d claims succeeded and %d of %d snapshots saw several claims at once: the race was not exercised", claimed.Load(), busy.Load(), samples.Load())
 	}
 	end := snapshot(t, l, "h1")
 	if len(end.Claims) != 0 || len(end.Pins) != 0 || len(end.Usage) != 0 {
