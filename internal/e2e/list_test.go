@@ -102,13 +102,13 @@ func TestList(t *testing.T) {
 	}
 
 	// A task state filters too: web while it migrates.
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", web, "--dest", "b")
-	s.eventually("web to be migrating", time.Minute, func() bool {
-		rows := s.listRows("--state", "migrating")
-		return len(rows) == 1 && rows[0][0] == web && rows[0][4] == "migrating"
-	})
-	s.ok("sim", "latency", "--op", "migrate", "--clear")
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	if rows := s.listRows("--state", "migrating"); len(rows) != 1 || rows[0][0] != web || rows[0][4] != "migrating" {
+		t.Errorf("pinflow list --state migrating while web migrates = %v, want web alone", rows)
+	}
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("web to land on b", 2*time.Minute, func() bool { return hostOf(s.guest(web)) == "b" && s.guest(web).TaskState == nil })
 	if rows := s.listRows("--host", "b"); len(rows) != 2 || rows[0][1] != "db" || rows[1][1] != "web" {
 		t.Errorf("pinflow list --host b after the migration = %v, want db then web", rows)

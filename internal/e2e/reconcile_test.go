@@ -35,19 +35,17 @@ func hostAudit(res workflows.ReconcileResult, host string) activities.HostAudit 
 }
 
 // TestReconcileDuringMigration is Nova bug 1845146 with the audit that
-// caused it: an audit with no grace period, run while A's migration to b
-// holds b's destination claim, keeps it; b stays 0-3 and a 0,1, and after
-// the migration a is empty and b is 0-3.
+// caused it: an audit with no grace period, run while A's migration to b,
+// its copy done, is held before its switchover with b's destination claim,
+// keeps that claim; b stays 0-3 and a 0,1, and after the migration a is
+// empty and b is 0-3.
 func TestReconcileDuringMigration(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmA, "--dest", "b")
-	s.waitDestClaim("b", vmA)
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	res := s.reconcile("--grace", "0")
-	if g := s.guest(vmA); g.TaskState == nil || *g.TaskState != "migrating" {
-		t.Fatalf("the audit ended after the migration (A is %s/%v); it must run during it", g.VMState, g.TaskState)
-	}
 	if n := res.Total.Freed.Total(); n != 0 {
 		t.Errorf("the audit during the migration freed %d claims: %+v", n, res.Hosts)
 	}
@@ -63,6 +61,7 @@ func TestReconcileDuringMigration(t *testing.T) {
 	if got := s.pinned("a"); got != "0-1" {
 		t.Errorf("after the audit a has %q pinned, want 0-1", got)
 	}
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("A to land on b", 2*time.Minute, func() bool {
 		g := s.guest(vmA)
 		return hostOf(g) == "b" && g.TaskState == nil
@@ -77,72 +76,78 @@ func TestReconcileDuringMigration(t *testing.T) {
 }
 
 // TestReconcileFreesTerminatedOwner: a migration terminated in its migrate
-// step runs no compensation, so its destination claim is orphaned; the
-// next audit past the grace period frees it, and nothing else.
+// step runs no compensation. Terminated while held before its switchover,
+// its attempt aborts when its heartbeat finds the workflow gone, and its
+// destination claim is orphaned: an audit past the grace period frees it,
+// and nothing else. Terminated while held past its switchover, the guest
+// runs on the destination claim, which no audit may free (even a dry run
+// says so), and once the attempt completes the audit settles A there.
+// Either way one claim per guest, agreeing with the hypervisor.
 func TestReconcileFreesTerminatedOwner(t *testing.T) {
 	t.Parallel()
-	s, vmA, vmB := twoHosts(t)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
-	s.ok("migrate", vmA, "--dest", "b")
-	s.waitDestClaim("b", vmA)
-	ctx := context.Background()
-	if err := s.tc.TerminateWorkflow(ctx, activities.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.pinned("b"); got != "0-3" {
-		t.Fatalf("after the termination b has %q pinned, want 0-3 (the orphan still held)", got)
-	}
-	// The terminated workflow's Migrate attempt still runs: its incoming
-	// domain on b uses the claim, and its fence lease guards it. Nothing
-	// may be freed until that attempt has aborted and the lease run out.
-	dry := s.reconcile("--grace", "0", "--dry-run")
-	if got := dry.Total.Freed.Total(); got != 0 || s.pinned("b") != "0-3" {
-		t.Errorf("the dry run while the attempt still migrates would free %d claims, b pinned %q; want none and 0-3", got, s.pinned("b"))
-	}
-	// Then the attempt either aborted (its heartbeat told it the workflow
-	// is gone) and the audit frees the orphan, or it completed the
-	// migration first and the audit settles A on b. Either way one claim
-	// per guest, agreeing with the hypervisor.
-	var res workflows.ReconcileResult
-	host := ""
-	s.eventually("the audit to free or settle the orphaned destination claim", time.Minute, func() bool {
-		res = s.reconcile("--grace", "0")
-		if res.Total.Freed.Total() > 0 {
-			host = "a"
-			return true
-		}
-		g := s.guest(vmA)
-		if hostOf(g) == "b" && g.TaskState == nil {
-			host = "b"
-			return true
-		}
-		return false
-	})
-	t.Logf("A ended on %s", host)
-	if host == "a" {
-		freed := hostAudit(res, "b").Freed
-		if len(freed) != 1 || freed[0].Instance != vmA || freed[0].Kind != ledger.KindMigrationDest || freed[0].Reason != activities.FreedOwnerClosed {
-			t.Errorf("the audit freed %+v on b, want A's migration-dest claim, owner closed", freed)
-		}
-		if n := res.Total.Freed.Total(); n != 1 {
-			t.Errorf("the audit freed %d claims in all, want 1: %+v", n, res.Hosts)
-		}
-		if got := s.pinned("b"); got != "0-1" {
-			t.Errorf("after the audit b has %q pinned, want B's 0-1", got)
-		}
-		if got := s.pinned("a"); got != "0-1" {
-			t.Errorf("after the audit a has %q pinned, want A's 0-1", got)
-		}
-	} else {
-		if got := s.pinned("a"); got != "" {
-			t.Errorf("after A was settled on b, a has %q pinned, want nothing", got)
-		}
-	}
-	s.checkAgreement(vmA, host)
-	s.checkAgreement(vmB, "b")
-	again := s.reconcile("--grace", "0")
-	if n := again.Total.Freed.Total(); n != 0 {
-		t.Errorf("a second audit freed %d more claims, want none", n)
+	for _, tt := range []struct{ gate, host string }{{"switchover", "a"}, {"switched", "b"}} {
+		t.Run(tt.gate, func(t *testing.T) {
+			s, vmA, vmB := twoHosts(t)
+			s.ok("sim", "gate", "--at", tt.gate, "--hold")
+			s.ok("migrate", vmA, "--dest", "b")
+			s.ok("sim", "gate", "--at", tt.gate, "--wait-arrived", "1")
+			if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
+				t.Fatal(err)
+			}
+			s.ok("sim", "gate", "--at", tt.gate, "--wait-cancelled", "1")
+			if got := s.pinned("b"); got != "0-3" {
+				t.Fatalf("after the termination b has %q pinned, want 0-3 (the destination claim still held)", got)
+			}
+			if tt.host == "b" {
+				dry := s.reconcile("--grace", "0", "--dry-run")
+				if got := dry.Total.Freed.Total(); got != 0 || s.pinned("b") != "0-3" {
+					t.Errorf("the dry run with A past its switchover would free %d claims, b pinned %q; want none and 0-3", got, s.pinned("b"))
+				}
+			}
+			s.ok("sim", "gate", "--at", tt.gate, "--release")
+			s.pastMinGrace()
+			// The fence lease of the aborted attempt may still run for a
+			// while; the audit keeps the claim until it has.
+			var res workflows.ReconcileResult
+			s.eventually("the audit to free or settle the destination claim", time.Minute, func() bool {
+				res = s.reconcile("--grace", "0")
+				g := s.guest(vmA)
+				return res.Total.Freed.Total() > 0 || hostOf(g) == "b" && g.TaskState == nil
+			})
+			if tt.host == "a" {
+				freed := hostAudit(res, "b").Freed
+				if len(freed) != 1 || freed[0].Instance != vmA || freed[0].Kind != ledger.KindMigrationDest || freed[0].Reason != activities.FreedOwnerClosed {
+					t.Errorf("the audit freed %+v on b, want A's migration-dest claim, owner closed", freed)
+				}
+				if n := res.Total.Freed.Total(); n != 1 {
+					t.Errorf("the audit freed %d claims in all, want 1: %+v", n, res.Hosts)
+				}
+				if got := s.pinned("b"); got != "0-1" {
+					t.Errorf("after the audit b has %q pinned, want B's 0-1", got)
+				}
+				if got := s.pinned("a"); got != "0-1" {
+					t.Errorf("after the audit a has %q pinned, want A's 0-1", got)
+				}
+			} else {
+				if n := res.Total.Freed.Total(); n != 0 {
+					t.Errorf("the audit freed %d claims with A running on b, want none: %+v", n, res.Hosts)
+				}
+				s.eventually("the audit to settle A on b", time.Minute, func() bool {
+					g := s.guest(vmA)
+					if hostOf(g) != "b" || g.TaskState != nil || s.pinned("a") != "" {
+						s.reconcile("--grace", "0")
+						return false
+					}
+					return true
+				})
+			}
+			s.checkAgreement(vmA, tt.host)
+			s.checkAgreement(vmB, "b")
+			again := s.reconcile("--grace", "0")
+			if n := again.Total.Freed.Total(); n != 0 {
+				t.Errorf("a second audit freed %d more claims, want none", n)
+			}
+		})
 	}
 }
 

@@ -60,9 +60,9 @@ func (s *stack) waitDestClaim(host, uuid string) {
 func TestNovaBug1845146(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmA, "--dest", "b")
-	s.waitDestClaim("b", vmA)
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	if got := s.pinned("b"); got != "0-3" {
 		t.Errorf("during the migration b has %q pinned, want 0-3", got)
 	}
@@ -70,6 +70,7 @@ func TestNovaBug1845146(t *testing.T) {
 	if got := s.pinned("b"); got != "0-3" {
 		t.Errorf("after the refused boot b has %q pinned, want 0-3", got)
 	}
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("A to land on b", 2*time.Minute, func() bool {
 		g := s.guest(vmA)
 		return hostOf(g) == "b" && g.TaskState == nil
@@ -208,9 +209,11 @@ func TestBadInput(t *testing.T) {
 	badNames(t, s, vmA)
 	badHostAdds(t, s)
 
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "5")
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmA, "--dest", "b")
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	s.refused("busy", "shelve", vmA, "--offload")
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("the migration to finish", 2*time.Minute, func() bool { return hostOf(s.guest(vmA)) == "b" })
 
 	s.ok("shelve", vmA, "--offload", "--wait")
