@@ -211,12 +211,14 @@ func TestDrainRefusals(t *testing.T) {
 	s.refused("nowhere", "host", "drain", "nowhere")
 	s.refused("no drain of a is running", "host", "drain", "pause", "a")
 
-	// b can take a's guest once B is gone; a slow migration keeps the
-	// drain running while a second one is refused.
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "4")
+	// b can take a's guest once B is gone; a migration held before its
+	// switchover keeps the drain running while a second one is refused.
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("delete", firstGuest(s, "b"), "--wait")
 	s.ok("host", "drain", "a")
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	s.refused("being drained already", "host", "drain", "a")
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.drainDone("a")
 }
 
@@ -273,15 +275,15 @@ func TestDrainCancel(t *testing.T) {
 	}
 	vmA := s.boot("A", "a", 2)
 	vmB := s.boot("B", "a", 2)
-	// Long enough that the cancel reaches the move on a loaded machine (a
-	// pause, a cancel and a heartbeat away); a cancelled copy ends at once.
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "30")
+	// The first move is held before its switchover until the cancel has
+	// reached it.
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("host", "drain", "a", "--parallel", "1")
-	s.eventually("a move running", time.Minute, func() bool {
-		return s.claimsOfKind("b", "migration-dest")+s.claimsOfKind("c", "migration-dest") == 1
-	})
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	s.ok("host", "drain", "pause", "a")
 	s.ok("host", "drain", "cancel", "a")
+	s.ok("sim", "gate", "--at", "switchover", "--wait-cancelled", "1")
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.drainDone("a")
 	for _, h := range []string{"b", "c"} {
 		if n := s.claimsOfKind(h, "reservation") + s.claimsOfKind(h, "migration-dest"); n != 0 {
@@ -309,7 +311,7 @@ func TestDrainPauseResume(t *testing.T) {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}
 	vms := []string{s.boot("A", "a", 1), s.boot("B", "a", 1), s.boot("C", "a", 1)}
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "3")
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("host", "drain", "a", "--parallel", "1")
 	status := func() workflows.DrainStatus {
 		var st workflows.DrainStatus
@@ -325,8 +327,14 @@ func TestDrainPauseResume(t *testing.T) {
 		}
 		return n
 	}
-	s.eventually("the first move running", time.Minute, func() bool { return status().Moving == 1 })
+	// The first move is held before its switchover while the drain is
+	// paused.
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	if st := status(); st.Moving != 1 {
+		t.Errorf("drain status with its first move held: %d moving, want 1", st.Moving)
+	}
 	s.ok("host", "drain", "pause", "a")
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("the running move finished", time.Minute, func() bool {
 		st := status()
 		return st.Moving == 0 && moved(st) == 1

@@ -37,9 +37,10 @@ func (s *stack) loseHost(host string) {
 func TestRecoverAfterLedgerLoss(t *testing.T) {
 	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
+	// B's migration is held, its copy done, before its switchover.
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmB, "--dest", "a")
-	s.waitDestClaim("a", vmB)
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	var destClaim string
 	for _, c := range s.host("a").Claims {
 		if c.Instance == vmB {
@@ -70,6 +71,7 @@ func TestRecoverAfterLedgerLoss(t *testing.T) {
 	}
 	// B's migration fences on its claim, made again with its token: it
 	// completes onto a.
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	g := s.waitClosed(vmB)
 	if hostOf(g) != "a" {
 		t.Errorf("B's migration did not complete on its restored claim: it is on %q", hostOf(g))
@@ -221,9 +223,10 @@ func TestScheduledAudit(t *testing.T) {
 func TestAuditRestoresAnOpenMigrationsLostClaim(t *testing.T) {
 	t.Parallel()
 	s, vmA, vmB := twoHosts(t)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "8")
+	// B's migration is held, its copy done, before its switchover.
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmB, "--dest", "a")
-	s.waitDestClaim("a", vmB)
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	var destClaim string
 	for _, c := range s.host("a").Claims {
 		if c.Instance == vmB {
@@ -242,6 +245,7 @@ func TestAuditRestoresAnOpenMigrationsLostClaim(t *testing.T) {
 	if !strings.HasPrefix(kinds[vmA], string(ledger.KindQuarantine)+"/") {
 		t.Errorf("after the audit A's pCPUs on a are held by %q, want a quarantine", kinds[vmA])
 	}
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	if g := s.waitClosed(vmB); hostOf(g) != "a" {
 		t.Errorf("B's migration did not complete on its restored claim: it is on %q", hostOf(g))
 	}
