@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -65,10 +66,13 @@ func StartCluster(t testing.TB) *Cluster {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	base, err := freePortRange(clusterPorts)
+	base, release, err := reserveClusterPorts(clusterPorts)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
+	// Registered before the cleanup that brings the cluster down, so it
+	// runs after it.
+	t.Cleanup(release)
 	c := &Cluster{Dir: dir, script: filepath.Join(root, "deploy", "cluster.sh"), base: base}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -165,23 +169,75 @@ func readEnvFile(path string) (map[string]string, error) {
 	return env, sc.Err()
 }
 
-// freePortRange finds a base port below the kernel's ephemeral range
-// (32768) whose next n ports all accept a listener now.
+// Every port stays below the kernel's ephemeral range (32768), which
+// Temporal's membership table needs too (it stores ports as smallint).
+// Clusters take theirs from a region of their own, where the tests'
+// single-port servers do not pick: a node a test kills must find its
+// ports free when the test starts it again, however many tests run beside
+// it.
+// The Temporal dev server also binds its --port + 1000 (HTTP), which
+// stays below the clusters' region too.
+const (
+	singlePortsFrom  = 20000
+	singlePortsTo    = 27000
+	clusterPortsFrom = 28000
+	portsTo          = 32768
+)
+
+// reservedClusterPorts are the base ports of this test binary's running
+// clusters, whose ranges no other cluster may take, even while one of
+// their nodes is down.
+var reservedClusterPorts = struct {
+	sync.Mutex
+	bases map[int]bool
+}{bases: map[int]bool{}}
+
+// reserveClusterPorts finds n ports in a row in the clusters' region that
+// accept a listener now and overlap no running cluster's, and reserves
+// them until release.
+func reserveClusterPorts(n int) (base int, release func(), err error) {
+	r := &reservedClusterPorts
+	r.Lock()
+	defer r.Unlock()
+	for range 50 {
+		base := clusterPortsFrom + rand.IntN(portsTo-clusterPortsFrom-n)
+		taken := false
+		for b := range r.bases {
+			taken = taken || base < b+n && b < base+n
+		}
+		if taken || !listenable(base, n) {
+			continue
+		}
+		r.bases[base] = true
+		return base, func() {
+			r.Lock()
+			defer r.Unlock()
+			delete(r.bases, base)
+		}, nil
+	}
+	return 0, nil, fmt.Errorf("find %d free loopback ports in a row from %d: none in 50 tries", n, clusterPortsFrom)
+}
+
+// listenable says whether ports base to base+n-1 all accept a listener.
+func listenable(base, n int) bool {
+	for p := base; p < base+n; p++ {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			return false
+		}
+		l.Close()
+	}
+	return true
+}
+
+// freePortRange finds a base port in the single-port servers' region
+// whose next n ports all accept a listener now.
 func freePortRange(n int) (int, error) {
 	for range 50 {
-		base := 20000 + rand.IntN(32768-20000-n)
-		free := true
-		for p := base; p < base+n && free; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				free = false
-				break
-			}
-			l.Close()
-		}
-		if free {
+		base := singlePortsFrom + rand.IntN(singlePortsTo-singlePortsFrom-n)
+		if listenable(base, n) {
 			return base, nil
 		}
 	}
-	return 0, fmt.Errorf("find %d free loopback ports in a row below 32768: none in 50 tries", n)
+	return 0, fmt.Errorf("find %d free loopback ports in a row from %d to %d: none in 50 tries", n, singlePortsFrom, singlePortsTo)
 }
