@@ -109,12 +109,13 @@ func TestDrain(t *testing.T) {
 	vmA := s.boot("A", "a", 2)
 	vmB := s.boot("B", "a", 2)
 	s.boot("C", "b", 1)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "2")
-
+	// The first move is held before its switchover while guests boot.
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("host", "drain", "a", "--parallel", "1", "--reason", "kernel upgrade")
-	s.eventually("both reservations", time.Minute, func() bool {
-		return s.claimsOfKind("b", "reservation")+s.claimsOfKind("c", "reservation")+s.claimsOfKind("b", "migration-dest")+s.claimsOfKind("c", "migration-dest") >= 2
-	})
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	if n := s.claimsOfKind("b", "reservation") + s.claimsOfKind("c", "reservation") + s.claimsOfKind("b", "migration-dest") + s.claimsOfKind("c", "migration-dest"); n != 2 {
+		t.Fatalf("a drain moving its first guest holds %d reservations and destination claims, want 2", n)
+	}
 	// Boots that leave the choice to pinflow take only what no reservation
 	// holds: three 1-vCPU guests fit (b's last pCPU, c's last two), the
 	// fourth fits nowhere.
@@ -135,6 +136,7 @@ func TestDrain(t *testing.T) {
 	if len(booted) != 3 {
 		t.Errorf("%d boots landed during the drain, want 3 (the reservations hold the rest)", len(booted))
 	}
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	// Sampled until it ends: never more than one move at a time.
 	s.eventually("the drain of a ends", 3*time.Minute, func() bool {
 		out, _, code := s.run("host", "drain", "status", "a", "--json")
@@ -233,15 +235,26 @@ func TestDrainWaitsForOperationsInFlight(t *testing.T) {
 	}
 	vmA := s.boot("A", "a", 1)
 	vmB := s.boot("B", "b", 1)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "6")
+	// B's migration onto a is held before its switchover until a drain
+	// of a has seen it in flight and waits for it.
+	s.ok("sim", "gate", "--at", "switchover", "--guest", vmB, "--hold")
 	s.ok("migrate", vmB, "--dest", "a")
-	s.waitDestClaim("a", vmB)
+	s.ok("sim", "gate", "--at", "switchover", "--guest", vmB, "--wait-arrived", "1")
 	s.refused("cannot complete", "host", "drain", "a", "--settle", "1s", "--wait")
 	if out := s.ok("host", "list"); strings.Contains(out, "disabled") {
 		t.Errorf("a drain that gave up waiting disabled a host:\n%s", out)
 	}
 	s.refused("--settle 0s: it must be positive", "host", "drain", "a", "--settle", "0")
-	out := s.ok("host", "drain", "a", "--wait")
+	drainA := s.start("host", "drain", "a", "--wait")
+	s.eventually("the drain waits for B's migration", time.Minute, func() bool {
+		var st workflows.Status
+		return s.queryStatus(workflows.DrainWorkflowID("a"), &st) && strings.Contains(st.Detail, "to settle")
+	})
+	s.ok("sim", "gate", "--at", "switchover", "--guest", vmB, "--release")
+	out, errOut, code := drainA.wait(t)
+	if code != 0 {
+		t.Fatalf("drain a --wait: exit %d: %s", code, errOut)
+	}
 	if !strings.Contains(out, "2 guests moved") {
 		t.Errorf("drain a --wait after the migration onto it:\n%s", out)
 	}
@@ -339,14 +352,18 @@ func TestDrainPauseResume(t *testing.T) {
 		st := status()
 		return st.Moving == 0 && moved(st) == 1
 	})
-	// Paused for longer than a move takes: nothing starts, and the
-	// guests still to move keep their reservations.
-	for range 5 {
-		time.Sleep(time.Second)
-		st := status()
-		if !st.Paused || st.Moving != 0 || moved(st) != 1 {
-			t.Fatalf("paused drain: paused %v, %d moving, %d moved; want paused, 0 moving, 1 moved", st.Paused, st.Moving, moved(st))
-		}
+	// The workflow task that saw the move end started nothing after it:
+	// the paused drain has no move or step in flight and waits for a
+	// message, and the guests still to move keep their reservations.
+	if st := status(); !st.Paused || st.Moving != 0 || moved(st) != 1 {
+		t.Fatalf("paused drain: paused %v, %d moving, %d moved; want paused, 0 moving, 1 moved", st.Paused, st.Moving, moved(st))
+	}
+	d, err := s.tc.DescribeWorkflow(context.Background(), workflows.DrainWorkflowID("a"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kids, acts := len(d.RawResponse.GetPendingChildren()), len(d.RawResponse.GetPendingActivities()); kids != 0 || acts != 0 {
+		t.Errorf("a paused drain whose running move ended has %d moves and %d steps in flight, want none", kids, acts)
 	}
 	if n := s.claimsOfKind("b", "reservation") + s.claimsOfKind("c", "reservation"); n != 2 {
 		t.Errorf("a paused drain holds %d reservations, want 2 (the guests still to move)", n)
@@ -367,13 +384,18 @@ func TestDrainPauseResume(t *testing.T) {
 
 	// --wait follows a drain guest by guest, then prints where each went.
 	s.ok("host", "enable", "a")
-	d := s.boot("D", "b", 1)
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "1")
-	out, errOut, code := s.run("host", "drain", "b", "--wait")
+	vmD := s.boot("D", "b", 1)
+	s.ok("sim", "gate", "--at", "switchover", "--guest", vmD, "--hold")
+	follow := s.start("host", "drain", "b", "--wait")
+	s.eventually("drain --wait shows D moving", time.Minute, func() bool {
+		return strings.Contains(follow.stderr.String(), vmD+" (D) moving, target ")
+	})
+	s.ok("sim", "gate", "--at", "switchover", "--guest", vmD, "--release")
+	out, errOut, code := follow.wait(t)
 	if code != 0 {
 		t.Fatalf("drain b --wait: exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(errOut, d+" (D) moving, target ") || !strings.Contains(out, d+" (D) moved to ") {
+	if !strings.Contains(out, vmD+" (D) moved to ") {
 		t.Errorf("drain --wait did not follow D's move:\nstdout:\n%s\nstderr:\n%s", out, errOut)
 	}
 }
@@ -389,13 +411,21 @@ func TestDrainSurvivesWorkerKills(t *testing.T) {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}
 	vms := []string{s.boot("A", "a", 2), s.boot("B", "a", 1), s.boot("C", "a", 1)}
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "2")
+	// The worker is killed while the drain plans and reserves, with
+	// moves held before their switchover, and with one held past it.
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("host", "drain", "a", "--parallel", "2")
-	for range 4 {
-		time.Sleep(1500 * time.Millisecond)
-		s.killWorker()
-		s.startWorker()
-	}
+	s.killWorker()
+	s.startWorker()
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	s.killWorker()
+	s.startWorker()
+	s.ok("sim", "gate", "--at", "switched", "--hold")
+	s.ok("sim", "gate", "--at", "switchover", "--release")
+	s.ok("sim", "gate", "--at", "switched", "--wait-arrived", "1")
+	s.killWorker()
+	s.startWorker()
+	s.ok("sim", "gate", "--at", "switched", "--release")
 	s.drainDone("a")
 	for _, g := range vms {
 		h := hostOf(s.guest(g))
@@ -431,11 +461,19 @@ func TestDrainsShareCloudLimits(t *testing.T) {
 	for _, h := range []string{"a1", "a2"} {
 		vms = append(vms, s.boot(h+"-x", h, 1), s.boot(h+"-y", h, 1))
 	}
-	s.ok("sim", "latency", "--op", "migrate", "--seconds", "2")
-	// Neither source is the other's target.
+	// Neither source is the other's target. The first move is held
+	// before its switchover until a drain says it waits for the cloud.
 	s.ok("host", "disable", "a2", "--reason", "next")
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("host", "drain", "a1", "--parallel", "2")
 	s.ok("host", "drain", "a2", "--parallel", "2")
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	waiting := func(h string) bool {
+		var st workflows.DrainStatus
+		out, _, code := s.run("host", "drain", "status", h, "--json")
+		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && strings.Contains(st.Waiting, "in the cloud")
+	}
+	s.eventually("a drain waits for the cloud's limit", time.Minute, func() bool { return waiting("a1") || waiting("a2") })
 	moving := func() int {
 		n := 0
 		for _, h := range []string{"t1", "t2"} {
@@ -447,28 +485,22 @@ func TestDrainsShareCloudLimits(t *testing.T) {
 		}
 		return n
 	}
-	waited := false
+	if n := moving(); n != 1 {
+		t.Errorf("%d guests move while a drain waits for the cloud's limit of 1, want 1", n)
+	}
+	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("both drains end", 3*time.Minute, func() bool {
 		if n := moving(); n > 1 {
 			t.Errorf("%d guests move at once in a cloud that allows 1", n)
 		}
 		running := false
 		for _, h := range []string{"a1", "a2"} {
-			out, _, code := s.run("host", "drain", "status", h, "--json")
-			if code != 0 {
-				continue
-			}
-			running = true
-			var st workflows.DrainStatus
-			if err := json.Unmarshal([]byte(out), &st); err == nil && strings.Contains(st.Waiting, "in the cloud") {
-				waited = true
+			if _, _, code := s.run("host", "drain", "status", h, "--json"); code == 0 {
+				running = true
 			}
 		}
 		return !running
 	})
-	if !waited {
-		t.Errorf("no drain ever said it waited for the cloud's limit")
-	}
 	for _, g := range vms {
 		h := hostOf(s.guest(g))
 		if h != "t1" && h != "t2" {

@@ -24,6 +24,7 @@ import (
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
 )
 
 var (
@@ -328,6 +329,67 @@ func (s *stack) run(args ...string) (string, string, int) {
 	return stdout.String(), stderr.String(), code
 }
 
+// background is a CLI command running while the test goes on; its output
+// can be read before it ends.
+type background struct {
+	args           []string
+	stdout, stderr lockedBuffer
+	done           chan struct{}
+	code           int
+	err            error
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// start starts the CLI in the background (bounded like run); wait collects it.
+func (s *stack) start(args ...string) *background {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	cmd := exec.CommandContext(ctx, s.cli, args...)
+	cmd.Env = s.env
+	bg := &background{args: args, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &bg.stdout, &bg.stderr
+	if err := cmd.Start(); err != nil {
+		cancel()
+		s.t.Fatalf("pinflow %s: %v", strings.Join(args, " "), err)
+	}
+	go func() {
+		defer close(bg.done)
+		defer cancel()
+		bg.err = cmd.Wait()
+		if exit, ok := bg.err.(*exec.ExitError); ok {
+			bg.code, bg.err = exit.ExitCode(), nil
+		}
+	}()
+	s.t.Cleanup(func() { cancel(); <-bg.done })
+	return bg
+}
+
+// wait waits for the command to end and returns what run would.
+func (b *background) wait(t *testing.T) (string, string, int) {
+	t.Helper()
+	<-b.done
+	if b.err != nil {
+		t.Fatalf("pinflow %s: %v", strings.Join(b.args, " "), b.err)
+	}
+	return b.stdout.String(), b.stderr.String(), b.code
+}
+
 // ok runs the CLI and fails the test unless it exits 0.
 func (s *stack) ok(args ...string) string {
 	s.t.Helper()
@@ -490,4 +552,13 @@ func (s *stack) eventually(what string, timeout time.Duration, cond func() bool)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// queryStatus reads the status of the workflow id into st; false while it
+// cannot be asked (not started yet, or closed).
+func (s *stack) queryStatus(id string, st *workflows.Status) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := s.tc.QueryWorkflow(ctx, id, "", workflows.StatusQuery)
+	return err == nil && v.Get(st) == nil
 }
