@@ -125,14 +125,18 @@ func (l *Ledger) HostStatuses(ctx context.Context, hosts []string) (map[string]H
 	return out, nil
 }
 
-// checkReason refuses a reason nobody could read in a status line.
-func checkReason(reason string) error {
-	ok := utf8.ValidString(reason) && strings.TrimSpace(reason) != "" && utf8.RuneCountInString(reason) <= 200
+// MaxReason is the most characters (runes) an operator's reason may have.
+const MaxReason = 200
+
+// CheckReason refuses a reason nobody could read in a status line: it
+// must be 1 to MaxReason printable characters, not all blank.
+func CheckReason(reason string) error {
+	ok := utf8.ValidString(reason) && strings.TrimSpace(reason) != "" && utf8.RuneCountInString(reason) <= MaxReason
 	for _, r := range reason {
 		ok = ok && unicode.IsPrint(r)
 	}
 	if !ok {
-		return fmt.Errorf("reason %q: %w: reasons are 1-200 printable characters, not all blank", reason, ErrInvalid)
+		return fmt.Errorf("reason %q: %w: reasons are 1-%d printable characters, not all blank", reason, ErrInvalid, MaxReason)
 	}
 	return nil
 }
@@ -145,7 +149,7 @@ func checkReason(reason string) error {
 // From then on the claim script refuses every new claim on the host
 // (ErrHostDown); releases and every other change still work there.
 func (l *Ledger) SetHostDown(ctx context.Context, host, reason string) (HostStatus, error) {
-	if err := checkReason(reason); err != nil {
+	if err := CheckReason(reason); err != nil {
 		return HostStatus{}, fmt.Errorf("ledger: set host %s down: %w", host, err)
 	}
 	var tok [16]byte
@@ -179,7 +183,7 @@ func (l *Ledger) SetHostUp(ctx context.Context, host string) (HostStatus, error)
 // lands on it. SetHostDown fences a disabled host like any other; the host
 // that returns from that comes up enabled.
 func (l *Ledger) SetHostDisabled(ctx context.Context, host, reason string) (HostStatus, error) {
-	if err := checkReason(reason); err != nil {
+	if err := CheckReason(reason); err != nil {
 		return HostStatus{}, fmt.Errorf("ledger: set host %s disabled: %w", host, err)
 	}
 	return l.setHostState(ctx, host, string(HostDisabled), reason, "")

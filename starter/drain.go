@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -108,9 +107,6 @@ func hostDrain(args []string, stdout io.Writer) error {
 		Attempts: *attempts, Settle: *settle}
 	if _, err := in.Check(); err != nil {
 		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
-	}
-	if strings.ContainsAny(*reason, "\n\r") || len(*reason) > 180 {
-		return fmt.Errorf("host drain %s: --reason must be one line of at most 180 characters: %w", host, errUsage)
 	}
 	if *dryRun {
 		return hostPlanDrain(append([]string{host}, jsonFlag(*of.json)...), stdout)

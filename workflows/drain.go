@@ -89,6 +89,13 @@ func (in DrainInput) Check() (DrainInput, error) {
 	if in.Settle < 0 {
 		return in, fmt.Errorf("drain settle %v: it must not be negative", in.Settle)
 	}
+	// The host is disabled with the reason behind a prefix, under the
+	// ledger's rule for reasons.
+	if in.Reason != "" {
+		if err := ledger.CheckReason(drainReason(in)); err != nil || strings.TrimSpace(in.Reason) == "" {
+			return in, fmt.Errorf("drain reason %q: it must be 1-%d printable characters on one line", in.Reason, ledger.MaxReason-len(drainReasonPrefix))
+		}
+	}
 	if in.Settle == 0 {
 		in.Settle = DefaultDrainSettle
 	}
@@ -276,11 +283,14 @@ func (d *drainRun) plan(ctx workflow.Context) (drain.Plan, error) {
 	}
 }
 
+// drainReasonPrefix starts the reason a drain disables its host with.
+const drainReasonPrefix = "drain: "
+
 func drainReason(in DrainInput) string {
 	if in.Reason == "" {
 		return "drain"
 	}
-	return "drain: " + in.Reason
+	return drainReasonPrefix + in.Reason
 }
 
 // incomplete says why a plan cannot be carried out.
