@@ -262,6 +262,34 @@ func (c *chaos) audit(ctx context.Context, id string) (*workflows.ReconcileResul
 	return &res, nil
 }
 
+// finalAudits bounds the audits a chaos run makes to settle at its end.
+const finalAudits = 30
+
+// unsettled says what an audit found that time or its own work will
+// change: claims it freed or settled, and those it kept only for now (an
+// owner closed less than the minimum grace ago, a fence lease running, an
+// error, an operation still open); "" when it found none.
+func unsettled(res *workflows.ReconcileResult) string {
+	t := res.Total
+	var left []string
+	if n := t.Freed.Total(); n > 0 {
+		left = append(left, fmt.Sprintf("%d freed", n))
+	}
+	if t.Errors > 0 {
+		left = append(left, fmt.Sprintf("%d errors", t.Errors))
+	}
+	for _, r := range []string{activities.KeptRecentlyClosed, activities.KeptChanged, activities.KeptSettling, activities.KeptDoubt,
+		activities.KeptOwnerRunning, activities.KeptInstanceBusy, activities.KeptYoung} {
+		if n := t.Kept.Of(r); n > 0 {
+			left = append(left, fmt.Sprintf("%d kept %s", n, r))
+		}
+	}
+	if len(left) == 0 {
+		return ""
+	}
+	return strings.Join(left, ", ") + ":\n" + workflows.ReconcileReport(res)
+}
+
 // operate runs one guest's operations one after the other, interrupting
 // some, until the operation budget or the window is spent.
 func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, deadline time.Time) {
@@ -623,19 +651,28 @@ func (c *chaos) run() {
 
 	// Let what the interruptions left behind settle. Every workflow closes
 	// first: a drain that ended asked its moves to cancel, and they
-	// compensate after it. Then audits run until one finds nothing left
-	// to do: activity attempts of terminated workflows end, fence leases
-	// (10 s here) run out, owners pass the minimum grace (2 s), and the
-	// settles an audit starts (under the guests' workflow ids) finish
-	// before the next audit.
+	// compensate after it. Then audits run until one finds nothing that
+	// time or its own work will change (activity attempts of terminated
+	// workflows end, fence leases run out, owners pass the minimum grace,
+	// the settles an audit starts finish), or finalAudits of them ran; the
+	// end checks then say whether what remains is right.
 	c.waitIdle(ctx)
-	time.Sleep(12 * time.Second)
-	for i := range 3 {
-		if _, err := c.audit(ctx, fmt.Sprintf("chaos-final-%d", i)); err != nil {
-			t.Fatalf("final audit: %v", err)
+	for i := 1; ; i++ {
+		res, err := c.audit(ctx, fmt.Sprintf("chaos-final-%d", i))
+		if err != nil {
+			t.Fatalf("final audit %d: %v", i, err)
 		}
 		c.waitIdle(ctx)
-		time.Sleep(3 * time.Second)
+		left := unsettled(res)
+		if left == "" {
+			t.Logf("settled after %d final audits", i)
+			break
+		}
+		if i == finalAudits {
+			t.Logf("after %d final audits the last still found %s", i, left)
+			break
+		}
+		time.Sleep(time.Second)
 	}
 	c.summary()
 	for _, v := range c.violations {
