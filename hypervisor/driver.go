@@ -7,6 +7,7 @@ package hypervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/pinflow/pinflow/numa"
 )
@@ -69,6 +70,19 @@ type MigrateRequest struct {
 	// Policy bounds the migration and says what may help it converge; the
 	// zero value sets no bound (see MigrationPolicy).
 	Policy MigrationPolicy
+}
+
+// CheckFence asks the request's fence whether the migration may go on;
+// its error wraps ErrFenced and the fence's own, and names point, where
+// the driver asked.
+func (r MigrateRequest) CheckFence(ctx context.Context, point string) error {
+	if r.Fence == nil {
+		return nil
+	}
+	if err := r.Fence(ctx); err != nil {
+		return fmt.Errorf("%w (checked %s): %w", ErrFenced, point, err)
+	}
+	return nil
 }
 
 // ErrFenced: the step's fence did not let it act, because the operation

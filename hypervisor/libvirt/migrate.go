@@ -373,7 +373,7 @@ func (d *Driver) start(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, 
 		return nil, fail(err)
 	}
 	// The last moment before anything moves.
-	if err := fence(ctx, req, "before the start"); err != nil {
+	if err := req.CheckFence(ctx, "before the start"); err != nil {
 		return nil, fail(err)
 	}
 	result := make(chan error, 1)
@@ -562,7 +562,7 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 				poll(bg, sc, dom, &o.last, PhasePostCopy, progress)
 				continue
 			}
-			if ferr := fence(ctx, req, "at a progress poll"); ferr != nil {
+			if ferr := req.CheckFence(ctx, "at a progress poll"); ferr != nil {
 				if ctx.Err() != nil {
 					// The fence failed for the cancellation; say so.
 					return stop(cancelled())
@@ -610,7 +610,7 @@ func poll(ctx context.Context, sc *conn, dom golibvirt.Domain, last *hypervisor.
 // return, if req.Fence still allows it right before. The call itself is
 // not cut short by ctx, so that its outcome is known.
 func startPostCopy(ctx context.Context, sc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest) error {
-	if err := fence(ctx, req, "before the switch to post-copy"); err != nil {
+	if err := req.CheckFence(ctx, "before the switch to post-copy"); err != nil {
 		return err
 	}
 	if err := do(context.WithoutCancel(ctx), sc, func(l *golibvirt.Libvirt) error { return l.DomainMigrateStartPostCopy(dom, 0) }); err != nil {
@@ -628,18 +628,6 @@ func (c *conn) setMaxDowntime(ctx context.Context, dom golibvirt.Domain, id stri
 	ms := uint64(max(limit.Milliseconds(), 1))
 	if err := do(ctx, c, func(l *golibvirt.Libvirt) error { return l.DomainMigrateSetMaxDowntime(dom, ms, 0) }); err != nil {
 		return c.errorf(err, "set the maximum downtime of domain %s to %dms", id, ms)
-	}
-	return nil
-}
-
-// fence asks req.Fence whether the migration may go on; its error, at
-// point, wraps hypervisor.ErrFenced and the fence's own error.
-func fence(ctx context.Context, req hypervisor.MigrateRequest, point string) error {
-	if req.Fence == nil {
-		return nil
-	}
-	if err := req.Fence(ctx); err != nil {
-		return fmt.Errorf("%w (checked %s): %w", hypervisor.ErrFenced, point, err)
 	}
 	return nil
 }

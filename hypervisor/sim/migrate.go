@@ -386,7 +386,7 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 	}
 	// Before the fault is drawn, so that a fenced attempt uses up no
 	// counted fault either.
-	if err := fence(ctx, a.req, "before the start"); err != nil {
+	if err := a.req.CheckFence(ctx, "before the start"); err != nil {
 		return err
 	}
 	// The fault is drawn now and strikes half-way, as a real migration
@@ -491,10 +491,10 @@ func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) erro
 		return d.abort(ctx, a, err)
 	}
 	if !postCopy {
-		if err := fence(ctx, a.req, "before the switchover"); err != nil {
+		if err := a.req.CheckFence(ctx, "before the switchover"); err != nil {
 			return d.abort(ctx, a, err)
 		}
-	} else if err := fence(ctx, a.req, "before the switch to post-copy"); err != nil {
+	} else if err := a.req.CheckFence(ctx, "before the switch to post-copy"); err != nil {
 		a.timeout.NoPostCopy = err
 		return d.abort(ctx, a, a.timeout)
 	}
@@ -537,18 +537,6 @@ func (d *Driver) ownerErr(code string) error {
 		return fmt.Errorf("a rollback, or the abort of this migration as dead (no progress for over %s), took this migration over", d.stale)
 	}
 	return fmt.Errorf("unexpected script answer %q", code)
-}
-
-// fence asks req.Fence whether the migration may go on; its error, at
-// point, wraps hypervisor.ErrFenced and the fence's own error.
-func fence(ctx context.Context, req hypervisor.MigrateRequest, point string) error {
-	if req.Fence == nil {
-		return nil
-	}
-	if err := req.Fence(ctx); err != nil {
-		return fmt.Errorf("%w (checked %s): %w", hypervisor.ErrFenced, point, err)
-	}
-	return nil
 }
 
 // finish runs steps 6-8 of a migration past its switchover. It ignores
