@@ -9,13 +9,10 @@ import (
 
 // applier runs claims and releases on a host, each as one script
 // (claim.lua, release.lua), followed by the wait for durability when one
-// is configured.
-//
-// Concurrent operations used to go together, several to a script (group
-// commit). That doubled the ledger's own rate at 64 clients, but moved no
-// end-to-end figure: live migrations and a burst of 500 boots run at the
-// rate Temporal gives them either way, a small fraction of what the
-// ledger answers.
+// is configured. Each operation is its own script: live migrations and
+// bursts of boots run at the rate Temporal gives them, a small fraction of
+// what the ledger answers, so batching them would move no end-to-end
+// figure.
 type applier struct {
 	rdb   redis.UniversalClient
 	acks  *acker  // the waits for durability after each script
