@@ -31,7 +31,7 @@ func TestReplay(t *testing.T) {
 			t.Fatalf("found %d golden histories of %s, want one per workflow path (7 or more)", len(files), version)
 		}
 		replayer := worker.NewWorkflowReplayer()
-		for _, wf := range []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Settle, Resize, Evacuate, HostUp, Reconcile} {
+		for _, wf := range All() {
 			replayer.RegisterWorkflow(wf)
 		}
 		for _, f := range files {

@@ -76,6 +76,13 @@ import (
 	"go.temporal.io/sdk/temporal"
 )
 
+// All returns the workflow functions a worker runs, for registering
+// them: the worker and the replay tests register the same list.
+func All() []any {
+	return []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Reconcile, Settle, Recover, ReleaseQuarantine,
+		Resize, Evacuate, HostUp, Drain}
+}
+
 // Typed search attributes that make each run findable in the Web UI and
 // through visibility queries. They are for people and dashboards: nothing
 // in pinflow decides anything from them (visibility is eventually

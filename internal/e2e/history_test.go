@@ -83,8 +83,7 @@ func TestHistoriesReplay(t *testing.T) {
 	record(vmA, "delete")
 
 	replayer := worker.NewWorkflowReplayer()
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Settle,
-		workflows.Resize, workflows.Evacuate, workflows.HostUp, workflows.Reconcile} {
+	for _, wf := range workflows.All() {
 		replayer.RegisterWorkflow(wf)
 	}
 	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v3")
