@@ -80,7 +80,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	})
 	var xml string
 	spawn := activities.SpawnInput{UUID: in.UUID, Host: dst, Placement: claim.Placement, ClaimID: claim.ClaimID, Token: claim.Token,
-		StageXML: s.staged}
+		StageXML: true}
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "rebuild on "+dst), a.Spawn, spawn).Get(ctx, &xml); err != nil {
 		return nil, s.fail(err)
 	}

@@ -150,11 +150,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		}
 		return errors.Is(err, errRolledForward), err
 	}
-	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement}
-	if s.staged {
-		// The XML is staged for the claim, and move.DestXML stays empty.
-		prep.DestClaimID = destClaim
-	}
+	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement, DestClaimID: destClaim}
 	prepared := true
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, &move.DestXML); err != nil {
 		forward, err := failed(err)

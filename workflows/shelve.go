@@ -49,13 +49,11 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 
 	s.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
 	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
-	if s.fenced() {
-		// An offload that did not finish leaves the guest running on its
-		// resident claim, as before.
-		s.onFailure("run the guest again", func(ctx workflow.Context) error {
-			return restoreOrLeave(ctx, s, dom)
-		})
-	}
+	// An offload that did not finish leaves the guest running on its
+	// resident claim, as before.
+	s.onFailure("run the guest again", func(ctx workflow.Context) error {
+		return restoreOrLeave(ctx, s, dom)
+	})
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -172,7 +170,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	})
 	var xml string
 	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token,
-		StageXML: s.staged}
+		StageXML: true}
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, &xml); err != nil {
 		return "", nil, err
 	}
