@@ -205,9 +205,8 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, destDom).Get(ctx, nil)
 	})
 	move := activities.MoveResizedInput{UUID: in.UUID, Source: src, Dest: dst, ClaimID: destClaim, Token: claim.Token,
-		Placement: claim.Placement, Start: wasActive, StageXML: true}
-	var destXML string
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "move the guest to "+dst), a.MoveResized, move).Get(ctx, &destXML); err != nil {
+		Placement: claim.Placement, Start: wasActive}
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "move the guest to "+dst), a.MoveResized, move).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -220,7 +219,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if err := s.setTask(ctx, in.UUID, ledger.TaskResizeFinish); err != nil {
 		return nil, s.fail(err)
 	}
-	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim, DestXML: destXML}
+	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
 	if err := s.ledger(ctx, "commit the destination", a.FinishResize, finish).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
