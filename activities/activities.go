@@ -157,7 +157,8 @@ func (a *Activities) ReleaseClaim(ctx context.Context, in ReleaseInput) error {
 
 // CommitMigration makes a finished migration durable in three idempotent
 // steps, in this order: the destination claim becomes committed, the
-// record moves to the destination, the source claim is released. A crash
+// record moves to the destination with the domain XML staged for that
+// claim, the source claim is released. A crash
 // between two steps leaves the guest attached to one committed claim, and
 // the retry finishes the rest.
 func (a *Activities) CommitMigration(ctx context.Context, in CommitMigrationInput) error {
@@ -166,7 +167,7 @@ func (a *Activities) CommitMigration(ctx context.Context, in CommitMigrationInpu
 	}
 	// A resize record left by a resize interrupted before its guest moved
 	// names the claim released below: it goes with it.
-	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, DomainXML: in.DestXML, StagedXML: in.DestXML == "", ClearResize: true}
+	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, StagedXML: true, ClearResize: true}
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}
@@ -222,7 +223,7 @@ func (a *Activities) Attach(ctx context.Context, in AttachInput) error {
 		return classify(err)
 	}
 	// A guest spawned on a new claim has no resize to go back from.
-	m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, DomainXML: in.DomainXML, StagedXML: in.DomainXML == "", ClearResize: true}
+	m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, StagedXML: true, ClearResize: true}
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -43,8 +45,7 @@ func TestAuditRacingACommit(t *testing.T) {
 	}
 	owner := Owner{InstanceWorkflowID(u), "run-1"}
 	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
-	xml, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
-	if err != nil {
+	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
 	w.owners.before = func(id string) {
@@ -52,7 +53,7 @@ func TestAuditRacingACommit(t *testing.T) {
 			return
 		}
 		w.owners.before = nil
-		if err := w.acts.Attach(ctx, AttachInput{UUID: u, Host: "a", ClaimID: c.ClaimID, DomainXML: xml}); err != nil {
+		if err := w.acts.Attach(ctx, AttachInput{UUID: u, Host: "a", ClaimID: c.ClaimID}); err != nil {
 			t.Error(err)
 		}
 		w.owners.set(owner.WorkflowID, longClosed)
@@ -98,7 +99,7 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 			// pending claim whose owner is closed.
 			owner := Owner{InstanceWorkflowID(u), "run-1"}
 			c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
-			if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+			if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 				t.Fatal(err)
 			}
 			if tt.stopped {
@@ -179,12 +180,50 @@ func TestSpawnFencedOutStartsNothing(t *testing.T) {
 	if err := w.led.Release(ctx, "a", c.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	_, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
+	err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
 	if !errors.Is(err, hypervisor.ErrFenced) && !isType(err, ErrTypeFenced) {
 		t.Fatalf("Spawn on a released claim error = %v, want fenced", err)
 	}
 	if _, err := w.drv.Lookup(ctx, "a", u); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("Spawn on a released claim left a domain (lookup error %v)", err)
+	}
+}
+
+// TestFencedStepsNeedTheirClaim: a step that acts on pCPUs and names no
+// claim, or not its token, is refused as bad input, for good, before it
+// stages, defines or starts anything.
+func TestFencedStepsNeedTheirClaim(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(10)
+	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"Spawn without a claim", w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: dst.Placement})},
+		{"Spawn without the token", w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: dst.Placement, ClaimID: dst.ClaimID})},
+		{"MoveResized without a claim", w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, Start: true})},
+		{"PrepareMigration without a claim", w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})},
+		{"Migrate without a claim", w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b"})},
+		{"Migrate without the token", w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID})},
+	} {
+		var app *temporal.ApplicationError
+		if !errors.As(tc.err, &app) || app.Type() != ErrTypeInvalidRequest || !app.NonRetryable() {
+			t.Errorf("%s = %v, want a non-retryable %s error", tc.name, tc.err, ErrTypeInvalidRequest)
+		}
+	}
+	if _, err := w.drv.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("the refused steps left a domain on b (lookup error %v)", err)
+	}
+	if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
+		t.Errorf("guest on a after the refused steps = %+v, %v; want it running", dom, err)
+	}
+	if _, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID); !errors.Is(err, ledger.ErrConflict) {
+		t.Errorf("the refused steps staged XML for the claim (%v), want none", err)
 	}
 }
 
@@ -205,11 +244,10 @@ func TestSettleClaim(t *testing.T) {
 	if err != nil || res.Settled {
 		t.Fatalf("SettleClaim before the move = %+v, %v; want not settled", res, err)
 	}
-	destXML, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
-	if err != nil {
+	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: destXML, DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
+	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // idempotent
@@ -250,7 +288,7 @@ func TestSettleFinishesADelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
-	if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.acts.DeleteInstance(ctx, u); err != nil {

@@ -44,6 +44,19 @@ func fenced(err error) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%v: %v", hypervisor.ErrFenced, err), ErrTypeFenced, err)
 }
 
+// needsClaim refuses a step that acts on pCPUs but names no claim to
+// fence on, or not its token: it could not prove that the claim is still
+// the one made for it. It refuses before the step does anything.
+func needsClaim(step, uuid, claimID, token string) error {
+	switch {
+	case claimID == "":
+		return BadRequest(fmt.Sprintf("%s of instance %s names no claim: a step that acts on pCPUs needs the claim it acts for, to fence on", step, uuid))
+	case token == "":
+		return BadRequest(fmt.Sprintf("%s of instance %s names claim %s without its token: a step that acts on pCPUs fences with the claim's token", step, uuid, claimID))
+	}
+	return nil
+}
+
 // heartbeating runs step while heartbeating every ProgressEvery, so that a
 // cancel of the workflow reaches step's context. Outside an activity (a
 // direct call in a test) it just runs step.
@@ -76,17 +89,18 @@ func (a *Activities) beat() time.Duration {
 // hypervisor has it, for the destination placement, and has the
 // destination check it can take the guest. It stages the destination XML
 // in the instance's record for the destination claim, where Migrate and
-// CommitMigration read it, and returns nothing; for a run recorded before
-// staging (no DestClaimID) it returns the XML instead.
-func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationInput) (string, error) {
-	var destXML string
-	err := a.heartbeating(ctx, func(ctx context.Context) error {
+// CommitMigration read it: the document stays out of workflow history.
+func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationInput) error {
+	if in.DestClaimID == "" {
+		return BadRequest(fmt.Sprintf("prepare of instance %s names no destination claim: the destination XML is staged for it", in.UUID))
+	}
+	return a.heartbeating(ctx, func(ctx context.Context) error {
 		dom, err := a.Driver.Lookup(ctx, in.Source, in.UUID)
 		if err != nil {
 			return classify(err)
 		}
 		// A guest without a NUMA placement has no pins to rewrite.
-		destXML = dom.XML
+		destXML := dom.XML
 		if in.Placement.HasNUMA() {
 			if destXML, err = xmlpatch.Patch(dom.XML, &in.Placement); err != nil {
 				return classify(err)
@@ -97,35 +111,17 @@ func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationIn
 		}
 		return a.stage(ctx, in.UUID, in.DestClaimID, destXML)
 	})
-	return unstaged(in.DestClaimID, destXML), err
 }
 
 // stage keeps xml, made for the instance's claim claimID, in its record
-// (ledger.StageDomainXML), waiting out a ledger that does not answer. An
-// empty claimID stages nothing: a run recorded before staging carries the
-// XML in its history.
+// (ledger.StageDomainXML), waiting out a ledger that does not answer.
 func (a *Activities) stage(ctx context.Context, uuid, claimID, xml string) error {
-	if claimID == "" {
-		return nil
-	}
 	return classify(waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.StageDomainXML(ctx, uuid, claimID, xml) }))
 }
 
-// unstaged is the XML a step returns to its workflow: none when it was
-// staged for claimID.
-func unstaged(claimID, xml string) string {
-	if claimID != "" {
-		return ""
-	}
-	return xml
-}
-
-// stagedXML returns the XML staged for the instance's claim claimID, or
-// xml when a run recorded before staging passed it.
-func (a *Activities) stagedXML(ctx context.Context, uuid, claimID, xml string) (string, error) {
-	if xml != "" {
-		return xml, nil
-	}
+// stagedXML returns the XML staged for the instance's claim claimID.
+func (a *Activities) stagedXML(ctx context.Context, uuid, claimID string) (string, error) {
+	var xml string
 	err := a.heartbeating(ctx, func(ctx context.Context) error {
 		return classify(waitLedger(ctx, func(ctx context.Context) (err error) {
 			xml, err = a.Ledger.StagedDomainXML(ctx, uuid, claimID)
@@ -151,6 +147,9 @@ func (a *Activities) stagedXML(ctx context.Context, uuid, claimID, xml string) (
 // guest runs on its source, and the same migration would time out again,
 // so the workflow compensates.
 func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
+	if err := needsClaim("migration", in.UUID, in.DestClaimID, in.DestToken); err != nil {
+		return err
+	}
 	// The driver's context ends on a cancel or timeout of this attempt,
 	// but not when the worker stops.
 	driverCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
@@ -159,21 +158,19 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	if activity.IsActivity(ctx) {
 		stopping = activity.GetWorkerStopChannel(ctx)
 	}
-	destXML, err := a.stagedXML(ctx, in.UUID, in.DestClaimID, in.DestXML)
+	destXML, err := a.stagedXML(ctx, in.UUID, in.DestClaimID)
 	if err != nil {
 		return err
 	}
-	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: destXML, Policy: a.MigrationPolicy}
-	if in.DestClaimID != "" {
-		lease := a.claimLease(in.Dest, in.DestClaimID, in.DestToken)
-		req.Fence = func(ctx context.Context) error {
+	lease := a.claimLease(in.Dest, in.DestClaimID, in.DestToken)
+	req := hypervisor.MigrateRequest{UUID: in.UUID, Source: in.Source, Dest: in.Dest, DestXML: destXML, Policy: a.MigrationPolicy,
+		Fence: func(ctx context.Context) error {
 			_, err := lease.renew(ctx)
 			return err
-		}
-		// Keep the lease running while the migration does, past the
-		// driver's last fence: the audit cannot free the claim under it.
-		defer lease.keep(driverCtx, a.beat())()
-	}
+		}}
+	// Keep the lease running while the migration does, past the driver's
+	// last fence: the audit cannot free the claim under it.
+	defer lease.keep(driverCtx, a.beat())()
 	progress := make(chan hypervisor.Progress, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -389,12 +386,13 @@ func (a *Activities) takesGuests(ctx context.Context, host string) error {
 // Spawn defines and starts the guest on the host with its domain XML
 // patched for the placement: the XML it had when it was shelved, or a new
 // one for a boot. It fences on the claim right before each of the two, so
-// an attempt whose claim was freed starts nothing. With StageXML it stages
-// the XML it defines for the claim, where Attach reads it, and returns
-// nothing; a run recorded before staging gets the XML returned.
-func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
-	var xml string
-	err := a.heartbeating(ctx, func(ctx context.Context) error {
+// an attempt whose claim was freed starts nothing. It stages the XML it
+// defines for the claim, where Attach reads it.
+func (a *Activities) Spawn(ctx context.Context, in SpawnInput) error {
+	if err := needsClaim("spawn", in.UUID, in.ClaimID, in.Token); err != nil {
+		return err
+	}
+	return a.heartbeating(ctx, func(ctx context.Context) error {
 		var inst *ledger.Instance
 		if err := waitLedger(ctx, func(ctx context.Context) (err error) { inst, err = a.Ledger.Instance(ctx, in.UUID); return err }); err != nil {
 			return classify(err)
@@ -409,19 +407,18 @@ func (a *Activities) Spawn(ctx context.Context, in SpawnInput) (string, error) {
 				return classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
 			}
 		}
-		xml = base
+		xml := base
 		if in.Placement.HasNUMA() {
 			var err error
 			if xml, err = xmlpatch.Patch(base, &in.Placement); err != nil {
 				return classify(err)
 			}
 		}
-		if err := a.stage(ctx, in.UUID, stagedFor(in.StageXML, in.ClaimID), xml); err != nil {
+		if err := a.stage(ctx, in.UUID, in.ClaimID, xml); err != nil {
 			return err
 		}
 		return a.defineAndStart(ctx, in.Host, in.UUID, xml, in.ClaimID, in.Token, true)
 	})
-	return unstaged(stagedFor(in.StageXML, in.ClaimID), xml), err
 }
 
 // defineAndStart defines the guest on host from xml and, when start is
@@ -432,25 +429,18 @@ func (a *Activities) defineAndStart(ctx context.Context, host, uuid, xml, claimI
 	if start {
 		acts = append(acts, func(ctx context.Context) error { return a.Driver.Start(ctx, host, uuid) })
 	}
-	// An empty claim id is a run recorded before fences: not fenced.
-	var lease *claimLease
-	if claimID != "" {
-		lease = a.claimLease(host, claimID, token)
-	}
+	lease := a.claimLease(host, claimID, token)
 	for _, act := range acts {
-		actx, cancel := ctx, context.CancelFunc(func() {})
-		if lease != nil {
-			until, err := lease.renew(ctx)
-			if refused(err) {
-				return fenced(err)
-			}
-			if err != nil {
-				// A host marked down is final too (ErrTypeHostDown).
-				return classify(err)
-			}
-			actx, cancel = context.WithDeadline(ctx, until)
+		until, err := lease.renew(ctx)
+		if refused(err) {
+			return fenced(err)
 		}
-		err := act(actx)
+		if err != nil {
+			// A host marked down is final too (ErrTypeHostDown).
+			return classify(err)
+		}
+		actx, cancel := context.WithDeadline(ctx, until)
+		err = act(actx)
 		cancel()
 		if err != nil {
 			return classify(err)

@@ -58,8 +58,7 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
 	led.Stop(t)
 	done := result(func() error {
-		_, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
-		return err
+		return w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
 	})
 	time.Sleep(3 * time.Second)
 	select {
@@ -87,14 +86,13 @@ func slowMigration(t *testing.T, w *world, n int) MigrateInput {
 	u := uuidN(n)
 	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
 	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
-	destXML, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
-	if err != nil {
+	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.drv.SetRates(ctx, "a", sim.Rates{TransferMiBs: 100}); err != nil {
 		t.Fatal(err)
 	}
-	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: destXML, DestClaimID: dst.ClaimID, DestToken: dst.Token}
+	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}
 }
 
 // TestMigrateRidesOutALedgerOutage: the ledger is down when the migration
@@ -131,7 +129,18 @@ func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 	w, led := outageWorld(t)
 	w.acts.FenceLease = 4 * time.Second
 	in := slowMigration(t, w, 62)
+	// Held until it has read its staged XML, so that the outage comes
+	// around its start fence and not before that read, which waits it out.
+	if err := w.drv.HoldGate(ctx, sim.GateMigrate, in.UUID); err != nil {
+		t.Fatal(err)
+	}
 	done := result(func() error { return w.acts.Migrate(ctx, in) })
+	if _, err := w.drv.AwaitGate(ctx, sim.GateMigrate, in.UUID, func(st sim.GateState) bool { return st.Arrived == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.drv.ReleaseGate(ctx, sim.GateMigrate, in.UUID); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(500 * time.Millisecond)
 	led.Stop(t)
 	var err error

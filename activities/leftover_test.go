@@ -30,7 +30,7 @@ func TestAuditCleansATerminatedBoot(t *testing.T) {
 		if err := w.drv.SetFault(ctx, "a", sim.OpStart, sim.Fault{Times: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err == nil {
+		if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err == nil {
 			t.Fatal("Spawn with a failing start = nil, want its error")
 		}
 		if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateShutoff {

@@ -27,8 +27,7 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	u := uuidN(40)
 	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
 	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
-	destXML, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement})
-	if err != nil {
+	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
 	// The guest dirties memory faster than the network sends it.
@@ -36,8 +35,8 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.acts.MigrationPolicy = hypervisor.MigrationPolicy{ProgressTimeout: time.Second, TimeoutAction: hypervisor.TimeoutAbort}
-	in := MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: destXML, DestClaimID: dst.ClaimID, DestToken: dst.Token}
-	err = w.acts.Migrate(ctx, in)
+	in := MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}
+	err := w.acts.Migrate(ctx, in)
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != ErrTypeMigrationTimeout || !app.NonRetryable() {
 		t.Fatalf("Migrate that never converges = %v; want a non-retryable %s error", err, ErrTypeMigrationTimeout)
@@ -65,70 +64,49 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	}
 }
 
-// TestMigrationStagesItsXML: in a run that stages, the destination XML
-// PrepareMigration makes is kept in the record for the destination claim,
-// not returned; Migrate defines the guest from it and the commit makes it
-// the record's XML. A run recorded before staging passes the XML from step
-// to step, and stages nothing.
+// TestMigrationStagesItsXML: the destination XML PrepareMigration makes
+// is kept in the record for the destination claim, not returned; Migrate
+// defines the guest from it and the commit makes it the record's XML.
 func TestMigrationStagesItsXML(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		staged bool
-	}{{"staged for the claim", true}, {"passed by a run recorded before staging", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			w := newWorld(t)
-			w.addHost(t, "a")
-			w.addHost(t, "b")
-			u := uuidN(41)
-			src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-			dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
-			prep := PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement}
-			if tc.staged {
-				prep.DestClaimID = dst.ClaimID
-			}
-			returned, err := w.acts.PrepareMigration(ctx, prep)
-			if err != nil {
-				t.Fatal(err)
-			}
-			staged, stagedErr := w.led.StagedDomainXML(ctx, u, dst.ClaimID)
-			want := returned
-			if tc.staged {
-				want = staged
-				if returned != "" || stagedErr != nil {
-					t.Fatalf("PrepareMigration returned %d bytes and staged %d (%v); want none returned, the XML staged", len(returned), len(staged), stagedErr)
-				}
-			} else if !errors.Is(stagedErr, ledger.ErrConflict) {
-				t.Fatalf("PrepareMigration of a run recorded before staging staged %d bytes (%v), want none", len(staged), stagedErr)
-			}
-			claimed, err := xmlpatch.PinsFor(&dst.Placement)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if pins, err := xmlpatch.Read(want); err != nil || !pins.HostCPUs().Equal(claimed.HostCPUs()) {
-				t.Fatalf("destination XML pins %v (%v), want the claim's %s", pins, err, claimed.HostCPUs())
-			}
-			move := MigrateInput{UUID: u, Source: "a", Dest: "b", DestXML: returned, DestClaimID: dst.ClaimID, DestToken: dst.Token}
-			if err := w.acts.Migrate(ctx, move); err != nil {
-				t.Fatal(err)
-			}
-			w.runsPinned(t, u, "b", dst, testFlavor.VCPUs)
-			commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID, DestXML: returned}
-			if err := w.acts.CommitMigration(ctx, commit); err != nil {
-				t.Fatal(err)
-			}
-			inst, err := w.led.Instance(ctx, u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if inst.ClaimID != dst.ClaimID || inst.DomainXML != want {
-				t.Errorf("record after the commit: claim %s with %d bytes of XML; want %s with the destination XML (%d bytes)",
-					inst.ClaimID, len(inst.DomainXML), dst.ClaimID, len(want))
-			}
-			if _, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID); !errors.Is(err, ledger.ErrConflict) {
-				t.Errorf("staged XML after the commit: %v, want none", err)
-			}
-		})
+	ctx := context.Background()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	u := uuidN(41)
+	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	staged, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID)
+	if err != nil {
+		t.Fatalf("StagedDomainXML after PrepareMigration: %v, want the destination XML", err)
+	}
+	claimed, err := xmlpatch.PinsFor(&dst.Placement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pins, err := xmlpatch.Read(staged); err != nil || !pins.HostCPUs().Equal(claimed.HostCPUs()) {
+		t.Fatalf("staged destination XML pins %v (%v), want the claim's %s", pins, err, claimed.HostCPUs())
+	}
+	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
+		t.Fatal(err)
+	}
+	w.runsPinned(t, u, "b", dst, testFlavor.VCPUs)
+	commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID}
+	if err := w.acts.CommitMigration(ctx, commit); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := w.led.Instance(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.ClaimID != dst.ClaimID || inst.DomainXML != staged {
+		t.Errorf("record after the commit: claim %s with %d bytes of XML; want %s with the destination XML (%d bytes)",
+			inst.ClaimID, len(inst.DomainXML), dst.ClaimID, len(staged))
+	}
+	if _, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID); !errors.Is(err, ledger.ErrConflict) {
+		t.Errorf("staged XML after the commit: %v, want none", err)
 	}
 }
 
@@ -143,7 +121,7 @@ func TestMigrateWithoutItsStagedXML(t *testing.T) {
 	u := uuidN(42)
 	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
 	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
-	if _, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
+	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.led.StageDomainXML(ctx, u, "another-claim", "<domain/>"); err != nil {

@@ -27,9 +27,8 @@ func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f ledger
 	step("Claim", err)
 	step("HoldClaim", w.acts.HoldClaim(ctx, ClaimRef{Host: src, ClaimID: srcClaim}))
 	step("PowerOff", w.acts.PowerOff(ctx, DomainInput{UUID: uuid, Host: src}))
-	_, err = w.acts.MoveResized(ctx, MoveResizedInput{UUID: uuid, Source: src, Dest: dst, ClaimID: c.ClaimID, Token: c.Token,
-		Placement: c.Placement, Start: true, StageXML: true})
-	step("MoveResized", err)
+	step("MoveResized", w.acts.MoveResized(ctx, MoveResizedInput{UUID: uuid, Source: src, Dest: dst, ClaimID: c.ClaimID, Token: c.Token,
+		Placement: c.Placement, Start: true}))
 	step("FinishResize", w.acts.FinishResize(ctx, FinishResizeInput{UUID: uuid, Dest: dst, DestClaimID: c.ClaimID}))
 	return c
 }
@@ -176,7 +175,7 @@ func TestSettleInterruptedResize(t *testing.T) {
 	if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
+	if err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
 		Placement: c.Placement, Start: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +261,7 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := w.claim(t, "b", "evacuation-dest-1", u, ledger.KindEvacuationDest, Owner{InstanceWorkflowID(u), "evac-1"})
-	if _, err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
@@ -299,7 +298,7 @@ func TestMoveClearsAnInterruptedResize(t *testing.T) {
 	}
 	// Terminated here. A live migration moves the guest to b.
 	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
-	if _, err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
+	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
@@ -400,8 +399,8 @@ func TestKeepMovedKeepsOnlyAMovedGuest(t *testing.T) {
 	if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
-		Placement: c.Placement, Start: true, StageXML: true}); err != nil {
+	if err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
+		Placement: c.Placement, Start: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.acts.KeepMoved(ctx, keep); err != nil {

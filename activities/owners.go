@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -133,15 +132,10 @@ type ClaimHolders interface {
 	HeldClaims(ctx context.Context, workflowID string) ([]HeldClaim, error)
 }
 
-// HeldClaims queries the open run of workflowID. A workflow that does not
-// answer the query (a run from before it existed) holds none known.
+// HeldClaims queries the open run of workflowID; every operation answers.
 func (t TemporalOwners) HeldClaims(ctx context.Context, workflowID string) ([]HeldClaim, error) {
 	v, err := t.Client.QueryWorkflow(ctx, workflowID, "", HeldClaimsQuery)
 	if err != nil {
-		var qf *serviceerror.QueryFailed
-		if errors.As(err, &qf) && strings.Contains(qf.Error(), "unknown queryType") {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("activities: query %s of workflow %s: %w", HeldClaimsQuery, workflowID, err)
 	}
 	var held []HeldClaim

@@ -185,11 +185,10 @@ func benchBoot(ctx context.Context, acts *Activities, host, u string) error {
 	if err != nil {
 		return err
 	}
-	xml, err := acts.Spawn(ctx, SpawnInput{UUID: u, Host: host, Placement: c.Placement})
-	if err != nil {
+	if err := acts.Spawn(ctx, SpawnInput{UUID: u, Host: host, Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		return err
 	}
-	return acts.Attach(ctx, AttachInput{UUID: u, Host: host, ClaimID: c.ClaimID, DomainXML: xml})
+	return acts.Attach(ctx, AttachInput{UUID: u, Host: host, ClaimID: c.ClaimID})
 }
 
 // benchOpenWorkflows starts workflows on a task queue no worker polls, so

@@ -162,12 +162,8 @@ func (w *world) boot(t testing.TB, host, uuid string, owner Owner) ClaimResult {
 		t.Fatal(err)
 	}
 	c := w.claim(t, host, "boot-"+owner.FirstRunID, uuid, ledger.KindBoot, owner)
-	xml, err := w.acts.Spawn(ctx, SpawnInput{UUID: uuid, Host: host, Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token, StageXML: true})
-	if err != nil {
+	if err := w.acts.Spawn(ctx, SpawnInput{UUID: uuid, Host: host, Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
-	}
-	if xml != "" {
-		t.Fatalf("Spawn staging its XML returned %d bytes of XML, want none", len(xml))
 	}
 	if err := w.acts.Attach(ctx, AttachInput{UUID: uuid, Host: host, ClaimID: c.ClaimID}); err != nil {
 		t.Fatal(err)

@@ -75,8 +75,9 @@ func (a *Activities) BeginResize(ctx context.Context, in BeginResizeInput) error
 		xml = inst.Resize.OldDomainXML
 	}
 	if xml == "" {
-		// A record from before domain XML was kept: what the hypervisor
-		// has is the guest's definition.
+		// A move that found no XML staged for its claim cleared the
+		// record's (ledger.Move): what the hypervisor has is the guest's
+		// definition.
 		dom, err := a.Driver.Lookup(ctx, inst.Host, in.UUID)
 		if err != nil {
 			return classify(err)
@@ -140,8 +141,6 @@ type MoveResizedInput struct {
 	Placement numa.Placement `json:"placement"`
 	// Start the guest on the destination (it was running before).
 	Start bool `json:"start,omitempty"`
-	// StageXML: stage the domain XML for ClaimID instead of returning it.
-	StageXML bool `json:"stage_xml,omitempty"`
 }
 
 // MoveResized removes the powered-off guest's definition from the source
@@ -150,12 +149,13 @@ type MoveResizedInput struct {
 // source's definition is kept in the record (BeginResize), so a revert
 // defines it again. Disks are on shared storage: only the definition
 // moves. It fences on the destination claim before the define and the
-// start. With StageXML it stages the XML it defines for the claim, where
-// FinishResize reads it, and returns nothing; a run recorded before
-// staging gets the XML returned.
-func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (string, error) {
-	var xml string
-	err := a.heartbeating(ctx, func(ctx context.Context) error {
+// start. It stages the XML it defines for the claim, where FinishResize
+// reads it.
+func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) error {
+	if err := needsClaim("move", in.UUID, in.ClaimID, in.Token); err != nil {
+		return err
+	}
+	return a.heartbeating(ctx, func(ctx context.Context) error {
 		var inst *ledger.Instance
 		if err := waitLedger(ctx, func(ctx context.Context) (err error) { inst, err = a.Ledger.Instance(ctx, in.UUID); return err }); err != nil {
 			return classify(err)
@@ -163,8 +163,8 @@ func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (stri
 		if inst.Resize == nil || inst.Resize.NewFlavor == nil {
 			return BadState(fmt.Sprintf("instance %s has no resize under way", in.UUID))
 		}
-		var err error
-		if xml, err = resizedXML(inst.Resize, &in.Placement, a.Domain); err != nil {
+		xml, err := resizedXML(inst.Resize, &in.Placement, a.Domain)
+		if err != nil {
 			return err
 		}
 		src, err := a.Driver.Lookup(ctx, in.Source, in.UUID)
@@ -183,12 +183,11 @@ func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) (stri
 			// On the same host, a running guest was started with its new
 			// definition by an earlier attempt: PowerOff stopped the old.
 		}
-		if err := a.stage(ctx, in.UUID, stagedFor(in.StageXML, in.ClaimID), xml); err != nil {
+		if err := a.stage(ctx, in.UUID, in.ClaimID, xml); err != nil {
 			return err
 		}
 		return a.defineAndStart(ctx, in.Dest, in.UUID, xml, in.ClaimID, in.Token, in.Start)
 	})
-	return unstaged(stagedFor(in.StageXML, in.ClaimID), xml), err
 }
 
 // resizedXML is the domain XML of the guest with its new flavor, pinned
@@ -217,15 +216,12 @@ type FinishResizeInput struct {
 	UUID        string `json:"uuid"`
 	Dest        string `json:"dest"`
 	DestClaimID string `json:"dest_claim_id"`
-	// DestXML is the XML MoveResized returned to a run recorded before
-	// staging; empty, the XML staged for DestClaimID.
-	DestXML string `json:"dest_xml,omitempty"`
 }
 
 // FinishResize commits the destination claim, points the record at it
-// with the new flavor and domain XML (the resize record stays, for a
-// revert), and marks the instance resized: VERIFY_RESIZE, both claims
-// held until a confirm or a revert.
+// with the new flavor and the domain XML staged for it (the resize
+// record stays, for a revert), and marks the instance resized:
+// VERIFY_RESIZE, both claims held until a confirm or a revert.
 func (a *Activities) FinishResize(ctx context.Context, in FinishResizeInput) error {
 	inst, err := a.Ledger.Instance(ctx, in.UUID)
 	if err != nil {
@@ -237,7 +233,7 @@ func (a *Activities) FinishResize(ctx context.Context, in FinishResizeInput) err
 	if _, err := a.Ledger.Commit(ctx, in.Dest, in.DestClaimID); err != nil {
 		return classify(err)
 	}
-	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, DomainXML: in.DestXML, StagedXML: in.DestXML == "", Flavor: inst.Resize.NewFlavor}
+	m := ledger.Move{Host: in.Dest, ClaimID: in.DestClaimID, StagedXML: true, Flavor: inst.Resize.NewFlavor}
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}

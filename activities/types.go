@@ -138,14 +138,13 @@ type DomainInput struct {
 }
 
 // PrepareMigrationInput asks for the destination XML of a migration,
-// staged for DestClaimID (empty in runs recorded before staging, which get
-// it returned).
+// staged for the destination claim DestClaimID.
 type PrepareMigrationInput struct {
 	UUID        string         `json:"uuid"`
 	Source      string         `json:"source"`
 	Dest        string         `json:"dest"`
 	Placement   numa.Placement `json:"placement"`
-	DestClaimID string         `json:"dest_claim_id,omitempty"`
+	DestClaimID string         `json:"dest_claim_id"`
 }
 
 // MigrateInput is one live migration.
@@ -153,14 +152,11 @@ type MigrateInput struct {
 	UUID   string `json:"uuid"`
 	Source string `json:"source"`
 	Dest   string `json:"dest"`
-	// DestXML is the XML PrepareMigration returned to a run recorded
-	// before staging; empty, the XML staged for DestClaimID.
-	DestXML string `json:"dest_xml,omitempty"`
 	// DestClaimID and DestToken name the destination claim the migration
-	// acts for; the driver's fence checks it before the switchover. Empty
-	// in runs recorded before fences: no fence.
-	DestClaimID string `json:"dest_claim_id,omitempty"`
-	DestToken   string `json:"dest_token,omitempty"`
+	// acts for: the guest is defined there with the XML staged for it,
+	// and the driver's fence checks it before the switchover.
+	DestClaimID string `json:"dest_claim_id"`
+	DestToken   string `json:"dest_token"`
 }
 
 // RollbackResult says where a migration's rollback left the guest.
@@ -179,8 +175,6 @@ type CommitMigrationInput struct {
 	Dest          string `json:"dest"`
 	SourceClaimID string `json:"source_claim_id"`
 	DestClaimID   string `json:"dest_claim_id"`
-	// DestXML as in MigrateInput: empty, the XML staged for DestClaimID.
-	DestXML string `json:"dest_xml,omitempty"`
 }
 
 // ClearHostInput detaches an instance from its host after its claim was
@@ -198,30 +192,16 @@ type SpawnInput struct {
 	Host      string         `json:"host"`
 	Placement numa.Placement `json:"placement"`
 	// ClaimID and Token name the claim the guest is spawned on; Spawn
-	// fences on it right before it defines and starts the guest. Empty
-	// in runs recorded before fences: no fence.
-	ClaimID string `json:"claim_id,omitempty"`
-	Token   string `json:"token,omitempty"`
-	// StageXML: stage the domain XML for ClaimID instead of returning it.
-	StageXML bool `json:"stage_xml,omitempty"`
-}
-
-// stagedFor is the claim a step asked to stage its XML for stages it
-// for: claimID, or "" for none.
-func stagedFor(stage bool, claimID string) string {
-	if !stage {
-		return ""
-	}
-	return claimID
+	// stages the guest's XML for it and fences on it right before it
+	// defines and starts the guest.
+	ClaimID string `json:"claim_id"`
+	Token   string `json:"token"`
 }
 
 // AttachInput makes a spawned guest's claim resident and its record point
-// at it.
+// at it, with the domain XML staged for the claim.
 type AttachInput struct {
 	UUID    string `json:"uuid"`
 	Host    string `json:"host"`
 	ClaimID string `json:"claim_id"`
-	// DomainXML is the XML Spawn returned to a run recorded before
-	// staging; empty, the XML staged for ClaimID.
-	DomainXML string `json:"domain_xml,omitempty"`
 }

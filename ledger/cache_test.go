@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -188,54 +189,63 @@ func TestReRegistrationInvalidatesCache(t *testing.T) {
 	}
 }
 
-// TestReleaseRecordWithoutUndo releases claims whose records were written
-// before the undo hash: one whose undo entry is the record's last member,
-// and one with no undo entry at all, whose JSON the release reads. Both
-// free exactly what they took, and only with their token.
+// TestReleaseRecordWithoutUndo: a claim's undo entry says what it took,
+// token, pCPUs and counters. A record whose undo entry is gone is a
+// damaged ledger: every release refuses it (ErrConflict) and changes
+// nothing, since what the claim took is unknown, and its fence refuses
+// it as gone.
 func TestReleaseRecordWithoutUndo(t *testing.T) {
 	ctx := context.Background()
 	l, rdb, _ := newLedger(t)
 	register(t, l, "h1", testHost(2, 8))
-	empty := snapshot(t, l, "h1")
 	k := l.hostKeys("h1")
 	req := dedicated(t, 3, 1024, "hw:mem_page_size", "2048")
-	for _, old := range []string{"undo member", "json"} {
-		c, err := l.Claim(ctx, spec("c1", "h1", req))
+	c, err := l.Claim(ctx, spec("c1", "h1", req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := rdb.HGet(ctx, k.undo, "c1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := c.Token + "|0,1,2|0:mem,1024,0:pages:2048,512,host:mem,1024"; entry != want {
+		t.Errorf("undo entry of c1 = %q, want %q: token, pCPUs 0-2, 1024 MiB and 512 2 MiB pages of cell 0, 1024 MiB of the host", entry, want)
+	}
+	rec, err := jsonClaim(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored, _ := rdb.HGet(ctx, k.claims, "c1").Result(); stored != rec {
+		t.Errorf("stored record of c1 = %s, want the plain JSON %s", stored, rec)
+	}
+	if err := rdb.HDel(ctx, k.undo, "c1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	damaged, err := l.Snapshot(ctx, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []struct {
+		name string
+		do   func() error
+	}{
+		{"Release", func() error { return l.Release(ctx, "h1", "c1") }},
+		{"ReleasePending", func() error { _, err := l.ReleasePending(ctx, "h1", "c1"); return err }},
+		{"ReleaseIfUnchanged", func() error { _, err := l.ReleaseIfUnchanged(ctx, "h1", "c1", c.Token, StatePending); return err }},
+	} {
+		if err := rel.do(); !errors.Is(err, ErrConflict) {
+			t.Errorf("%s(c1 without its undo entry) = %v, want ErrConflict", rel.name, err)
+		}
+		after, err := l.Snapshot(ctx, "h1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		entry, err := rdb.HGet(ctx, k.undo, "c1").Result()
-		if err != nil {
-			t.Fatal(err)
+		if diff := diffSnapshots(damaged, after); diff != "" {
+			t.Errorf("%s(c1 without its undo entry) changed the host (-before +after):\n%s", rel.name, diff)
 		}
-		if want := c.Token + "|0,1,2|0:mem,1024,0:pages:2048,512,host:mem,1024"; entry != want {
-			t.Errorf("undo entry of c1 = %q, want %q: token, pCPUs 0-2, 1024 MiB and 512 2 MiB pages of cell 0, 1024 MiB of the host", entry, want)
-		}
-		rec, err := jsonClaim(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if stored, _ := rdb.HGet(ctx, k.claims, "c1").Result(); stored != rec {
-			t.Errorf("stored record of c1 = %s, want the plain JSON %s", stored, rec)
-		}
-		if old == "undo member" {
-			rec = rec[:len(rec)-1] + `,"undo":"` + entry + `"}`
-		}
-		if err := rdb.HSet(ctx, k.claims, "c1", rec).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := rdb.HDel(ctx, k.undo, "c1").Err(); err != nil {
-			t.Fatal(err)
-		}
-		if ok, err := l.ReleaseIfUnchanged(ctx, "h1", "c1", "0123456789abcdef0123456789abcdef", StatePending); err != nil || ok {
-			t.Errorf("%s: ReleaseIfUnchanged(c1, wrong token) = %v, %v; want false, nil", old, ok, err)
-		}
-		if ok, err := l.ReleaseIfUnchanged(ctx, "h1", "c1", c.Token, StatePending); err != nil || !ok {
-			t.Fatalf("%s: ReleaseIfUnchanged(c1) = %v, %v; want true, nil", old, ok, err)
-		}
-		if diff := diffSnapshots(empty, snapshot(t, l, "h1")); diff != "" {
-			t.Errorf("%s: after the release (-empty +after):\n%s", old, diff)
-		}
+	}
+	if _, err := l.Fence(ctx, "h1", "c1", c.Token, time.Minute); !errors.Is(err, ErrUnknownClaim) {
+		t.Errorf("Fence(c1 without its undo entry) = %v, want ErrUnknownClaim", err)
 	}
 }
 

@@ -577,7 +577,8 @@ func (l *Ledger) setClaimState(ctx context.Context, op, host, claimID string, to
 // whatever its state (a tombstone once the guest left on its fenced host
 // is destroyed, a hold once its resize is confirmed). Releasing an
 // unknown or already released claim succeeds and changes nothing: a
-// delete after an aborted claim must not fail.
+// delete after an aborted claim must not fail. A claim whose record has
+// no undo entry (a damaged ledger) is ErrConflict and stays.
 func (l *Ledger) Release(ctx context.Context, host, claimID string) error {
 	_, err := l.release(ctx, "release", host, claimID, "", "")
 	return err
@@ -622,6 +623,9 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 	}
 	freed := toInt(res[0]) == 1
 	observeRelease(ctx, op, freed)
+	if toInt(res[0]) == 4 {
+		return false, wrap(fmt.Errorf("%w: the claim's record has no undo entry, so what it took is unknown (a damaged ledger, which Verify reports); nothing was released", ErrConflict))
+	}
 	if !freed {
 		return false, nil
 	}
@@ -659,7 +663,7 @@ func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length 
 		return time.Time{}, wrap(fmt.Errorf("%w: token %q and lease %s: a token and a positive lease are needed", ErrInvalid, token, length))
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, fenceScript, []string{k.claims, k.undo, k.lease, k.state}, claimID, token, length.Milliseconds()).Slice()
+	res, err := l.change(ctx, fenceScript, []string{k.undo, k.lease, k.state}, claimID, token, length.Milliseconds()).Slice()
 	if err != nil {
 		return time.Time{}, wrap(err)
 	}

@@ -55,8 +55,8 @@
 // backwards: its keys restored, writes lost in a failover) drops the
 // cached view, so the retry fits on state read afresh instead of losing
 // the same race again. A retried claim id returns the first result. Release frees exactly what the claim took, which its undo entry
-// says without any JSON to decode (records written before undo entries
-// are read as JSON); releasing a claim that is gone succeeds.
+// says without any JSON to decode; releasing a claim that is gone
+// succeeds, and a record without its undo entry is kept (ErrConflict).
 // ReleasePending frees only a pending claim, for compensations: a claim
 // that became an instance's resident claim is never an undo's to free.
 // ReleaseIfUnchanged is the audit's compare-and-delete: it frees only a

@@ -330,7 +330,7 @@ type Snapshot struct {
 	// Claims are ordered by id.
 	Claims []Claim `json:"claims"`
 	// Undo holds each claim's undo entry, what its release gives back,
-	// for Verify; records older than the entries have none.
+	// for Verify.
 	Undo map[string]string `json:"-"`
 }
 

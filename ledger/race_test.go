@@ -173,6 +173,7 @@ func TestVerifyFindsCorruption(t *testing.T) {
 			p.HSet(ctx, k.undo, "c1", "other|"+c1.Usage[0].PinnedCPUs.String()+"|0:mem,512,0:pages:4,"+itoa(int(c1.Usage[0].Pages)))
 		}},
 		{"undo entry of no claim", func(p redis.Pipeliner) { p.HSet(ctx, k.undo, "ghost", "t|6|0:mem,1") }},
+		{"claim without its undo entry", func(p redis.Pipeliner) { p.HDel(ctx, k.undo, "c1") }},
 		{"two claims on one pCPU", func(p redis.Pipeliner) {
 			c := *c1
 			c.ID = "c3"

@@ -19,10 +19,10 @@ import (
 // cell it names; the usage counters are the sums of the claims' usage,
 // the host-level ones too, and these stay within the host's limits (a
 // host whose ratios were lowered below what its claims take is reported
-// until enough is released);
-// each undo entry belongs to a claim and says what the claim took; every
-// claim has a known state, and tombstones lie only on a host that is down
-// or returning (a host goes up only once it has none).
+// until enough is released); every claim has an undo entry, and each undo
+// entry belongs to a claim and says what the claim took; every claim has
+// a known state, and tombstones lie only on a host that is down or
+// returning (a host goes up only once it has none).
 // The scripts keep these true; Verify is how the audit and the tests see
 // that they did. A host whose topology is gone has no snapshot at all:
 // LostHosts finds those.
@@ -119,6 +119,11 @@ func (s *Snapshot) Verify() error {
 	byID := make(map[string]*Claim, len(s.Claims))
 	for i := range s.Claims {
 		byID[s.Claims[i].ID] = &s.Claims[i]
+	}
+	for _, c := range s.Claims {
+		if _, ok := s.Undo[c.ID]; !ok {
+			bad("claim %s has no undo entry: its release would not know what it took", c.ID)
+		}
 	}
 	for id, entry := range s.Undo {
 		c := byID[id]

@@ -76,8 +76,7 @@ func run() error {
 
 	w := worker.New(tc, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()},
 		WorkerStopTimeout: cfg.WorkerStopTimeout})
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete,
-		workflows.Reconcile, workflows.Settle, workflows.Recover, workflows.ReleaseQuarantine, workflows.Resize, workflows.Evacuate, workflows.HostUp, workflows.Drain} {
+	for _, wf := range workflows.All() {
 		w.RegisterWorkflow(wf)
 	}
 	// The index lives as long as the worker: a choice fits a few hosts of

@@ -78,10 +78,8 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, dom).Get(ctx, nil)
 	})
-	var xml string
-	spawn := activities.SpawnInput{UUID: in.UUID, Host: dst, Placement: claim.Placement, ClaimID: claim.ClaimID, Token: claim.Token,
-		StageXML: s.staged}
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "rebuild on "+dst), a.Spawn, spawn).Get(ctx, &xml); err != nil {
+	spawn := activities.SpawnInput{UUID: in.UUID, Host: dst, Placement: claim.Placement, ClaimID: claim.ClaimID, Token: claim.Token}
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "rebuild on "+dst), a.Spawn, spawn).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -89,7 +87,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	// The guest runs on its new host: finish forwards.
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the claim resident")
-	attach := activities.AttachInput{UUID: in.UUID, Host: dst, ClaimID: claim.ClaimID, DomainXML: xml}
+	attach := activities.AttachInput{UUID: in.UUID, Host: dst, ClaimID: claim.ClaimID}
 	if err := s.ledger(ctx, "commit the claim", a.Attach, attach).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}

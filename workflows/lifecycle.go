@@ -34,11 +34,8 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 		return nil, err
 	}
 	var inst activities.InstanceInfo
-	create := activities.CreateInstanceInput{UUID: in.UUID, Name: in.Name, Flavor: in.Flavor}
-	if s.fenced() {
-		// Booting an existing uuid again is refused, not a second copy.
-		create.Creator = firstRunID(ctx)
-	}
+	// Booting an existing uuid again is refused, not a second copy.
+	create := activities.CreateInstanceInput{UUID: in.UUID, Name: in.Name, Flavor: in.Flavor, Creator: firstRunID(ctx)}
 	if err := s.ledger(ctx, "create instance "+in.Name, a.CreateInstance, create).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}

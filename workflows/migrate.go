@@ -150,13 +150,9 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 		}
 		return errors.Is(err, errRolledForward), err
 	}
-	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement}
-	if s.staged {
-		// The XML is staged for the claim, and move.DestXML stays empty.
-		prep.DestClaimID = destClaim
-	}
+	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement, DestClaimID: destClaim}
 	prepared := true
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, &move.DestXML); err != nil {
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, nil); err != nil {
 		forward, err := failed(err)
 		if !forward {
 			return nil, err
@@ -198,7 +194,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the destination claim resident")
 	commit := activities.CommitMigrationInput{UUID: in.UUID, Source: src, Dest: dst, SourceClaimID: inst.ClaimID,
-		DestClaimID: destClaim, DestXML: move.DestXML}
+		DestClaimID: destClaim}
 	if err := s.ledger(ctx, "commit the migration", a.CommitMigration, commit).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}

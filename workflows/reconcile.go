@@ -206,7 +206,7 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 // name their hosts, leave it to their parent). A sweep that fails is
 // reported as an error of the audit.
 func (s *saga) sweepRecords(ctx workflow.Context, in ReconcileInput, res *ReconcileResult) {
-	if !s.sweepBuilding || len(in.Hosts) > 0 {
+	if len(in.Hosts) > 0 {
 		return
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{

@@ -14,24 +14,22 @@ import (
 
 // TestReplay replays the golden histories recorded on a real server (see
 // internal/e2e TestHistoriesReplay) against the current workflow code: a
-// change that would break running workflows fails here. v0 holds
-// histories recorded before the fencing change, v1 after it, v2 after
-// ledger steps became local activities, v3 after domain XML was staged in
-// the ledger. Every history is also replayed
-// cut short before each of its workflow tasks: that is the history of
-// the same workflow still open at that step, which a new worker must be
-// able to pick up.
+// change that would break running workflows fails here. v0.1.0 holds the
+// histories of the first release. Every history is also replayed cut
+// short before each of its workflow tasks: that is the history of the
+// same workflow still open at that step, which a new worker must be able
+// to pick up.
 func TestReplay(t *testing.T) {
-	for _, version := range []string{"v0", "v1", "v2", "v3"} {
-		files, err := filepath.Glob(filepath.Join("testdata", "history", version, "*.json"))
+	for _, release := range []string{"v0.1.0"} {
+		files, err := filepath.Glob(filepath.Join("testdata", "history", release, "*.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(files) < 7 {
-			t.Fatalf("found %d golden histories of %s, want one per workflow path (7 or more)", len(files), version)
+		if len(files) < 17 {
+			t.Fatalf("found %d golden histories of %s, want one per workflow path (17 or more)", len(files), release)
 		}
 		replayer := worker.NewWorkflowReplayer()
-		for _, wf := range []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Settle, Resize, Evacuate, HostUp, Reconcile} {
+		for _, wf := range All() {
 			replayer.RegisterWorkflow(wf)
 		}
 		for _, f := range files {
@@ -39,7 +37,7 @@ func TestReplay(t *testing.T) {
 			for _, cut := range openPoints(h) {
 				open := &historypb.History{Events: h.Events[:cut]}
 				if err := replayer.ReplayWorkflowHistory(nil, open); err != nil {
-					t.Errorf("replay %s/%s open after event %d of %d: %v", version, filepath.Base(f), cut, len(h.Events), err)
+					t.Errorf("replay %s/%s open after event %d of %d: %v", release, filepath.Base(f), cut, len(h.Events), err)
 				}
 			}
 		}

@@ -56,7 +56,7 @@ func TestReservedMoves(t *testing.T) {
 				case "adopt":
 					h.on("adopt", a.AdoptClaim, fail("adopt", adopted, nil)...)
 				case "prepare":
-					h.on("prepare", a.PrepareMigration, fail("prepare", "<domain/>", nil)...)
+					h.on("prepare", a.PrepareMigration, fail("prepare", nil)...)
 				case "rollback":
 					h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 				case "begin":

@@ -195,21 +195,18 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		vmState = ledger.VMStopped
 	}
 	s.onFailure("remove the guest from the destination", func(ctx workflow.Context) error {
-		if s.undoHoldFirst {
-			// The guest's way back comes first: with no hold to go back
-			// to, its copy on the destination is all it has.
-			move := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
-			if err := secureHold(ctx, s, in.UUID, source, move, vmState); err != nil {
-				return err
-			}
-			resident = true
+		// The guest's way back comes first: with no hold to go back to,
+		// its copy on the destination is all it has.
+		move := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
+		if err := secureHold(ctx, s, in.UUID, source, move, vmState); err != nil {
+			return err
 		}
+		resident = true
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, destDom).Get(ctx, nil)
 	})
 	move := activities.MoveResizedInput{UUID: in.UUID, Source: src, Dest: dst, ClaimID: destClaim, Token: claim.Token,
-		Placement: claim.Placement, Start: wasActive, StageXML: s.staged}
-	var destXML string
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "move the guest to "+dst), a.MoveResized, move).Get(ctx, &destXML); err != nil {
+		Placement: claim.Placement, Start: wasActive}
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "move the guest to "+dst), a.MoveResized, move).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -222,7 +219,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if err := s.setTask(ctx, in.UUID, ledger.TaskResizeFinish); err != nil {
 		return nil, s.fail(err)
 	}
-	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim, DestXML: destXML}
+	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
 	if err := s.ledger(ctx, "commit the destination", a.FinishResize, finish).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -284,30 +281,20 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 // only then is the destination claim freed. A hold that cannot become
 // resident (gone, or its host down or returning) stops the revert before
 // anything is destroyed: the guest keeps running on its destination
-// (keepDestination). Runs from before holdFirstVersion destroy first.
+// (keepDestination).
 func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, destDom, srcDom activities.DomainInput,
 	destClaim string, vmState ledger.VMState) error {
 	if err := s.setTask(ctx, uuid, ledger.TaskResizeReverting); err != nil {
 		return err
 	}
-	destroy := func() error {
-		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+destDom.Host), a.DestroyDomain, destDom).Get(ctx, nil)
-	}
 	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
-	reinstate := func() error {
-		return s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil)
-	}
-	first, second := destroy, reinstate
-	if s.holdFirst {
-		first, second = reinstate, destroy
-	}
-	if err := first(); err != nil {
-		if s.holdFirst && isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
+	if err := s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil); err != nil {
+		if isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
 			return keepDestination(ctx, s, "revert refused", uuid, source, destDom.Host, vmState, err)
 		}
 		return err
 	}
-	if err := second(); err != nil {
+	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+destDom.Host), a.DestroyDomain, destDom).Get(ctx, nil); err != nil {
 		return err
 	}
 	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+srcDom.Host), a.RestoreDomain, srcDom).Get(ctx, nil); err != nil {

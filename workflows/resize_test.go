@@ -25,7 +25,7 @@ func (h *harness) onResize() {
 	h.on("hold", a.HoldClaim, nil)
 	// Powering off takes a minute, so a decision can come before VERIFY_RESIZE.
 	h.on("poweroff", a.PowerOff, nil).After(time.Minute)
-	h.on("move", a.MoveResized, "<domain/>", nil)
+	h.on("move", a.MoveResized, nil)
 	h.on("finish", a.FinishResize, nil)
 }
 
@@ -156,7 +156,7 @@ func TestResizeUndoKeepsTheDestination(t *testing.T) {
 			h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "d", Placement: placement}, nil)
 			h.on("hold", a.HoldClaim, nil)
 			h.on("poweroff", a.PowerOff, nil)
-			h.on("move", a.MoveResized, "", failed("boom", activities.ErrTypeFenced))
+			h.on("move", a.MoveResized, failed("boom", activities.ErrTypeFenced))
 			h.on("revert", a.RevertRecord, failed("the hold cannot be resident", tt.typ))
 			h.on("keep", a.KeepMoved, tt.keep)
 			h.on("tombstone", a.TombstoneClaim, nil).Maybe()
@@ -211,7 +211,7 @@ func TestResizeCompensations(t *testing.T) {
 			h.on("unhold", a.UnholdClaim, nil).Maybe()
 			h.on("poweroff", a.PowerOff, fail("poweroff", nil)...).Maybe()
 			h.on("restore", a.RestoreDomain, nil).Maybe()
-			h.on("move", a.MoveResized, fail("move", "<domain/>", nil)...).Maybe()
+			h.on("move", a.MoveResized, fail("move", nil)...).Maybe()
 			h.on("destroy", a.DestroyDomain, nil).Maybe()
 			h.on("revert", a.RevertRecord, nil).Maybe()
 			f := bigger
@@ -298,7 +298,7 @@ func TestEvacuate(t *testing.T) {
 		h.on("task", a.SetTaskState, nil)
 		h.on("choose", a.ChooseHost, "b", nil)
 		h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "e", Token: "k", Placement: placement}, nil)
-		h.on("spawn", a.Spawn, "<domain/>", nil)
+		h.on("spawn", a.Spawn, nil)
 		h.on("attach", a.Attach, nil)
 		h.on("tombstone", a.TombstoneClaim, nil)
 		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
@@ -318,7 +318,7 @@ func TestEvacuate(t *testing.T) {
 		h.on("choose", a.ChooseHost, "c", nil).Once()
 		h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room left", activities.ErrTypeNoFit)).Once()
 		h.on("claim", a.Claim, activities.ClaimResult{Host: "c", ClaimID: "e", Placement: placement}, nil).Once()
-		h.on("spawn", a.Spawn, "", failed("refused", activities.ErrTypeRejected))
+		h.on("spawn", a.Spawn, failed("refused", activities.ErrTypeRejected))
 		h.on("destroy", a.DestroyDomain, nil)
 		h.on("release", a.ReleaseClaim, nil)
 		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
@@ -384,7 +384,7 @@ func TestHostUpFails(t *testing.T) {
 func TestLiveMigrationFallsBackCold(t *testing.T) {
 	h := newHarness(t)
 	h.onResize()
-	h.on("prepare", a.PrepareMigration, "", failed("cannot live-migrate a guest with a passthrough device", activities.ErrTypeRejected))
+	h.on("prepare", a.PrepareMigration, failed("cannot live-migrate a guest with a passthrough device", activities.ErrTypeRejected))
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	h.on("confirm", a.ConfirmResize, nil)

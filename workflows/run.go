@@ -13,40 +13,6 @@ import (
 	"github.com/pinflow/pinflow/activities"
 )
 
-// fencingChange names the change that made hypervisor steps waited for
-// and fenced and the end of each operation forward-only; runs started
-// before it (version DefaultVersion) keep the command sequence they
-// were recorded with.
-const (
-	fencingChange  = "fencing"
-	fencingVersion = 1
-
-	// stepsChange counts the changes to the saga's steps made after
-	// fencing; each version keeps those before it, and a run replays with
-	// the version it started with. One change id for them all costs a run
-	// one marker (and one search attribute upsert), not one per change.
-	stepsChange = "local-ledger-steps"
-	// localLedgerVersion runs ledger and record steps as local
-	// activities; runs started before it keep them as activities.
-	localLedgerVersion = 1
-	// stagedXMLVersion keeps domain XML out of history: the step that
-	// makes a guest's XML stages it in the instance's record for the
-	// claim, and the steps after it read it there. Runs started before
-	// it pass the XML from step to step.
-	stagedXMLVersion = 2
-	// holdFirstVersion has a resize's revert make its source hold
-	// resident before it destroys the destination's guest, and keep the
-	// guest on its destination when the hold is gone or its host is down.
-	holdFirstVersion = 3
-	// undoHoldFirstVersion has a resize undone before its commit make its
-	// source hold resident before it destroys the destination's guest,
-	// and leave that guest be when the hold is gone or its host is down.
-	undoHoldFirstVersion = 4
-	// sweepBuildingVersion has a full audit sweep the instance records
-	// stuck in building (activities.SweepBuilding).
-	sweepBuildingVersion = 5
-)
-
 // a names the activities; the nil pointer is never called, it lets the
 // compiler check activity names and signatures.
 var a *activities.Activities
@@ -97,23 +63,11 @@ var tries = &temporal.RetryPolicy{
 // here shares: phases shown in the UI and the status query, the kinds of
 // step (activity options), and the compensation stack.
 type saga struct {
-	ctx workflow.Context
-	// version is the run's fencingChange version (see newSaga).
-	version workflow.Version
-	// local: the run's ledger steps are local activities (localLedgerVersion).
-	local bool
-	// staged: the run's domain XML is staged in the ledger (stagedXMLVersion).
-	staged bool
-	// holdFirst: a revert secures its hold first (holdFirstVersion).
-	holdFirst bool
-	// undoHoldFirst: a resize's undo secures its hold first (undoHoldFirstVersion).
-	undoHoldFirst bool
-	// sweepBuilding: a full audit sweeps building records (sweepBuildingVersion).
-	sweepBuilding bool
-	status        Status
-	steps         int // total steps, for Progress
-	done          int
-	undo          []compensation
+	ctx    workflow.Context
+	status Status
+	steps  int // total steps, for Progress
+	done   int
+	undo   []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []activities.HeldClaim
 }
@@ -125,10 +79,6 @@ type compensation struct {
 
 func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
 	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
-	s.version = workflow.GetVersion(ctx, fencingChange, workflow.DefaultVersion, fencingVersion)
-	v := workflow.GetVersion(ctx, stepsChange, workflow.DefaultVersion, sweepBuildingVersion)
-	s.local, s.staged, s.holdFirst = v >= localLedgerVersion, v >= stagedXMLVersion, v >= holdFirstVersion
-	s.undoHoldFirst, s.sweepBuilding = v >= undoHoldFirstVersion, v >= sweepBuildingVersion
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
@@ -310,16 +260,11 @@ func (s *saga) step() {
 // ledger runs a ledger or record step: short, idempotent, and retried
 // until it succeeds. It is a local activity, run by the worker inside the
 // workflow task that asks for it: a step costs no round trip through a
-// task queue, and its result is recorded as a marker. Local or not, it
-// runs again after a crash before its result was recorded, which its
-// idempotence makes safe.
+// task queue, and its result is recorded as a marker. It runs again after
+// a crash before its result was recorded, which its idempotence makes
+// safe.
 func (s *saga) ledger(ctx workflow.Context, summary string, step any, args ...any) workflow.Future {
-	if s.local {
-		return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-			StartToCloseTimeout: ledgerTimeout, RetryPolicy: untilDone, Summary: summary,
-		}), step, args...)
-	}
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+	return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: ledgerTimeout, RetryPolicy: untilDone, Summary: summary,
 	}), step, args...)
 }
@@ -340,17 +285,11 @@ func (s *saga) hypervisorStep(ctx workflow.Context, summary string) workflow.Con
 // compensations that ran while the step still acted would undo a step
 // that then takes effect.
 func (s *saga) hypervisorTry(ctx workflow.Context, summary string) workflow.Context {
-	opts := workflow.ActivityOptions{StartToCloseTimeout: driverTimeout, RetryPolicy: tries, Summary: summary}
-	if s.fenced() {
-		opts.HeartbeatTimeout, opts.WaitForCancellation = heartbeatTimeout, true
-	}
-	return workflow.WithActivityOptions(ctx, opts)
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: driverTimeout, HeartbeatTimeout: heartbeatTimeout, WaitForCancellation: true,
+		RetryPolicy: tries, Summary: summary,
+	})
 }
-
-// fenced says whether the run has the fencing change: waited-for
-// hypervisor steps, fences, a forward-only end and compensations that
-// stop at the first that fails. Runs started before it replay as they ran.
-func (s *saga) fenced() bool { return s.version >= fencingVersion }
 
 // onFailure registers a compensation before the step it undoes runs: the
 // step may have taken effect even when it reports an error.
@@ -363,9 +302,6 @@ func (s *saga) onFailure(summary string, do func(ctx workflow.Context) error) {
 // in a disconnected context that a cancel cannot stop.
 func (s *saga) commit(ctx workflow.Context) workflow.Context {
 	s.undo = nil
-	if !s.fenced() {
-		return ctx
-	}
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	return ctx
 }
@@ -414,8 +350,6 @@ func (s *saga) fail(cause error) error {
 	for i := len(s.undo) - 1; i >= 0; i-- {
 		c := s.undo[i]
 		err := c.do(ctx)
-		// Decided by the recorded result of the compensation, so runs of
-		// any version replay it as they ran.
 		if errors.Is(err, errRolledForward) {
 			s.undo = nil
 			return errRolledForward
@@ -426,14 +360,12 @@ func (s *saga) fail(cause error) error {
 			break
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("compensation %q: %w", c.summary, err))
-			if s.fenced() {
-				// What the failed compensation did not undo may still
-				// need what the earlier steps hold (a guest not rolled
-				// back still runs on the destination claim): keep them.
-				errs = append(errs, fmt.Errorf("kept for an operator: %s", s.remaining(i)))
-				break
-			}
+			// What the failed compensation did not undo may still need
+			// what the earlier steps hold (a guest not rolled back still
+			// runs on the destination claim): keep them.
+			errs = append(errs, fmt.Errorf("compensation %q: %w", c.summary, err),
+				fmt.Errorf("kept for an operator: %s", s.remaining(i)))
+			break
 		}
 	}
 	s.undo = nil

@@ -49,13 +49,11 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 
 	s.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
 	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
-	if s.fenced() {
-		// An offload that did not finish leaves the guest running on its
-		// resident claim, as before.
-		s.onFailure("run the guest again", func(ctx workflow.Context) error {
-			return restoreOrLeave(ctx, s, dom)
-		})
-	}
+	// An offload that did not finish leaves the guest running on its
+	// resident claim, as before.
+	s.onFailure("run the guest again", func(ctx workflow.Context) error {
+		return restoreOrLeave(ctx, s, dom)
+	})
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -170,10 +168,8 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
 	})
-	var xml string
-	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token,
-		StageXML: s.staged}
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, &xml); err != nil {
+	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token}
+	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, nil); err != nil {
 		return "", nil, err
 	}
 	s.step()
@@ -182,7 +178,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	// while it ran: the guest runs on the claim.
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the claim resident")
-	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id, DomainXML: xml}
+	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id}
 	if err := s.ledger(ctx, "commit the claim", a.Attach, attach).Get(ctx, nil); err != nil {
 		return "", nil, err
 	}

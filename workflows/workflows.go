@@ -34,12 +34,12 @@
 // Settle to finish forwards a move whose guest already runs on its new
 // claim.
 //
-// # Versions
+// # Replay
 //
-// These behaviours came with the change named fencingChange: runs
-// started before it replay and continue with the command sequence they
-// were recorded with (workflow.GetVersion), and the golden histories of
-// both versions, cut at every workflow task, replay in the tests.
+// A worker must pick up any run a worker of the same release left open,
+// at any workflow task: the golden histories of every workflow, recorded
+// on a real server and cut short before each of their workflow tasks,
+// replay in the tests against the current code.
 //
 // # Reconciliation
 //
@@ -75,6 +75,13 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 )
+
+// All returns the workflow functions a worker runs, for registering
+// them: the worker and the replay tests register the same list.
+func All() []any {
+	return []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Reconcile, Settle, Recover, ReleaseQuarantine,
+		Resize, Evacuate, HostUp, Drain}
+}
 
 // Typed search attributes that make each run findable in the Web UI and
 // through visibility queries. They are for people and dashboards: nothing

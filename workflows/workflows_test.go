@@ -64,7 +64,7 @@ func TestLiveMigrationCommits(t *testing.T) {
 	h.on("choose", a.ChooseHost, "b", nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "c", Placement: placement}, nil)
-	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, nil)
 	h.on("commit", a.CommitMigration, nil)
 	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
@@ -106,7 +106,7 @@ func TestLiveMigrationCompensations(t *testing.T) {
 			h.on("claim", a.Claim, fail("claim", activities.ClaimResult{Placement: placement}, nil)...)
 			h.on("release", a.ReleaseClaim, nil)
 			if tt.failAt != "claim" {
-				h.on("prepare", a.PrepareMigration, fail("prepare", "<domain/>", nil)...)
+				h.on("prepare", a.PrepareMigration, fail("prepare", nil)...)
 				h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 			}
 			if tt.failAt == "migrate" {
@@ -129,7 +129,7 @@ func TestLiveMigrationCancelledWhileMigratingCompensates(t *testing.T) {
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, nil).After(time.Hour)
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 	h.on("release", a.ReleaseClaim, nil)
@@ -215,7 +215,7 @@ func TestUnshelve(t *testing.T) {
 	h.on("task", a.SetTaskState, nil)
 	h.on("choose", a.ChooseHost, "b", nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("spawn", a.Spawn, "<domain/>", nil)
+	h.on("spawn", a.Spawn, nil)
 	h.on("attach", a.Attach, nil)
 	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err != nil {
@@ -231,7 +231,7 @@ func TestUnshelveSpawnFailureReleasesAndClears(t *testing.T) {
 	h.on("load", a.LoadInstance, shelved(), nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("spawn", a.Spawn, "", failed("injected spawn failure", activities.ErrTypeRejected))
+	h.on("spawn", a.Spawn, failed("injected spawn failure", activities.ErrTypeRejected))
 	h.on("destroy", a.DestroyDomain, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	var cleared activities.ClearHostInput
@@ -265,7 +265,7 @@ func TestBoot(t *testing.T) {
 	h := newHarness(t)
 	h.on("create", a.CreateInstance, activities.InstanceInfo{UUID: uuid, Name: "vm", Flavor: flavor, VMState: "building"}, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("spawn", a.Spawn, "<domain/>", nil)
+	h.on("spawn", a.Spawn, nil)
 	h.on("attach", a.Attach, nil)
 	h.env.ExecuteWorkflow(Boot, BootInput{UUID: uuid, Name: "vm", Flavor: flavor, Host: "a"})
 	if err := h.env.GetWorkflowError(); err != nil {
@@ -326,7 +326,7 @@ func TestStatusQuery(t *testing.T) {
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, nil).After(time.Hour)
 	h.on("commit", a.CommitMigration, nil)
 	var during Status
@@ -357,7 +357,7 @@ func TestLiveMigrationRollbackFindsGuestMigrated(t *testing.T) {
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, failed("destination unreachable", activities.ErrTypeRejected))
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{OnDest: true}, nil)
 	h.on("commit", a.CommitMigration, nil)
@@ -378,7 +378,7 @@ func TestLiveMigrationFailedRollbackKeepsTheDestination(t *testing.T) {
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, failed("connection reset", activities.ErrTypeRejected))
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, failed("domain not found anywhere", activities.ErrTypeRejected))
 	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
@@ -436,9 +436,9 @@ func TestLiveMigrationTriesAnotherHost(t *testing.T) {
 		})
 	var prepared activities.PrepareMigrationInput
 	h.env.OnActivity(a.PrepareMigration, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.PrepareMigrationInput) (string, error) {
+		func(_ context.Context, in activities.PrepareMigrationInput) error {
 			prepared = in
-			return "<domain/>", nil
+			return nil
 		})
 	h.on("migrate", a.Migrate, nil)
 	var committed activities.CommitMigrationInput
@@ -480,7 +480,7 @@ func TestLiveMigrationResumesABrokenPostCopy(t *testing.T) {
 	h.on("choose", a.ChooseHost, "b", nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "c", Placement: placement}, nil)
-	h.on("prepare", a.PrepareMigration, "<domain/>", nil)
+	h.on("prepare", a.PrepareMigration, nil)
 	tries := 0
 	h.env.OnActivity(a.Migrate, mock.Anything, mock.Anything).Return(func(context.Context, activities.MigrateInput) error {
 		h.calls = append(h.calls, "migrate")

@@ -146,11 +146,10 @@ func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid str
 	if err != nil {
 		return err
 	}
-	xml, err := acts.Spawn(ctx, activities.SpawnInput{UUID: uuid, Host: host, Placement: c.Placement})
-	if err != nil {
+	if err := acts.Spawn(ctx, activities.SpawnInput{UUID: uuid, Host: host, Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		return err
 	}
-	return acts.Attach(ctx, activities.AttachInput{UUID: uuid, Host: host, ClaimID: c.ClaimID, DomainXML: xml})
+	return acts.Attach(ctx, activities.AttachInput{UUID: uuid, Host: host, ClaimID: c.ClaimID})
 }
 
 // historyLength counts the events of the workflow's latest run.

@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -21,7 +23,8 @@ import (
 // TestHistoriesReplay runs every workflow through its main paths on a real
 // server and replays each recorded history against the current workflow
 // code. With PINFLOW_RECORD_HISTORIES=1 it also stores them as the golden
-// histories that workflows' replay test uses.
+// histories that workflows' replay test uses, in
+// workflows/testdata/history/v0.1.0.
 func TestHistoriesReplay(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
@@ -82,12 +85,56 @@ func TestHistoriesReplay(t *testing.T) {
 	s.ok("delete", vmA, "--wait")
 	record(vmA, "delete")
 
+	// A drain of b's two guests onto a, one move at a time: paused while
+	// its first move is held before its switchover, resumed once that
+	// move has finished.
+	vmC := s.boot("C", "b", 1)
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
+	s.ok("host", "drain", "b", "--parallel", "1")
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	s.ok("host", "drain", "pause", "b")
+	s.ok("sim", "gate", "--at", "switchover", "--release")
+	s.eventually("the drain's first move finished while it is paused", time.Minute, func() bool {
+		var st workflows.DrainStatus
+		s.jsonOf(&st, "host", "drain", "status", "b", "--json")
+		return st.Paused && st.Moving == 0 && len(st.Guests) == 2 &&
+			(st.Guests[0].State == workflows.GuestMoved) != (st.Guests[1].State == workflows.GuestMoved)
+	})
+	s.ok("host", "drain", "resume", "b")
+	var drained workflows.DrainResult
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := s.tc.GetWorkflow(ctx, workflows.DrainWorkflowID("b"), "").Get(ctx, &drained); err != nil || drained.Moved != 2 {
+		t.Fatalf("drain of b = %+v, %v; want both guests moved", drained, err)
+	}
+	recorded, names = append(recorded, s.historyOf(workflows.DrainWorkflowID("b"))), append(names, "drain")
+	record(vmC, "live-migration-reserved")
+
+	// Redis loses a's keys while both guests run there; a recovery
+	// restores their claims from the hypervisor.
+	s.loseHost("a")
+	s.ok("recover", "--host", "a")
+	var recoverID string
+	s.eventually("the recovery listed", time.Minute, func() bool {
+		page, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "WorkflowType = 'Recover'"})
+		if err != nil || len(page.Executions) != 1 {
+			return false
+		}
+		recoverID = page.Executions[0].GetExecution().GetWorkflowId()
+		return true
+	})
+	recorded, names = append(recorded, s.historyOf(recoverID)), append(names, "recover")
+
 	replayer := worker.NewWorkflowReplayer()
-	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.ShelveOffload, workflows.Unshelve, workflows.Delete, workflows.Settle,
-		workflows.Resize, workflows.Evacuate, workflows.HostUp, workflows.Reconcile} {
+	for _, wf := range workflows.All() {
 		replayer.RegisterWorkflow(wf)
 	}
-	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v3")
+	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v0.1.0")
+	if os.Getenv("PINFLOW_RECORD_HISTORIES") == "1" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, h := range recorded {
 		if err := replayer.ReplayWorkflowHistory(nil, h); err != nil {
 			t.Errorf("replay of the %s history: %v", names[i], err)

@@ -29,9 +29,9 @@ local id, record, entry = ARGV[1], ARGV[2], ARGV[3]
 
 local t = call('HMGET', topo, 'gen', 'rev')
 local gen, rev = t[1], tonumber(t[2]) or 0
--- A retried claim gets the first result back. A claim made before the undo
--- hash has a record alone; an undo entry alone (a damaged ledger, which
--- Verify reports) is not written over either.
+-- A retried claim gets the first result back. A record or an undo entry
+-- alone (a damaged ledger, which Verify reports) is not written over
+-- either.
 local existing = call('HGET', claimsKey, id)
 if existing or call('HEXISTS', undoKey, id) == 1 then
   -- The reply rests on the first try: see the header.

@@ -1,7 +1,6 @@
 -- Creates an instance record unless it exists. Creating it again for the
 -- same creator, name and request is a retry and succeeds without changing
--- it; another creator is refused (a record made before creators were
--- recorded has none and is judged by name and request alone).
+-- it; another creator is refused.
 -- KEYS: instance
 -- ARGV: uuid, name, request JSON, vm_state, task_state, updated_at,
 -- creator ('' skips the creator check)
@@ -13,7 +12,7 @@
 -- made.
 local cur = redis.call('HMGET', KEYS[1], 'name', 'request', 'created_by', 'vm_state')
 if cur[1] then
-  if ARGV[7] ~= '' and cur[3] and cur[3] ~= ARGV[7] then
+  if ARGV[7] ~= '' and cur[3] ~= ARGV[7] then
     return {'other', cur[4] or ''}
   end
   if cur[1] == ARGV[2] and cur[2] == ARGV[3] then

@@ -9,8 +9,8 @@
 --   now)
 -- Returns {1, rev, freed pCPUs, changed counters} (comma-joined, the
 --   counters as field,value pairs), {0} when there is no such claim, {2}
---   when the token did not match, {3} when the condition did not hold
---   (nothing released).
+--   when the token did not match, {3} when the condition did not hold,
+--   {4} when the claim's record has no undo entry (nothing released).
 --
 -- A reply of 0, 2 or 3 rests on an earlier change (the release already
 -- made, the claim made again or changed) and writes the host's rev again,
@@ -29,72 +29,19 @@ local id, token, cond = ARGV[1], ARGV[2], ARGV[3]
 
 -- parse reads an undo entry, "token|pCPUs|field,n,...", into
 -- {token, cpus, fields, counts}; nil if it is not one.
-local function parse(entry, from, to)
-  local bar1 = find(entry, '|', from, true)
+local function parse(entry)
+  local bar1 = find(entry, '|', 1, true)
   local bar2 = bar1 and find(entry, '|', bar1 + 1, true)
-  if not bar2 or bar2 > to then
+  if not bar2 then
     return nil
   end
-  local u = {token = sub(entry, from, bar1 - 1), cpus = {}, fields = {}, counts = {}}
+  local u = {token = sub(entry, 1, bar1 - 1), cpus = {}, fields = {}, counts = {}}
   for cpu in gmatch(sub(entry, bar1 + 1, bar2 - 1), '%d+') do
     u.cpus[#u.cpus + 1] = cpu
   end
-  for f, n in gmatch(sub(entry, bar2 + 1, to), '([^,]+),(%d+)') do
+  for f, n in gmatch(sub(entry, bar2 + 1), '([^,]+),(%d+)') do
     u.fields[#u.fields + 1] = f
     u.counts[#u.counts + 1] = tonumber(n)
-  end
-  return u
-end
-
--- legacy reads what a claim took from a record written before the undo
--- hash: from the undo member at its end, or else from its JSON.
-local function legacy(record)
-  -- A plain search (a pattern would be tried at every position): inside a
-  -- JSON string a quote is escaped, so only the member itself matches.
-  local at = find(record, ',"undo":"', 1, true)
-  if at and sub(record, -2) == '"}' then
-    local u = parse(record, at + 9, #record - 2)
-    if u then
-      return u
-    end
-  end
-  local claim = cjson.decode(record)
-  local u = {token = claim.token, cpus = {}, fields = {}, counts = {}}
-  for _, cu in ipairs(claim.usage) do
-    -- Pinned CPUs are stored in cpuset-list form, e.g. "0-3,8".
-    for part in gmatch(cu.pinned_cpus or '', '[^,]+') do
-      local lo, hi = match(part, '^(%d+)-(%d+)$')
-      if lo then
-        for c = tonumber(lo), tonumber(hi) do
-          u.cpus[#u.cpus + 1] = tostring(c)
-        end
-      else
-        u.cpus[#u.cpus + 1] = part
-      end
-    end
-    local cell = tostring(cu.cell)
-    local function add(field, n)
-      if n ~= nil and n ~= 0 then
-        u.fields[#u.fields + 1] = field
-        u.counts[#u.counts + 1] = n
-      end
-    end
-    add(cell .. ':mem', cu.memory_mb)
-    add(cell .. ':shared', cu.shared_cpus)
-    if cu.page_size_kb and cu.page_size_kb ~= 0 then
-      add(cell .. ':pages:' .. string.format('%d', cu.page_size_kb), cu.pages)
-    end
-  end
-  -- What the claim took of the host as a whole (ledger's hostMemField and
-  -- hostVCPUsField); a record without it took none.
-  local hu = claim.host_usage
-  if type(hu) == 'table' then
-    if hu.memory_mb and hu.memory_mb ~= 0 then
-      u.fields[#u.fields + 1], u.counts[#u.counts + 1] = 'host:mem', hu.memory_mb
-    end
-    if hu.vcpus and hu.vcpus ~= 0 then
-      u.fields[#u.fields + 1], u.counts[#u.counts + 1] = 'host:vcpus', hu.vcpus
-    end
   end
   return u
 end
@@ -135,19 +82,17 @@ local function rest(reply)
   return reply
 end
 
-local u
 local entry = call('HGET', undoKey, id)
-if entry then
-  u = parse(entry, 1, #entry) or {token = '', cpus = {}, fields = {}, counts = {}}
-else
-  -- A record without an undo entry was written before there were any.
-  local record = call('HGET', claimsKey, id)
-  if not record then
-    -- Already released, or never made: releasing is idempotent.
-    return rest({0})
+if not entry then
+  if call('HEXISTS', claimsKey, id) == 1 then
+    -- A record without its undo entry (a damaged ledger, which Verify
+    -- reports): what the claim took is unknown, so nothing is freed.
+    return {4}
   end
-  u = legacy(record)
+  -- Already released, or never made: releasing is idempotent.
+  return rest({0})
 end
+local u = parse(entry) or {token = '', cpus = {}, fields = {}, counts = {}}
 if token ~= '' and u.token ~= token then
   return rest({2})
 end
