@@ -25,8 +25,8 @@ deps:
 CLUSTER_SUITE := ^(TestNovaBug1845146|TestMigrationFailureLeavesTheSource|TestShelveUnshelveSpawnFailure|TestUnshelveAfterShelve|TestWorkerKilledDuringMigration|TestBadInput|TestReconcileRandomized)$$
 
 # The end-to-end tests mostly wait on servers, workflows and guests, so
-# four run at once (they call t.Parallel; libvirt's and the Web UI's run
-# alone first). Each run ends with a table of the packages' wall times
+# four run at once (they call t.Parallel; the real libvirt ones take one
+# of the four, one after the other). Each run ends with a table of the packages' wall times
 # and the slowest tests; `make test-times` prints it again.
 TESTFLAGS ?= -race -count=1 -parallel 4
 test: deps

@@ -23,7 +23,7 @@ import (
 )
 
 // These tests move pinned guests between two real libvirtd hosts with
-// QEMU guests, through the CLI, the way TestLibvirtMigration does for a
+// QEMU guests, through the CLI, the way libvirtMigration does for a
 // live migration: a resize confirmed and one reverted, a cold migration
 // that confirms itself, and the evacuation of a fenced host that comes
 // back. Each checks, besides the ledger, what the hosts really do: which
@@ -353,11 +353,11 @@ func lvmVerifyResize(s *stack, h1, h2 *testenv.LibvirtHost, uuid, before string)
 	s.ok("check")
 }
 
-// TestLibvirtResizeConfirm resizes a pinned guest to more vCPUs onto the
+// libvirtResizeConfirm resizes a pinned guest to more vCPUs onto the
 // other host, checks VERIFY_RESIZE on both libvirtds, confirms, and
 // checks that the source hold is freed and the guest keeps running on
 // its new claim.
-func TestLibvirtResizeConfirm(t *testing.T) {
+func libvirtResizeConfirm(t *testing.T) {
 	s, h1, h2 := lvmStack(t)
 	a := lvmBoot(s, "guest-a", "h1")
 	_, before := lvmCheckRuns(s, h1, a, 1, "after the boot")
@@ -379,12 +379,12 @@ func TestLibvirtResizeConfirm(t *testing.T) {
 	}
 }
 
-// TestLibvirtResizeRevert resizes a pinned guest onto the other host and
+// libvirtResizeRevert resizes a pinned guest onto the other host and
 // reverts: the guest runs on its source again with its old vCPU count on
 // exactly its old pCPUs, not on a new fit (the pCPU a fit would choose
 // first is free then), and the destination keeps neither domain nor
 // claim.
-func TestLibvirtResizeRevert(t *testing.T) {
+func libvirtResizeRevert(t *testing.T) {
 	s, h1, h2 := lvmStack(t)
 	// A filler takes h1's first pCPU, so the guest gets another; with the
 	// filler gone, a re-fit on revert would pick the first one.
@@ -412,10 +412,10 @@ func TestLibvirtResizeRevert(t *testing.T) {
 	rdb.Close()
 }
 
-// TestLibvirtColdMigration cold-migrates a pinned guest to the other host,
+// libvirtColdMigration cold-migrates a pinned guest to the other host,
 // where another guest takes the first pCPU, with a short confirm window:
 // it confirms itself and the guest runs on the pCPU it claimed there.
-func TestLibvirtColdMigration(t *testing.T) {
+func libvirtColdMigration(t *testing.T) {
 	s, h1, h2 := lvmStack(t)
 	a := lvmBoot(s, "guest-a", "h1")
 	b := lvmBoot(s, "guest-b", "h2")
@@ -437,12 +437,12 @@ func TestLibvirtColdMigration(t *testing.T) {
 	rdb.Close()
 }
 
-// TestLibvirtEvacuation kills host h1 with its two guests, fences it,
+// libvirtEvacuation kills host h1 with its two guests, fences it,
 // evacuates both to h2, where they run on their new claims while h1's
 // claims are tombstones, then brings h1 back: its libvirtd defines the
 // two guests again (shut off), and host up destroys those leftovers and
 // clears the tombstones.
-func TestLibvirtEvacuation(t *testing.T) {
+func libvirtEvacuation(t *testing.T) {
 	s, h1, h2 := lvmStack(t)
 	guests := []string{lvmBoot(s, "guest-a", "h1"), lvmBoot(s, "guest-b", "h1")}
 	for _, g := range guests {

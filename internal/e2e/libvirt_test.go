@@ -12,13 +12,33 @@ import (
 	"github.com/pinflow/pinflow/internal/testenv"
 )
 
-// TestLibvirtMigration runs pinflow's workflows against two real libvirtd
+// TestLibvirt runs the tests against real libvirtd hosts and QEMU guests
+// one after the other, alongside the other end-to-end tests: each starts
+// two daemons and QEMU guests, so one at a time is what the machine's
+// cores give them without starving the rest.
+func TestLibvirt(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"Migration", libvirtMigration},
+		{"ResizeConfirm", libvirtResizeConfirm},
+		{"ResizeRevert", libvirtResizeRevert},
+		{"ColdMigration", libvirtColdMigration},
+		{"Evacuation", libvirtEvacuation},
+	} {
+		t.Run(tt.name, tt.run)
+	}
+}
+
+// libvirtMigration runs pinflow's workflows against two real libvirtd
 // hosts with QEMU (software emulation) guests: a pinned guest boots on h1,
 // live-migrates to h2 onto other pCPUs, and its vCPU threads on h2 really
 // run on the pCPUs the ledger gave it; then a migration whose rewrite real
 // libvirt refuses fails, leaves the guest running on its source, and
 // releases the destination claim.
-func TestLibvirtMigration(t *testing.T) {
+func libvirtMigration(t *testing.T) {
 	h1 := testenv.StartLibvirtHost(t, "h1")
 	h2 := testenv.StartLibvirtHost(t, "h2")
 	s := newStack(t, "PINFLOW_DRIVER=libvirt")
