@@ -19,26 +19,8 @@ type copyStep struct {
 	// halfway: the step that sent half the memory, when an injected
 	// fault strikes.
 	halfway bool
-	// converged: what remains can be sent within the downtime, so the
-	// switchover may begin.
+	// converged: the copy is done, so the switchover may begin.
 	converged bool
-}
-
-// copyModel is how one attempt's memory copy goes.
-type copyModel interface {
-	// next advances the copy by one step.
-	next() copyStep
-	// pullTime is how long post-copy takes to fetch remaining bytes.
-	pullTime(remaining uint64) time.Duration
-}
-
-// copyModelOf is the model of a's copy: its source's migrate latency.
-func (d *Driver) copyModelOf(ctx context.Context, a *attempt) (copyModel, error) {
-	latency, err := d.latencyOf(ctx, a.req.Source, OpMigrate)
-	if err != nil {
-		return nil, err
-	}
-	return newLatencyCopy(a.total, latency), nil
 }
 
 // latencyCopy lasts the migrate latency exactly, in minSteps steps or one
@@ -61,6 +43,7 @@ func newLatencyCopy(total uint64, latency time.Duration) *latencyCopy {
 	return &latencyCopy{total: total, latency: latency, steps: steps}
 }
 
+// next advances the copy by one step.
 func (c *latencyCopy) next() copyStep {
 	c.i++
 	// Deadlines spread over the whole latency, not a rounded step, make
@@ -79,6 +62,8 @@ func (c *latencyCopy) next() copyStep {
 	}
 }
 
+// pullTime is how long post-copy takes to fetch remaining bytes: their
+// share of the latency.
 func (c *latencyCopy) pullTime(remaining uint64) time.Duration {
 	if c.total == 0 {
 		return 0

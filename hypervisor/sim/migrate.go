@@ -262,9 +262,9 @@ type attempt struct {
 	progress func(hypervisor.Progress)
 
 	// Set by begin.
-	rec      *migration // this attempt's record
-	model    copyModel  // how the copy goes
-	injected error      // a fault that strikes half-way through the copy
+	rec      *migration   // this attempt's record
+	model    *latencyCopy // how the copy goes
+	injected error        // a fault that strikes half-way through the copy
 
 	// Set by copyMemory.
 	last    hypervisor.Progress               // the last progress of the copy
@@ -378,7 +378,7 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 	if err := d.gate(ctx, GateMigrate, u, false); err != nil {
 		return err
 	}
-	model, err := d.copyModelOf(ctx, a)
+	latency, err := d.latencyOf(ctx, src, OpMigrate)
 	if err != nil {
 		return err
 	}
@@ -393,7 +393,7 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 	if injected != nil && !errors.Is(injected, ErrInjected) {
 		return injected
 	}
-	a.model, a.injected = model, injected
+	a.model, a.injected = newLatencyCopy(a.total, latency), injected
 	a.rec = &migration{src: src, dst: dst, destXML: a.req.DestXML, srcXML: srcDom.XML, name: a.name, token: rand.Text(), phase: phaseCopying}
 
 	started := time.Now().UTC().Format(time.RFC3339Nano)
