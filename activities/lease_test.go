@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,9 +79,8 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 	}
 }
 
-// slowMigration boots a guest on a and prepares its migration to b, which
-// takes about five seconds.
-func slowMigration(t *testing.T, w *world, n int) MigrateInput {
+// preparedMigration boots a guest on a and prepares its migration to b.
+func preparedMigration(t *testing.T, w *world, n int) MigrateInput {
 	t.Helper()
 	ctx := context.Background()
 	u := uuidN(n)
@@ -89,10 +89,24 @@ func slowMigration(t *testing.T, w *world, n int) MigrateInput {
 	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.drv.SetRates(ctx, "a", sim.Rates{TransferMiBs: 100}); err != nil {
+	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}
+}
+
+// atSwitchover starts in's migration and returns once its copy is done
+// and it is held before its switchover, whose fence comes right after
+// ReleaseGate(GateSwitchover): a test stops the ledger there to reach
+// that fence with the ledger down.
+func atSwitchover(t *testing.T, w *world, in MigrateInput) <-chan error {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.drv.HoldGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
 		t.Fatal(err)
 	}
-	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}
+	done := result(func() error { return w.acts.Migrate(ctx, in) })
+	if _, err := w.drv.AwaitGate(ctx, sim.GateSwitchover, in.UUID, func(st sim.GateState) bool { return st.Arrived == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	return done
 }
 
 // TestMigrateRidesOutALedgerOutage: the ledger is down when the migration
@@ -102,11 +116,18 @@ func slowMigration(t *testing.T, w *world, n int) MigrateInput {
 func TestMigrateRidesOutALedgerOutage(t *testing.T) {
 	ctx := context.Background()
 	w, led := outageWorld(t)
-	in := slowMigration(t, w, 61)
-	done := result(func() error { return w.acts.Migrate(ctx, in) })
-	time.Sleep(time.Second)
+	in := preparedMigration(t, w, 61)
+	done := atSwitchover(t, w, in)
 	led.Stop(t)
-	time.Sleep(7 * time.Second) // past the end of the copy
+	if err := w.drv.ReleaseGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the fence waits for the ledger meanwhile
+	select {
+	case err := <-done:
+		t.Fatalf("Migrate with the ledger down at its switchover fence returned %v, want it to wait", err)
+	default:
+	}
 	led.Start(t)
 	if err := waitResult(t, "Migrate", done); err != nil {
 		t.Fatalf("Migrate across a ledger outage = %v, want nil", err)
@@ -128,21 +149,13 @@ func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 	ctx := context.Background()
 	w, led := outageWorld(t)
 	w.acts.FenceLease = 4 * time.Second
-	in := slowMigration(t, w, 62)
-	// Held until it has read its staged XML, so that the outage comes
-	// around its start fence and not before that read, which waits it out.
-	if err := w.drv.HoldGate(ctx, sim.GateMigrate, in.UUID); err != nil {
-		t.Fatal(err)
-	}
-	done := result(func() error { return w.acts.Migrate(ctx, in) })
-	if _, err := w.drv.AwaitGate(ctx, sim.GateMigrate, in.UUID, func(st sim.GateState) bool { return st.Arrived == 1 }); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.drv.ReleaseGate(ctx, sim.GateMigrate, in.UUID); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(500 * time.Millisecond)
+	in := preparedMigration(t, w, 62)
+	done := atSwitchover(t, w, in)
+	// The switchover fence retries until the lease runs out.
 	led.Stop(t)
+	if err := w.drv.ReleaseGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
+		t.Fatal(err)
+	}
 	var err error
 	select {
 	case err = <-done:
@@ -153,6 +166,9 @@ func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 	var app *temporal.ApplicationError
 	if err == nil || (errors.As(err, &app) && app.NonRetryable()) {
 		t.Fatalf("Migrate whose lease ran out = %v, want a retryable error", err)
+	}
+	if !strings.Contains(err.Error(), "fence lease") || !strings.Contains(err.Error(), "ran out") {
+		t.Errorf("Migrate whose lease ran out = %q, want it to say the fence lease ran out", err)
 	}
 	if dom, lerr := w.drv.Lookup(ctx, "a", in.UUID); lerr != nil || dom.State != hypervisor.StateRunning {
 		t.Errorf("guest on its source after the abort = %+v, %v; want running (Migrate: %v)", dom, lerr, err)

@@ -15,7 +15,7 @@ import (
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-// TestMigrateTimeoutIsNotRetried: a migration that never converges is
+// TestMigrateTimeoutIsNotRetried: a migration that outlasts its timeout is
 // aborted by the policy the activities run with, the guest stays on its
 // source, and the error is non-retryable with its own type, so that the
 // workflow compensates instead of trying the same migration again.
@@ -30,19 +30,20 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
-	// The guest dirties memory faster than the network sends it.
-	if err := w.drv.SetRates(ctx, "a", sim.Rates{TransferMiBs: 100, DirtyMiBs: 200}); err != nil {
+	// The copy would take a minute; the policy allows the guest (under
+	// 1 GiB) one second.
+	if err := w.drv.SetLatency(ctx, "a", sim.OpMigrate, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	w.acts.MigrationPolicy = hypervisor.MigrationPolicy{ProgressTimeout: time.Second, TimeoutAction: hypervisor.TimeoutAbort}
+	w.acts.MigrationPolicy = hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: time.Second, TimeoutAction: hypervisor.TimeoutAbort}
 	in := MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}
 	err := w.acts.Migrate(ctx, in)
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != ErrTypeMigrationTimeout || !app.NonRetryable() {
-		t.Fatalf("Migrate that never converges = %v; want a non-retryable %s error", err, ErrTypeMigrationTimeout)
+		t.Fatalf("Migrate slower than its timeout = %v; want a non-retryable %s error", err, ErrTypeMigrationTimeout)
 	}
-	if !strings.Contains(err.Error(), "aborted: no progress for 1s") {
-		t.Errorf("Migrate that never converges = %q; want it to say which timeout fired", err)
+	if !strings.Contains(err.Error(), "aborted: not completed within 1s") {
+		t.Errorf("Migrate slower than its timeout = %q; want it to say which timeout fired", err)
 	}
 	found := false
 	for _, typ := range NonRetryableErrorTypes {

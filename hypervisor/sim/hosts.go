@@ -46,11 +46,11 @@ func (d *Driver) AddHost(ctx context.Context, host string, topo *numa.Host) erro
 	return nil
 }
 
-// RemoveHost forgets host, its latencies, rates and faults and its power
+// RemoveHost forgets host, its latencies and faults and its power
 // state (a host added again is on). A host that still holds domains is not
 // removed (undefine them first); removing an unknown host succeeds.
 func (d *Driver) RemoveHost(ctx context.Context, host string) error {
-	keys := []string{d.topoKey(host), d.domainsKey(host), d.latencyKey(host), d.ratesKey(host), d.faultsKey(host), d.powerKey(host)}
+	keys := []string{d.topoKey(host), d.domainsKey(host), d.latencyKey(host), d.faultsKey(host), d.powerKey(host)}
 	code, rest, err := d.run(ctx, removeHostScript, keys)
 	if err != nil {
 		return fmt.Errorf("sim: remove host %s: %w", host, err)

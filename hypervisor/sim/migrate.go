@@ -173,24 +173,23 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 
 // Migrate moves the running domain req.UUID from req.Source to req.Dest,
 // where req.DestXML becomes its definition, calling progress as it goes.
-// Its copy lasts the migrate latency of the source, with a rising Percent,
-// unless the source has Rates: then it lasts as long as sending the
-// guest's memory (its <memory>) takes while the guest dirties it again,
-// and the bandwidth cap, downtime and auto-converge of req.Policy apply
-// as they do on a real hypervisor (see rateCopy). The migrate fault of the
-// source, when due, fails it half-way. Cancelling ctx, an injected fault,
+// Its copy lasts the migrate latency of the source, with a rising Percent
+// over the guest's memory (its <memory>); the guest dirties nothing, so the
+// bandwidth cap, downtime and auto-converge of req.Policy do not apply.
+// The migrate fault of the source, when due, fails it half-way. Cancelling ctx, an injected fault,
 // or a failing req.Fence aborts it: the domain keeps running on the
 // source, the destination holds no trace of it, and the error wraps ctx's
 // error, ErrInjected, or hypervisor.ErrFenced and the fence's error.
 //
-// The timeouts of req.Policy count the copy's own time (the latency, or
-// the steps of the rates), not the wall clock, so that a test's Sleep
-// that does not wait still times out as a real migration would. One that
-// fires aborts the migration as a cancel does and returns a
-// *hypervisor.MigrationTimeoutError, or, when the policy says post-copy,
-// switches: the guest belongs to the destination from then on, and the
-// rest of its memory is fetched at the transfer rate (ProgressPostCopy
-// reports) before the migration completes. A bad req.Policy is refused
+// The timeouts of req.Policy count the copy's own time (the steps of the
+// latency), not the wall clock, so that a test's Sleep that does not wait
+// still times out as a real migration would: a latency longer than the
+// completion timeout makes one. One that fires aborts the migration as a
+// cancel does and returns a *hypervisor.MigrationTimeoutError, or, when
+// the policy says post-copy, switches: the guest belongs to the
+// destination from then on, and the rest of its memory is fetched over
+// the rest of the latency (ProgressPostCopy reports) before the migration
+// completes. A bad req.Policy is refused
 // with hypervisor.ErrRejected.
 //
 // The steps, each atomic on one Redis slot and idempotent:
@@ -263,9 +262,9 @@ type attempt struct {
 	progress func(hypervisor.Progress)
 
 	// Set by begin.
-	rec      *migration // this attempt's record
-	model    copyModel  // how the copy goes
-	injected error      // a fault that strikes half-way through the copy
+	rec      *migration   // this attempt's record
+	model    *latencyCopy // how the copy goes
+	injected error        // a fault that strikes half-way through the copy
 
 	// Set by copyMemory.
 	last    hypervisor.Progress               // the last progress of the copy
@@ -372,15 +371,14 @@ func (d *Driver) locate(ctx context.Context, a *attempt) (srcDom *domState, done
 }
 
 // begin starts a new attempt from srcDom: it reads how the copy will go
-// (the migrate latency or the rates of the source), calls the fence, draws
-// the migrate fault, and runs steps 1-3. A failure after step 1 aborts the
-// attempt.
+// (the migrate latency of the source), calls the fence, draws the migrate
+// fault, and runs steps 1-3. A failure after step 1 aborts the attempt.
 func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error {
 	src, dst, u := a.req.Source, a.req.Dest, a.u
 	if err := d.gate(ctx, GateMigrate, u, false); err != nil {
 		return err
 	}
-	model, err := d.copyModelOf(ctx, a)
+	latency, err := d.latencyOf(ctx, src, OpMigrate)
 	if err != nil {
 		return err
 	}
@@ -395,7 +393,7 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 	if injected != nil && !errors.Is(injected, ErrInjected) {
 		return injected
 	}
-	a.model, a.injected = model, injected
+	a.model, a.injected = newLatencyCopy(a.total, latency), injected
 	a.rec = &migration{src: src, dst: dst, destXML: a.req.DestXML, srcXML: srcDom.XML, name: a.name, token: rand.Text(), phase: phaseCopying}
 
 	started := time.Now().UTC().Format(time.RFC3339Nano)

@@ -173,7 +173,7 @@ redis.call('HSET', KEYS[2], rf, ARGV[3])
 return {'OK'}
 `)
 
-// KEYS topo, a hash of the host's settings (latency, rates). ARGV field,
+// KEYS topo, a hash of the host's settings (latency). ARGV field,
 // value ("" clears).
 var setHostFieldScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'NOHOST'} end

@@ -94,8 +94,8 @@ func (d *Driver) storeFault(ctx context.Context, host string, op Op, times, rate
 	return nil
 }
 
-// Settings are the latencies, migration rates and faults in force, and
-// which hosts are powered off.
+// Settings are the latencies and faults in force, and which hosts are
+// powered off.
 type Settings struct {
 	// Defaults are the configured latencies of every operation.
 	Defaults map[Op]time.Duration
@@ -103,24 +103,20 @@ type Settings struct {
 	DefaultRates map[Op]float64
 	// Latency holds the run-time latencies for every host.
 	Latency map[Op]time.Duration
-	// Rates are the migration rates of every host; nil when not set.
-	Rates *Rates
 	// Hosts holds each known host's run-time latencies and faults.
 	Hosts map[string]HostSettings
 }
 
-// HostSettings are one host's run-time latencies, migration rates and
-// faults, and its power state.
+// HostSettings are one host's run-time latencies and faults, and its power
+// state.
 type HostSettings struct {
 	Latency map[Op]time.Duration
-	// Rates are the rates of migrations from the host; nil when not set.
-	Rates  *Rates
-	Faults map[Op]Fault
+	Faults  map[Op]Fault
 	// PoweredOff: the host is off (PowerOff) until PowerOn.
 	PoweredOff bool
 }
 
-// Settings reads the latencies, rates and faults in force, and the power
+// Settings reads the latencies and faults in force, and the power
 // state of every host.
 func (d *Driver) Settings(ctx context.Context) (*Settings, error) {
 	s := &Settings{Defaults: map[Op]time.Duration{}, DefaultRates: map[Op]float64{}, Hosts: map[string]HostSettings{}}
@@ -136,14 +132,11 @@ func (d *Driver) Settings(ctx context.Context) (*Settings, error) {
 	}
 	pipe := d.rdb.Pipeline()
 	global := pipe.HGetAll(ctx, d.globalLatencyKey())
-	globalRates := pipe.HGet(ctx, d.globalRatesKey(), ratesField)
 	lat := make([]*redis.MapStringStringCmd, len(hosts))
-	rates := make([]*redis.StringCmd, len(hosts))
 	faults := make([]*redis.MapStringStringCmd, len(hosts))
 	off := make([]*redis.IntCmd, len(hosts))
 	for i, h := range hosts {
 		lat[i] = pipe.HGetAll(ctx, d.latencyKey(h))
-		rates[i] = pipe.HGet(ctx, d.ratesKey(h), ratesField)
 		faults[i] = pipe.HGetAll(ctx, d.faultsKey(h))
 		off[i] = pipe.Exists(ctx, d.powerKey(h))
 	}
@@ -153,15 +146,9 @@ func (d *Driver) Settings(ctx context.Context) (*Settings, error) {
 	if s.Latency, err = parseLatencies(global.Val()); err != nil {
 		return nil, fmt.Errorf("sim: settings: all hosts: %w", err)
 	}
-	if s.Rates, err = parseRates(globalRates.Val()); err != nil {
-		return nil, fmt.Errorf("sim: settings: all hosts: %w", err)
-	}
 	for i, h := range hosts {
 		hs := HostSettings{Faults: map[Op]Fault{}, PoweredOff: off[i].Val() == 1}
 		if hs.Latency, err = parseLatencies(lat[i].Val()); err != nil {
-			return nil, fmt.Errorf("sim: settings: host %s: %w", h, err)
-		}
-		if hs.Rates, err = parseRates(rates[i].Val()); err != nil {
 			return nil, fmt.Errorf("sim: settings: host %s: %w", h, err)
 		}
 		for field, v := range faults[i].Val() {

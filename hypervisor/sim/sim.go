@@ -9,9 +9,6 @@
 //
 //	P:hosts                 set    names of the known hosts
 //	P:latency               hash   op -> latency for every host (run time)
-//	P:rates                 hash   migrate -> "transfer,dirty" rates in
-//	                               MiB/s for every host (run time; see
-//	                               Rates)
 //	P:host:{h}:topo         string the host's numa.Host as JSON, usage cleared
 //	P:host:{h}:domains      set    UUIDs of the domains on h
 //	P:host:{h}:dom:u        hash   uuid, name, state, xml; migration (token of
@@ -21,8 +18,6 @@
 //	                               shutdown completes, in ms of Redis's
 //	                               clock; see Shutdown)
 //	P:host:{h}:latency      hash   op -> latency on h (run time)
-//	P:host:{h}:rates        hash   migrate -> the rates of migrations
-//	                               from h (run time)
 //	P:host:{h}:faults       hash   "op:times" -> calls left to fail,
 //	                               "op:rate" -> failure probability
 //	P:host:{h}:power        string "off" while h is powered off (absent:
@@ -203,7 +198,6 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 func (d *Driver) hostsKey() string         { return d.prefix + ":hosts" }
 func (d *Driver) globalLatencyKey() string { return d.prefix + ":latency" }
-func (d *Driver) globalRatesKey() string   { return d.prefix + ":rates" }
 func (d *Driver) hostKey(h, part string) string {
 	return d.prefix + ":host:{" + h + "}:" + part
 }
@@ -211,7 +205,6 @@ func (d *Driver) topoKey(h string) string      { return d.hostKey(h, "topo") }
 func (d *Driver) domainsKey(h string) string   { return d.hostKey(h, "domains") }
 func (d *Driver) domKey(h, uuid string) string { return d.hostKey(h, "dom:"+uuid) }
 func (d *Driver) latencyKey(h string) string   { return d.hostKey(h, "latency") }
-func (d *Driver) ratesKey(h string) string     { return d.hostKey(h, "rates") }
 func (d *Driver) faultsKey(h string) string    { return d.hostKey(h, "faults") }
 func (d *Driver) powerKey(h string) string     { return d.hostKey(h, "power") }
 func (d *Driver) homeKey(uuid string) string   { return d.prefix + ":dom:{" + uuid + "}:home" }
