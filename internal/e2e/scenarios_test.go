@@ -41,19 +41,6 @@ func hostOf(g guest) string {
 	return *g.Host
 }
 
-// waitPhase waits until the migration's destination claim exists, i.e. the
-// migration is past accepted.
-func (s *stack) waitDestClaim(host, uuid string) {
-	s.eventually("the migration's destination claim on "+host, time.Minute, func() bool {
-		for _, c := range s.host(host).Claims {
-			if c.Instance == uuid && c.Kind == "migration-dest" {
-				return true
-			}
-		}
-		return false
-	})
-}
-
 // TestNovaBug1845146 is Nova's live-migration race: while A's migration to
 // b holds b's remaining CPUs, nothing else may get them, and afterwards A
 // owns them.
