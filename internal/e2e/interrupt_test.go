@@ -262,6 +262,17 @@ func (c *chaos) audit(ctx context.Context, id string) (*workflows.ReconcileResul
 	return &res, nil
 }
 
+// Audits and samples a chaos run needs alongside its operations to prove
+// anything: operations go on past their budget and window until they ran.
+const (
+	minAudits  = 5
+	minSamples = 50
+)
+
+func (c *chaos) enoughAlongside() bool {
+	return c.audits.Load() >= minAudits && c.samples.Load() >= minSamples
+}
+
 // finalAudits bounds the audits a chaos run makes to settle at its end.
 const finalAudits = 30
 
@@ -296,7 +307,10 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 	rng := rand.New(rand.NewPCG(c.seed, uint64(slot)))
 	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	uuid := ""
-	for n := 0; started.Add(1) <= int64(c.ops) && time.Now().Before(deadline); n++ {
+	for n := 0; started.Add(1) <= int64(c.ops) && time.Now().Before(deadline) || !c.enoughAlongside(); n++ {
+		if ctx.Err() != nil {
+			return
+		}
 		var op workflows.Operation
 		var wf, in any
 		var inst *ledger.Instance
@@ -678,7 +692,7 @@ func (c *chaos) run() {
 	for _, v := range c.violations {
 		t.Error(v)
 	}
-	if c.audits.Load() < 5 || c.samples.Load() < 50 {
+	if !c.enoughAlongside() {
 		t.Errorf("only %d audits and %d samples ran alongside the operations; the test proves little", c.audits.Load(), c.samples.Load())
 	}
 	c.checkEnd(ctx)
