@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -290,7 +291,7 @@ func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 	// workflow of the instance is open, since an open one may still name
 	// or release it (a resize's revert makes its hold resident).
 	inst := owner
-	if InstanceWorkflowID(c.InstanceUUID) != c.OwnerWorkflowID {
+	if guest.InstanceWorkflowID(c.InstanceUUID) != c.OwnerWorkflowID {
 		if f.instance == nil {
 			return verdict{need: needInstance}
 		}
@@ -362,7 +363,7 @@ func (au *audit) learn(ctx context.Context, c *ledger.Claim, f *claimFacts, n ne
 		}
 		f.owner, f.ownerAt = &st, time.Now()
 	case needInstance:
-		instWF := InstanceWorkflowID(c.InstanceUUID)
+		instWF := guest.InstanceWorkflowID(c.InstanceUUID)
 		st, err := au.a.Owners.OwnerStatus(ctx, instWF)
 		if err != nil {
 			au.fail("claim %s: instance workflow %s: %v", c.ID, instWF, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -69,7 +70,7 @@ func (a *Activities) sweepBuilding(ctx context.Context, in SweepBuildingInput) (
 	}
 	sw := &buildSweep{a: a, res: &res, wait: wait}
 	for _, inst := range insts {
-		if inst.VMState == ledger.VMBuilding {
+		if inst.VMState == guest.VMBuilding {
 			sw.judge(ctx, inst)
 		}
 	}
@@ -131,7 +132,7 @@ func (sw *buildSweep) judge(ctx context.Context, inst *ledger.Instance) {
 // closed within the grace, or unknown while the record is younger than
 // the namespace's retention; "" when none.
 func (sw *buildSweep) busy(ctx context.Context, inst *ledger.Instance) (string, error) {
-	st, err := sw.a.Owners.OwnerStatus(ctx, InstanceWorkflowID(inst.UUID))
+	st, err := sw.a.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(inst.UUID))
 	if err != nil {
 		return "", fmt.Errorf("instance workflow: %w", err)
 	}

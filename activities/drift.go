@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -122,7 +123,7 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 		}
 		// A step in progress explains most drift; say so, from the same
 		// strongly consistent source the decisions use.
-		st, err := au.a.Owners.OwnerStatus(ctx, InstanceWorkflowID(f.Instance))
+		st, err := au.a.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(f.Instance))
 		if err != nil {
 			au.fail("drift of %s: instance workflow: %v", f.Instance, err)
 			continue

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -88,7 +89,7 @@ func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]Leftover
 		if c.Kind == ledger.KindQuarantine {
 			continue
 		}
-		st, err := a.Owners.OwnerStatus(ctx, InstanceWorkflowID(c.InstanceUUID))
+		st, err := a.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(c.InstanceUUID))
 		if err != nil {
 			return nil, err
 		}

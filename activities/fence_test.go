@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -43,7 +44,7 @@ func TestAuditRacingACommit(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	owner := Owner{InstanceWorkflowID(u), "run-1"}
+	owner := Owner{guest.InstanceWorkflowID(u), "run-1"}
 	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
 	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 			}
 			// A boot terminated right after its spawn: the guest runs on a
 			// pending claim whose owner is closed.
-			owner := Owner{InstanceWorkflowID(u), "run-1"}
+			owner := Owner{guest.InstanceWorkflowID(u), "run-1"}
 			c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
 			if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 				t.Fatal(err)
@@ -176,7 +177,7 @@ func TestSpawnFencedOutStartsNothing(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
 	if err := w.led.Release(ctx, "a", c.ClaimID); err != nil {
 		t.Fatal(err)
 	}
@@ -198,8 +199,8 @@ func TestFencedStepsNeedTheirClaim(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(10)
-	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -236,8 +237,8 @@ func TestSettleClaim(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(6)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
 
 	// Nothing to settle while the guest has not moved.
 	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
@@ -260,7 +261,7 @@ func TestSettleClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.VMState != ledger.VMActive || inst.TaskState != ledger.TaskNone {
+	if inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.VMState != guest.VMActive || inst.TaskState != guest.TaskNone {
 		t.Errorf("record after settling = host %s claim %s %s/%q; want b, %s, active, no task", inst.Host, inst.ClaimID, inst.VMState, inst.TaskState, dst.ClaimID)
 	}
 	if w.hasClaim(t, "a", src.ClaimID) {
@@ -287,7 +288,7 @@ func TestSettleFinishesADelete(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
 	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -50,7 +51,7 @@ func (au *audit) leftover(ctx context.Context, host string, d hypervisor.Domain)
 		f.Detail += "; its operation is over, so it would be cleaned"
 		return f
 	}
-	if rec.VMState == ledger.VMBuilding && rec.Host == "" {
+	if rec.VMState == guest.VMBuilding && rec.Host == "" {
 		if err := au.a.markBuildFailed(ctx, d.UUID); err != nil {
 			f.Detail += fmt.Sprintf("; marking its build failed: %v", err)
 			return f
@@ -64,13 +65,13 @@ func (au *audit) leftover(ctx context.Context, host string, d hypervisor.Domain)
 // markBuildFailed marks a record still building as failed, vm_state
 // error with no task, as a boot's own compensation leaves it.
 func (a *Activities) markBuildFailed(ctx context.Context, uuid string) error {
-	return a.Ledger.SetState(ctx, uuid, ledger.Transition{FromVM: []ledger.VMState{ledger.VMBuilding}, VM: ledger.VMError, Task: ledger.TaskNone})
+	return a.Ledger.SetState(ctx, uuid, ledger.Transition{FromVM: []guest.VMState{guest.VMBuilding}, VM: guest.VMError, Task: guest.TaskNone})
 }
 
 // instanceBusy says why a workflow of the instance may still act on its
 // domain: one is open, or closed within the grace period; "" when none.
 func (au *audit) instanceBusy(ctx context.Context, uuid string) string {
-	st, err := au.a.Owners.OwnerStatus(ctx, InstanceWorkflowID(uuid))
+	st, err := au.a.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(uuid))
 	switch {
 	case err != nil:
 		au.fail("leftover domain of %s: instance workflow: %v", uuid, err)

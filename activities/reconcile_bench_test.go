@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
@@ -181,7 +182,7 @@ func benchBoot(ctx context.Context, acts *Activities, host, u string) error {
 		return err
 	}
 	c, err := acts.Claim(ctx, ClaimInput{Host: host, ClaimID: "boot-" + u, UUID: u, Kind: ledger.KindBoot,
-		Owner: Owner{WorkflowID: InstanceWorkflowID(u), FirstRunID: "closed-" + u}, Flavor: testFlavor})
+		Owner: Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "closed-" + u}, Flavor: testFlavor})
 	if err != nil {
 		return err
 	}

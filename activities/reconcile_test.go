@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
@@ -141,7 +142,7 @@ func (w *world) addHost(t testing.TB, name string) {
 	}
 }
 
-var testFlavor = ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+var testFlavor = guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 
 // claim makes a pending claim for uuid on host owned by owner.
 func (w *world) claim(t testing.TB, host, id, uuid string, kind ledger.ClaimKind, owner Owner) ClaimResult {
@@ -268,29 +269,29 @@ func TestAuditHostDecisions(t *testing.T) {
 			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
 		}, 0, true, "", FreedOwnerClosed},
 		{"committed and resident, owner long closed", func(t *testing.T, host, u string) string {
-			w.owners.set(InstanceWorkflowID(u), long)
-			return w.boot(t, host, u, Owner{InstanceWorkflowID(u), "run-" + u}).ClaimID
+			w.owners.set(guest.InstanceWorkflowID(u), long)
+			return w.boot(t, host, u, Owner{guest.InstanceWorkflowID(u), "run-" + u}).ClaimID
 		}, 0, false, KeptResident, ""},
 		{"committed, instance elsewhere, no workflow open", func(t *testing.T, host, u string) string {
-			w.boot(t, "elsewhere", u, Owner{InstanceWorkflowID(u), "boot-" + u})
-			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
+			w.boot(t, "elsewhere", u, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
-			w.owners.set(InstanceWorkflowID(u), OwnerStatus{State: OwnerClosed, FirstRunID: "mig-" + u, Since: old})
+			w.owners.set(guest.InstanceWorkflowID(u), OwnerStatus{State: OwnerClosed, FirstRunID: "mig-" + u, Since: old})
 			return c.ClaimID
 		}, 0, false, "", FreedNotResident},
 		{"committed, instance elsewhere, another workflow of it open", func(t *testing.T, host, u string) string {
-			w.boot(t, "elsewhere", u, Owner{InstanceWorkflowID(u), "boot-" + u})
-			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
+			w.boot(t, "elsewhere", u, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
-			w.owners.set(InstanceWorkflowID(u), OwnerStatus{State: OwnerRunning, FirstRunID: "del-" + u, Since: old})
+			w.owners.set(guest.InstanceWorkflowID(u), OwnerStatus{State: OwnerRunning, FirstRunID: "del-" + u, Since: old})
 			return c.ClaimID
 		}, 0, false, KeptInstanceBusy, ""},
 		{"committed, instance record gone, no workflow known, younger than the retention", func(t *testing.T, host, u string) string {
-			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
@@ -299,7 +300,7 @@ func TestAuditHostDecisions(t *testing.T) {
 		{"committed, instance record gone, no workflow known, older than the retention", func(t *testing.T, host, u string) string {
 			w.at(beyond)
 			defer w.at(old)
-			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
@@ -361,7 +362,7 @@ func TestAuditHostResidentNeedsNoDescribe(t *testing.T) {
 	w.addHost(t, "a")
 	for i := range 3 {
 		u := uuidN(100 + i)
-		w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "run-" + u})
+		w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "run-" + u})
 	}
 	w.owners.calls = nil
 	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
@@ -413,14 +414,14 @@ func TestAuditHostDrift(t *testing.T) {
 	// X runs on a at 0,1 but its claim is lost; Y's pending claim then
 	// takes 0,1: X is pinned to Y's pCPUs.
 	x, y, z := uuidN(301), uuidN(302), uuidN(303)
-	cx := w.boot(t, "a", x, Owner{InstanceWorkflowID(x), "run-x"})
+	cx := w.boot(t, "a", x, Owner{guest.InstanceWorkflowID(x), "run-x"})
 	if err := w.led.Release(ctx, "a", cx.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	cy := w.claim(t, "a", "c-y", y, ledger.KindUnshelve, Owner{InstanceWorkflowID(y), "run-y"})
-	w.owners.set(InstanceWorkflowID(y), OwnerStatus{State: OwnerRunning, FirstRunID: "run-y", Since: time.Now()})
+	cy := w.claim(t, "a", "c-y", y, ledger.KindUnshelve, Owner{guest.InstanceWorkflowID(y), "run-y"})
+	w.owners.set(guest.InstanceWorkflowID(y), OwnerStatus{State: OwnerRunning, FirstRunID: "run-y", Since: time.Now()})
 	// Z is resident but its domain is gone.
-	cz := w.boot(t, "a", z, Owner{InstanceWorkflowID(z), "run-z"})
+	cz := w.boot(t, "a", z, Owner{guest.InstanceWorkflowID(z), "run-z"})
 	if err := w.acts.DestroyDomain(ctx, DomainInput{UUID: z, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +460,7 @@ func TestAuditHostDrift(t *testing.T) {
 
 	// Y's workflow is open: drift about Y would be marked in flight. Make
 	// Z's instance workflow open too and check the mark.
-	w.owners.set(InstanceWorkflowID(z), OwnerStatus{State: OwnerRunning, FirstRunID: "del-z", Since: time.Now()})
+	w.owners.set(guest.InstanceWorkflowID(z), OwnerStatus{State: OwnerRunning, FirstRunID: "del-z", Since: time.Now()})
 	res = w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
 	for _, d := range res.Drift {
 		if wantFlight := d.Instance == z; d.InFlight != wantFlight {
@@ -524,7 +525,7 @@ func TestAuditSettlesOnlyWhatItSees(t *testing.T) {
 			w.addHost(t, "a")
 			w.addHost(t, "b")
 			u := uuidN(30)
-			src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+			src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 			bigger := testFlavor
 			bigger.VCPUs = 3
 			w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)

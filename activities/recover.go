@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -170,7 +171,7 @@ func (a *Activities) recoverDomain(ctx context.Context, in RecoverHostInput, top
 				return rc, true, nil
 			}
 			_, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: inst.ClaimID, Host: in.Host, InstanceUUID: d.UUID,
-				Kind: ledger.KindInstance, OwnerWorkflowID: InstanceWorkflowID(d.UUID), OwnerRunID: "recovered",
+				Kind: ledger.KindInstance, OwnerWorkflowID: guest.InstanceWorkflowID(d.UUID), OwnerRunID: "recovered",
 				Placement: inst.Placement})
 			if err != nil {
 				return RecoveredClaim{}, false, err
@@ -205,7 +206,7 @@ func (a *Activities) restoreHeld(ctx context.Context, host string, dryRun bool, 
 	if a.Holders == nil || a.Owners == nil {
 		return RecoveredClaim{}, false, nil
 	}
-	wid := InstanceWorkflowID(uuid)
+	wid := guest.InstanceWorkflowID(uuid)
 	if st, err := a.Owners.OwnerStatus(ctx, wid); err != nil || st.State != OwnerRunning {
 		return RecoveredClaim{}, false, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -147,7 +148,7 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 			return SettleResult{}, classify(err)
 		}
 	}
-	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}); err != nil {
+	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: guest.VMActive, Task: guest.TaskNone}); err != nil {
 		return SettleResult{}, classify(err)
 	}
 	res.Settled = true
@@ -178,9 +179,9 @@ func (a *Activities) settleStoppedResize(ctx context.Context, inst *ledger.Insta
 		// not a state to guess.
 		return SettleResult{Settled: true, Reason: fmt.Sprintf("the guest has no domain on %s", inst.Host)}, nil
 	case dom.State == hypervisor.StateRunning:
-		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone})
+		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: guest.VMActive, Task: guest.TaskNone})
 	case dom.State == hypervisor.StateShutoff:
-		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: ledger.VMStopped, Task: ledger.TaskNone})
+		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: guest.VMStopped, Task: guest.TaskNone})
 	}
 	if err != nil {
 		return SettleResult{}, classify(err)

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
@@ -138,7 +139,7 @@ func (w *raceWorld) run(t *testing.T, uuid string, wf, in any) error {
 	env := s.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(2 * time.Minute)
 	w.runs++
-	id, run := activities.InstanceWorkflowID(uuid), fmt.Sprintf("first-run-%d", w.runs)
+	id, run := guest.InstanceWorkflowID(uuid), fmt.Sprintf("first-run-%d", w.runs)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: run}}})
 	env.RegisterActivity(w.acts)
@@ -273,7 +274,7 @@ func TestReconcileRacesEveryStep(t *testing.T) {
 	ctx := context.Background()
 	vmA, vmB := "0a000000-0000-4000-8000-00000000000a", "0b000000-0000-4000-8000-00000000000b"
 	w.uuids = []string{vmA, vmB}
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	fault := func(host string, op sim.Op, times int) {
 		if err := w.drv.SetFault(ctx, host, op, sim.Fault{Times: times}); err != nil {
 			t.Fatal(err)
@@ -320,14 +321,14 @@ func TestReconcileRaceDetects(t *testing.T) {
 	w := newRaceWorld(t)
 	vm := "0c000000-0000-4000-8000-00000000000c"
 	w.uuids = []string{vm}
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	if err := w.run(t, vm, Boot, BootInput{UUID: vm, Name: "C", Flavor: flavor, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	env := s.NewTestWorkflowEnvironment()
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: activities.InstanceWorkflowID(vm)})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: guest.InstanceWorkflowID(vm)})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: "control"}}})
 	env.RegisterActivity(w.acts)
 	wouldFree := 0

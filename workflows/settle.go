@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 )
 
 // SettleResult says what Settle did.
@@ -52,7 +53,7 @@ type Settler struct {
 // fails while another workflow of the instance is open.
 func (s Settler) StartSettle(ctx context.Context, in activities.SettleInput) error {
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                                       activities.InstanceWorkflowID(in.UUID),
+		ID:                                       guest.InstanceWorkflowID(in.UUID),
 		TaskQueue:                                s.TaskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -51,7 +52,7 @@ func BenchmarkAuditFleet(b *testing.B) {
 	for i := range names {
 		names[i] = fmt.Sprintf("fleet-%05d", i)
 	}
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	setup := time.Now()
 	var failed atomic.Bool
 	parallel(names, 16, func(i int, h string) {
@@ -137,12 +138,12 @@ func BenchmarkAuditFleet(b *testing.B) {
 
 // bootDirect books a guest on host through the activities a Boot runs,
 // with an owner that closed long ago.
-func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid string, flavor ledger.Flavor) error {
+func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid string, flavor guest.Flavor) error {
 	if _, err := acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: uuid, Name: "g-" + uuid[len(uuid)-6:], Flavor: flavor}); err != nil {
 		return err
 	}
 	c, err := acts.Claim(ctx, activities.ClaimInput{Host: host, ClaimID: "boot-" + uuid, UUID: uuid, Kind: ledger.KindBoot,
-		Owner: activities.Owner{WorkflowID: activities.InstanceWorkflowID(uuid), FirstRunID: "closed-" + uuid}, Flavor: flavor})
+		Owner: activities.Owner{WorkflowID: guest.InstanceWorkflowID(uuid), FirstRunID: "closed-" + uuid}, Flavor: flavor})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/workflows"
@@ -91,7 +92,7 @@ func TestReconcileFreesTerminatedOwner(t *testing.T) {
 			s.ok("sim", "gate", "--at", tt.gate, "--hold")
 			s.ok("migrate", vmA, "--dest", "b")
 			s.ok("sim", "gate", "--at", tt.gate, "--wait-arrived", "1")
-			if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
+			if err := s.tc.TerminateWorkflow(context.Background(), guest.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
 				t.Fatal(err)
 			}
 			s.ok("sim", "gate", "--at", tt.gate, "--wait-cancelled", "1")
