@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -27,21 +28,9 @@ type Activities struct {
 	Domain guestxml.Options
 	// ProgressEvery is how often Migrate heartbeats its progress.
 	ProgressEvery time.Duration
-	// Owners tells the ledger audit whether a claim's workflow is open.
-	Owners OwnerChecker
-	// Holders tells a recovery which claims an open operation made; nil
-	// quarantines what a lost claim of an open operation held.
-	Holders ClaimHolders
-	// Grace is the audit's default grace period: younger claims are not
-	// judged.
-	Grace time.Duration
-	// MinGrace is the least time a claim's owner must have been closed
-	// before the audit frees the claim, whatever grace an audit asks for.
-	MinGrace time.Duration
-	// Settler finishes, under an instance's own workflow id, an operation
-	// whose guest already runs on its new claim (see AuditHost); nil
-	// leaves such claims kept and reported.
-	Settler Settler
+	// Audit runs the audit, the recovery and the settling behind their
+	// activities; HostLeftovers asks its owner checker too.
+	Audit *audit.Auditor
 	// ShutdownTimeout is how long Offload waits for the guest to power
 	// itself off before destroying it; 0 destroys at once.
 	ShutdownTimeout time.Duration

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -42,11 +43,11 @@ func TestAuditCleansATerminatedBoot(t *testing.T) {
 	}
 	closed, open := bootDefinedOnly(65), bootDefinedOnly(66)
 	w.owners.set(guest.InstanceWorkflowID(closed), longClosed)
-	w.owners.set(guest.InstanceWorkflowID(open), OwnerStatus{State: OwnerRunning, FirstRunID: "run-2"})
+	w.owners.set(guest.InstanceWorkflowID(open), audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "run-2"})
 
-	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
-	if got := res.Tally.Drift.Of(DriftLeftoverDomain); got != 2 {
-		t.Errorf("AuditHost drift %+v, want two %s", res.Drift, DriftLeftoverDomain)
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	if got := res.Tally.Drift.Of(audit.DriftLeftoverDomain); got != 2 {
+		t.Errorf("AuditHost drift %+v, want two %s", res.Drift, audit.DriftLeftoverDomain)
 	}
 	if _, err := w.drv.Lookup(ctx, "a", closed); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("the closed boot's domain is still defined (lookup error %v); want it undefined", err)

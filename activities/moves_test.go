@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
@@ -181,7 +182,7 @@ func TestSettleInterruptedResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Terminated here: FinishResize never runs.
-	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
 	if err != nil || !res.Settled || res.PreviousClaimID != src.ClaimID {
 		t.Fatalf("SettleClaim of the interrupted resize = %+v, %v; want settled, freeing %s", res, err, src.ClaimID)
 	}
@@ -225,7 +226,7 @@ func TestSettleStoppedResize(t *testing.T) {
 				want = guest.VMStopped
 			}
 			// Terminated here: the guest never left a.
-			res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
+			res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
 			if err != nil || !res.Settled || res.PreviousClaimID != "" {
 				t.Fatalf("SettleClaim of the stopped resize = %+v, %v; want settled, releasing nothing", res, err)
 			}
@@ -265,7 +266,7 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
 	if err != nil || !res.Settled {
 		t.Fatalf("SettleClaim of the interrupted evacuation = %+v, %v; want settled", res, err)
 	}

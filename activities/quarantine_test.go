@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
@@ -25,14 +26,14 @@ func TestReleaseQuarantineAsksTheHypervisor(t *testing.T) {
 	x := uuidN(501)
 	cx := w.boot(t, "a", x, Owner{guest.InstanceWorkflowID(x), "run-x"})
 	w.loseGuest(t, "a", x, cx.ClaimID)
-	rec, err := w.acts.RecoverHost(ctx, RecoverHostInput{Host: "a"})
+	rec, err := w.acts.RecoverHost(ctx, audit.RecoverHostInput{Host: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.Quarantined) != 1 || rec.Quarantined[0].CPUs != "0-1" {
 		t.Fatalf("RecoverHost(a) quarantined %+v, want X's pCPUs 0-1", rec.Quarantined)
 	}
-	q := ReleaseQuarantineInput{Host: "a", ClaimID: rec.Quarantined[0].ClaimID}
+	q := audit.ReleaseQuarantineInput{Host: "a", ClaimID: rec.Quarantined[0].ClaimID}
 
 	before := w.snapshot(t, "a")
 	_, err = w.acts.ReleaseQuarantineClaim(ctx, q)
@@ -77,7 +78,7 @@ func TestReleaseQuarantineRefusesOtherClaims(t *testing.T) {
 	w.addHost(t, "a")
 	x := uuidN(511)
 	cx := w.boot(t, "a", x, Owner{guest.InstanceWorkflowID(x), "run-x"})
-	for _, in := range []ReleaseQuarantineInput{{Host: "a", ClaimID: cx.ClaimID}, {Host: "a", ClaimID: "quarantine-none"}} {
+	for _, in := range []audit.ReleaseQuarantineInput{{Host: "a", ClaimID: cx.ClaimID}, {Host: "a", ClaimID: "quarantine-none"}} {
 		if _, err := w.acts.ReleaseQuarantineClaim(context.Background(), in); !isType(err, ErrTypeInvalidRequest) {
 			t.Errorf("ReleaseQuarantineClaim(%+v): %v, want an InvalidRequest refusal", in, err)
 		}

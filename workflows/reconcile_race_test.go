@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -34,7 +35,7 @@ import (
 type openOwner struct {
 	mu       sync.Mutex
 	id, run  string
-	override *activities.OwnerStatus
+	override *audit.OwnerStatus
 }
 
 func (o *openOwner) open(id, run string) {
@@ -43,16 +44,16 @@ func (o *openOwner) open(id, run string) {
 	o.id, o.run = id, run
 }
 
-func (o *openOwner) OwnerStatus(_ context.Context, id string) (activities.OwnerStatus, error) {
+func (o *openOwner) OwnerStatus(_ context.Context, id string) (audit.OwnerStatus, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.override != nil {
 		return *o.override, nil
 	}
 	if id == o.id && o.id != "" {
-		return activities.OwnerStatus{State: activities.OwnerRunning, FirstRunID: o.run, Since: time.Now()}, nil
+		return audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: o.run, Since: time.Now()}, nil
 	}
-	return activities.OwnerStatus{State: activities.OwnerNotFound}, nil
+	return audit.OwnerStatus{State: audit.OwnerNotFound}, nil
 }
 
 // Retention is none: every claim is older, so a workflow not found is
@@ -114,7 +115,8 @@ func newRaceWorld(t *testing.T) *raceWorld {
 		t.Fatal(err)
 	}
 	w := &raceWorld{t: t, led: led, drv: sim.New(rdb, sim.Options{}), owners: &openOwner{}}
-	w.acts = &activities.Activities{Ledger: led, Driver: w.drv, Owners: w.owners, ProgressEvery: 10 * time.Millisecond}
+	w.acts = &activities.Activities{Ledger: led, Driver: w.drv, ProgressEvery: 10 * time.Millisecond,
+		Audit: &audit.Auditor{Ledger: led, Driver: w.drv, Owners: w.owners}}
 	for _, h := range []string{"a", "b"} {
 		topo, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 4, Threads: 1, MemoryMB: 8192})
 		if err != nil {
@@ -191,7 +193,7 @@ func (w *raceWorld) auditAll(t *testing.T, where string) {
 		return
 	}
 	for _, h := range hosts {
-		res, err := w.acts.AuditHost(ctx, activities.AuditHostInput{Host: h, Grace: new(time.Duration)})
+		res, err := w.acts.AuditHost(ctx, audit.AuditHostInput{Host: h, Grace: new(time.Duration)})
 		w.audits++
 		if err != nil {
 			t.Errorf("%s: AuditHost(%s): %v", where, h, err)
@@ -339,19 +341,19 @@ func TestReconcileRaceDetects(t *testing.T) {
 			return
 		}
 		w.owners.mu.Lock()
-		w.owners.override = &activities.OwnerStatus{State: activities.OwnerNotFound}
+		w.owners.override = &audit.OwnerStatus{State: audit.OwnerNotFound}
 		w.owners.mu.Unlock()
 		defer func() {
 			w.owners.mu.Lock()
 			w.owners.override = nil
 			w.owners.mu.Unlock()
 		}()
-		res, err := w.acts.AuditHost(context.Background(), activities.AuditHostInput{Host: "b", Grace: new(time.Duration), DryRun: true})
+		res, err := w.acts.AuditHost(context.Background(), audit.AuditHostInput{Host: "b", Grace: new(time.Duration), DryRun: true})
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		wouldFree = res.Tally.Freed.Of(activities.FreedOwnerNotFound)
+		wouldFree = res.Tally.Freed.Of(audit.FreedOwnerNotFound)
 	})
 	env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: vm, Dest: "b"})
 	if err := env.GetWorkflowError(); err != nil {

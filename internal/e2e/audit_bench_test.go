@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
@@ -43,7 +44,8 @@ func BenchmarkAuditFleet(b *testing.B) {
 	}
 	defer rdb.Close()
 	drv := sim.New(rdb, sim.Options{})
-	acts := &activities.Activities{Ledger: led, Driver: drv, Owners: activities.TemporalOwners{Client: tc, Namespace: namespace}}
+	acts := &activities.Activities{Ledger: led, Driver: drv,
+		Audit: &audit.Auditor{Ledger: led, Driver: drv, Owners: audit.TemporalOwners{Client: tc, Namespace: namespace}}}
 	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 8, Threads: 2, MemoryMB: 1 << 16})
 	if err != nil {
 		b.Fatal(err)

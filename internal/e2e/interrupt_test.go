@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -279,8 +279,8 @@ func unsettled(res *workflows.ReconcileResult) string {
 	if t.Errors > 0 {
 		left = append(left, fmt.Sprintf("%d errors", t.Errors))
 	}
-	for _, r := range []string{activities.KeptRecentlyClosed, activities.KeptChanged, activities.KeptSettling, activities.KeptDoubt,
-		activities.KeptOwnerRunning, activities.KeptInstanceBusy, activities.KeptYoung} {
+	for _, r := range []string{audit.KeptRecentlyClosed, audit.KeptChanged, audit.KeptSettling, audit.KeptDoubt,
+		audit.KeptOwnerRunning, audit.KeptInstanceBusy, audit.KeptYoung} {
 		if n := t.Kept.Of(r); n > 0 {
 			left = append(left, fmt.Sprintf("%d kept %s", n, r))
 		}

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func claimCPUs(c *ledger.Claim) numa.CPUSet {
 
 // drift compares the host's domains and their pins with the snapshot's
 // claims (less those just freed).
-func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervisor.Domain, j judged) {
+func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervisor.Domain, j judged) {
 	freed := j.freed
 	var pinnable numa.CPUSet
 	for _, c := range snap.Topology.Cells {
@@ -140,7 +140,7 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 // gets that claim back instead (restoreHeld), so the operation goes on.
 // The claim is a compare-and-set on free pCPUs, so a claim made since the
 // snapshot wins and nothing is quarantined.
-func (au *audit) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, cpus numa.CPUSet, f *Drift) {
+func (au *pass) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, cpus numa.CPUSet, f *Drift) {
 	if cpus.IsEmpty() || d.State != hypervisor.StateRunning || au.res.DryRun {
 		return
 	}
