@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
@@ -26,21 +28,9 @@ type Activities struct {
 	Domain guestxml.Options
 	// ProgressEvery is how often Migrate heartbeats its progress.
 	ProgressEvery time.Duration
-	// Owners tells the ledger audit whether a claim's workflow is open.
-	Owners OwnerChecker
-	// Holders tells a recovery which claims an open operation made; nil
-	// quarantines what a lost claim of an open operation held.
-	Holders ClaimHolders
-	// Grace is the audit's default grace period: younger claims are not
-	// judged.
-	Grace time.Duration
-	// MinGrace is the least time a claim's owner must have been closed
-	// before the audit frees the claim, whatever grace an audit asks for.
-	MinGrace time.Duration
-	// Settler finishes, under an instance's own workflow id, an operation
-	// whose guest already runs on its new claim (see AuditHost); nil
-	// leaves such claims kept and reported.
-	Settler Settler
+	// Audit runs the audit, the recovery and the settling behind their
+	// activities; HostLeftovers asks its owner checker too.
+	Audit *audit.Auditor
 	// ShutdownTimeout is how long Offload waits for the guest to power
 	// itself off before destroying it; 0 destroys at once.
 	ShutdownTimeout time.Duration
@@ -80,17 +70,17 @@ func info(inst *ledger.Instance) InstanceInfo {
 // CreateInstance records a new guest, building and spawning. Creating the
 // same guest again is a retry and succeeds.
 func (a *Activities) CreateInstance(ctx context.Context, in CreateInstanceInput) (InstanceInfo, error) {
-	inst, err := a.Ledger.CreateInstance(ctx, in.UUID, in.Name, in.Flavor, ledger.VMBuilding, in.Creator)
+	inst, err := a.Ledger.CreateInstance(ctx, in.UUID, in.Name, in.Flavor, guest.VMBuilding, in.Creator)
 	if errors.Is(err, ledger.ErrExists) {
 		return InstanceInfo{}, BadState(fmt.Sprintf("instance %s exists already; a boot creates a new instance, so give it a new uuid", in.UUID))
 	}
 	if err != nil {
 		return InstanceInfo{}, classify(err)
 	}
-	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{Task: ledger.TaskSpawning}); err != nil {
+	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{Task: guest.TaskSpawning}); err != nil {
 		return InstanceInfo{}, classify(err)
 	}
-	inst.TaskState = ledger.TaskSpawning
+	inst.TaskState = guest.TaskSpawning
 	return info(inst), nil
 }
 
@@ -176,7 +166,7 @@ func (a *Activities) CommitMigration(ctx context.Context, in CommitMigrationInpu
 			return classify(err)
 		}
 	}
-	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}))
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: guest.VMActive, Task: guest.TaskNone}))
 }
 
 // ClearInstanceHost detaches the instance from its host, node, placement
@@ -198,7 +188,7 @@ func (a *Activities) ClearInstanceHost(ctx context.Context, in ClearHostInput) e
 			}
 		}
 	}
-	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: ledger.TaskNone}))
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: guest.TaskNone}))
 }
 
 // DestroyDomain powers the guest off and removes it from the host; a guest
@@ -227,7 +217,7 @@ func (a *Activities) Attach(ctx context.Context, in AttachInput) error {
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}
-	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}))
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: guest.VMActive, Task: guest.TaskNone}))
 }
 
 // DeleteInstance removes the instance's record; a missing record is no

@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 )
 
 // TestSweepBuildingFailsAStuckBoot: a boot that stopped after it created
@@ -16,24 +17,24 @@ import (
 func TestSweepBuildingFailsAStuckBoot(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	record := func(n int, at time.Time, st *OwnerStatus) string {
+	record := func(n int, at time.Time, st *audit.OwnerStatus) string {
 		u := uuidN(n)
 		w.at(at)
 		if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 			t.Fatal(err)
 		}
 		if st != nil {
-			w.owners.set(InstanceWorkflowID(u), *st)
+			w.owners.set(guest.InstanceWorkflowID(u), *st)
 		}
 		return u
 	}
 	now := time.Now()
 	closed := record(70, now, &longClosed)
-	open := record(71, now, &OwnerStatus{State: OwnerRunning, FirstRunID: "run-1"})
-	justClosed := record(72, now, &OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: now.Add(-time.Second)})
+	open := record(71, now, &audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "run-1"})
+	justClosed := record(72, now, &audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: "run-1", Since: now.Add(-time.Second)})
 	unseen := record(73, now, nil)
 	forgotten := record(74, now.Add(-2*testRetention), nil)
-	states := func(when string, want map[string]ledger.VMState) {
+	states := func(when string, want map[string]guest.VMState) {
 		t.Helper()
 		for u, vm := range want {
 			if inst, err := w.led.Instance(ctx, u); err != nil || inst.VMState != vm {
@@ -42,21 +43,21 @@ func TestSweepBuildingFailsAStuckBoot(t *testing.T) {
 		}
 	}
 
-	res, err := w.acts.SweepBuilding(ctx, SweepBuildingInput{DryRun: true})
-	if err != nil || res.Tally.Drift.Of(DriftStuckBuild) != 2 {
-		t.Errorf("SweepBuilding dry run = %+v, %v; want two %s", res, err, DriftStuckBuild)
+	res, err := w.acts.SweepBuilding(ctx, audit.SweepBuildingInput{DryRun: true})
+	if err != nil || res.Tally.Drift.Of(audit.DriftStuckBuild) != 2 {
+		t.Errorf("SweepBuilding dry run = %+v, %v; want two %s", res, err, audit.DriftStuckBuild)
 	}
-	states("after a dry run", map[string]ledger.VMState{closed: ledger.VMBuilding, forgotten: ledger.VMBuilding})
+	states("after a dry run", map[string]guest.VMState{closed: guest.VMBuilding, forgotten: guest.VMBuilding})
 
-	res, err = w.acts.SweepBuilding(ctx, SweepBuildingInput{})
-	if err != nil || res.Tally.Drift.Of(DriftStuckBuild) != 2 || len(res.Errors) != 0 {
-		t.Errorf("SweepBuilding = %+v, %v; want two %s and no error", res, err, DriftStuckBuild)
+	res, err = w.acts.SweepBuilding(ctx, audit.SweepBuildingInput{})
+	if err != nil || res.Tally.Drift.Of(audit.DriftStuckBuild) != 2 || len(res.Errors) != 0 {
+		t.Errorf("SweepBuilding = %+v, %v; want two %s and no error", res, err, audit.DriftStuckBuild)
 	}
-	states("after the sweep", map[string]ledger.VMState{
-		closed: ledger.VMError, forgotten: ledger.VMError,
-		open: ledger.VMBuilding, justClosed: ledger.VMBuilding, unseen: ledger.VMBuilding,
+	states("after the sweep", map[string]guest.VMState{
+		closed: guest.VMError, forgotten: guest.VMError,
+		open: guest.VMBuilding, justClosed: guest.VMBuilding, unseen: guest.VMBuilding,
 	})
-	if inst, err := w.led.Instance(ctx, closed); err != nil || inst.TaskState != ledger.TaskNone {
+	if inst, err := w.led.Instance(ctx, closed); err != nil || inst.TaskState != guest.TaskNone {
 		t.Errorf("failed build's record = %+v, %v; want no task", inst, err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -88,11 +90,11 @@ func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]Leftover
 		if c.Kind == ledger.KindQuarantine {
 			continue
 		}
-		st, err := a.Owners.OwnerStatus(ctx, InstanceWorkflowID(c.InstanceUUID))
+		st, err := a.Audit.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(c.InstanceUUID))
 		if err != nil {
 			return nil, err
 		}
-		if st.State == OwnerRunning {
+		if st.State == audit.OwnerRunning {
 			busy = append(busy, c.InstanceUUID)
 		}
 		if c.State == ledger.StateTombstone {

@@ -9,6 +9,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -16,11 +18,11 @@ import (
 // fakeSettler records the settles the audit starts.
 type fakeSettler struct {
 	mu      sync.Mutex
-	started []SettleInput
+	started []audit.SettleInput
 	err     error
 }
 
-func (f *fakeSettler) StartSettle(_ context.Context, in SettleInput) error {
+func (f *fakeSettler) StartSettle(_ context.Context, in audit.SettleInput) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -30,7 +32,7 @@ func (f *fakeSettler) StartSettle(_ context.Context, in SettleInput) error {
 	return nil
 }
 
-var longClosed = OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-time.Hour)}
+var longClosed = audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-time.Hour)}
 
 // TestAuditRacingACommit is the third double pin of wave one: the owner
 // commits, attaches and completes between the audit's snapshot and its
@@ -43,7 +45,7 @@ func TestAuditRacingACommit(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	owner := Owner{InstanceWorkflowID(u), "run-1"}
+	owner := Owner{guest.InstanceWorkflowID(u), "run-1"}
 	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
 	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
@@ -58,11 +60,11 @@ func TestAuditRacingACommit(t *testing.T) {
 		}
 		w.owners.set(owner.WorkflowID, longClosed)
 	}
-	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
 	if n := res.Tally.Freed.Total(); n != 0 || !w.hasClaim(t, "a", c.ClaimID) {
 		t.Fatalf("AuditHost freed %d claims (%+v); the claim committed and attached meanwhile must stay", n, res.Freed)
 	}
-	if got := res.Tally.Kept.Of(KeptChanged); got != 1 {
+	if got := res.Tally.Kept.Of(audit.KeptChanged); got != 1 {
 		t.Errorf("AuditHost kept %+v, want the claim kept as changed since the snapshot", res.Tally.Kept)
 	}
 }
@@ -78,8 +80,8 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 		stopped  bool
 		wantKept string
 	}{
-		{"exactly pinned, settler", true, false, KeptSettling},
-		{"exactly pinned, no settler", false, false, KeptInUse},
+		{"exactly pinned, settler", true, false, audit.KeptSettling},
+		{"exactly pinned, no settler", false, false, audit.KeptInUse},
 		{"shut off", true, true, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,7 +91,7 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 			w.acts.FenceLease = 50 * time.Millisecond
 			settler := &fakeSettler{}
 			if tt.settler {
-				w.acts.Settler = settler
+				w.acts.Audit.Settler = settler
 			}
 			u := uuidN(2)
 			if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
@@ -97,7 +99,7 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 			}
 			// A boot terminated right after its spawn: the guest runs on a
 			// pending claim whose owner is closed.
-			owner := Owner{InstanceWorkflowID(u), "run-1"}
+			owner := Owner{guest.InstanceWorkflowID(u), "run-1"}
 			c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, owner)
 			if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 				t.Fatal(err)
@@ -109,9 +111,9 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 			}
 			w.owners.set(owner.WorkflowID, longClosed)
 			time.Sleep(100 * time.Millisecond)
-			res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
+			res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
 			if tt.wantKept == "" {
-				if res.Tally.Freed.Of(FreedOwnerClosed) != 1 || w.hasClaim(t, "a", c.ClaimID) {
+				if res.Tally.Freed.Of(audit.FreedOwnerClosed) != 1 || w.hasClaim(t, "a", c.ClaimID) {
 					t.Fatalf("AuditHost kept %+v freed %+v; a shut-off guest uses no pCPU, the claim goes", res.Tally.Kept, res.Tally.Freed)
 				}
 				return
@@ -122,8 +124,8 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 			if got := res.Tally.Kept.Of(tt.wantKept); got != 1 {
 				t.Errorf("AuditHost kept %+v, want one %s", res.Tally.Kept, tt.wantKept)
 			}
-			if res.Tally.Drift.Of(DriftClaimInUse) != 1 {
-				t.Errorf("AuditHost drift %+v, want one %s", res.Drift, DriftClaimInUse)
+			if res.Tally.Drift.Of(audit.DriftClaimInUse) != 1 {
+				t.Errorf("AuditHost drift %+v, want one %s", res.Drift, audit.DriftClaimInUse)
 			}
 			want := 0
 			if tt.settler {
@@ -150,18 +152,18 @@ func TestAuditRespectsFenceAndMinimumGrace(t *testing.T) {
 	if _, err := w.led.Fence(ctx, "a", c.ClaimID, c.Token, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
-	if res.Tally.Kept.Of(KeptChanged) != 1 || !w.hasClaim(t, "a", c.ClaimID) {
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	if res.Tally.Kept.Of(audit.KeptChanged) != 1 || !w.hasClaim(t, "a", c.ClaimID) {
 		t.Errorf("AuditHost of a fenced claim kept %+v freed %+v, want it kept as changed", res.Tally.Kept, res.Tally.Freed)
 	}
 
 	v := uuidN(4)
 	owner = Owner{"wf-" + v, "run-1"}
 	d := w.claim(t, "a", "c-"+v, v, ledger.KindBoot, owner)
-	w.owners.set(owner.WorkflowID, OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-time.Second)})
-	w.acts.MinGrace = time.Minute
-	res = w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
-	if res.Tally.Kept.Of(KeptRecentlyClosed) != 1 || !w.hasClaim(t, "a", d.ClaimID) {
+	w.owners.set(owner.WorkflowID, audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-time.Second)})
+	w.acts.Audit.MinGrace = time.Minute
+	res = w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	if res.Tally.Kept.Of(audit.KeptRecentlyClosed) != 1 || !w.hasClaim(t, "a", d.ClaimID) {
 		t.Errorf("AuditHost with grace 0, minimum 1m, owner closed 1s ago: kept %+v freed %+v, want recently closed", res.Tally.Kept, res.Tally.Freed)
 	}
 }
@@ -176,7 +178,7 @@ func TestSpawnFencedOutStartsNothing(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
 	if err := w.led.Release(ctx, "a", c.ClaimID); err != nil {
 		t.Fatal(err)
 	}
@@ -198,8 +200,8 @@ func TestFencedStepsNeedTheirClaim(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(10)
-	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
 	for _, tc := range []struct {
 		name string
 		err  error
@@ -236,11 +238,11 @@ func TestSettleClaim(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(6)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
 
 	// Nothing to settle while the guest has not moved.
-	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
+	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
 	if err != nil || res.Settled {
 		t.Fatalf("SettleClaim before the move = %+v, %v; want not settled", res, err)
 	}
@@ -251,7 +253,7 @@ func TestSettleClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // idempotent
-		res, err = w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
+		res, err = w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
 		if err != nil || !res.Settled {
 			t.Fatalf("SettleClaim after the move = %+v, %v; want settled", res, err)
 		}
@@ -260,7 +262,7 @@ func TestSettleClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.VMState != ledger.VMActive || inst.TaskState != ledger.TaskNone {
+	if inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.VMState != guest.VMActive || inst.TaskState != guest.TaskNone {
 		t.Errorf("record after settling = host %s claim %s %s/%q; want b, %s, active, no task", inst.Host, inst.ClaimID, inst.VMState, inst.TaskState, dst.ClaimID)
 	}
 	if w.hasClaim(t, "a", src.ClaimID) {
@@ -287,14 +289,14 @@ func TestSettleFinishesADelete(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
 	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.acts.DeleteInstance(ctx, u); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "a", ClaimID: c.ClaimID})
+	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: c.ClaimID})
 	if err != nil || !res.Settled {
 		t.Fatalf("SettleClaim of a deleted instance = %+v, %v; want settled", res, err)
 	}

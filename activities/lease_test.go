@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -56,7 +57,7 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
 	led.Stop(t)
 	done := result(func() error {
 		return w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
@@ -84,8 +85,8 @@ func preparedMigration(t *testing.T, w *world, n int) MigrateInput {
 	t.Helper()
 	ctx := context.Background()
 	u := uuidN(n)
-	w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
 	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestLeaseHoldsUnderClockSkew(t *testing.T) {
 	w.addHost(t, "a")
 	u := uuidN(63)
 	for i, skew := range []time.Duration{-time.Hour, time.Hour} {
-		c := w.claim(t, "a", fmt.Sprintf("boot-run-%d", i), u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+		c := w.claim(t, "a", fmt.Sprintf("boot-run-%d", i), u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
 		l := w.acts.claimLease("a", c.ClaimID, c.Token)
 		l.length = 200 * time.Millisecond
 		l.now = func() time.Time { return time.Now().Add(skew) }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
@@ -26,7 +28,7 @@ func TestAuditCleansATerminatedBoot(t *testing.T) {
 		if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
 			t.Fatal(err)
 		}
-		c := w.claim(t, "a", "boot-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "run-1"})
+		c := w.claim(t, "a", "boot-"+u, u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
 		if err := w.drv.SetFault(ctx, "a", sim.OpStart, sim.Fault{Times: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -40,23 +42,23 @@ func TestAuditCleansATerminatedBoot(t *testing.T) {
 		return u
 	}
 	closed, open := bootDefinedOnly(65), bootDefinedOnly(66)
-	w.owners.set(InstanceWorkflowID(closed), longClosed)
-	w.owners.set(InstanceWorkflowID(open), OwnerStatus{State: OwnerRunning, FirstRunID: "run-2"})
+	w.owners.set(guest.InstanceWorkflowID(closed), longClosed)
+	w.owners.set(guest.InstanceWorkflowID(open), audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "run-2"})
 
-	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
-	if got := res.Tally.Drift.Of(DriftLeftoverDomain); got != 2 {
-		t.Errorf("AuditHost drift %+v, want two %s", res.Drift, DriftLeftoverDomain)
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	if got := res.Tally.Drift.Of(audit.DriftLeftoverDomain); got != 2 {
+		t.Errorf("AuditHost drift %+v, want two %s", res.Drift, audit.DriftLeftoverDomain)
 	}
 	if _, err := w.drv.Lookup(ctx, "a", closed); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("the closed boot's domain is still defined (lookup error %v); want it undefined", err)
 	}
-	if in, err := w.led.Instance(ctx, closed); err != nil || in.VMState != ledger.VMError {
+	if in, err := w.led.Instance(ctx, closed); err != nil || in.VMState != guest.VMError {
 		t.Errorf("the closed boot's record = %+v, %v; want vm_state error", in, err)
 	}
 	if dom, err := w.drv.Lookup(ctx, "a", open); err != nil || dom.State != hypervisor.StateShutoff {
 		t.Errorf("the open boot's domain = %+v, %v; want it left defined", dom, err)
 	}
-	if in, err := w.led.Instance(ctx, open); err != nil || in.VMState != ledger.VMBuilding {
+	if in, err := w.led.Instance(ctx, open); err != nil || in.VMState != guest.VMBuilding {
 		t.Errorf("the open boot's record = %+v, %v; want it left building", in, err)
 	}
 }

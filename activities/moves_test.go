@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/xmlpatch"
@@ -12,7 +14,7 @@ import (
 
 // resizeTo runs a resize of uuid from host src to dst up to VERIFY_RESIZE,
 // the way the Resize workflow does, and returns the destination claim.
-func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f ledger.Flavor) ClaimResult {
+func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f guest.Flavor) ClaimResult {
 	t.Helper()
 	ctx := context.Background()
 	step := func(what string, err error) {
@@ -23,7 +25,7 @@ func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f ledger
 	}
 	step("BeginResize", w.acts.BeginResize(ctx, BeginResizeInput{UUID: uuid, NewFlavor: f}))
 	c, err := w.acts.Claim(ctx, ClaimInput{Host: dst, ClaimID: "resize-dest-1", UUID: uuid, Kind: ledger.KindResizeDest,
-		Owner: Owner{InstanceWorkflowID(uuid), "resize-1"}, Flavor: f})
+		Owner: Owner{guest.InstanceWorkflowID(uuid), "resize-1"}, Flavor: f})
 	step("Claim", err)
 	step("HoldClaim", w.acts.HoldClaim(ctx, ClaimRef{Host: src, ClaimID: srcClaim}))
 	step("PowerOff", w.acts.PowerOff(ctx, DomainInput{UUID: uuid, Host: src}))
@@ -62,7 +64,7 @@ func TestResizeRevertKeepsThePins(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(20)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	bigger := testFlavor
 	bigger.VCPUs = 3
 	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
@@ -112,7 +114,7 @@ func TestRevertRefusedBeforeItDestroys(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(21)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", testFlavor)
 	back := RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}
 	unchanged := func(when string) {
@@ -158,14 +160,14 @@ func TestSettleInterruptedResize(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(21)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	bigger := testFlavor
 	bigger.VCPUs = 3
 	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
-		Owner: Owner{InstanceWorkflowID(u), "resize-1"}, Flavor: bigger})
+		Owner: Owner{guest.InstanceWorkflowID(u), "resize-1"}, Flavor: bigger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func TestSettleInterruptedResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Terminated here: FinishResize never runs.
-	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
 	if err != nil || !res.Settled || res.PreviousClaimID != src.ClaimID {
 		t.Fatalf("SettleClaim of the interrupted resize = %+v, %v; want settled, freeing %s", res, err, src.ClaimID)
 	}
@@ -188,7 +190,7 @@ func TestSettleInterruptedResize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.Request.VCPUs != 3 || inst.Resize != nil || inst.VMState != ledger.VMActive {
+	if inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.Request.VCPUs != 3 || inst.Resize != nil || inst.VMState != guest.VMActive {
 		t.Errorf("record after settling = host %s claim %s %d vCPUs %s resize %+v; want b, %s, 3, active, none",
 			inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.VMState, inst.Resize, c.ClaimID)
 	}
@@ -209,22 +211,22 @@ func TestSettleStoppedResize(t *testing.T) {
 			w := newWorld(t)
 			w.addHost(t, "a")
 			u := uuidN(22)
-			src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+			src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 			if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor, Cold: true}); err != nil {
 				t.Fatal(err)
 			}
 			if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
 				t.Fatal(err)
 			}
-			want := ledger.VMActive
+			want := guest.VMActive
 			if poweredOff {
 				if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
 					t.Fatal(err)
 				}
-				want = ledger.VMStopped
+				want = guest.VMStopped
 			}
 			// Terminated here: the guest never left a.
-			res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
+			res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
 			if err != nil || !res.Settled || res.PreviousClaimID != "" {
 				t.Fatalf("SettleClaim of the stopped resize = %+v, %v; want settled, releasing nothing", res, err)
 			}
@@ -235,7 +237,7 @@ func TestSettleStoppedResize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if inst.Host != "a" || inst.ClaimID != src.ClaimID || inst.Resize != nil || inst.VMState != want || inst.TaskState != ledger.TaskNone {
+			if inst.Host != "a" || inst.ClaimID != src.ClaimID || inst.Resize != nil || inst.VMState != want || inst.TaskState != guest.TaskNone {
 				t.Errorf("record after settling = host %s claim %s %s/%q resize %+v; want a, %s, %s, no task, no resize",
 					inst.Host, inst.ClaimID, inst.VMState, inst.TaskState, inst.Resize, src.ClaimID, want)
 			}
@@ -253,18 +255,18 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(22)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	if err := w.drv.PowerOff(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.led.SetHostDown(ctx, "a", "test"); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "b", "evacuation-dest-1", u, ledger.KindEvacuationDest, Owner{InstanceWorkflowID(u), "evac-1"})
+	c := w.claim(t, "b", "evacuation-dest-1", u, ledger.KindEvacuationDest, Owner{guest.InstanceWorkflowID(u), "evac-1"})
 	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.acts.SettleClaim(ctx, SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
 	if err != nil || !res.Settled {
 		t.Fatalf("SettleClaim of the interrupted evacuation = %+v, %v; want settled", res, err)
 	}
@@ -287,7 +289,7 @@ func TestMoveClearsAnInterruptedResize(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(23)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	bigger := testFlavor
 	bigger.VCPUs = 3
 	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
@@ -297,7 +299,7 @@ func TestMoveClearsAnInterruptedResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Terminated here. A live migration moves the guest to b.
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
 	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +330,7 @@ func TestResizeOfAVanishedClaim(t *testing.T) {
 	w := newWorld(t)
 	w.addHost(t, "a")
 	u := uuidN(24)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	if err := w.led.Release(ctx, "a", src.ClaimID); err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +351,7 @@ func TestResizeAfterAnInterruptedOne(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(25)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
@@ -372,12 +374,12 @@ func TestKeepMovedKeepsOnlyAMovedGuest(t *testing.T) {
 	w.addHost(t, "a")
 	w.addHost(t, "b")
 	u := uuidN(22)
-	src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
-		Owner: Owner{InstanceWorkflowID(u), "resize-1"}, Flavor: testFlavor})
+		Owner: Owner{guest.InstanceWorkflowID(u), "resize-1"}, Flavor: testFlavor})
 	if err != nil {
 		t.Fatal(err)
 	}

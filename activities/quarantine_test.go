@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -22,16 +24,16 @@ func TestReleaseQuarantineAsksTheHypervisor(t *testing.T) {
 	ctx := context.Background()
 	w.addHost(t, "a")
 	x := uuidN(501)
-	cx := w.boot(t, "a", x, Owner{InstanceWorkflowID(x), "run-x"})
+	cx := w.boot(t, "a", x, Owner{guest.InstanceWorkflowID(x), "run-x"})
 	w.loseGuest(t, "a", x, cx.ClaimID)
-	rec, err := w.acts.RecoverHost(ctx, RecoverHostInput{Host: "a"})
+	rec, err := w.acts.RecoverHost(ctx, audit.RecoverHostInput{Host: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.Quarantined) != 1 || rec.Quarantined[0].CPUs != "0-1" {
 		t.Fatalf("RecoverHost(a) quarantined %+v, want X's pCPUs 0-1", rec.Quarantined)
 	}
-	q := ReleaseQuarantineInput{Host: "a", ClaimID: rec.Quarantined[0].ClaimID}
+	q := audit.ReleaseQuarantineInput{Host: "a", ClaimID: rec.Quarantined[0].ClaimID}
 
 	before := w.snapshot(t, "a")
 	_, err = w.acts.ReleaseQuarantineClaim(ctx, q)
@@ -49,7 +51,7 @@ func TestReleaseQuarantineAsksTheHypervisor(t *testing.T) {
 	}
 
 	y := uuidN(502)
-	w.boot(t, "a", y, Owner{InstanceWorkflowID(y), "run-y"})
+	w.boot(t, "a", y, Owner{guest.InstanceWorkflowID(y), "run-y"})
 	w.noSharedPCPUs(t, "a")
 
 	if err := w.acts.DestroyDomain(ctx, DomainInput{UUID: x, Host: "a"}); err != nil {
@@ -63,7 +65,7 @@ func TestReleaseQuarantineAsksTheHypervisor(t *testing.T) {
 		t.Errorf("ReleaseQuarantineClaim(%+v) = %+v, claim still there %v; want 0-1 freed", q, got, w.hasClaim(t, "a", q.ClaimID))
 	}
 	z := uuidN(503)
-	if cz := w.boot(t, "a", z, Owner{InstanceWorkflowID(z), "run-z"}); claimedCPUs(cz) != "0-1" {
+	if cz := w.boot(t, "a", z, Owner{guest.InstanceWorkflowID(z), "run-z"}); claimedCPUs(cz) != "0-1" {
 		t.Errorf("Z booted on pCPUs %s, want the released 0-1", claimedCPUs(cz))
 	}
 	w.noSharedPCPUs(t, "a")
@@ -75,8 +77,8 @@ func TestReleaseQuarantineRefusesOtherClaims(t *testing.T) {
 	w := newWorld(t)
 	w.addHost(t, "a")
 	x := uuidN(511)
-	cx := w.boot(t, "a", x, Owner{InstanceWorkflowID(x), "run-x"})
-	for _, in := range []ReleaseQuarantineInput{{Host: "a", ClaimID: cx.ClaimID}, {Host: "a", ClaimID: "quarantine-none"}} {
+	cx := w.boot(t, "a", x, Owner{guest.InstanceWorkflowID(x), "run-x"})
+	for _, in := range []audit.ReleaseQuarantineInput{{Host: "a", ClaimID: cx.ClaimID}, {Host: "a", ClaimID: "quarantine-none"}} {
 		if _, err := w.acts.ReleaseQuarantineClaim(context.Background(), in); !isType(err, ErrTypeInvalidRequest) {
 			t.Errorf("ReleaseQuarantineClaim(%+v): %v, want an InvalidRequest refusal", in, err)
 		}

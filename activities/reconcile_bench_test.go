@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
@@ -43,7 +45,7 @@ func BenchmarkReconcileAudit(b *testing.B) {
 		b.Fatal(err)
 	}
 	drv := sim.New(rdb, sim.Options{})
-	acts := &Activities{Ledger: led, Driver: drv, Owners: TemporalOwners{Client: tmp.Client}}
+	acts := &Activities{Ledger: led, Driver: drv, Audit: &audit.Auditor{Ledger: led, Driver: drv, Owners: audit.TemporalOwners{Client: tmp.Client}}}
 
 	setup := time.Now()
 	hosts, guests := benchCloud(b, acts)
@@ -62,14 +64,14 @@ func BenchmarkReconcileAudit(b *testing.B) {
 	b.Logf("setup: %d hosts, %d guests, %d open workflows in %s", len(hosts), len(hosts)*benchPerHost, len(owners), time.Since(setup).Round(time.Millisecond))
 
 	zero := time.Duration(0)
-	var audit, floor time.Duration
+	var auditTime, floor time.Duration
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		var total Tally
+		var total audit.Tally
 		var mu sync.Mutex
 		eachHost(hosts, func(h string) {
-			res, err := acts.AuditHost(ctx, AuditHostInput{Host: h, Grace: &zero})
+			res, err := acts.AuditHost(ctx, audit.AuditHostInput{Host: h, Grace: &zero})
 			if err != nil {
 				b.Error(err)
 				return
@@ -78,13 +80,13 @@ func BenchmarkReconcileAudit(b *testing.B) {
 			total.Add(res.Tally)
 			mu.Unlock()
 		})
-		audit += time.Since(start)
+		auditTime += time.Since(start)
 
 		b.StopTimer()
-		want := Tally{Claims: benchHosts*benchPerHost + benchOpenOwners,
-			Kept: ReasonCounts{{KeptOwnerRunning, benchOpenOwners}, {KeptResident, benchHosts * benchPerHost}}}
-		if total.Claims != want.Claims || total.Kept.Of(KeptResident) != benchHosts*benchPerHost ||
-			total.Kept.Of(KeptOwnerRunning) != benchOpenOwners || total.Freed.Total() != 0 || total.Drift.Total() != 0 || total.Errors != 0 {
+		want := audit.Tally{Claims: benchHosts*benchPerHost + benchOpenOwners,
+			Kept: audit.ReasonCounts{{Reason: audit.KeptOwnerRunning, Count: benchOpenOwners}, {Reason: audit.KeptResident, Count: benchHosts * benchPerHost}}}
+		if total.Claims != want.Claims || total.Kept.Of(audit.KeptResident) != benchHosts*benchPerHost ||
+			total.Kept.Of(audit.KeptOwnerRunning) != benchOpenOwners || total.Freed.Total() != 0 || total.Drift.Total() != 0 || total.Errors != 0 {
 			b.Fatalf("audit tally %+v, want %+v and nothing freed, no drift, no error", total, want)
 		}
 		start = time.Now()
@@ -93,7 +95,7 @@ func BenchmarkReconcileAudit(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	perAudit := audit.Seconds() / float64(b.N)
+	perAudit := auditTime.Seconds() / float64(b.N)
 	perFloor := floor.Seconds() / float64(b.N)
 	b.ReportMetric(perAudit, "audit-s")
 	b.ReportMetric(perFloor, "floor-s")
@@ -181,7 +183,7 @@ func benchBoot(ctx context.Context, acts *Activities, host, u string) error {
 		return err
 	}
 	c, err := acts.Claim(ctx, ClaimInput{Host: host, ClaimID: "boot-" + u, UUID: u, Kind: ledger.KindBoot,
-		Owner: Owner{WorkflowID: InstanceWorkflowID(u), FirstRunID: "closed-" + u}, Flavor: testFlavor})
+		Owner: Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "closed-" + u}, Flavor: testFlavor})
 	if err != nil {
 		return err
 	}

@@ -11,18 +11,20 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
-// fakeOwners is an OwnerChecker that answers exactly what the test set:
+// fakeOwners is an audit.OwnerChecker that answers exactly what the test set:
 // an unknown workflow id is not found, and the namespace keeps closed
 // runs for testRetention.
 type fakeOwners struct {
 	mu     sync.Mutex
-	status map[string]OwnerStatus
+	status map[string]audit.OwnerStatus
 	errs   map[string]error
 	calls  []string
 	// retentionReads counts the questions about the retention.
@@ -33,16 +35,16 @@ type fakeOwners struct {
 }
 
 func newFakeOwners() *fakeOwners {
-	return &fakeOwners{status: map[string]OwnerStatus{}, errs: map[string]error{}}
+	return &fakeOwners{status: map[string]audit.OwnerStatus{}, errs: map[string]error{}}
 }
 
-func (f *fakeOwners) set(id string, st OwnerStatus) {
+func (f *fakeOwners) set(id string, st audit.OwnerStatus) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.status[id] = st
 }
 
-func (f *fakeOwners) OwnerStatus(_ context.Context, id string) (OwnerStatus, error) {
+func (f *fakeOwners) OwnerStatus(_ context.Context, id string) (audit.OwnerStatus, error) {
 	if f.before != nil {
 		f.before(id)
 	}
@@ -50,12 +52,12 @@ func (f *fakeOwners) OwnerStatus(_ context.Context, id string) (OwnerStatus, err
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, id)
 	if err := f.errs[id]; err != nil {
-		return OwnerStatus{}, err
+		return audit.OwnerStatus{}, err
 	}
 	if st, ok := f.status[id]; ok {
 		return st, nil
 	}
-	return OwnerStatus{State: OwnerNotFound}, nil
+	return audit.OwnerStatus{State: audit.OwnerNotFound}, nil
 }
 
 // testRetention is the fake namespace's retention of closed runs.
@@ -107,7 +109,7 @@ func newWorldOn(t testing.TB, ledgerSrv, simSrv *testenv.Redis) *world {
 		t.Fatal(err)
 	}
 	w.led, w.rdb, w.drv = led, rdb, sim.New(simRDB, sim.Options{})
-	w.acts = &Activities{Ledger: led, Driver: w.drv, Owners: w.owners, Grace: time.Minute}
+	w.acts = &Activities{Ledger: led, Driver: w.drv, Audit: &audit.Auditor{Ledger: led, Driver: w.drv, Owners: w.owners, Grace: time.Minute}}
 	return w
 }
 
@@ -141,7 +143,7 @@ func (w *world) addHost(t testing.TB, name string) {
 	}
 }
 
-var testFlavor = ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+var testFlavor = guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 
 // claim makes a pending claim for uuid on host owned by owner.
 func (w *world) claim(t testing.TB, host, id, uuid string, kind ledger.ClaimKind, owner Owner) ClaimResult {
@@ -188,7 +190,7 @@ func (w *world) claimIn(t testing.TB, ns, host, id, uuid string, owner Owner) Cl
 	return c
 }
 
-func (w *world) audit(t testing.TB, in AuditHostInput) HostAudit {
+func (w *world) audit(t testing.TB, in audit.AuditHostInput) audit.HostAudit {
 	t.Helper()
 	res, err := w.acts.AuditHost(context.Background(), in)
 	if err != nil {
@@ -217,7 +219,7 @@ func TestAuditHostDecisions(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	old := time.Now().Add(-time.Hour)
-	long := OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: old}
+	long := audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: "run-1", Since: old}
 	beyond := time.Now().Add(-testRetention - time.Hour)
 
 	tests := []struct {
@@ -231,86 +233,86 @@ func TestAuditHostDecisions(t *testing.T) {
 		wantFreed string // the reason it was freed, or ""
 	}{
 		{"pending, owner running with its first run id", func(t *testing.T, host, u string) string {
-			w.owners.set("wf-"+u, OwnerStatus{State: OwnerRunning, FirstRunID: "run-1", Since: old})
+			w.owners.set("wf-"+u, audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "run-1", Since: old})
 			return w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, 0, false, KeptOwnerRunning, ""},
+		}, 0, false, audit.KeptOwnerRunning, ""},
 		{"pending, owner runs another chain", func(t *testing.T, host, u string) string {
-			w.owners.set("wf-"+u, OwnerStatus{State: OwnerRunning, FirstRunID: "run-2", Since: old})
+			w.owners.set("wf-"+u, audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "run-2", Since: old})
 			return w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, 0, false, "", FreedOwnerReplaced},
+		}, 0, false, "", audit.FreedOwnerReplaced},
 		{"pending, owner closed long ago", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, long)
 			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, time.Minute, false, "", FreedOwnerClosed},
+		}, time.Minute, false, "", audit.FreedOwnerClosed},
 		{"pending, owner closed within the grace period", func(t *testing.T, host, u string) string {
-			w.owners.set("wf-"+u, OwnerStatus{State: OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-10 * time.Second)})
+			w.owners.set("wf-"+u, audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: "run-1", Since: time.Now().Add(-10 * time.Second)})
 			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, time.Minute, false, KeptRecentlyClosed, ""},
+		}, time.Minute, false, audit.KeptRecentlyClosed, ""},
 		{"pending, owner not found, younger than the retention", func(t *testing.T, host, u string) string {
 			return w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, 0, false, KeptOwnerUnseen, ""},
+		}, 0, false, audit.KeptOwnerUnseen, ""},
 		{"pending, owner not found, older than the retention", func(t *testing.T, host, u string) string {
 			w.at(beyond)
 			defer w.at(old)
 			return w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, 0, false, "", FreedOwnerNotFound},
+		}, 0, false, "", audit.FreedOwnerNotFound},
 		{"pending, owner in another namespace", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, long)
 			return w.claimIn(t, "other", host, "c-"+u, u, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, 0, false, KeptOtherNamespace, ""},
+		}, 0, false, audit.KeptOtherNamespace, ""},
 		{"pending, younger than the grace period", func(t *testing.T, host, u string) string {
 			w.at(time.Now())
 			defer w.at(old)
 			return w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, time.Minute, false, KeptYoung, ""},
+		}, time.Minute, false, audit.KeptYoung, ""},
 		{"pending, owner closed, dry run", func(t *testing.T, host, u string) string {
 			w.owners.set("wf-"+u, long)
 			return w.claim(t, host, "c-"+u, u, ledger.KindUnshelve, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, 0, true, "", FreedOwnerClosed},
+		}, 0, true, "", audit.FreedOwnerClosed},
 		{"committed and resident, owner long closed", func(t *testing.T, host, u string) string {
-			w.owners.set(InstanceWorkflowID(u), long)
-			return w.boot(t, host, u, Owner{InstanceWorkflowID(u), "run-" + u}).ClaimID
-		}, 0, false, KeptResident, ""},
+			w.owners.set(guest.InstanceWorkflowID(u), long)
+			return w.boot(t, host, u, Owner{guest.InstanceWorkflowID(u), "run-" + u}).ClaimID
+		}, 0, false, audit.KeptResident, ""},
 		{"committed, instance elsewhere, no workflow open", func(t *testing.T, host, u string) string {
-			w.boot(t, "elsewhere", u, Owner{InstanceWorkflowID(u), "boot-" + u})
-			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
+			w.boot(t, "elsewhere", u, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
-			w.owners.set(InstanceWorkflowID(u), OwnerStatus{State: OwnerClosed, FirstRunID: "mig-" + u, Since: old})
+			w.owners.set(guest.InstanceWorkflowID(u), audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: "mig-" + u, Since: old})
 			return c.ClaimID
-		}, 0, false, "", FreedNotResident},
+		}, 0, false, "", audit.FreedNotResident},
 		{"committed, instance elsewhere, another workflow of it open", func(t *testing.T, host, u string) string {
-			w.boot(t, "elsewhere", u, Owner{InstanceWorkflowID(u), "boot-" + u})
-			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{InstanceWorkflowID(u), "mig-" + u})
+			w.boot(t, "elsewhere", u, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
-			w.owners.set(InstanceWorkflowID(u), OwnerStatus{State: OwnerRunning, FirstRunID: "del-" + u, Since: old})
+			w.owners.set(guest.InstanceWorkflowID(u), audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "del-" + u, Since: old})
 			return c.ClaimID
-		}, 0, false, KeptInstanceBusy, ""},
+		}, 0, false, audit.KeptInstanceBusy, ""},
 		{"committed, instance record gone, no workflow known, younger than the retention", func(t *testing.T, host, u string) string {
-			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
 			return c.ClaimID
-		}, 0, false, KeptOwnerUnseen, ""},
+		}, 0, false, audit.KeptOwnerUnseen, ""},
 		{"committed, instance record gone, no workflow known, older than the retention", func(t *testing.T, host, u string) string {
 			w.at(beyond)
 			defer w.at(old)
-			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{InstanceWorkflowID(u), "boot-" + u})
+			c := w.claim(t, host, "c-"+u, u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "boot-" + u})
 			if _, err := w.led.Commit(ctx, host, c.ClaimID); err != nil {
 				t.Fatal(err)
 			}
 			return c.ClaimID
-		}, 0, false, "", FreedInstanceGone},
+		}, 0, false, "", audit.FreedInstanceGone},
 		{"pending, owner cannot be asked", func(t *testing.T, host, u string) string {
 			w.owners.mu.Lock()
 			w.owners.errs["wf-"+u] = errors.New("deadline exceeded")
 			w.owners.mu.Unlock()
 			return w.claim(t, host, "c-"+u, u, ledger.KindMigrationDest, Owner{"wf-" + u, "run-1"}).ClaimID
-		}, 0, false, KeptDoubt, ""},
+		}, 0, false, audit.KeptDoubt, ""},
 	}
 	w.at(old)
 	w.addHost(t, "elsewhere")
@@ -319,7 +321,7 @@ func TestAuditHostDecisions(t *testing.T) {
 			host, u := fmt.Sprintf("h%d", i), uuidN(i+1)
 			w.addHost(t, host)
 			id := tt.setup(t, host, u)
-			res := w.audit(t, AuditHostInput{Host: host, Grace: dur(tt.grace), DryRun: tt.dryRun})
+			res := w.audit(t, audit.AuditHostInput{Host: host, Grace: dur(tt.grace), DryRun: tt.dryRun})
 			var want decision
 			if tt.wantKept != "" {
 				want.kept.Add(tt.wantKept, 1)
@@ -335,7 +337,7 @@ func TestAuditHostDecisions(t *testing.T) {
 			if got := w.hasClaim(t, host, id); got != stillThere {
 				t.Errorf("AuditHost(%s): claim %s still there = %v, want %v", host, id, got, stillThere)
 			}
-			if tt.wantKept == KeptDoubt && len(res.Errors) == 0 {
+			if tt.wantKept == audit.KeptDoubt && len(res.Errors) == 0 {
 				t.Errorf("AuditHost(%s): kept in doubt but reported no error", host)
 			}
 			snap, err := w.led.Snapshot(ctx, host)
@@ -349,9 +351,9 @@ func TestAuditHostDecisions(t *testing.T) {
 	}
 }
 
-// decision is the part of a Tally the decision test compares.
+// decision is the part of a audit.Tally the decision test compares.
 type decision struct {
-	kept, freed ReasonCounts
+	kept, freed audit.ReasonCounts
 }
 
 // TestAuditHostResidentNeedsNoDescribe: a host of resident claims costs
@@ -361,11 +363,11 @@ func TestAuditHostResidentNeedsNoDescribe(t *testing.T) {
 	w.addHost(t, "a")
 	for i := range 3 {
 		u := uuidN(100 + i)
-		w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "run-" + u})
+		w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "run-" + u})
 	}
 	w.owners.calls = nil
-	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
-	if got := res.Tally.Kept.Of(KeptResident); got != 3 {
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	if got := res.Tally.Kept.Of(audit.KeptResident); got != 3 {
 		t.Errorf("AuditHost(a): kept resident %d, want 3 (%+v)", got, res.Tally)
 	}
 	if len(w.owners.calls) != 0 {
@@ -380,7 +382,7 @@ func TestAuditHostReleaseRace(t *testing.T) {
 	w.addHost(t, "a")
 	u := uuidN(200)
 	owner := Owner{"wf-race", "run-1"}
-	w.owners.set(owner.WorkflowID, OwnerStatus{State: OwnerClosed, FirstRunID: owner.FirstRunID, Since: time.Now().Add(-time.Hour)})
+	w.owners.set(owner.WorkflowID, audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: owner.FirstRunID, Since: time.Now().Add(-time.Hour)})
 	c := w.claim(t, "a", "c-race", u, ledger.KindUnshelve, owner)
 	before, err := w.led.GetClaim(context.Background(), "a", c.ClaimID)
 	if err != nil {
@@ -393,8 +395,8 @@ func TestAuditHostReleaseRace(t *testing.T) {
 		}
 		w.claim(t, "a", c.ClaimID, u, ledger.KindUnshelve, owner)
 	}
-	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
-	if got := res.Tally.Kept.Of(KeptChanged); got != 1 || res.Tally.Freed.Total() != 0 {
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	if got := res.Tally.Kept.Of(audit.KeptChanged); got != 1 || res.Tally.Freed.Total() != 0 {
 		t.Errorf("AuditHost(a) with the claim made again meanwhile: tally %+v, want kept changed 1 and nothing freed", res.Tally)
 	}
 	after, err := w.led.GetClaim(context.Background(), "a", c.ClaimID)
@@ -413,14 +415,14 @@ func TestAuditHostDrift(t *testing.T) {
 	// X runs on a at 0,1 but its claim is lost; Y's pending claim then
 	// takes 0,1: X is pinned to Y's pCPUs.
 	x, y, z := uuidN(301), uuidN(302), uuidN(303)
-	cx := w.boot(t, "a", x, Owner{InstanceWorkflowID(x), "run-x"})
+	cx := w.boot(t, "a", x, Owner{guest.InstanceWorkflowID(x), "run-x"})
 	if err := w.led.Release(ctx, "a", cx.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	cy := w.claim(t, "a", "c-y", y, ledger.KindUnshelve, Owner{InstanceWorkflowID(y), "run-y"})
-	w.owners.set(InstanceWorkflowID(y), OwnerStatus{State: OwnerRunning, FirstRunID: "run-y", Since: time.Now()})
+	cy := w.claim(t, "a", "c-y", y, ledger.KindUnshelve, Owner{guest.InstanceWorkflowID(y), "run-y"})
+	w.owners.set(guest.InstanceWorkflowID(y), audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "run-y", Since: time.Now()})
 	// Z is resident but its domain is gone.
-	cz := w.boot(t, "a", z, Owner{InstanceWorkflowID(z), "run-z"})
+	cz := w.boot(t, "a", z, Owner{guest.InstanceWorkflowID(z), "run-z"})
 	if err := w.acts.DestroyDomain(ctx, DomainInput{UUID: z, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -428,13 +430,13 @@ func TestAuditHostDrift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
-	want := []Drift{
-		{Kind: DriftPinnedToOther, Instance: x, CPUs: claimedCPUs(cy)},
-		{Kind: DriftDomainWithoutClaim, Instance: x, CPUs: "0-1"},
-		{Kind: DriftClaimWithoutDomain, Instance: z, ClaimID: cz.ClaimID, CPUs: "2-3"},
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	want := []audit.Drift{
+		{Kind: audit.DriftPinnedToOther, Instance: x, CPUs: claimedCPUs(cy)},
+		{Kind: audit.DriftDomainWithoutClaim, Instance: x, CPUs: "0-1"},
+		{Kind: audit.DriftClaimWithoutDomain, Instance: z, ClaimID: cz.ClaimID, CPUs: "2-3"},
 	}
-	got := make([]Drift, len(res.Drift))
+	got := make([]audit.Drift, len(res.Drift))
 	for i, d := range res.Drift {
 		got[i] = d
 		got[i].Detail = ""
@@ -459,8 +461,8 @@ func TestAuditHostDrift(t *testing.T) {
 
 	// Y's workflow is open: drift about Y would be marked in flight. Make
 	// Z's instance workflow open too and check the mark.
-	w.owners.set(InstanceWorkflowID(z), OwnerStatus{State: OwnerRunning, FirstRunID: "del-z", Since: time.Now()})
-	res = w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
+	w.owners.set(guest.InstanceWorkflowID(z), audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: "del-z", Since: time.Now()})
+	res = w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
 	for _, d := range res.Drift {
 		if wantFlight := d.Instance == z; d.InFlight != wantFlight {
 			t.Errorf("drift %s of %s: in flight %v, want %v", d.Kind, d.Instance, d.InFlight, wantFlight)
@@ -480,25 +482,11 @@ func claimedCPUs(c ClaimResult) string {
 
 func TestAuditHostUnknownHostFails(t *testing.T) {
 	w := newWorld(t)
-	if _, err := w.acts.AuditHost(context.Background(), AuditHostInput{Host: "nowhere"}); err == nil {
+	if _, err := w.acts.AuditHost(context.Background(), audit.AuditHostInput{Host: "nowhere"}); err == nil {
 		t.Fatal("AuditHost(nowhere) succeeded, want an unknown host error")
 	}
-	if _, err := w.acts.AuditHost(context.Background(), AuditHostInput{Host: "nowhere", Grace: dur(-time.Second)}); err == nil {
+	if _, err := w.acts.AuditHost(context.Background(), audit.AuditHostInput{Host: "nowhere", Grace: dur(-time.Second)}); err == nil {
 		t.Fatal("AuditHost with a negative grace succeeded, want a bad request")
-	}
-}
-
-func TestReasonCounts(t *testing.T) {
-	var rc ReasonCounts
-	for _, r := range []string{"b", "a", "c", "a"} {
-		rc.Add(r, 1)
-	}
-	want := ReasonCounts{{"a", 2}, {"b", 1}, {"c", 1}}
-	if diff := cmp.Diff(want, rc); diff != "" {
-		t.Errorf("ReasonCounts.Add(b, a, c, a) (-want +got):\n%s", diff)
-	}
-	if got := rc.Total(); got != 4 {
-		t.Errorf("ReasonCounts.Total() = %d, want 4", got)
 	}
 }
 
@@ -513,22 +501,22 @@ func TestAuditSettlesOnlyWhatItSees(t *testing.T) {
 		wantKept    string
 		wantSettles int
 	}{
-		{"younger than the retention", time.Hour, KeptOwnerUnseen, 0},
-		{"older than the retention", testRetention + time.Hour, KeptSettling, 1},
+		{"younger than the retention", time.Hour, audit.KeptOwnerUnseen, 0},
+		{"older than the retention", testRetention + time.Hour, audit.KeptSettling, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
 			w.at(time.Now().Add(-tt.age))
 			settler := &fakeSettler{}
-			w.acts.Settler = settler
+			w.acts.Audit.Settler = settler
 			w.addHost(t, "a")
 			w.addHost(t, "b")
 			u := uuidN(30)
-			src := w.boot(t, "a", u, Owner{InstanceWorkflowID(u), "boot-1"})
+			src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
 			bigger := testFlavor
 			bigger.VCPUs = 3
 			w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
-			res := w.audit(t, AuditHostInput{Host: "a", Grace: dur(0)})
+			res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
 			if got := res.Tally.Kept.Of(tt.wantKept); got != 1 || res.Tally.Freed.Total() != 0 {
 				t.Errorf("AuditHost(a): tally %+v, want the source hold kept %s", res.Tally, tt.wantKept)
 			}

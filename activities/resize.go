@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
@@ -31,8 +32,8 @@ type BeginResizeInput struct {
 	UUID string `json:"uuid"`
 	// NewFlavor is the flavor the guest is resized to (its own for a cold
 	// migration).
-	NewFlavor ledger.Flavor `json:"new_flavor"`
-	Cold      bool          `json:"cold,omitempty"`
+	NewFlavor guest.Flavor `json:"new_flavor"`
+	Cold      bool         `json:"cold,omitempty"`
 }
 
 // BeginResize stores in the instance's record where it comes from and
@@ -237,7 +238,7 @@ func (a *Activities) FinishResize(ctx context.Context, in FinishResizeInput) err
 	if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
 		return classify(err)
 	}
-	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMResized, Task: ledger.TaskNone}))
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: guest.VMResized, Task: guest.TaskNone}))
 }
 
 // KeepMoved commits a move that is not to be undone (its source hold is
@@ -258,9 +259,9 @@ func (a *Activities) KeepMoved(ctx context.Context, in FinishResizeInput) error 
 type ConfirmResizeInput struct {
 	UUID string `json:"uuid"`
 	// Source and SourceClaimID name the source hold.
-	Source        string         `json:"source"`
-	SourceClaimID string         `json:"source_claim_id"`
-	VMState       ledger.VMState `json:"vm_state"`
+	Source        string        `json:"source"`
+	SourceClaimID string        `json:"source_claim_id"`
+	VMState       guest.VMState `json:"vm_state"`
 }
 
 // ConfirmResize frees the source hold, then forgets the resize and
@@ -273,7 +274,7 @@ func (a *Activities) ConfirmResize(ctx context.Context, in ConfirmResizeInput) e
 	if err := a.Ledger.ClearResize(ctx, in.UUID); err != nil {
 		return classify(err)
 	}
-	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: ledger.TaskNone}))
+	return classify(a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: in.VMState, Task: guest.TaskNone}))
 }
 
 // RevertRecordInput points a resized instance back at its source hold.

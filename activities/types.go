@@ -3,6 +3,7 @@ package activities
 import (
 	"fmt"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -10,14 +11,14 @@ import (
 // InstanceInfo is what workflows need of an instance record. It leaves
 // out the domain XML, which stays in Redis rather than in workflow history.
 type InstanceInfo struct {
-	UUID      string           `json:"uuid"`
-	Name      string           `json:"name"`
-	Host      string           `json:"host,omitempty"`
-	VMState   ledger.VMState   `json:"vm_state"`
-	TaskState ledger.TaskState `json:"task_state"`
-	Flavor    ledger.Flavor    `json:"flavor"`
-	Placement *numa.Placement  `json:"placement,omitempty"`
-	ClaimID   string           `json:"claim_id,omitempty"`
+	UUID      string          `json:"uuid"`
+	Name      string          `json:"name"`
+	Host      string          `json:"host,omitempty"`
+	VMState   guest.VMState   `json:"vm_state"`
+	TaskState guest.TaskState `json:"task_state"`
+	Flavor    guest.Flavor    `json:"flavor"`
+	Placement *numa.Placement `json:"placement,omitempty"`
+	ClaimID   string          `json:"claim_id,omitempty"`
 	// ResizeSource is the source hold of a resize in VERIFY_RESIZE (or one
 	// interrupted), which a delete frees too.
 	ResizeSource *ClaimRef `json:"resize_source,omitempty"`
@@ -25,7 +26,7 @@ type InstanceInfo struct {
 
 // CanLiveMigrate says why the instance cannot be live-migrated, or nil.
 func (i InstanceInfo) CanLiveMigrate() error {
-	if i.VMState != ledger.VMActive || i.Host == "" {
+	if i.VMState != guest.VMActive || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active instance on a host can be live-migrated", i.UUID, i.VMState))
 	}
 	return nil
@@ -33,7 +34,7 @@ func (i InstanceInfo) CanLiveMigrate() error {
 
 // CanShelve says why the instance cannot be shelved and offloaded, or nil.
 func (i InstanceInfo) CanShelve() error {
-	if (i.VMState != ledger.VMActive && i.VMState != ledger.VMStopped) || i.Host == "" {
+	if (i.VMState != guest.VMActive && i.VMState != guest.VMStopped) || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be shelved", i.UUID, i.VMState))
 	}
 	return nil
@@ -41,7 +42,7 @@ func (i InstanceInfo) CanShelve() error {
 
 // CanUnshelve says why the instance cannot be unshelved, or nil.
 func (i InstanceInfo) CanUnshelve() error {
-	if i.VMState != ledger.VMShelvedOffloaded {
+	if i.VMState != guest.VMShelvedOffloaded {
 		return BadState(fmt.Sprintf("instance %s is %s; only a shelved_offloaded instance can be unshelved", i.UUID, i.VMState))
 	}
 	return nil
@@ -50,7 +51,7 @@ func (i InstanceInfo) CanUnshelve() error {
 // CanResize says why the instance cannot be resized or cold-migrated, or
 // nil.
 func (i InstanceInfo) CanResize() error {
-	if (i.VMState != ledger.VMActive && i.VMState != ledger.VMStopped) || i.Host == "" {
+	if (i.VMState != guest.VMActive && i.VMState != guest.VMStopped) || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be resized or cold-migrated", i.UUID, i.VMState))
 	}
 	return nil
@@ -62,7 +63,7 @@ func (i InstanceInfo) CanEvacuate() error {
 	if i.Host == "" || i.ClaimID == "" {
 		return BadState(fmt.Sprintf("instance %s is %s on no host; only a guest of a host can be evacuated", i.UUID, i.VMState))
 	}
-	if i.VMState == ledger.VMResized {
+	if i.VMState == guest.VMResized {
 		return BadState(fmt.Sprintf("instance %s is in VERIFY_RESIZE; confirm or revert its resize first", i.UUID))
 	}
 	return nil
@@ -76,9 +77,9 @@ type Owner struct {
 
 // CreateInstanceInput is a new guest's record.
 type CreateInstanceInput struct {
-	UUID   string        `json:"uuid"`
-	Name   string        `json:"name"`
-	Flavor ledger.Flavor `json:"flavor"`
+	UUID   string       `json:"uuid"`
+	Name   string       `json:"name"`
+	Flavor guest.Flavor `json:"flavor"`
 	// Creator is the creating workflow's first run id: a record another
 	// operation created is refused, a retry of the same one is not.
 	Creator string `json:"creator,omitempty"`
@@ -86,9 +87,9 @@ type CreateInstanceInput struct {
 
 // ChooseHostInput asks for a host for a guest.
 type ChooseHostInput struct {
-	UUID    string        `json:"uuid"`
-	Flavor  ledger.Flavor `json:"flavor"`
-	Exclude []string      `json:"exclude,omitempty"`
+	UUID    string       `json:"uuid"`
+	Flavor  guest.Flavor `json:"flavor"`
+	Exclude []string     `json:"exclude,omitempty"`
 }
 
 // ClaimInput asks for a claim of the guest's flavor on a host.
@@ -98,7 +99,7 @@ type ClaimInput struct {
 	UUID    string           `json:"uuid"`
 	Kind    ledger.ClaimKind `json:"kind"`
 	Owner   Owner            `json:"owner"`
-	Flavor  ledger.Flavor    `json:"flavor"`
+	Flavor  guest.Flavor     `json:"flavor"`
 }
 
 // ClaimResult is the claim made.
@@ -123,9 +124,9 @@ type ReleaseInput struct {
 // TaskStateInput sets an instance's task state and, when VMState is set,
 // its vm state.
 type TaskStateInput struct {
-	UUID      string           `json:"uuid"`
-	TaskState ledger.TaskState `json:"task_state"`
-	VMState   ledger.VMState   `json:"vm_state,omitempty"`
+	UUID      string          `json:"uuid"`
+	TaskState guest.TaskState `json:"task_state"`
+	VMState   guest.VMState   `json:"vm_state,omitempty"`
 }
 
 // DomainInput names a guest on a host.
@@ -181,9 +182,9 @@ type CommitMigrationInput struct {
 // released and sets its vm state. With OnlyClaimID, it detaches only from
 // that claim: a record attached elsewhere is left as it is.
 type ClearHostInput struct {
-	UUID        string         `json:"uuid"`
-	VMState     ledger.VMState `json:"vm_state"`
-	OnlyClaimID string         `json:"only_claim_id,omitempty"`
+	UUID        string        `json:"uuid"`
+	VMState     guest.VMState `json:"vm_state"`
+	OnlyClaimID string        `json:"only_claim_id,omitempty"`
 }
 
 // SpawnInput starts a guest on a host with a placement.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -59,7 +60,7 @@ func TestCluster(t *testing.T) {
 			if _, err := l.Commit(ctx, h, s.ID); err != nil {
 				t.Fatalf("Commit(%s): %v", s.ID, err)
 			}
-			if _, err := l.CreateInstance(ctx, s.InstanceUUID, "vm", flavor, VMBuilding, ""); err != nil {
+			if _, err := l.CreateInstance(ctx, s.InstanceUUID, "vm", flavor, guest.VMBuilding, ""); err != nil {
 				t.Fatalf("CreateInstance(%s): %v", s.InstanceUUID, err)
 			}
 			if err := l.AttachInstance(ctx, s.InstanceUUID, h, s.ID, ""); err != nil {
@@ -97,7 +98,7 @@ func TestClaimsSurviveRestart(t *testing.T) {
 	ctx := context.Background()
 	l, _, srv := newLedger(t, testenv.AppendOnly())
 	register(t, l, "h1", testHost(2, 4))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"c1", "c2"} {

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 )
 
@@ -158,7 +159,7 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 type ackLog struct {
 	mu         sync.Mutex
 	claims     map[string]bool
-	states     map[string]VMState
+	states     map[string]guest.VMState
 	unsure     map[string]bool
 	acks       int
 	calls      int
@@ -166,7 +167,7 @@ type ackLog struct {
 }
 
 func newAckLog() *ackLog {
-	return &ackLog{claims: map[string]bool{}, states: map[string]VMState{}, unsure: map[string]bool{}}
+	return &ackLog{claims: map[string]bool{}, states: map[string]guest.VMState{}, unsure: map[string]bool{}}
 }
 
 func (a *ackLog) record(obj string, err error, ack func()) {
@@ -229,7 +230,7 @@ func startLoad(t testing.TB, l *Ledger, workers int, log *ackLog, stop <-chan st
 					err := l.Release(ctx, loadHost, gone)
 					log.record(gone, err, func() { log.claims[gone] = false })
 				}
-				state := []VMState{VMActive, VMStopped}[i%2]
+				state := []guest.VMState{guest.VMActive, guest.VMStopped}[i%2]
 				err = l.SetState(ctx, uuid, Transition{VM: state})
 				log.record(uuid, err, func() { log.states[uuid] = state })
 			}
@@ -256,7 +257,7 @@ func setUpLoad(t testing.TB, l *Ledger, workers int) {
 	t.Helper()
 	register(t, l, loadHost, testHost(2, 16))
 	for w := range workers {
-		if _, err := l.CreateInstance(context.Background(), fmt.Sprintf("u%d", w), "vm", flavor, VMBuilding, ""); err != nil {
+		if _, err := l.CreateInstance(context.Background(), fmt.Sprintf("u%d", w), "vm", flavor, guest.VMBuilding, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -295,7 +296,7 @@ func (a *ackLog) lost(t testing.TB, l *Ledger, workers int) []string {
 		}
 		want, ok := a.states[uuid]
 		if !ok {
-			want = VMBuilding // its creation
+			want = guest.VMBuilding // its creation
 		}
 		in, err := l.Instance(ctx, uuid)
 		switch {
@@ -493,7 +494,7 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 		}
 	}
 	for _, u := range []string{"u1", "u3", "inst-held", "u4", "u5", "u6"} {
-		if _, err := setup.CreateInstance(ctx, u, "vm", flavor, VMBuilding, ""); err != nil {
+		if _, err := setup.CreateInstance(ctx, u, "vm", flavor, guest.VMBuilding, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -551,8 +552,11 @@ func retryWaitsForTheFirstTry(t *testing.T, server testenv.RedisOption) {
 		{"Release", func(l *Ledger) error { return l.Release(ctx, "h", "gone") }},
 		{"Commit", func(l *Ledger) error { _, err := l.Commit(ctx, "h", "held"); return err }},
 		{"AttachInstance", func(l *Ledger) error { return l.AttachInstance(ctx, "inst-held", "h", "held", "") }},
-		{"SetState", func(l *Ledger) error { return l.SetState(ctx, "u1", Transition{VM: VMActive}) }},
-		{"CreateInstance", func(l *Ledger) error { _, err := l.CreateInstance(ctx, "u2", "vm", flavor, VMBuilding, ""); return err }},
+		{"SetState", func(l *Ledger) error { return l.SetState(ctx, "u1", Transition{VM: guest.VMActive}) }},
+		{"CreateInstance", func(l *Ledger) error {
+			_, err := l.CreateInstance(ctx, "u2", "vm", flavor, guest.VMBuilding, "")
+			return err
+		}},
 		{"DeleteInstance", func(l *Ledger) error { return l.DeleteInstance(ctx, "u3") }},
 		{"RegisterHost", func(l *Ledger) error { _, err := l.RegisterHost(ctx, "h2", testHost(1, 2)); return err }},
 		{"Hold", func(l *Ledger) error { _, err := l.Hold(ctx, "h", "to-hold"); return err }},

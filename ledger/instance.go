@@ -6,110 +6,49 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/numa"
 )
 
-// VMState is an instance's power and life state, with Nova's names.
-type VMState string
-
-// VM states.
-const (
-	VMBuilding         VMState = "building"
-	VMActive           VMState = "active"
-	VMStopped          VMState = "stopped"
-	VMShelvedOffloaded VMState = "shelved_offloaded"
-	VMError            VMState = "error"
-	VMDeleted          VMState = "deleted"
-	// VMResized is Nova's RESIZED, shown as VERIFY_RESIZE: a resize or
-	// cold migration waits for its confirmation or revert.
-	VMResized VMState = "resized"
-)
-
-var vmStates = []VMState{VMBuilding, VMActive, VMStopped, VMShelvedOffloaded, VMError, VMDeleted, VMResized}
-
-// TaskState is the operation under way on an instance, with Nova's names;
-// TaskNone when there is none.
-type TaskState string
-
-// Task states.
-const (
-	TaskNone       TaskState = ""
-	TaskSpawning   TaskState = "spawning"
-	TaskMigrating  TaskState = "migrating"
-	TaskShelving   TaskState = "shelving"
-	TaskUnshelving TaskState = "unshelving"
-	TaskDeleting   TaskState = "deleting"
-	// The steps of a resize or cold migration, with Nova's names.
-	TaskResizePrep       TaskState = "resize_prep"
-	TaskResizeMigrating  TaskState = "resize_migrating"
-	TaskResizeFinish     TaskState = "resize_finish"
-	TaskResizeConfirming TaskState = "resize_confirming"
-	TaskResizeReverting  TaskState = "resize_reverting"
-	// TaskRebuilding is an evacuation: the guest is rebuilt on a new host.
-	TaskRebuilding TaskState = "rebuilding"
-)
-
-var taskStates = []TaskState{TaskNone, TaskSpawning, TaskMigrating, TaskShelving, TaskUnshelving, TaskDeleting,
-	TaskResizePrep, TaskResizeMigrating, TaskResizeFinish, TaskResizeConfirming, TaskResizeReverting, TaskRebuilding}
-
-// VMStates returns every vm state a record may have.
-func VMStates() []VMState { return slices.Clone(vmStates) }
-
-// TaskStates returns every task state a record may have, TaskNone first.
-func TaskStates() []TaskState { return slices.Clone(taskStates) }
-
-func checkVMState(s VMState) error {
-	for _, v := range vmStates {
+func checkVMState(s guest.VMState) error {
+	for _, v := range guest.VMStates() {
 		if s == v {
 			return nil
 		}
 	}
-	return fmt.Errorf("vm_state %q: %w: allowed are %v", s, ErrInvalid, vmStates)
+	return fmt.Errorf("vm_state %q: %w: allowed are %v", s, ErrInvalid, guest.VMStates())
 }
 
-func checkTaskState(s TaskState) error {
-	for _, v := range taskStates {
+func checkTaskState(s guest.TaskState) error {
+	states := guest.TaskStates()
+	for _, v := range states {
 		if s == v {
 			return nil
 		}
 	}
 	names := []string{`"" (none)`}
-	for _, v := range taskStates[1:] {
+	for _, v := range states[1:] {
 		names = append(names, string(v))
 	}
 	return fmt.Errorf("task_state %q: %w: allowed are %s", s, ErrInvalid, strings.Join(names, ", "))
 }
 
-// Flavor is what an instance asks for, as Nova's flavor and image say it.
-type Flavor struct {
-	VCPUs      int               `json:"vcpus"`
-	MemoryMB   int64             `json:"memory_mb"`
-	ExtraSpecs map[string]string `json:"extra_specs,omitempty"`
-	ImageProps map[string]string `json:"image_props,omitempty"`
-}
-
-// Request builds the NUMA request the flavor and image make.
-func (f Flavor) Request() (*numa.Request, error) {
-	return numa.NewRequest(f.VCPUs, f.MemoryMB, f.ExtraSpecs, f.ImageProps)
-}
-
 // ResizeRecord is what an instance in VERIFY_RESIZE keeps for a revert: where it
 // came from and what it was.
 type ResizeRecord struct {
-	SourceHost    string `json:"source_host"`
-	SourceClaimID string `json:"source_claim_id"`
-	OldFlavor     Flavor `json:"old_flavor"`
-	OldDomainXML  string `json:"old_domain_xml,omitempty"`
+	SourceHost    string       `json:"source_host"`
+	SourceClaimID string       `json:"source_claim_id"`
+	OldFlavor     guest.Flavor `json:"old_flavor"`
+	OldDomainXML  string       `json:"old_domain_xml,omitempty"`
 	// NewFlavor is the flavor the resize moves the guest to, so that an
 	// audit finishing an interrupted resize knows the flavor its new
 	// claim was fitted for.
-	NewFlavor *Flavor `json:"new_flavor,omitempty"`
+	NewFlavor *guest.Flavor `json:"new_flavor,omitempty"`
 	// Cold: a cold migration (the same flavor), not a resize.
 	Cold bool `json:"cold,omitempty"`
 }
@@ -122,9 +61,9 @@ type Instance struct {
 	Host string `json:"host,omitempty"`
 	// Node lists the host NUMA cells the placement uses.
 	Node      []int           `json:"node,omitempty"`
-	VMState   VMState         `json:"vm_state"`
-	TaskState TaskState       `json:"task_state"`
-	Request   Flavor          `json:"request"`
+	VMState   guest.VMState   `json:"vm_state"`
+	TaskState guest.TaskState `json:"task_state"`
+	Request   guest.Flavor    `json:"request"`
 	Placement *numa.Placement `json:"placement,omitempty"`
 	DomainXML string          `json:"domain_xml,omitempty"`
 	ClaimID   string          `json:"claim_id,omitempty"`
@@ -141,7 +80,7 @@ type Instance struct {
 // another creator it is ErrExists (a second boot of one uuid must not
 // spawn a second copy), and with another name or flavor ErrConflict. An
 // empty creator skips the creator check.
-func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor Flavor, vmState VMState, creator string) (*Instance, error) {
+func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor guest.Flavor, vmState guest.VMState, creator string) (*Instance, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: create instance %s: %w", uuid, err) }
 	if err := checkInstanceKeyName(uuid); err != nil {
 		return nil, wrap(err)
@@ -194,8 +133,8 @@ func (l *Ledger) Instance(ctx context.Context, uuid string) (*Instance, error) {
 
 // parseInstance reads an instance record's hash fields.
 func parseInstance(f map[string]string) (*Instance, error) {
-	in := &Instance{UUID: f["uuid"], Name: f["name"], Host: f["host"], VMState: VMState(f["vm_state"]),
-		TaskState: TaskState(f["task_state"]), DomainXML: f["domain_xml"], ClaimID: f["claim_id"]}
+	in := &Instance{UUID: f["uuid"], Name: f["name"], Host: f["host"], VMState: guest.VMState(f["vm_state"]),
+		TaskState: guest.TaskState(f["task_state"]), DomainXML: f["domain_xml"], ClaimID: f["claim_id"]}
 	var err error
 	if in.Node, err = parseNode(f["node"]); err != nil {
 		return nil, err
@@ -248,12 +187,12 @@ func parseNode(s string) ([]int, error) {
 type Transition struct {
 	// FromVM and FromTask are the states the change may start from; empty
 	// allows any.
-	FromVM   []VMState
-	FromTask []TaskState
+	FromVM   []guest.VMState
+	FromTask []guest.TaskState
 	// VM is the new vm_state; "" keeps the current one.
-	VM VMState
+	VM guest.VMState
 	// Task is the new task_state (TaskNone clears it).
-	Task TaskState
+	Task guest.TaskState
 }
 
 // SetState applies t: compare-and-set on the instance's states. Being in
@@ -324,7 +263,7 @@ func (l *Ledger) AttachInstance(ctx context.Context, uuid, host, claimID, domain
 type Move struct {
 	Host, ClaimID, DomainXML string
 	StagedXML                bool
-	Flavor                   *Flavor
+	Flavor                   *guest.Flavor
 	Resize                   *ResizeRecord
 	ClearResize              bool
 }

@@ -7,54 +7,56 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinflow/pinflow/guest"
 )
 
-var flavor = Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+var flavor = guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 
 func TestCreateInstance(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
-	in, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, "")
+	in, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMBuilding, "")
 	if err != nil {
 		t.Fatalf("CreateInstance(u1): %v", err)
 	}
-	want := &Instance{UUID: "u1", Name: "vm-1", VMState: VMBuilding, Request: flavor, UpdatedAt: in.UpdatedAt}
+	want := &Instance{UUID: "u1", Name: "vm-1", VMState: guest.VMBuilding, Request: flavor, UpdatedAt: in.UpdatedAt}
 	if diff := cmp.Diff(want, in); diff != "" {
 		t.Errorf("CreateInstance(u1) (-want +got):\n%s", diff)
 	}
 	if in.UpdatedAt.IsZero() {
 		t.Errorf("CreateInstance(u1) updated_at is zero")
 	}
-	again, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, "")
+	again, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMBuilding, "")
 	if err != nil || !cmp.Equal(in, again) {
 		t.Errorf("CreateInstance(u1) again = %+v, %v; want the first record, nil", again, err)
 	}
 	// A second operation on the same uuid is not a retry of the first.
-	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, VMBuilding, "run-1"); err != nil {
+	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, guest.VMBuilding, "run-1"); err != nil {
 		t.Fatalf("CreateInstance(u9, run-1): %v", err)
 	}
-	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, VMBuilding, "run-1"); err != nil {
+	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, guest.VMBuilding, "run-1"); err != nil {
 		t.Errorf("CreateInstance(u9, run-1) retried: %v", err)
 	}
-	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, VMBuilding, "run-2"); !errors.Is(err, ErrExists) {
+	if _, err := l.CreateInstance(ctx, "u9", "vm-9", flavor, guest.VMBuilding, "run-2"); !errors.Is(err, ErrExists) {
 		t.Errorf("CreateInstance(u9, run-2) error = %v, want ErrExists", err)
 	}
 	for _, tc := range []struct {
 		name, uuid, vmName string
-		flavor             Flavor
-		vm                 VMState
+		flavor             guest.Flavor
+		vm                 guest.VMState
 		want               error
 	}{
-		{"another name", "u1", "vm-2", flavor, VMBuilding, ErrConflict},
-		{"another flavor", "u1", "vm-1", Flavor{VCPUs: 4, MemoryMB: 512}, VMBuilding, ErrConflict},
-		{"invalid flavor", "u2", "vm-2", Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "pinned"}}, VMBuilding, ErrInvalid},
-		{"zero vcpus", "u2", "vm-2", Flavor{MemoryMB: 512}, VMBuilding, ErrInvalid},
+		{"another name", "u1", "vm-2", flavor, guest.VMBuilding, ErrConflict},
+		{"another flavor", "u1", "vm-1", guest.Flavor{VCPUs: 4, MemoryMB: 512}, guest.VMBuilding, ErrConflict},
+		{"invalid flavor", "u2", "vm-2", guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "pinned"}}, guest.VMBuilding, ErrInvalid},
+		{"zero vcpus", "u2", "vm-2", guest.Flavor{MemoryMB: 512}, guest.VMBuilding, ErrInvalid},
 		{"unknown vm_state", "u2", "vm-2", flavor, "running", ErrInvalid},
-		{"empty name", "u2", "", flavor, VMBuilding, ErrInvalid},
-		{"bad uuid", "u{2}", "vm-2", flavor, VMBuilding, ErrInvalid},
-		{"name with a newline", "u2", "vm\n2", flavor, VMBuilding, ErrInvalid},
-		{"name of 10 kB", "u2", strings.Repeat("v", 10000), flavor, VMBuilding, ErrInvalid},
-		{"memory past the bound", "u2", "vm-2", Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}, VMBuilding, ErrInvalid},
+		{"empty name", "u2", "", flavor, guest.VMBuilding, ErrInvalid},
+		{"bad uuid", "u{2}", "vm-2", flavor, guest.VMBuilding, ErrInvalid},
+		{"name with a newline", "u2", "vm\n2", flavor, guest.VMBuilding, ErrInvalid},
+		{"name of 10 kB", "u2", strings.Repeat("v", 10000), flavor, guest.VMBuilding, ErrInvalid},
+		{"memory past the bound", "u2", "vm-2", guest.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}, guest.VMBuilding, ErrInvalid},
 	} {
 		if _, err := l.CreateInstance(ctx, tc.uuid, tc.vmName, tc.flavor, tc.vm, ""); !errors.Is(err, tc.want) {
 			t.Errorf("CreateInstance(%s) error = %v, want %v", tc.name, err, tc.want)
@@ -71,27 +73,27 @@ func TestCreateInstance(t *testing.T) {
 func TestSetState(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMShelvedOffloaded, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMShelvedOffloaded, ""); err != nil {
 		t.Fatal(err)
 	}
-	unshelving := Transition{FromVM: []VMState{VMShelvedOffloaded}, FromTask: []TaskState{TaskNone}, Task: TaskUnshelving}
-	active := Transition{FromVM: []VMState{VMShelvedOffloaded}, FromTask: []TaskState{TaskUnshelving}, VM: VMActive, Task: TaskNone}
+	unshelving := Transition{FromVM: []guest.VMState{guest.VMShelvedOffloaded}, FromTask: []guest.TaskState{guest.TaskNone}, Task: guest.TaskUnshelving}
+	active := Transition{FromVM: []guest.VMState{guest.VMShelvedOffloaded}, FromTask: []guest.TaskState{guest.TaskUnshelving}, VM: guest.VMActive, Task: guest.TaskNone}
 	for i, tc := range []struct {
 		name     string
 		t        Transition
 		want     error
-		wantVM   VMState
-		wantTask TaskState
+		wantVM   guest.VMState
+		wantTask guest.TaskState
 	}{
-		{"start unshelving", unshelving, nil, VMShelvedOffloaded, TaskUnshelving},
-		{"start unshelving again (retry)", unshelving, nil, VMShelvedOffloaded, TaskUnshelving},
-		{"start migrating while unshelving", Transition{FromTask: []TaskState{TaskNone}, Task: TaskMigrating}, ErrConflict, VMShelvedOffloaded, TaskUnshelving},
-		{"unknown task state", Transition{Task: "resizing"}, ErrInvalid, VMShelvedOffloaded, TaskUnshelving},
-		{"unknown vm state", Transition{VM: "running"}, ErrInvalid, VMShelvedOffloaded, TaskUnshelving},
-		{"finish unshelving", active, nil, VMActive, TaskNone},
-		{"finish unshelving again (retry)", active, nil, VMActive, TaskNone},
-		{"start unshelving an active instance", unshelving, ErrConflict, VMActive, TaskNone},
-		{"any to stopped", Transition{VM: VMStopped}, nil, VMStopped, TaskNone},
+		{"start unshelving", unshelving, nil, guest.VMShelvedOffloaded, guest.TaskUnshelving},
+		{"start unshelving again (retry)", unshelving, nil, guest.VMShelvedOffloaded, guest.TaskUnshelving},
+		{"start migrating while unshelving", Transition{FromTask: []guest.TaskState{guest.TaskNone}, Task: guest.TaskMigrating}, ErrConflict, guest.VMShelvedOffloaded, guest.TaskUnshelving},
+		{"unknown task state", Transition{Task: "resizing"}, ErrInvalid, guest.VMShelvedOffloaded, guest.TaskUnshelving},
+		{"unknown vm state", Transition{VM: "running"}, ErrInvalid, guest.VMShelvedOffloaded, guest.TaskUnshelving},
+		{"finish unshelving", active, nil, guest.VMActive, guest.TaskNone},
+		{"finish unshelving again (retry)", active, nil, guest.VMActive, guest.TaskNone},
+		{"start unshelving an active instance", unshelving, ErrConflict, guest.VMActive, guest.TaskNone},
+		{"any to stopped", Transition{VM: guest.VMStopped}, nil, guest.VMStopped, guest.TaskNone},
 	} {
 		err := l.SetState(ctx, "u1", tc.t)
 		if !errors.Is(err, tc.want) {
@@ -102,7 +104,7 @@ func TestSetState(t *testing.T) {
 			t.Errorf("#%d after SetState(%s): %q/%q, want %q/%q", i, tc.name, in.VMState, in.TaskState, tc.wantVM, tc.wantTask)
 		}
 	}
-	if err := l.SetState(ctx, "nope", Transition{VM: VMActive}); !errors.Is(err, ErrUnknownInstance) {
+	if err := l.SetState(ctx, "nope", Transition{VM: guest.VMActive}); !errors.Is(err, ErrUnknownInstance) {
 		t.Errorf("SetState(nope) error = %v, want ErrUnknownInstance", err)
 	}
 }
@@ -119,7 +121,7 @@ func newAttachFixture(t *testing.T) *attachFixture {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
 	register(t, l, "h1", testHost(2, 4))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	r, err := flavor.Request()
@@ -280,7 +282,7 @@ func TestMigrationMovesAttachment(t *testing.T) {
 	l, _, _ := newLedger(t)
 	register(t, l, "src", testHost(1, 4))
 	register(t, l, "dst", testHost(1, 4))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMActive, ""); err != nil {
 		t.Fatal(err)
 	}
 	r, _ := flavor.Request()
@@ -328,7 +330,7 @@ func TestStagedDomainXML(t *testing.T) {
 	l, _, _ := newLedger(t)
 	register(t, l, "src", testHost(1, 4))
 	register(t, l, "dst", testHost(1, 4))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMActive, ""); err != nil {
 		t.Fatal(err)
 	}
 	claim := func(id, host string) { committedClaim(t, l, id, host, "u1", KindInstance, flavor) }
@@ -419,7 +421,7 @@ func TestHome(t *testing.T) {
 	if _, err := l.Home(ctx, "u-none"); !errors.Is(err, ErrUnknownInstance) {
 		t.Errorf("Home(unknown) error = %v, want ErrUnknownInstance", err)
 	}
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMBuilding, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	if h, err := l.Home(ctx, "u1"); err != nil || h != (Home{}) {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 )
 
@@ -18,7 +19,7 @@ func TestInstances(t *testing.T) {
 	ctx := context.Background()
 	l, rdb, srv := newLedger(t)
 	register(t, l, "h1", testHost(1, 8))
-	if _, err := l.CreateInstance(ctx, "u-placed", "vm-placed", flavor, VMBuilding, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u-placed", "vm-placed", flavor, guest.VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	s := spec("c1", "h1", dedicated(t, 2, 512))
@@ -32,11 +33,11 @@ func TestInstances(t *testing.T) {
 	if err := l.AttachInstance(ctx, "u-placed", "h1", "c1", "<domain/>"); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.SetState(ctx, "u-placed", Transition{VM: VMActive}); err != nil {
+	if err := l.SetState(ctx, "u-placed", Transition{VM: guest.VMActive}); err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range []string{"u-shelved", "u-gone"} {
-		if _, err := l.CreateInstance(ctx, u, "vm-"+u, flavor, VMShelvedOffloaded, ""); err != nil {
+		if _, err := l.CreateInstance(ctx, u, "vm-"+u, flavor, guest.VMShelvedOffloaded, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,7 +48,7 @@ func TestInstances(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.CreateInstance(ctx, "u-other", "vm-other", flavor, VMBuilding, ""); err != nil {
+	if _, err := other.CreateInstance(ctx, "u-other", "vm-other", flavor, guest.VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.Set(ctx, "pinflow:inst:{not a uuid}", "x", 0).Err(); err != nil {
@@ -85,7 +86,7 @@ func TestInstancesMany(t *testing.T) {
 	l, _, _ := newLedger(t)
 	n := 2*listBatch + 17
 	for i := range n {
-		if _, err := l.CreateInstance(ctx, fmt.Sprintf("u%05d", i), "vm", flavor, VMBuilding, ""); err != nil {
+		if _, err := l.CreateInstance(ctx, fmt.Sprintf("u%05d", i), "vm", flavor, guest.VMBuilding, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,7 +119,7 @@ func TestInstancesOnCluster(t *testing.T) {
 	var want []string
 	for i := range 30 {
 		u := fmt.Sprintf("u%02d", i)
-		if _, err := l.CreateInstance(ctx, u, "vm", flavor, VMBuilding, ""); err != nil {
+		if _, err := l.CreateInstance(ctx, u, "vm", flavor, guest.VMBuilding, ""); err != nil {
 			t.Fatal(err)
 		}
 		node, err := cc.MasterForKey(ctx, l.instKey(u))

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinflow/pinflow/guest"
 )
 
 // TestLostHosts: a host whose topology key is gone is found by whatever
@@ -22,7 +24,7 @@ func TestLostHosts(t *testing.T) {
 		}
 	}
 	// The guest of both's claim is attached to it.
-	if _, err := l.CreateInstance(ctx, "inst-c-both", "vm", flavor, VMBuilding, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "inst-c-both", "vm", flavor, guest.VMBuilding, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Commit(ctx, "both", "c-both"); err != nil {

@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinflow/pinflow/guest"
 )
 
-var bigFlavor = Flavor{VCPUs: 4, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+var bigFlavor = guest.Flavor{VCPUs: 4, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 
 // committedClaim claims flavor f for instance uuid on host and commits it.
-func committedClaim(t *testing.T, l *Ledger, id, host, uuid string, kind ClaimKind, f Flavor) *Claim {
+func committedClaim(t *testing.T, l *Ledger, id, host, uuid string, kind ClaimKind, f guest.Flavor) *Claim {
 	t.Helper()
 	ctx := context.Background()
 	r, err := f.Request()
@@ -40,7 +42,7 @@ func TestResizeMovesAndReverts(t *testing.T) {
 	l, _, _ := newLedger(t)
 	register(t, l, "src", testHost(1, 8))
 	register(t, l, "dst", testHost(1, 8))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMActive, ""); err != nil {
 		t.Fatal(err)
 	}
 	a := committedClaim(t, l, "a", "src", "u1", KindInstance, flavor)
@@ -61,7 +63,7 @@ func TestResizeMovesAndReverts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Instance{UUID: "u1", Name: "vm-1", Host: "dst", Node: []int{0}, VMState: VMActive, Request: bigFlavor,
+	want := &Instance{UUID: "u1", Name: "vm-1", Host: "dst", Node: []int{0}, VMState: guest.VMActive, Request: bigFlavor,
 		Placement: b.Placement, DomainXML: "<new/>", ClaimID: "b", Resize: rec, UpdatedAt: moved.UpdatedAt}
 	if diff := cmp.Diff(want, moved, snapOpts...); diff != "" {
 		t.Errorf("instance after MoveInstance(to the destination) (-want +got):\n%s", diff)
@@ -97,7 +99,7 @@ func TestResizeMovesAndReverts(t *testing.T) {
 		}
 	}
 	reverted, _ := l.Instance(ctx, "u1")
-	want = &Instance{UUID: "u1", Name: "vm-1", Host: "src", Node: []int{0}, VMState: VMActive, Request: flavor,
+	want = &Instance{UUID: "u1", Name: "vm-1", Host: "src", Node: []int{0}, VMState: guest.VMActive, Request: flavor,
 		Placement: a.Placement, DomainXML: "<old/>", ClaimID: "a", UpdatedAt: reverted.UpdatedAt}
 	if diff := cmp.Diff(want, reverted, snapOpts...); diff != "" {
 		t.Errorf("instance after the revert (-want +got):\n%s", diff)
@@ -129,7 +131,7 @@ func TestMoveInstanceBadInput(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
 	register(t, l, "h1", testHost(1, 8))
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMActive, ""); err != nil {
 		t.Fatal(err)
 	}
 	committedClaim(t, l, "a", "h1", "u1", KindInstance, flavor)
@@ -144,7 +146,7 @@ func TestMoveInstanceBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &ResizeRecord{SourceHost: "h1", SourceClaimID: "held", OldFlavor: flavor}
-	badFlavor := Flavor{VCPUs: 0, MemoryMB: 512}
+	badFlavor := guest.Flavor{VCPUs: 0, MemoryMB: 512}
 	before, _ := l.Instance(ctx, "u1")
 	for _, tc := range []struct {
 		name string
@@ -185,13 +187,13 @@ func TestMoveInstanceBadInput(t *testing.T) {
 func TestResizeStates(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
-	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, VMActive, ""); err != nil {
+	if _, err := l.CreateInstance(ctx, "u1", "vm-1", flavor, guest.VMActive, ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, tr := range []Transition{
-		{Task: TaskResizePrep}, {Task: TaskResizeMigrating}, {Task: TaskResizeFinish},
-		{VM: VMResized, Task: TaskNone}, {Task: TaskResizeConfirming}, {Task: TaskResizeReverting},
-		{VM: VMActive, Task: TaskRebuilding}, {Task: TaskNone},
+		{Task: guest.TaskResizePrep}, {Task: guest.TaskResizeMigrating}, {Task: guest.TaskResizeFinish},
+		{VM: guest.VMResized, Task: guest.TaskNone}, {Task: guest.TaskResizeConfirming}, {Task: guest.TaskResizeReverting},
+		{VM: guest.VMActive, Task: guest.TaskRebuilding}, {Task: guest.TaskNone},
 	} {
 		if err := l.SetState(ctx, "u1", tr); err != nil {
 			t.Errorf("SetState(%q/%q): %v", tr.VM, tr.Task, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -386,7 +387,7 @@ func hostUndrain(args []string, stdout io.Writer) error {
 				case b.Done:
 					fmt.Fprintf(stdout, "%s: moved back from %s\n", b.UUID, b.From)
 				default:
-					fmt.Fprintf(stdout, "%s: moving back from %s (workflow %s)\n", b.UUID, b.From, activities.InstanceWorkflowID(b.UUID))
+					fmt.Fprintf(stdout, "%s: moving back from %s (workflow %s)\n", b.UUID, b.From, guest.InstanceWorkflowID(b.UUID))
 				}
 			}
 			fmt.Fprintf(stdout, "host %s is enabled; %d guests of its last drain moving back, %d failed\n", host, len(out), failed)

@@ -8,8 +8,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -313,7 +313,7 @@ func hostEvacuate(args []string, stdout io.Writer) error {
 				case s.Host != "":
 					fmt.Fprintf(stdout, "%s: evacuated to %s\n", s.UUID, s.Host)
 				default:
-					fmt.Fprintf(stdout, "%s: evacuation started as workflow %s\n", s.UUID, activities.InstanceWorkflowID(s.UUID))
+					fmt.Fprintf(stdout, "%s: evacuation started as workflow %s\n", s.UUID, guest.InstanceWorkflowID(s.UUID))
 				}
 			}
 			fmt.Fprintf(stdout, "%d evacuations of guests of %s, %d failed\n", len(out), host, failed)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -27,10 +28,10 @@ type listRow struct {
 	MemoryMB  int64   `json:"memory_mb"`
 	// Pins is the pCPUs the guest is pinned to as a cpuset list ("2-5,8"),
 	// PCPUs the same as a list; both empty without dedicated vCPUs.
-	Pins    string        `json:"pins"`
-	PCPUs   []int         `json:"pcpus"`
-	ClaimID string        `json:"claim_id,omitempty"`
-	Flavor  ledger.Flavor `json:"flavor"`
+	Pins    string       `json:"pins"`
+	PCPUs   []int        `json:"pcpus"`
+	ClaimID string       `json:"claim_id,omitempty"`
+	Flavor  guest.Flavor `json:"flavor"`
 }
 
 func list(args []string, stdout io.Writer) error {
@@ -95,14 +96,14 @@ func list(args []string, stdout io.Writer) error {
 // state, naming both lists as the ledger has them.
 func checkListState(s string) error {
 	var vms, tasks []string
-	for _, v := range ledger.VMStates() {
+	for _, v := range guest.VMStates() {
 		if string(v) == s {
 			return nil
 		}
 		vms = append(vms, string(v))
 	}
-	for _, t := range ledger.TaskStates() {
-		if t == ledger.TaskNone {
+	for _, t := range guest.TaskStates() {
+		if t == guest.TaskNone {
 			continue
 		}
 		if string(t) == s {
@@ -120,7 +121,7 @@ func newListRow(in *ledger.Instance) listRow {
 	if in.Host != "" {
 		r.Host = &in.Host
 	}
-	if in.TaskState != ledger.TaskNone {
+	if in.TaskState != guest.TaskNone {
 		ts := string(in.TaskState)
 		r.TaskState = &ts
 	}

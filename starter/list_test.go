@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -55,8 +56,8 @@ func TestSortRows(t *testing.T) {
 }
 
 func TestNewListRow(t *testing.T) {
-	in := &ledger.Instance{UUID: "u1", Name: "db", Host: "a", VMState: ledger.VMActive, TaskState: ledger.TaskMigrating, ClaimID: "c1",
-		Request: ledger.Flavor{VCPUs: 5, MemoryMB: 2048},
+	in := &ledger.Instance{UUID: "u1", Name: "db", Host: "a", VMState: guest.VMActive, TaskState: guest.TaskMigrating, ClaimID: "c1",
+		Request: guest.Flavor{VCPUs: 5, MemoryMB: 2048},
 		Placement: &numa.Placement{Cells: []numa.PlacedCell{
 			{HostCell: 0, Pins: map[int]int{0: 2, 1: 3}, Reserved: numa.NewCPUSet(8)},
 			{HostCell: 1, Pins: map[int]int{2: 4, 3: 5, 4: 10}},
@@ -65,7 +66,7 @@ func TestNewListRow(t *testing.T) {
 	if r.Pins != "2-5,8,10" || !cmp.Equal(r.PCPUs, []int{2, 3, 4, 5, 8, 10}) || deref(r.Host) != "a" || deref(r.TaskState) != "migrating" || r.VCPUs != 5 {
 		t.Errorf("newListRow(%+v) = %+v, want pins 2-5,8,10 on a, migrating, 5 vCPUs", in, r)
 	}
-	off := newListRow(&ledger.Instance{UUID: "u2", Name: "shelved", VMState: ledger.VMShelvedOffloaded})
+	off := newListRow(&ledger.Instance{UUID: "u2", Name: "shelved", VMState: guest.VMShelvedOffloaded})
 	if off.Host != nil || off.TaskState != nil || off.Pins != "" || off.PCPUs == nil || len(off.PCPUs) != 0 {
 		t.Errorf("newListRow(shelved) = %+v, want no host, no task, no pins and an empty pcpus list", off)
 	}

@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -63,7 +64,7 @@ func boot(args []string, stdout io.Writer) error {
 	if len(pos) > 0 || *name == "" {
 		return fmt.Errorf("boot needs --name and no positional arguments: %w", errUsage)
 	}
-	flavor := ledger.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
+	flavor := guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
 	if _, err := flavor.Request(); err != nil {
 		return fmt.Errorf("boot %s: %w", *name, err)
 	}
@@ -210,14 +211,14 @@ func cancelOp(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := c.CancelWorkflow(a.ctx, activities.InstanceWorkflowID(uuid), ""); err != nil {
+		if err := c.CancelWorkflow(a.ctx, guest.InstanceWorkflowID(uuid), ""); err != nil {
 			var nf *serviceerror.NotFound
 			if errors.As(err, &nf) {
 				return fmt.Errorf("cancel %s: no operation is running on it", uuid)
 			}
 			return fmt.Errorf("cancel %s: %w", uuid, err)
 		}
-		fmt.Fprintf(stdout, "cancellation of %s requested; it compensates and ends in phase error\n", activities.InstanceWorkflowID(uuid))
+		fmt.Fprintf(stdout, "cancellation of %s requested; it compensates and ends in phase error\n", guest.InstanceWorkflowID(uuid))
 		return nil
 	})
 }
@@ -287,7 +288,7 @@ func show(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%s  %s\n  host %s  vm_state %s  task_state %s\n  %d vCPUs, %d MiB%s\n  placement: %s\n",
 			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, specList(inst.Request.ExtraSpecs, inst.Request.ImageProps), pins)
-		if r := inst.Resize; r != nil && inst.VMState == ledger.VMResized {
+		if r := inst.Resize; r != nil && inst.VMState == guest.VMResized {
 			fmt.Fprintf(stdout, "  VERIFY_RESIZE: from %s, whose source hold %s is kept; it was %d vCPUs, %d MiB%s; 'pinflow resize confirm|revert %s'\n",
 				r.SourceHost, r.SourceClaimID, r.OldFlavor.VCPUs, r.OldFlavor.MemoryMB, specList(r.OldFlavor.ExtraSpecs, r.OldFlavor.ImageProps), inst.UUID)
 		}
@@ -421,7 +422,7 @@ func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (cli
 		return nil, err
 	}
 	p.op, p.wf = op, wf
-	run, err := startWorkflow(a, c, activities.InstanceWorkflowID(uuid), uuid, p, fmt.Sprintf("instance `%s`, operation **%s**", uuid, op))
+	run, err := startWorkflow(a, c, guest.InstanceWorkflowID(uuid), uuid, p, fmt.Sprintf("instance `%s`, operation **%s**", uuid, op))
 	if alreadyRunning(err) {
 		return nil, busy(a, c, uuid)
 	}
@@ -464,7 +465,7 @@ func alreadyRunning(err error) bool {
 
 // busy explains that another operation holds the guest's workflow id.
 func busy(a *app, c client.Client, uuid string) error {
-	id := activities.InstanceWorkflowID(uuid)
+	id := guest.InstanceWorkflowID(uuid)
 	what := "another operation"
 	if d, err := c.DescribeWorkflow(a.ctx, id, ""); err == nil {
 		what = "a " + d.WorkflowType.Name

@@ -10,7 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -98,7 +98,7 @@ func quarantine(args []string, stdout io.Writer) error {
 			return err
 		}
 		id := workflows.QuarantineReleaseWorkflowID(*host, pos[0])
-		in := activities.ReleaseQuarantineInput{Host: *host, ClaimID: pos[0]}
+		in := audit.ReleaseQuarantineInput{Host: *host, ClaimID: pos[0]}
 		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpUnquarantine, wf: workflows.ReleaseQuarantine, input: in,
 			summary: "release quarantine " + pos[0] + " on " + *host, source: *host}, "")
 		switch {
@@ -107,7 +107,7 @@ func quarantine(args []string, stdout io.Writer) error {
 		case err != nil:
 			return fmt.Errorf("quarantine release: %w", err)
 		}
-		var res activities.ReleasedQuarantine
+		var res audit.ReleasedQuarantine
 		if err := run.Get(a.ctx, &res); err != nil {
 			return fmt.Errorf("quarantine release: %s", rootMessage(err))
 		}

@@ -11,7 +11,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -134,7 +134,7 @@ func resizeDecision(args []string, stdout io.Writer, decision string) error {
 		if err != nil {
 			return err
 		}
-		id := activities.InstanceWorkflowID(uuid)
+		id := guest.InstanceWorkflowID(uuid)
 		h, err := c.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.ResizeDecisionUpdate,
 			Args: []any{decision}, WaitForStage: client.WorkflowUpdateStageCompleted})
 		if err == nil {

@@ -22,8 +22,8 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
-	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/telemetry"
 	"github.com/pinflow/pinflow/workflows"
@@ -98,7 +98,7 @@ func TestMigrationTrace(t *testing.T) {
 	t.Cleanup(w.Stop)
 
 	uuid := "6f1c2a4e-3b5d-4c7e-8f90-a1b2c3d4e5f6"
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	start(ctx, t, tc, uuid, workflows.Boot, workflows.BootInput{UUID: uuid, Name: "traced", Flavor: flavor, Host: "a"})
 	exp.Reset()
 
@@ -158,7 +158,7 @@ func TestMigrationTrace(t *testing.T) {
 func start(ctx context.Context, t *testing.T, tc client.Client, uuid string, wf, in any) {
 	t.Helper()
 	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: activities.InstanceWorkflowID(uuid), TaskQueue: "trace-test",
+		ID: guest.InstanceWorkflowID(uuid), TaskQueue: "trace-test",
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.AttrInstance.ValueSet(uuid)),

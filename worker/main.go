@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/placement"
 	"github.com/pinflow/pinflow/workflows"
@@ -84,9 +85,10 @@ func run() error {
 	hosts := placement.NewIndex(led, placement.Options{PollInterval: cfg.Placement.PollInterval,
 		SweepInterval: cfg.Placement.SweepInterval, Logger: logger})
 	go func() { _ = hosts.Run(ctx) }()
-	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions, Placement: hosts,
-		Owners: activities.TemporalOwners{Client: tc, Namespace: cfg.Namespace}, Holders: activities.TemporalOwners{Client: tc, Namespace: cfg.Namespace}, Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace,
-		Settler:         workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue},
+	owners := audit.TemporalOwners{Client: tc, Namespace: cfg.Namespace}
+	auditor := &audit.Auditor{Ledger: led, Driver: driver, Owners: owners, Holders: owners,
+		Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace, Settler: workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue}}
+	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions, Placement: hosts, Audit: auditor,
 		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, DrainMaxMoves: cfg.DrainMaxMoves, MigrationPolicy: policy})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
 		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver,

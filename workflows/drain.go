@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -540,7 +541,7 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 // runChild moves the guest with the drain's policy and waits for it.
 func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:        activities.InstanceWorkflowID(g.UUID),
+		WorkflowID:        guest.InstanceWorkflowID(g.UUID),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		// A cancelled drain waits for each move to roll back.
 		WaitForCancellation: true,

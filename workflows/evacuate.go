@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -63,7 +64,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	s.onFailure("clear the task state", func(ctx workflow.Context) error {
 		return s.setTask(ctx, in.UUID, "")
 	})
-	if err := s.setTask(ctx, in.UUID, ledger.TaskRebuilding); err != nil {
+	if err := s.setTask(ctx, in.UUID, guest.TaskRebuilding); err != nil {
 		return nil, s.fail(err)
 	}
 	dst, claim, err := claimElsewhere(ctx, s, inst, in.Dest)

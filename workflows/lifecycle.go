@@ -4,6 +4,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -11,9 +12,9 @@ import (
 // BootInput describes a new guest. The caller picks the uuid, so the
 // workflow id is known before the guest exists.
 type BootInput struct {
-	UUID   string        `json:"uuid"`
-	Name   string        `json:"name"`
-	Flavor ledger.Flavor `json:"flavor"`
+	UUID   string       `json:"uuid"`
+	Name   string       `json:"name"`
+	Flavor guest.Flavor `json:"flavor"`
 	// Host is where to boot; empty lets pinflow choose.
 	Host string `json:"host,omitempty"`
 }
@@ -42,7 +43,7 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 	s.step()
 	s.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
 		return s.ledger(ctx, "vm state error", a.SetTaskState,
-			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: ledger.VMError}).Get(ctx, nil)
+			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: guest.VMError}).Get(ctx, nil)
 	})
 	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, ledger.KindBoot)
 	if err != nil {
@@ -83,7 +84,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	ctx = s.commit(ctx)
 	s.phase(PhaseDeleting, "")
 	if err := s.ledger(ctx, "task state deleting", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskDeleting}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskDeleting}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	if inst.Host != "" {
@@ -106,7 +107,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 			}
 		}
 		s.step()
-		clear := activities.ClearHostInput{UUID: in.UUID, VMState: ledger.VMDeleted}
+		clear := activities.ClearHostInput{UUID: in.UUID, VMState: guest.VMDeleted}
 		if err := s.ledger(ctx, "clear host and NUMA data", a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
 			return nil, s.fail(err)
 		}

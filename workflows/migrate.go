@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -113,7 +114,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
 	if err := s.ledger(ctx, "task state migrating", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskMigrating}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskMigrating}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 

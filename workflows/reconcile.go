@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 )
 
 // ReconcileScheduleID is the id of the Temporal Schedule that runs the
@@ -62,15 +63,15 @@ type ReconcileResult struct {
 	// Hosts are the hosts audited, each with what it found; an audit of
 	// more than one page lists only the hosts with a claim freed, drift
 	// or an error, so that its result stays small.
-	Hosts []activities.HostAudit `json:"hosts"`
+	Hosts []audit.HostAudit `json:"hosts"`
 	// Audited is how many hosts the audit checked; Pages how many child
 	// runs it took (0: it checked them itself).
-	Audited int              `json:"audited"`
-	Pages   int              `json:"pages,omitempty"`
-	Total   activities.Tally `json:"total"`
+	Audited int         `json:"audited"`
+	Pages   int         `json:"pages,omitempty"`
+	Total   audit.Tally `json:"total"`
 	// Records is the sweep of the instance records stuck in building, run
 	// by an audit of every host.
-	Records *activities.RecordSweep `json:"records,omitempty"`
+	Records *audit.RecordSweep `json:"records,omitempty"`
 	// Duration is the audit's wall time, from the workflow's clock.
 	Duration time.Duration `json:"duration"`
 }
@@ -107,7 +108,7 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 		return reconcilePages(ctx, s, in, hosts, page, start)
 	}
 	s.steps = len(hosts)
-	res := &ReconcileResult{DryRun: in.DryRun, Hosts: make([]activities.HostAudit, len(hosts)), Audited: len(hosts)}
+	res := &ReconcileResult{DryRun: in.DryRun, Hosts: make([]audit.HostAudit, len(hosts)), Audited: len(hosts)}
 	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
 
 	limit := in.Concurrency
@@ -116,18 +117,18 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 	}
 	sel := workflow.NewSelector(ctx)
 	done := 0
-	audit := func(i int) {
+	auditHost := func(i int) {
 		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			StartToCloseTimeout: auditTimeout, HeartbeatTimeout: heartbeatTimeout,
 			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
 				MaximumAttempts: auditAttempts, NonRetryableErrorTypes: activities.NonRetryableErrorTypes},
 			Summary: "audit host " + hosts[i],
 		})
-		f := workflow.ExecuteActivity(actx, a.AuditHost, activities.AuditHostInput{Host: hosts[i], Grace: in.Grace, DryRun: in.DryRun})
+		f := workflow.ExecuteActivity(actx, a.AuditHost, audit.AuditHostInput{Host: hosts[i], Grace: in.Grace, DryRun: in.DryRun})
 		sel.AddFuture(f, func(f workflow.Future) {
-			var h activities.HostAudit
+			var h audit.HostAudit
 			if err := f.Get(ctx, &h); err != nil {
-				h = activities.HostAudit{Host: hosts[i], DryRun: in.DryRun, Errors: []string{err.Error()}}
+				h = audit.HostAudit{Host: hosts[i], DryRun: in.DryRun, Errors: []string{err.Error()}}
 				h.Tally.Errors = 1
 			}
 			res.Hosts[i] = h
@@ -139,12 +140,12 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 	}
 	next := 0
 	for ; next < len(hosts) && next < limit; next++ {
-		audit(next)
+		auditHost(next)
 	}
 	for range hosts {
 		sel.Select(ctx)
 		if next < len(hosts) {
-			audit(next)
+			auditHost(next)
 			next++
 		}
 	}
@@ -161,7 +162,7 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 // still bounds the hosts audited at once. It keeps the hosts that found
 // something and the totals.
 func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []string, page int, start time.Time) (*ReconcileResult, error) {
-	res := &ReconcileResult{DryRun: in.DryRun, Hosts: []activities.HostAudit{}}
+	res := &ReconcileResult{DryRun: in.DryRun, Hosts: []audit.HostAudit{}}
 	pages := (len(hosts) + page - 1) / page
 	s.steps = pages
 	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
@@ -177,8 +178,8 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 		var pr ReconcileResult
 		if err := workflow.ExecuteChildWorkflow(cctx, Reconcile, child).Get(ctx, &pr); err != nil {
 			// The page's hosts are reported as not audited; the rest go on.
-			res.Hosts = append(res.Hosts, activities.HostAudit{Host: fmt.Sprintf("%s..%s", part[0], part[len(part)-1]), DryRun: in.DryRun,
-				Tally: activities.Tally{Errors: len(part)}, Errors: []string{fmt.Sprintf("audit page %d: %v", p+1, err)}})
+			res.Hosts = append(res.Hosts, audit.HostAudit{Host: fmt.Sprintf("%s..%s", part[0], part[len(part)-1]), DryRun: in.DryRun,
+				Tally: audit.Tally{Errors: len(part)}, Errors: []string{fmt.Sprintf("audit page %d: %v", p+1, err)}})
 			res.Total.Errors += len(part)
 		} else {
 			for _, h := range pr.Hosts {
@@ -215,8 +216,8 @@ func (s *saga) sweepRecords(ctx workflow.Context, in ReconcileInput, res *Reconc
 			MaximumAttempts: auditAttempts, NonRetryableErrorTypes: activities.NonRetryableErrorTypes},
 		Summary: "sweep the records stuck in building",
 	})
-	sweep := activities.RecordSweep{DryRun: in.DryRun}
-	if err := workflow.ExecuteActivity(actx, a.SweepBuilding, activities.SweepBuildingInput{Grace: in.Grace, DryRun: in.DryRun}).Get(ctx, &sweep); err != nil {
+	sweep := audit.RecordSweep{DryRun: in.DryRun}
+	if err := workflow.ExecuteActivity(actx, a.SweepBuilding, audit.SweepBuildingInput{Grace: in.Grace, DryRun: in.DryRun}).Get(ctx, &sweep); err != nil {
 		sweep.Errors, sweep.Tally.Errors = []string{err.Error()}, 1
 	}
 	res.Records = &sweep
@@ -270,7 +271,7 @@ func ReconcileReport(res *ReconcileResult) string {
 }
 
 // writeDrift writes an audit's drift and error lines.
-func writeDrift(b *strings.Builder, drift []activities.Drift, errs []string) {
+func writeDrift(b *strings.Builder, drift []audit.Drift, errs []string) {
 	for _, d := range drift {
 		flight := ""
 		if d.InFlight {
@@ -283,12 +284,12 @@ func writeDrift(b *strings.Builder, drift []activities.Drift, errs []string) {
 	}
 }
 
-func tallyLine(t activities.Tally) string {
+func tallyLine(t audit.Tally) string {
 	return fmt.Sprintf("%d claims, kept %d%s, freed %d%s, drift %d%s, errors %d",
 		t.Claims, t.Kept.Total(), reasons(t.Kept), t.Freed.Total(), reasons(t.Freed), t.Drift.Total(), reasons(t.Drift), t.Errors)
 }
 
-func reasons(rc activities.ReasonCounts) string {
+func reasons(rc audit.ReasonCounts) string {
 	if len(rc) == 0 {
 		return ""
 	}

@@ -21,6 +21,8 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
@@ -33,7 +35,7 @@ import (
 type openOwner struct {
 	mu       sync.Mutex
 	id, run  string
-	override *activities.OwnerStatus
+	override *audit.OwnerStatus
 }
 
 func (o *openOwner) open(id, run string) {
@@ -42,16 +44,16 @@ func (o *openOwner) open(id, run string) {
 	o.id, o.run = id, run
 }
 
-func (o *openOwner) OwnerStatus(_ context.Context, id string) (activities.OwnerStatus, error) {
+func (o *openOwner) OwnerStatus(_ context.Context, id string) (audit.OwnerStatus, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.override != nil {
 		return *o.override, nil
 	}
 	if id == o.id && o.id != "" {
-		return activities.OwnerStatus{State: activities.OwnerRunning, FirstRunID: o.run, Since: time.Now()}, nil
+		return audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: o.run, Since: time.Now()}, nil
 	}
-	return activities.OwnerStatus{State: activities.OwnerNotFound}, nil
+	return audit.OwnerStatus{State: audit.OwnerNotFound}, nil
 }
 
 // Retention is none: every claim is older, so a workflow not found is
@@ -113,7 +115,8 @@ func newRaceWorld(t *testing.T) *raceWorld {
 		t.Fatal(err)
 	}
 	w := &raceWorld{t: t, led: led, drv: sim.New(rdb, sim.Options{}), owners: &openOwner{}}
-	w.acts = &activities.Activities{Ledger: led, Driver: w.drv, Owners: w.owners, ProgressEvery: 10 * time.Millisecond}
+	w.acts = &activities.Activities{Ledger: led, Driver: w.drv, ProgressEvery: 10 * time.Millisecond,
+		Audit: &audit.Auditor{Ledger: led, Driver: w.drv, Owners: w.owners}}
 	for _, h := range []string{"a", "b"} {
 		topo, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 4, Threads: 1, MemoryMB: 8192})
 		if err != nil {
@@ -138,7 +141,7 @@ func (w *raceWorld) run(t *testing.T, uuid string, wf, in any) error {
 	env := s.NewTestWorkflowEnvironment()
 	env.SetTestTimeout(2 * time.Minute)
 	w.runs++
-	id, run := activities.InstanceWorkflowID(uuid), fmt.Sprintf("first-run-%d", w.runs)
+	id, run := guest.InstanceWorkflowID(uuid), fmt.Sprintf("first-run-%d", w.runs)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: run}}})
 	env.RegisterActivity(w.acts)
@@ -190,7 +193,7 @@ func (w *raceWorld) auditAll(t *testing.T, where string) {
 		return
 	}
 	for _, h := range hosts {
-		res, err := w.acts.AuditHost(ctx, activities.AuditHostInput{Host: h, Grace: new(time.Duration)})
+		res, err := w.acts.AuditHost(ctx, audit.AuditHostInput{Host: h, Grace: new(time.Duration)})
 		w.audits++
 		if err != nil {
 			t.Errorf("%s: AuditHost(%s): %v", where, h, err)
@@ -273,7 +276,7 @@ func TestReconcileRacesEveryStep(t *testing.T) {
 	ctx := context.Background()
 	vmA, vmB := "0a000000-0000-4000-8000-00000000000a", "0b000000-0000-4000-8000-00000000000b"
 	w.uuids = []string{vmA, vmB}
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	fault := func(host string, op sim.Op, times int) {
 		if err := w.drv.SetFault(ctx, host, op, sim.Fault{Times: times}); err != nil {
 			t.Fatal(err)
@@ -320,14 +323,14 @@ func TestReconcileRaceDetects(t *testing.T) {
 	w := newRaceWorld(t)
 	vm := "0c000000-0000-4000-8000-00000000000c"
 	w.uuids = []string{vm}
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	if err := w.run(t, vm, Boot, BootInput{UUID: vm, Name: "C", Flavor: flavor, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	env := s.NewTestWorkflowEnvironment()
-	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: activities.InstanceWorkflowID(vm)})
+	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: guest.InstanceWorkflowID(vm)})
 	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: "control"}}})
 	env.RegisterActivity(w.acts)
 	wouldFree := 0
@@ -338,19 +341,19 @@ func TestReconcileRaceDetects(t *testing.T) {
 			return
 		}
 		w.owners.mu.Lock()
-		w.owners.override = &activities.OwnerStatus{State: activities.OwnerNotFound}
+		w.owners.override = &audit.OwnerStatus{State: audit.OwnerNotFound}
 		w.owners.mu.Unlock()
 		defer func() {
 			w.owners.mu.Lock()
 			w.owners.override = nil
 			w.owners.mu.Unlock()
 		}()
-		res, err := w.acts.AuditHost(context.Background(), activities.AuditHostInput{Host: "b", Grace: new(time.Duration), DryRun: true})
+		res, err := w.acts.AuditHost(context.Background(), audit.AuditHostInput{Host: "b", Grace: new(time.Duration), DryRun: true})
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		wouldFree = res.Tally.Freed.Of(activities.FreedOwnerNotFound)
+		wouldFree = res.Tally.Freed.Of(audit.FreedOwnerNotFound)
 	})
 	env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: vm, Dest: "b"})
 	if err := env.GetWorkflowError(); err != nil {

@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 )
 
 func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
@@ -22,7 +22,7 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	var mu sync.Mutex
 	running, most := 0, 0
 	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.AuditHostInput) (activities.HostAudit, error) {
+		func(_ context.Context, in audit.AuditHostInput) (audit.HostAudit, error) {
 			mu.Lock()
 			running++
 			most = max(most, running)
@@ -33,17 +33,17 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 			running--
 			mu.Unlock()
 			if in.Host == "c" {
-				return activities.HostAudit{}, failed("redis: connection refused", "Unreachable")
+				return audit.HostAudit{}, failed("redis: connection refused", "Unreachable")
 			}
-			res := activities.HostAudit{Host: in.Host}
+			res := audit.HostAudit{Host: in.Host}
 			res.Tally.Claims = 2
-			res.Tally.Kept.Add(activities.KeptResident, 1)
-			res.Tally.Freed.Add(activities.FreedOwnerClosed, 1)
-			res.Freed = []activities.FreedClaim{{ClaimID: "x-" + in.Host, Reason: activities.FreedOwnerClosed}}
+			res.Tally.Kept.Add(audit.KeptResident, 1)
+			res.Tally.Freed.Add(audit.FreedOwnerClosed, 1)
+			res.Freed = []audit.FreedClaim{{ClaimID: "x-" + in.Host, Reason: audit.FreedOwnerClosed}}
 			return res, nil
 		})
-	stuck := activities.RecordSweep{Drift: []activities.Drift{{Kind: activities.DriftStuckBuild, Instance: "u", Detail: "instance u is building with no domain on no host"}}}
-	stuck.Tally.Drift.Add(activities.DriftStuckBuild, 1)
+	stuck := audit.RecordSweep{Drift: []audit.Drift{{Kind: audit.DriftStuckBuild, Instance: "u", Detail: "instance u is building with no domain on no host"}}}
+	stuck.Tally.Drift.Add(audit.DriftStuckBuild, 1)
 	h.on("sweep", a.SweepBuilding, stuck, nil)
 	// A worker that dies in an audit step must not hold the audit for the
 	// step's whole timeout: every step heartbeats.
@@ -68,9 +68,9 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	if most > 2 {
 		t.Errorf("Reconcile(concurrency 2) ran %d host audits at once", most)
 	}
-	want := activities.Tally{Claims: 8, Kept: activities.ReasonCounts{{Reason: activities.KeptResident, Count: 4}},
-		Freed: activities.ReasonCounts{{Reason: activities.FreedOwnerClosed, Count: 4}},
-		Drift: activities.ReasonCounts{{Reason: activities.DriftStuckBuild, Count: 1}}, Errors: 1}
+	want := audit.Tally{Claims: 8, Kept: audit.ReasonCounts{{Reason: audit.KeptResident, Count: 4}},
+		Freed: audit.ReasonCounts{{Reason: audit.FreedOwnerClosed, Count: 4}},
+		Drift: audit.ReasonCounts{{Reason: audit.DriftStuckBuild, Count: 1}}, Errors: 1}
 	if diff := cmp.Diff(want, res.Total); diff != "" {
 		t.Errorf("Reconcile total (-want +got):\n%s", diff)
 	}
@@ -106,17 +106,17 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 
 func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
 	h := newHarness(t)
-	var got []activities.AuditHostInput
+	var got []audit.AuditHostInput
 	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.AuditHostInput) (activities.HostAudit, error) {
+		func(_ context.Context, in audit.AuditHostInput) (audit.HostAudit, error) {
 			got = append(got, in)
-			return activities.HostAudit{Host: in.Host, DryRun: in.DryRun}, nil
+			return audit.HostAudit{Host: in.Host, DryRun: in.DryRun}, nil
 		})
 	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Hosts: []string{"b"}, DryRun: true})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	want := []activities.AuditHostInput{{Host: "b", DryRun: true}}
+	want := []audit.AuditHostInput{{Host: "b", DryRun: true}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("AuditHost inputs (-want +got):\n%s", diff)
 	}
@@ -137,20 +137,20 @@ func TestReconcilePagesALargeFleet(t *testing.T) {
 	var mu sync.Mutex
 	audited := map[string]int{}
 	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.AuditHostInput) (activities.HostAudit, error) {
+		func(_ context.Context, in audit.AuditHostInput) (audit.HostAudit, error) {
 			mu.Lock()
 			audited[in.Host]++
 			mu.Unlock()
-			res := activities.HostAudit{Host: in.Host}
+			res := audit.HostAudit{Host: in.Host}
 			res.Tally.Claims = 1
-			res.Tally.Kept.Add(activities.KeptResident, 1)
+			res.Tally.Kept.Add(audit.KeptResident, 1)
 			if in.Host == "d" {
-				res.Tally.Freed.Add(activities.FreedOwnerClosed, 1)
-				res.Freed = []activities.FreedClaim{{ClaimID: "x-d", Reason: activities.FreedOwnerClosed}}
+				res.Tally.Freed.Add(audit.FreedOwnerClosed, 1)
+				res.Freed = []audit.FreedClaim{{ClaimID: "x-d", Reason: audit.FreedOwnerClosed}}
 			}
 			return res, nil
 		})
-	h.on("sweep", a.SweepBuilding, activities.RecordSweep{}, nil).Once()
+	h.on("sweep", a.SweepBuilding, audit.RecordSweep{}, nil).Once()
 	zero := time.Duration(0)
 	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, PageSize: 2})
 	if err := h.env.GetWorkflowError(); err != nil {
@@ -166,8 +166,8 @@ func TestReconcilePagesALargeFleet(t *testing.T) {
 	if res.Audited != 5 || res.Pages != 3 {
 		t.Errorf("Reconcile of 5 hosts in pages of 2: audited %d in %d pages, want 5 in 3", res.Audited, res.Pages)
 	}
-	want := activities.Tally{Claims: 5, Kept: activities.ReasonCounts{{Reason: activities.KeptResident, Count: 5}},
-		Freed: activities.ReasonCounts{{Reason: activities.FreedOwnerClosed, Count: 1}}}
+	want := audit.Tally{Claims: 5, Kept: audit.ReasonCounts{{Reason: audit.KeptResident, Count: 5}},
+		Freed: audit.ReasonCounts{{Reason: audit.FreedOwnerClosed, Count: 1}}}
 	if diff := cmp.Diff(want, res.Total); diff != "" {
 		t.Errorf("Reconcile total (-want +got):\n%s", diff)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 )
 
 // RecoverInput says which hosts' ledgers to rebuild from the hypervisors.
@@ -18,8 +18,8 @@ type RecoverInput struct {
 
 // RecoverResult is what each host's recovery found and did.
 type RecoverResult struct {
-	DryRun bool                           `json:"dry_run,omitempty"`
-	Hosts  []activities.RecoverHostResult `json:"hosts"`
+	DryRun bool                      `json:"dry_run,omitempty"`
+	Hosts  []audit.RecoverHostResult `json:"hosts"`
 }
 
 // Recover rebuilds hosts' ledgers after Redis lost data, one host after
@@ -43,8 +43,8 @@ func Recover(ctx workflow.Context, in RecoverInput) (*RecoverResult, error) {
 	res := &RecoverResult{DryRun: in.DryRun}
 	for _, h := range hosts {
 		s.phase(PhaseRecovering, "recovering "+h)
-		var hr activities.RecoverHostResult
-		rin := activities.RecoverHostInput{Host: h, DryRun: in.DryRun}
+		var hr audit.RecoverHostResult
+		rin := audit.RecoverHostInput{Host: h, DryRun: in.DryRun}
 		if err := s.ledger(ctx, "recover "+h, a.RecoverHost, rin).Get(ctx, &hr); err != nil {
 			return nil, s.fail(err)
 		}
@@ -69,14 +69,14 @@ func QuarantineReleaseWorkflowID(host, claimID string) string {
 // the worker, where the hypervisor driver is: the release is refused
 // while a domain on the host runs on its pCPUs
 // (activities.ReleaseQuarantineClaim).
-func ReleaseQuarantine(ctx workflow.Context, in activities.ReleaseQuarantineInput) (*activities.ReleasedQuarantine, error) {
+func ReleaseQuarantine(ctx workflow.Context, in audit.ReleaseQuarantineInput) (*audit.ReleasedQuarantine, error) {
 	s, err := newSaga(ctx, OpUnquarantine, "", 1)
 	if err != nil {
 		return nil, err
 	}
 	s.setHosts(in.Host, "")
 	s.phase(PhaseReleasing, "releasing quarantine "+in.ClaimID)
-	var res activities.ReleasedQuarantine
+	var res audit.ReleasedQuarantine
 	summary := "release quarantine " + in.ClaimID + " on " + in.Host
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, summary), a.ReleaseQuarantineClaim, in).Get(ctx, &res); err != nil {
 		return nil, s.fail(err)

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -33,7 +34,7 @@ type ResizeInput struct {
 	UUID string `json:"uuid"`
 	// Flavor is the new flavor; nil is a cold migration, which keeps the
 	// guest's flavor and moves it to another host.
-	Flavor *ledger.Flavor `json:"flavor,omitempty"`
+	Flavor *guest.Flavor `json:"flavor,omitempty"`
 	// Dest is where to; empty lets pinflow choose (for a resize, the
 	// guest's own host too, when it can hold both placements at once).
 	Dest string `json:"dest,omitempty"`
@@ -121,7 +122,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if op == OpColdMigration && dst == src {
 		return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; a cold migration needs another host", in.UUID, src)))
 	}
-	wasActive := inst.VMState == ledger.VMActive
+	wasActive := inst.VMState == guest.VMActive
 	s.setHosts(src, dst)
 	s.step()
 
@@ -141,7 +142,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.onFailure("clear the task state", func(ctx workflow.Context) error {
 		return s.setTask(ctx, in.UUID, "")
 	})
-	if err := s.setTask(ctx, in.UUID, ledger.TaskResizePrep); err != nil {
+	if err := s.setTask(ctx, in.UUID, guest.TaskResizePrep); err != nil {
 		return nil, s.fail(err)
 	}
 	s.onFailure("forget the resize", func(ctx workflow.Context) error {
@@ -176,7 +177,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	s.step()
 
 	s.phase(PhasePoweringOff, "powering the guest off on "+src)
-	if err := s.setTask(ctx, in.UUID, ledger.TaskResizeMigrating); err != nil {
+	if err := s.setTask(ctx, in.UUID, guest.TaskResizeMigrating); err != nil {
 		return nil, s.fail(err)
 	}
 	srcDom := activities.DomainInput{UUID: in.UUID, Host: src, LeaveOff: !wasActive}
@@ -190,9 +191,9 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 
 	s.phase(PhaseSpawning, "moving the guest to "+dst)
 	destDom := activities.DomainInput{UUID: in.UUID, Host: dst}
-	vmState := ledger.VMActive
+	vmState := guest.VMActive
 	if !wasActive {
-		vmState = ledger.VMStopped
+		vmState = guest.VMStopped
 	}
 	s.onFailure("remove the guest from the destination", func(ctx workflow.Context) error {
 		// The guest's way back comes first: with no hold to go back to,
@@ -216,7 +217,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	verifyCtx := ctx
 	ctx = s.commit(ctx)
 	s.phase(PhaseCommitting, "making the destination claim resident")
-	if err := s.setTask(ctx, in.UUID, ledger.TaskResizeFinish); err != nil {
+	if err := s.setTask(ctx, in.UUID, guest.TaskResizeFinish); err != nil {
 		return nil, s.fail(err)
 	}
 	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
@@ -257,7 +258,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		res.Host, res.Placement, res.Outcome = src, inst.Placement, "reverted"
 	} else {
 		s.phase(PhaseConfirming, "freeing the source hold on "+src)
-		if err := s.setTask(ctx, in.UUID, ledger.TaskResizeConfirming); err != nil {
+		if err := s.setTask(ctx, in.UUID, guest.TaskResizeConfirming); err != nil {
 			return nil, s.fail(err)
 		}
 		confirm := activities.ConfirmResizeInput{UUID: in.UUID, Source: src, SourceClaimID: inst.ClaimID, VMState: vmState}
@@ -283,8 +284,8 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 // anything is destroyed: the guest keeps running on its destination
 // (keepDestination).
 func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, destDom, srcDom activities.DomainInput,
-	destClaim string, vmState ledger.VMState) error {
-	if err := s.setTask(ctx, uuid, ledger.TaskResizeReverting); err != nil {
+	destClaim string, vmState guest.VMState) error {
+	if err := s.setTask(ctx, uuid, guest.TaskResizeReverting); err != nil {
 		return err
 	}
 	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
@@ -315,7 +316,7 @@ func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.
 // refuses when the move defined no domain there) and the resize ends on
 // the destination (keepDestination). Either refusal stops the undo and
 // says where the guest is.
-func secureHold(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, move activities.FinishResizeInput, vmState ledger.VMState) error {
+func secureHold(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, move activities.FinishResizeInput, vmState guest.VMState) error {
 	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
 	err := s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil)
 	if !isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
@@ -334,7 +335,7 @@ func secureHold(ctx workflow.Context, s *saga, uuid string, source activities.Cl
 // when its host is down or returning, becomes a tombstone that host up
 // clears with whatever the host kept of the guest. It returns the
 // refusal, which says where the guest runs.
-func keepDestination(ctx workflow.Context, s *saga, what, uuid string, source activities.ClaimRef, dest string, vmState ledger.VMState, why error) error {
+func keepDestination(ctx workflow.Context, s *saga, what, uuid string, source activities.ClaimRef, dest string, vmState guest.VMState, why error) error {
 	srcDown := isType(why, activities.ErrTypeHostDown)
 	if srcDown {
 		if err := s.ledger(ctx, "tombstone the hold on "+source.Host, a.TombstoneClaim, source).Get(ctx, nil); err != nil {
@@ -389,7 +390,7 @@ func verifyDetail(src, dst string, window time.Duration) string {
 }
 
 // setTask sets the instance's task state, retried until done.
-func (s *saga) setTask(ctx workflow.Context, uuid string, task ledger.TaskState) error {
+func (s *saga) setTask(ctx workflow.Context, uuid string, task guest.TaskState) error {
 	summary := "task state " + string(task)
 	if task == "" {
 		summary = "clear task state"
@@ -402,6 +403,6 @@ func (s *saga) setTask(ctx workflow.Context, uuid string, task ledger.TaskState)
 // two maps does not depend on their order: it is deterministic.
 //
 //workflowcheck:ignore
-func sameFlavor(x, y ledger.Flavor) bool {
+func sameFlavor(x, y guest.Flavor) bool {
 	return x.VCPUs == y.VCPUs && x.MemoryMB == y.MemoryMB && maps.Equal(x.ExtraSpecs, y.ExtraSpecs) && maps.Equal(x.ImageProps, y.ImageProps)
 }

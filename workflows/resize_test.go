@@ -10,10 +10,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 )
 
-var bigger = ledger.Flavor{VCPUs: 4, MemoryMB: 2048, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+var bigger = guest.Flavor{VCPUs: 4, MemoryMB: 2048, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 
 // onResize mocks every step a resize may take.
 func (h *harness) onResize() {
@@ -237,7 +238,7 @@ func TestResizeRefuses(t *testing.T) {
 	}{
 		{"the current flavor", ResizeInput{UUID: uuid, Flavor: &same}, active("a"), "has that flavor already"},
 		{"a cold migration onto its own host", ResizeInput{UUID: uuid, Dest: "a"}, active("a"), "needs another host"},
-		{"a shelved guest", ResizeInput{UUID: uuid}, activities.InstanceInfo{UUID: uuid, VMState: ledger.VMShelvedOffloaded, Flavor: flavor}, "only an active or stopped instance"},
+		{"a shelved guest", ResizeInput{UUID: uuid}, activities.InstanceInfo{UUID: uuid, VMState: guest.VMShelvedOffloaded, Flavor: flavor}, "only an active or stopped instance"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -69,7 +70,7 @@ type saga struct {
 	done   int
 	undo   []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
-	held []activities.HeldClaim
+	held []audit.HeldClaim
 }
 
 type compensation struct {
@@ -82,7 +83,7 @@ func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga,
 	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
-	if err := workflow.SetQueryHandler(ctx, activities.HeldClaimsQuery, func() ([]activities.HeldClaim, error) { return s.held, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, audit.HeldClaimsQuery, func() ([]audit.HeldClaim, error) { return s.held, nil }); err != nil {
 		return nil, err
 	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, StartAttributes(op, uuid)...); err != nil {
@@ -98,7 +99,7 @@ func (s *saga) claim(ctx workflow.Context, in activities.ClaimInput) (activities
 	if err := s.ledger(ctx, "claim pinned CPUs on "+in.Host, a.Claim, in).Get(ctx, &c); err != nil {
 		return c, err
 	}
-	s.held = append(s.held, activities.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
+	s.held = append(s.held, audit.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
 		OwnerRunID: in.Owner.FirstRunID, Placement: c.Placement})
 	return c, nil
 }
@@ -143,7 +144,7 @@ func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *acti
 	if err := s.ledger(ctx, "adopt the drain's reservation on "+r.Host, a.AdoptClaim, adopt).Get(ctx, &c); err != nil {
 		return c, err
 	}
-	s.held = append(s.held, activities.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
+	s.held = append(s.held, audit.HeldClaim{Host: c.Host, ClaimID: c.ClaimID, Kind: in.Kind, Token: c.Token,
 		OwnerRunID: in.Owner.FirstRunID, Placement: c.Placement})
 	return c, nil
 }

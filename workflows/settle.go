@@ -9,11 +9,12 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 )
 
 // SettleResult says what Settle did.
-type SettleResult = activities.SettleResult
+type SettleResult = audit.SettleResult
 
 // Settle finishes forwards an operation that was interrupted after its
 // guest started on a new claim (a terminated migration, boot or
@@ -21,7 +22,7 @@ type SettleResult = activities.SettleResult
 // there, the claim becomes the instance's resident claim and the one its
 // record named is released. The audit starts it, under the instance's
 // workflow id, so it never runs beside another operation on the guest.
-func Settle(ctx workflow.Context, in activities.SettleInput) (*SettleResult, error) {
+func Settle(ctx workflow.Context, in audit.SettleInput) (*SettleResult, error) {
 	s, err := newSaga(ctx, OpSettle, in.UUID, 1)
 	if err != nil {
 		return nil, err
@@ -42,7 +43,7 @@ func Settle(ctx workflow.Context, in activities.SettleInput) (*SettleResult, err
 	return &res, nil
 }
 
-// Settler starts Settle workflows for the audit (activities.Settler).
+// Settler starts Settle workflows for the audit (audit.Settler).
 type Settler struct {
 	Client    client.Client
 	TaskQueue string
@@ -50,9 +51,9 @@ type Settler struct {
 
 // StartSettle starts Settle for in under the instance's workflow id; it
 // fails while another workflow of the instance is open.
-func (s Settler) StartSettle(ctx context.Context, in activities.SettleInput) error {
+func (s Settler) StartSettle(ctx context.Context, in audit.SettleInput) error {
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                                       activities.InstanceWorkflowID(in.UUID),
+		ID:                                       guest.InstanceWorkflowID(in.UUID),
 		TaskQueue:                                s.TaskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,

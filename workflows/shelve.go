@@ -4,6 +4,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -43,7 +44,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
 	if err := s.ledger(ctx, "task state shelving", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskShelving}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskShelving}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 
@@ -67,7 +68,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 		return nil, s.fail(err)
 	}
 	s.step()
-	clear := activities.ClearHostInput{UUID: in.UUID, VMState: ledger.VMShelvedOffloaded}
+	clear := activities.ClearHostInput{UUID: in.UUID, VMState: guest.VMShelvedOffloaded}
 	if err := s.ledger(ctx, "clear host and NUMA data", a.ClearInstanceHost, clear).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
@@ -114,7 +115,7 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
 	})
 	if err := s.ledger(ctx, "task state unshelving", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: ledger.TaskUnshelving}).Get(ctx, nil); err != nil {
+		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskUnshelving}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 

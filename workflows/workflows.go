@@ -3,7 +3,7 @@
 // audit, as Temporal workflows over the activities package.
 //
 // Every operation on one guest runs under the same workflow id,
-// activities.InstanceWorkflowID(uuid), started with conflict policy FAIL:
+// guest.InstanceWorkflowID(uuid), started with conflict policy FAIL:
 // the Temporal server refuses a second operation while one is open, so two
 // operations on one guest can never interleave. Each step that changes the
 // world registers its compensation before it runs; a failure or a

@@ -16,16 +16,16 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/pinflow/pinflow/activities"
-	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/numa"
 )
 
 const uuid = "0b3c9d6e-1f2a-4b5c-8d7e-9f0a1b2c3d4e"
 
-var flavor = ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+var flavor = guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 
 func active(host string) activities.InstanceInfo {
-	return activities.InstanceInfo{UUID: uuid, Name: "vm", Host: host, VMState: ledger.VMActive, Flavor: flavor, ClaimID: "boot-1"}
+	return activities.InstanceInfo{UUID: uuid, Name: "vm", Host: host, VMState: guest.VMActive, Flavor: flavor, ClaimID: "boot-1"}
 }
 
 var placement = numa.Placement{Cells: []numa.PlacedCell{{HostCell: 0, DedicatedVCPUs: numa.MustParse("0-1"), Pins: map[int]int{0: 2, 1: 3}, MemoryMB: 1024, CPUPolicy: numa.CPUPolicyDedicated}}}
@@ -146,7 +146,7 @@ func TestLiveMigrationCancelledWhileMigratingCompensates(t *testing.T) {
 
 func TestLiveMigrationRefusesBadInput(t *testing.T) {
 	shelved := active("")
-	shelved.VMState = ledger.VMShelvedOffloaded
+	shelved.VMState = guest.VMShelvedOffloaded
 	tests := []struct {
 		name string
 		inst activities.InstanceInfo
@@ -205,7 +205,7 @@ func TestShelveOffloadPowerOffFailureKeepsTheClaim(t *testing.T) {
 
 func shelved() activities.InstanceInfo {
 	i := active("")
-	i.VMState, i.ClaimID = ledger.VMShelvedOffloaded, ""
+	i.VMState, i.ClaimID = guest.VMShelvedOffloaded, ""
 	return i
 }
 
@@ -246,7 +246,7 @@ func TestUnshelveSpawnFailureReleasesAndClears(t *testing.T) {
 	if got, want := h.sequence(), "load,task,claim,spawn,destroy,release,clear,task"; got != want {
 		t.Errorf("steps = %s, want %s", got, want)
 	}
-	if cleared.VMState != ledger.VMShelvedOffloaded || cleared.OnlyClaimID == "" {
+	if cleared.VMState != guest.VMShelvedOffloaded || cleared.OnlyClaimID == "" {
 		t.Errorf("ClearInstanceHost(%+v): want vm_state shelved_offloaded and the unshelve claim", cleared)
 	}
 }

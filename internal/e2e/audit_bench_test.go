@@ -13,6 +13,8 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -42,7 +44,8 @@ func BenchmarkAuditFleet(b *testing.B) {
 	}
 	defer rdb.Close()
 	drv := sim.New(rdb, sim.Options{})
-	acts := &activities.Activities{Ledger: led, Driver: drv, Owners: activities.TemporalOwners{Client: tc, Namespace: namespace}}
+	acts := &activities.Activities{Ledger: led, Driver: drv,
+		Audit: &audit.Auditor{Ledger: led, Driver: drv, Owners: audit.TemporalOwners{Client: tc, Namespace: namespace}}}
 	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 8, Threads: 2, MemoryMB: 1 << 16})
 	if err != nil {
 		b.Fatal(err)
@@ -51,7 +54,7 @@ func BenchmarkAuditFleet(b *testing.B) {
 	for i := range names {
 		names[i] = fmt.Sprintf("fleet-%05d", i)
 	}
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	setup := time.Now()
 	var failed atomic.Bool
 	parallel(names, 16, func(i int, h string) {
@@ -137,12 +140,12 @@ func BenchmarkAuditFleet(b *testing.B) {
 
 // bootDirect books a guest on host through the activities a Boot runs,
 // with an owner that closed long ago.
-func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid string, flavor ledger.Flavor) error {
+func bootDirect(ctx context.Context, acts *activities.Activities, host, uuid string, flavor guest.Flavor) error {
 	if _, err := acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: uuid, Name: "g-" + uuid[len(uuid)-6:], Flavor: flavor}); err != nil {
 		return err
 	}
 	c, err := acts.Claim(ctx, activities.ClaimInput{Host: host, ClaimID: "boot-" + uuid, UUID: uuid, Kind: ledger.KindBoot,
-		Owner: activities.Owner{WorkflowID: activities.InstanceWorkflowID(uuid), FirstRunID: "closed-" + uuid}, Flavor: flavor})
+		Owner: activities.Owner{WorkflowID: guest.InstanceWorkflowID(uuid), FirstRunID: "closed-" + uuid}, Flavor: flavor})
 	if err != nil {
 		return err
 	}

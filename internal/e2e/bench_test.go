@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -118,14 +119,14 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 		}
 		return run
 	}
-	flavor := ledger.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	guests := make([]string, inFlight)
 	where := make([]string, inFlight)
 	var boots []client.WorkflowRun
 	for i := range guests {
 		guests[i] = newGuestUUID(i)
 		where[i] = "left"
-		boots = append(boots, start(activities.InstanceWorkflowID(guests[i]), workflows.Boot,
+		boots = append(boots, start(guest.InstanceWorkflowID(guests[i]), workflows.Boot,
 			workflows.BootInput{UUID: guests[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "left"}))
 	}
 	for _, r := range boots {
@@ -162,7 +163,7 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 			go func(i int, uuid, dst string) {
 				defer wg.Done()
 				t0 := time.Now()
-				run := start(activities.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+				run := start(guest.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
 				if err := run.Get(ctx, nil); err != nil {
 					b.Error(err)
 					return
@@ -203,7 +204,7 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 		uuid := guests[i%inFlight]
 		dst := map[string]string{"left": "right", "right": "left"}[where[i%inFlight]]
 		t0 := time.Now()
-		run := start(activities.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+		run := start(guest.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
 		if err := run.Get(ctx, nil); err != nil {
 			b.Fatal(err)
 		}

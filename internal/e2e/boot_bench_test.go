@@ -10,7 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -72,7 +72,7 @@ func BenchmarkBootBurst(b *testing.B) {
 		wg.Wait()
 		return took, time.Since(t0)
 	}
-	flavor := ledger.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	var boots, bare []time.Duration
 	var bootWall, bareWall time.Duration
 	// How long the slowest boot waited for its first workflow task: time
@@ -81,7 +81,7 @@ func BenchmarkBootBurst(b *testing.B) {
 	for round := range b.N {
 		took, wall := burst(burstBoots, workflows.Boot, func(i int) (string, any) {
 			uuid := newGuestUUID(round*burstBoots + i)
-			return activities.InstanceWorkflowID(uuid), workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: hosts[i%len(hosts)]}
+			return guest.InstanceWorkflowID(uuid), workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: hosts[i%len(hosts)]}
 		})
 		boots, bootWall = append(boots, took...), bootWall+wall
 		slowest := 0
@@ -90,7 +90,7 @@ func BenchmarkBootBurst(b *testing.B) {
 				slowest = i
 			}
 		}
-		firstTaskWait = max(firstTaskWait, firstTaskWaited(b, tc, activities.InstanceWorkflowID(newGuestUUID(round*burstBoots+slowest))))
+		firstTaskWait = max(firstTaskWait, firstTaskWaited(b, tc, guest.InstanceWorkflowID(newGuestUUID(round*burstBoots+slowest))))
 		// The steps a boot on a given host runs: create, claim, spawn, attach.
 		took, wall = burst(burstBoots, bareWorkflow, func(i int) (string, any) { return fmt.Sprintf("bare-%d-%d", round, i), 4 })
 		bare, bareWall = append(bare, took...), bareWall+wall

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
@@ -81,12 +82,12 @@ func BenchmarkDrain(b *testing.B) {
 			}
 		}
 	}
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	uuids := make([]string, guests)
 	var runs []client.WorkflowRun
 	for i := range uuids {
 		uuids[i] = newGuestUUID(1000 + i)
-		runs = append(runs, start(activities.InstanceWorkflowID(uuids[i]), workflows.Boot,
+		runs = append(runs, start(guest.InstanceWorkflowID(uuids[i]), workflows.Boot,
 			workflows.BootInput{UUID: uuids[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "src"}))
 	}
 	waitAll(runs)
@@ -113,7 +114,7 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		runs = runs[:0]
 		for _, u := range uuids {
-			runs = append(runs, start(activities.InstanceWorkflowID(u), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: u, Dest: "src"}))
+			runs = append(runs, start(guest.InstanceWorkflowID(u), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: u, Dest: "src"}))
 		}
 		waitAll(runs)
 	}

@@ -7,17 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 )
 
 // waitClosed waits until the guest's workflow has closed and returns the
 // guest as pinflow shows it.
-func (s *stack) waitClosed(uuid string) guest {
+func (s *stack) waitClosed(uuid string) shownGuest {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_ = s.tc.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, nil)
+	_ = s.tc.GetWorkflow(ctx, guest.InstanceWorkflowID(uuid), "").Get(ctx, nil)
 	return s.guest(uuid)
 }
 

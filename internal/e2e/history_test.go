@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -161,7 +161,7 @@ func TestHistoriesReplay(t *testing.T) {
 // history returns the full history of the guest's latest workflow run.
 func (s *stack) history(uuid string) *historypb.History {
 	s.t.Helper()
-	return s.historyOf(activities.InstanceWorkflowID(uuid))
+	return s.historyOf(guest.InstanceWorkflowID(uuid))
 }
 
 // historyOf returns the full history of the workflow id's latest run.

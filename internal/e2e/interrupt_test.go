@@ -17,7 +17,8 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -289,8 +290,8 @@ func unsettled(res *workflows.ReconcileResult) string {
 	if t.Errors > 0 {
 		left = append(left, fmt.Sprintf("%d errors", t.Errors))
 	}
-	for _, r := range []string{activities.KeptRecentlyClosed, activities.KeptChanged, activities.KeptSettling, activities.KeptDoubt,
-		activities.KeptOwnerRunning, activities.KeptInstanceBusy, activities.KeptYoung} {
+	for _, r := range []string{audit.KeptRecentlyClosed, audit.KeptChanged, audit.KeptSettling, audit.KeptDoubt,
+		audit.KeptOwnerRunning, audit.KeptInstanceBusy, audit.KeptYoung} {
 		if n := t.Kept.Of(r); n > 0 {
 			left = append(left, fmt.Sprintf("%d kept %s", n, r))
 		}
@@ -305,7 +306,7 @@ func unsettled(res *workflows.ReconcileResult) string {
 // some, until the operation budget or the window is spent.
 func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, deadline time.Time) {
 	rng := rand.New(rand.NewPCG(c.seed, uint64(slot)))
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	uuid := ""
 	for n := 0; started.Add(1) <= int64(c.ops) && time.Now().Before(deadline) || !c.enoughAlongside(); n++ {
 		if ctx.Err() != nil {
@@ -325,18 +326,18 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			}
 		}
 		switch {
-		case inst == nil || inst.VMState == ledger.VMDeleted:
+		case inst == nil || inst.VMState == guest.VMDeleted:
 			uuid = fmt.Sprintf("c4a0%04x-0000-4000-8000-%012x", slot, n)
 			c.mu.Lock()
 			c.uuids = append(c.uuids, uuid)
 			c.mu.Unlock()
 			op, wf, in = workflows.OpBoot, workflows.Boot, workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
-		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 4:
+		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4:
 			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
-		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 3:
+		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 3:
 			// A resize between 2 and 3 vCPUs, or a cold migration; its
 			// confirm window is short, and some get a confirm or a revert.
-			var f *ledger.Flavor
+			var f *guest.Flavor
 			if rng.IntN(3) > 0 {
 				resized := flavor
 				resized.VCPUs = 5 - inst.Request.VCPUs
@@ -347,14 +348,14 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			if f == nil {
 				op = workflows.OpColdMigration
 			}
-		case inst.VMState == ledger.VMActive && inst.Host != "" && rng.IntN(10) < 6:
+		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 6:
 			op, wf, in = workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}
-		case inst.VMState == ledger.VMShelvedOffloaded && rng.IntN(10) < 7:
+		case inst.VMState == guest.VMShelvedOffloaded && rng.IntN(10) < 7:
 			op, wf, in = workflows.OpUnshelve, workflows.Unshelve, workflows.UnshelveInput{UUID: uuid}
 		default:
 			op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
 		}
-		id := activities.InstanceWorkflowID(uuid)
+		id := guest.InstanceWorkflowID(uuid)
 		// Half the interruptions come at a gate of one of the operation's
 		// hypervisor steps, held until the interruption has reached it;
 		// the others at a random moment, between steps too.
@@ -726,7 +727,7 @@ func (c *chaos) waitIdle(ctx context.Context) {
 	c.t.Helper()
 	ids := append([]string{}, c.drainIDs...)
 	for _, u := range c.uuids {
-		ids = append(ids, activities.InstanceWorkflowID(u))
+		ids = append(ids, guest.InstanceWorkflowID(u))
 	}
 	for _, id := range ids {
 		for {

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	enumspb "go.temporal.io/api/enums/v1"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -57,7 +57,7 @@ func lvmBoot(s *stack, name, host string) string {
 }
 
 // lvmPinning returns the guest's vCPU → pCPU pinning as its record has it.
-func lvmPinning(g guest) map[int]int {
+func lvmPinning(g shownGuest) map[int]int {
 	out := map[int]int{}
 	if g.Placement == nil {
 		return out
@@ -76,7 +76,7 @@ func lvmPinning(g guest) map[int]int {
 
 // lvmGuest is `pinflow show --json` with the flavor's vCPU count.
 type lvmGuest struct {
-	guest
+	shownGuest
 	Flavor struct {
 		VCPUs int `json:"vcpus"`
 	} `json:"flavor"`
@@ -230,13 +230,13 @@ func lvmCheckRuns(s *stack, h *testenv.LibvirtHost, uuid string, vcpus int, when
 	t := s.t
 	t.Helper()
 	g := lvmShow(s, uuid)
-	if hostOf(g.guest) != h.Name || g.VMState != "active" || g.TaskState != nil {
-		t.Errorf("%s: %s is on %q (vm_state %s, task_state %v), want active on %s with no task", when, uuid, hostOf(g.guest), g.VMState, g.TaskState, h.Name)
+	if hostOf(g.shownGuest) != h.Name || g.VMState != "active" || g.TaskState != nil {
+		t.Errorf("%s: %s is on %q (vm_state %s, task_state %v), want active on %s with no task", when, uuid, hostOf(g.shownGuest), g.VMState, g.TaskState, h.Name)
 	}
 	if g.Flavor.VCPUs != vcpus {
 		t.Errorf("%s: %s's flavor has %d vCPUs, want %d", when, uuid, g.Flavor.VCPUs, vcpus)
 	}
-	pin := lvmPinning(g.guest)
+	pin := lvmPinning(g.shownGuest)
 	if len(pin) != vcpus {
 		t.Errorf("%s: %s's placement pins %d vCPUs (%v), want %d", when, uuid, len(pin), pin, vcpus)
 	}
@@ -282,7 +282,7 @@ func lvmWaitState(s *stack, uuid, state string, timeout time.Duration) {
 func lvmClosed(s *stack, uuid string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	id := activities.InstanceWorkflowID(uuid)
+	id := guest.InstanceWorkflowID(uuid)
 	d, err := s.tc.DescribeWorkflow(ctx, id, "")
 	if err != nil {
 		return nil // not started yet, or the server is slow: keep polling
@@ -299,7 +299,7 @@ func lvmClosed(s *stack, uuid string) error {
 func lvmResult(s *stack, uuid string, res any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	return s.tc.GetWorkflow(ctx, activities.InstanceWorkflowID(uuid), "").Get(ctx, res)
+	return s.tc.GetWorkflow(ctx, guest.InstanceWorkflowID(uuid), "").Get(ctx, res)
 }
 
 // lvmHostScript runs deploy/libvirt-host.sh cmd for h, as testenv does:
@@ -327,13 +327,13 @@ func lvmVerifyResize(s *stack, h1, h2 *testenv.LibvirtHost, uuid, before string)
 	lvmWaitState(s, uuid, "resized", 3*time.Minute)
 
 	g := lvmShow(s, uuid)
-	if hostOf(g.guest) != "h2" {
-		t.Fatalf("in VERIFY_RESIZE %s is on %q, want h2", uuid, hostOf(g.guest))
+	if hostOf(g.shownGuest) != "h2" {
+		t.Fatalf("in VERIFY_RESIZE %s is on %q, want h2", uuid, hostOf(g.shownGuest))
 	}
 	if g.Flavor.VCPUs != 2 {
 		t.Errorf("in VERIFY_RESIZE %s's flavor has %d vCPUs, want 2", uuid, g.Flavor.VCPUs)
 	}
-	pin := lvmPinning(g.guest)
+	pin := lvmPinning(g.shownGuest)
 	if len(pin) != 2 {
 		t.Errorf("in VERIFY_RESIZE %s's placement pins %d vCPUs (%v), want 2", uuid, len(pin), pin)
 	}

@@ -85,7 +85,7 @@ func TestList(t *testing.T) {
 	for i, r := range rows {
 		g := s.guest(r.UUID)
 		wantHost := hostOf(g)
-		if r.UUID != want[i][0] || r.Name != g.Name || hostOf(guest{Host: r.Host}) != wantHost || r.VMState != g.VMState || r.TaskState != nil ||
+		if r.UUID != want[i][0] || r.Name != g.Name || hostOf(shownGuest{Host: r.Host}) != wantHost || r.VMState != g.VMState || r.TaskState != nil ||
 			r.Pins != g.pcpus() || cpuList(r.PCPUs) != g.pcpus() || r.VCPUs != r.Flavor.VCPUs || r.Flavor.MemoryMB != 1024 ||
 			r.Flavor.ExtraSpecs["hw:cpu_policy"] != "dedicated" || (r.ClaimID != "") != (wantHost != "") {
 			b, _ := json.Marshal(r)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 )
 
 // claimStates lists a host's claims of uuid as kind/state, sorted.
@@ -204,7 +204,7 @@ func TestResizeTerminatedInVerify(t *testing.T) {
 	s, vmA, _ := twoHosts(t)
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
 	s.waitResized(vmA)
-	if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
+	if err := s.tc.TerminateWorkflow(context.Background(), guest.InstanceWorkflowID(vmA), "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	s.pastMinGrace()
@@ -383,7 +383,7 @@ func TestEvacuationInterrupted(t *testing.T) {
 	s.ok("sim", "gate", "--at", "start", "--hold")
 	s.ok("evacuate", vmA)
 	s.ok("sim", "gate", "--at", "start", "--wait-arrived", "1")
-	if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "test"); err != nil {
+	if err := s.tc.TerminateWorkflow(context.Background(), guest.InstanceWorkflowID(vmA), "", "test"); err != nil {
 		t.Fatal(err)
 	}
 	s.ok("sim", "gate", "--at", "start", "--wait-cancelled", "1")

@@ -13,7 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -143,7 +143,7 @@ func TestReconcileRandomized(t *testing.T) {
 
 	// The operators: each slot runs one guest's operations one after the
 	// other (the workflow id lock allows no more), all slots at once.
-	flavor := ledger.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	var started atomic.Int64
 	deadline := time.Now().Add(randomDeadline)
 	var ops sync.WaitGroup
@@ -172,17 +172,17 @@ func TestReconcileRandomized(t *testing.T) {
 					uuids = append(uuids, uuid)
 					mu.Unlock()
 					op, wf, in = workflows.OpBoot, workflows.Boot, workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("r%d-%d", slot, n), Flavor: flavor}
-				case inst.VMState == ledger.VMActive && rng.IntN(10) < 5:
+				case inst.VMState == guest.VMActive && rng.IntN(10) < 5:
 					op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
-				case inst.VMState == ledger.VMActive && rng.IntN(10) < 6:
+				case inst.VMState == guest.VMActive && rng.IntN(10) < 6:
 					op, wf, in = workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}
-				case inst.VMState == ledger.VMShelvedOffloaded && rng.IntN(10) < 7:
+				case inst.VMState == guest.VMShelvedOffloaded && rng.IntN(10) < 7:
 					op, wf, in = workflows.OpUnshelve, workflows.Unshelve, workflows.UnshelveInput{UUID: uuid}
 				default:
 					op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
 				}
 				run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-					ID: activities.InstanceWorkflowID(uuid), TaskQueue: queue,
+					ID: guest.InstanceWorkflowID(uuid), TaskQueue: queue,
 					WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 					WorkflowExecutionErrorWhenAlreadyStarted: true,
 				}, wf, in)
@@ -218,7 +218,7 @@ func TestReconcileRandomized(t *testing.T) {
 		if err != nil {
 			continue // deleted
 		}
-		if inst.TaskState != ledger.TaskNone {
+		if inst.TaskState != guest.TaskNone {
 			t.Errorf("instance %s ended with task_state %s", u, inst.TaskState)
 		}
 		if inst.Host == "" {
@@ -233,7 +233,7 @@ func TestReconcileRandomized(t *testing.T) {
 		if c.State != ledger.StateCommitted || c.Placement.String() != inst.Placement.String() {
 			t.Errorf("instance %s: claim %s is %s with %s, the record says %s", u, c.ID, c.State, c.Placement, inst.Placement)
 		}
-		if inst.VMState == ledger.VMActive {
+		if inst.VMState == guest.VMActive {
 			s.checkAgreement(u, inst.Host)
 		}
 	}

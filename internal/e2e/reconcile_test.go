@@ -10,7 +10,8 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/workflows"
@@ -25,13 +26,13 @@ func (s *stack) reconcile(args ...string) workflows.ReconcileResult {
 	return res
 }
 
-func hostAudit(res workflows.ReconcileResult, host string) activities.HostAudit {
+func hostAudit(res workflows.ReconcileResult, host string) audit.HostAudit {
 	for _, h := range res.Hosts {
 		if h.Host == host {
 			return h
 		}
 	}
-	return activities.HostAudit{}
+	return audit.HostAudit{}
 }
 
 // TestReconcileDuringMigration is Nova bug 1845146 with the audit that
@@ -49,7 +50,7 @@ func TestReconcileDuringMigration(t *testing.T) {
 	if n := res.Total.Freed.Total(); n != 0 {
 		t.Errorf("the audit during the migration freed %d claims: %+v", n, res.Hosts)
 	}
-	if got := hostAudit(res, "b").Tally.Kept.Of(activities.KeptOwnerRunning); got != 1 {
+	if got := hostAudit(res, "b").Tally.Kept.Of(audit.KeptOwnerRunning); got != 1 {
 		t.Errorf("the audit kept %d claims on b because their owner runs, want 1 (the destination claim): %+v", got, hostAudit(res, "b").Tally)
 	}
 	if len(res.Hosts) != 2 || res.Total.Errors != 0 {
@@ -91,7 +92,7 @@ func TestReconcileFreesTerminatedOwner(t *testing.T) {
 			s.ok("sim", "gate", "--at", tt.gate, "--hold")
 			s.ok("migrate", vmA, "--dest", "b")
 			s.ok("sim", "gate", "--at", tt.gate, "--wait-arrived", "1")
-			if err := s.tc.TerminateWorkflow(context.Background(), activities.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
+			if err := s.tc.TerminateWorkflow(context.Background(), guest.InstanceWorkflowID(vmA), "", "e2e: terminated in the migrate step"); err != nil {
 				t.Fatal(err)
 			}
 			s.ok("sim", "gate", "--at", tt.gate, "--wait-cancelled", "1")
@@ -116,7 +117,7 @@ func TestReconcileFreesTerminatedOwner(t *testing.T) {
 			})
 			if tt.host == "a" {
 				freed := hostAudit(res, "b").Freed
-				if len(freed) != 1 || freed[0].Instance != vmA || freed[0].Kind != ledger.KindMigrationDest || freed[0].Reason != activities.FreedOwnerClosed {
+				if len(freed) != 1 || freed[0].Instance != vmA || freed[0].Kind != ledger.KindMigrationDest || freed[0].Reason != audit.FreedOwnerClosed {
 					t.Errorf("the audit freed %+v on b, want A's migration-dest claim, owner closed", freed)
 				}
 				if n := res.Total.Freed.Total(); n != 1 {
@@ -216,7 +217,7 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 		t.Fatalf("the first run's claim: %v", err)
 	}
 	res := s.reconcile("--grace", "0", "--host", "a")
-	if got := res.Total.Kept.Of(activities.KeptOwnerRunning); got != 1 || res.Total.Freed.Total() != 0 {
+	if got := res.Total.Kept.Of(audit.KeptOwnerRunning); got != 1 || res.Total.Freed.Total() != 0 {
 		t.Errorf("the audit of a continued-as-new owner: %+v; want its claim kept (owner running) and nothing freed", res.Total)
 	}
 	if _, err := led.GetClaim(ctx, "a", claimID); err != nil {
@@ -231,7 +232,7 @@ func TestReconcileKeepsContinuedAsNewOwner(t *testing.T) {
 	// The owner's last attempts may still write for the minimum grace.
 	s.pastMinGrace()
 	res = s.reconcile("--grace", "0", "--host", "a")
-	if got := res.Total.Freed.Of(activities.FreedOwnerClosed); got != 1 {
+	if got := res.Total.Freed.Of(audit.FreedOwnerClosed); got != 1 {
 		t.Errorf("the audit after the owner ended freed %d claims (owner closed), want 1: %+v", got, res.Total)
 	}
 	if got := s.pinned("a"); got != "" {

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/ledger"
@@ -34,7 +34,7 @@ func twoHosts(t *testing.T) (s *stack, vmA, vmB string) {
 	return s, vmA, vmB
 }
 
-func hostOf(g guest) string {
+func hostOf(g shownGuest) string {
 	if g.Host == nil {
 		return ""
 	}
@@ -236,12 +236,12 @@ func badNames(t *testing.T, s *stack, vmA string) {
 	// Another client starting the workflow itself is refused by the
 	// ledger the workers use, with the value named.
 	for want, in := range map[string]workflows.BootInput{
-		`guest name "` + strings.Repeat("x", 64) + `"... (10000 bytes)`:  {Name: strings.Repeat("x", 10000), Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 512}},
-		"memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB": {Name: "X", Flavor: ledger.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}},
+		`guest name "` + strings.Repeat("x", 64) + `"... (10000 bytes)`:  {Name: strings.Repeat("x", 10000), Flavor: guest.Flavor{VCPUs: 1, MemoryMB: 512}},
+		"memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB": {Name: "X", Flavor: guest.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}},
 	} {
 		in.UUID = uuid.NewString()
 		ctx := context.Background()
-		run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: activities.InstanceWorkflowID(in.UUID),
+		run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: guest.InstanceWorkflowID(in.UUID),
 			TaskQueue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-")}, workflows.Boot, in)
 		if err == nil {
 			err = run.Get(ctx, nil)

@@ -425,8 +425,8 @@ func (s *stack) jsonOf(v any, args ...string) {
 	}
 }
 
-// guest is `pinflow show --json`.
-type guest struct {
+// shownGuest is `pinflow show --json`.
+type shownGuest struct {
 	UUID      string  `json:"uuid"`
 	Name      string  `json:"name"`
 	Host      *string `json:"host"`
@@ -440,7 +440,7 @@ type guest struct {
 	} `json:"placement"`
 }
 
-func (g guest) pcpus() string {
+func (g shownGuest) pcpus() string {
 	if g.Placement == nil {
 		return ""
 	}
@@ -453,9 +453,9 @@ func (g guest) pcpus() string {
 	return cpuList(ids)
 }
 
-func (s *stack) guest(uuid string) guest {
+func (s *stack) guest(uuid string) shownGuest {
 	s.t.Helper()
-	var g guest
+	var g shownGuest
 	s.jsonOf(&g, "show", uuid)
 	return g
 }

@@ -19,7 +19,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -61,7 +61,7 @@ func TestWebUI(t *testing.T) {
 	s.ok("host", "add", "compute-2", "--cells", "2", "--cores", "4", "--memory-mb", "8192")
 	uuid := s.boot("db-primary", "compute-1", 4)
 	s.ok("migrate", uuid, "--dest", "compute-2", "--wait")
-	id := activities.InstanceWorkflowID(uuid)
+	id := guest.InstanceWorkflowID(uuid)
 	// A drain shows each guest's move in its current details.
 	cache := s.boot("cache-1", "compute-1", 2)
 	s.ok("host", "drain", "compute-1", "--wait")

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -77,27 +78,27 @@ func (r RecoverHostResult) Changed() bool {
 // workflow, and every claim it makes is an exact compare-and-set on free
 // pCPUs, so it never gives one pCPU to two claims: pCPUs a domain uses
 // that another claim holds already are reported, not taken.
-func (a *Activities) RecoverHost(ctx context.Context, in RecoverHostInput) (RecoverHostResult, error) {
+func (a *Auditor) RecoverHost(ctx context.Context, in RecoverHostInput) (RecoverHostResult, error) {
 	res := RecoverHostResult{Host: in.Host, DryRun: in.DryRun}
 	topo, err := a.Ledger.Host(ctx, in.Host)
 	if errors.Is(err, ledger.ErrUnknownHost) {
 		caps, cerr := a.Driver.Capabilities(ctx, in.Host)
 		if cerr != nil {
-			return res, classify(cerr)
+			return res, cerr
 		}
 		res.Registered, topo = true, caps
 		if !in.DryRun {
 			if _, err := a.Ledger.RegisterHost(ctx, in.Host, caps); err != nil {
-				return res, classify(err)
+				return res, err
 			}
 		}
 	} else if err != nil {
-		return res, classify(err)
+		return res, err
 	}
 	free := pinnable(topo)
 	snap, err := a.Ledger.Snapshot(ctx, in.Host)
 	if err != nil && !(res.Registered && in.DryRun) {
-		return res, classify(err)
+		return res, err
 	}
 	held := map[string]numa.CPUSet{} // instance -> pCPUs its claims hold
 	owner := map[int]string{}        // pCPU -> claim id
@@ -112,7 +113,7 @@ func (a *Activities) RecoverHost(ctx context.Context, in RecoverHostInput) (Reco
 	}
 	doms, err := a.Driver.Domains(ctx, in.Host)
 	if err != nil {
-		return res, classify(err)
+		return res, err
 	}
 	sort.Slice(doms, func(i, j int) bool { return doms[i].UUID < doms[j].UUID })
 	for _, d := range doms {
@@ -157,7 +158,7 @@ func (a *Activities) RecoverHost(ctx context.Context, in RecoverHostInput) (Reco
 // recoverDomain gives a running domain's missing pCPUs a claim: the
 // resident claim its record names, when the record agrees, or else a
 // quarantine. It says which.
-func (a *Activities) recoverDomain(ctx context.Context, in RecoverHostInput, topo *numa.Host, d hypervisor.Domain, used, missing numa.CPUSet) (RecoveredClaim, bool, error) {
+func (a *Auditor) recoverDomain(ctx context.Context, in RecoverHostInput, topo *numa.Host, d hypervisor.Domain, used, missing numa.CPUSet) (RecoveredClaim, bool, error) {
 	inst, err := a.Ledger.Instance(ctx, d.UUID)
 	if err != nil && !errors.Is(err, ledger.ErrUnknownInstance) {
 		return RecoveredClaim{}, false, err
@@ -170,7 +171,7 @@ func (a *Activities) recoverDomain(ctx context.Context, in RecoverHostInput, top
 				return rc, true, nil
 			}
 			_, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: inst.ClaimID, Host: in.Host, InstanceUUID: d.UUID,
-				Kind: ledger.KindInstance, OwnerWorkflowID: InstanceWorkflowID(d.UUID), OwnerRunID: "recovered",
+				Kind: ledger.KindInstance, OwnerWorkflowID: guest.InstanceWorkflowID(d.UUID), OwnerRunID: "recovered",
 				Placement: inst.Placement})
 			if err != nil {
 				return RecoveredClaim{}, false, err
@@ -201,11 +202,11 @@ func (a *Activities) recoverDomain(ctx context.Context, in RecoverHostInput, top
 // resize has started), so that the operation goes on as if nothing had
 // been lost. It says whether there was such a claim; when Temporal cannot
 // tell, there is none, and the pCPUs are quarantined instead.
-func (a *Activities) restoreHeld(ctx context.Context, host string, dryRun bool, topo *numa.Host, uuid string, used numa.CPUSet) (RecoveredClaim, bool, error) {
+func (a *Auditor) restoreHeld(ctx context.Context, host string, dryRun bool, topo *numa.Host, uuid string, used numa.CPUSet) (RecoveredClaim, bool, error) {
 	if a.Holders == nil || a.Owners == nil {
 		return RecoveredClaim{}, false, nil
 	}
-	wid := InstanceWorkflowID(uuid)
+	wid := guest.InstanceWorkflowID(uuid)
 	if st, err := a.Owners.OwnerStatus(ctx, wid); err != nil || st.State != OwnerRunning {
 		return RecoveredClaim{}, false, nil
 	}
@@ -238,7 +239,7 @@ func (a *Activities) restoreHeld(ctx context.Context, host string, dryRun bool, 
 
 // quarantine claims cpus of host for the instance's domain, as kind
 // quarantine owned by no workflow.
-func (a *Activities) quarantine(ctx context.Context, host string, topo *numa.Host, uuid string, cpus numa.CPUSet, why string, dryRun bool) (RecoveredClaim, error) {
+func (a *Auditor) quarantine(ctx context.Context, host string, topo *numa.Host, uuid string, cpus numa.CPUSet, why string, dryRun bool) (RecoveredClaim, error) {
 	id := "quarantine-" + uuid
 	rc := RecoveredClaim{ClaimID: id, Instance: uuid, CPUs: cpus.String(), Why: why}
 	if dryRun {
@@ -278,7 +279,7 @@ var errNoLongerUsed = errors.New("the domain no longer uses those pCPUs; nothing
 
 // domainUses says whether the instance's domain on host runs (or is
 // paused) on any of cpus.
-func (a *Activities) domainUses(ctx context.Context, host, uuid string, cpus numa.CPUSet) (bool, error) {
+func (a *Auditor) domainUses(ctx context.Context, host, uuid string, cpus numa.CPUSet) (bool, error) {
 	dom, err := a.Driver.Lookup(ctx, host, uuid)
 	if errors.Is(err, hypervisor.ErrNotFound) {
 		return false, nil

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -39,37 +40,25 @@ type RecordSweep struct {
 // for the grace period, or unknown to Temporal while the record is older
 // than the namespace's retention (unseen); anything else is left, in
 // doubt, for a later sweep.
-func (a *Activities) SweepBuilding(ctx context.Context, in SweepBuildingInput) (RecordSweep, error) {
-	var res RecordSweep
-	// Heartbeating, as a host's audit does, so that a sweep whose worker
-	// died is retried at once rather than after its timeout.
-	err := a.heartbeating(ctx, func(ctx context.Context) error {
-		var err error
-		res, err = a.sweepBuilding(ctx, in)
-		return err
-	})
-	return res, err
-}
-
-func (a *Activities) sweepBuilding(ctx context.Context, in SweepBuildingInput) (RecordSweep, error) {
+func (a *Auditor) SweepBuilding(ctx context.Context, in SweepBuildingInput) (RecordSweep, error) {
 	res := RecordSweep{DryRun: in.DryRun}
 	wait := max(a.Grace, a.MinGrace)
 	if in.Grace != nil {
 		if *in.Grace < 0 {
-			return res, BadRequest(fmt.Sprintf("grace %s: must be 0 or more", *in.Grace))
+			return res, invalid(fmt.Sprintf("grace %s: must be 0 or more", *in.Grace))
 		}
 		wait = max(*in.Grace, a.MinGrace)
 	}
 	if a.Owners == nil {
-		return res, errors.New("activities: sweep building records: no owner checker configured")
+		return res, errors.New("audit: sweep building records: no owner checker configured")
 	}
 	insts, err := a.Ledger.Instances(ctx)
 	if err != nil {
-		return res, classify(err)
+		return res, err
 	}
 	sw := &buildSweep{a: a, res: &res, wait: wait}
 	for _, inst := range insts {
-		if inst.VMState == ledger.VMBuilding {
+		if inst.VMState == guest.VMBuilding {
 			sw.judge(ctx, inst)
 		}
 	}
@@ -78,7 +67,7 @@ func (a *Activities) sweepBuilding(ctx context.Context, in SweepBuildingInput) (
 
 // buildSweep is one sweep's state.
 type buildSweep struct {
-	a         *Activities
+	a         *Auditor
 	res       *RecordSweep
 	wait      time.Duration
 	retention *time.Duration // the namespace's, read when first needed
@@ -131,7 +120,7 @@ func (sw *buildSweep) judge(ctx context.Context, inst *ledger.Instance) {
 // closed within the grace, or unknown while the record is younger than
 // the namespace's retention; "" when none.
 func (sw *buildSweep) busy(ctx context.Context, inst *ledger.Instance) (string, error) {
-	st, err := sw.a.Owners.OwnerStatus(ctx, InstanceWorkflowID(inst.UUID))
+	st, err := sw.a.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(inst.UUID))
 	if err != nil {
 		return "", fmt.Errorf("instance workflow: %w", err)
 	}

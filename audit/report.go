@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"sort"
@@ -94,7 +94,7 @@ const (
 	// domain of its instance; the audit keeps it (KeptInUse, KeptSettling).
 	DriftClaimInUse = "claim-in-use"
 	// DriftLeftoverDomain: a shut-off domain has no claim on its host; the
-	// audit cleans one no operation of its instance will (audit.leftover).
+	// audit cleans one no operation of its instance will (pass.leftover).
 	DriftLeftoverDomain = "leftover-domain"
 )
 
@@ -102,7 +102,7 @@ const (
 type AuditHostInput struct {
 	Host string `json:"host"`
 	// Grace is how old a claim must be to be judged; nil takes the
-	// worker's configured grace (Activities.Grace). Zero judges all.
+	// worker's configured grace (Auditor.Grace). Zero judges all.
 	Grace *time.Duration `json:"grace,omitempty"`
 	// DryRun decides and reports but frees nothing.
 	DryRun bool `json:"dry_run,omitempty"`

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -20,7 +20,7 @@ var (
 )
 
 func instruments() {
-	m := otel.Meter("github.com/pinflow/pinflow/activities")
+	m := otel.Meter("github.com/pinflow/pinflow/audit")
 	// Instrument creation fails only on invalid names, which these are not;
 	// the returned instruments are then no-ops, never nil.
 	metKept, _ = m.Int64Counter("pinflow.reconcile.claims.kept", metric.WithDescription("Claims the audit kept, by reason."))

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -25,31 +25,31 @@ type ReleasedQuarantine struct {
 	CPUs     string `json:"cpus"`
 }
 
-// ReleaseQuarantineClaim releases a quarantine claim: an operator's
+// ReleaseQuarantine releases a quarantine claim: an operator's
 // decision that the domain whose pCPUs it held is gone. It asks the
 // hypervisor first, as the audit does before it frees a claim, and
-// refuses (BadState, the ledger unchanged) while any domain on the host
+// refuses (a RefusedError, the ledger unchanged) while any domain on the host
 // runs or is paused on one of those pCPUs, naming each such domain and
 // the pCPUs it uses; a domain whose pins cannot be read is named too.
-// Only a quarantine is released this way (InvalidRequest otherwise).
-func (a *Activities) ReleaseQuarantineClaim(ctx context.Context, in ReleaseQuarantineInput) (ReleasedQuarantine, error) {
+// Only a quarantine is released this way (an InvalidError otherwise).
+func (a *Auditor) ReleaseQuarantine(ctx context.Context, in ReleaseQuarantineInput) (ReleasedQuarantine, error) {
 	cl, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
 	if errors.Is(err, ledger.ErrUnknownClaim) {
-		return ReleasedQuarantine{}, BadRequest(fmt.Sprintf("host %s has no claim %q", in.Host, in.ClaimID))
+		return ReleasedQuarantine{}, invalid(fmt.Sprintf("host %s has no claim %q", in.Host, in.ClaimID))
 	}
 	if err != nil {
-		return ReleasedQuarantine{}, classify(err)
+		return ReleasedQuarantine{}, err
 	}
 	if cl.Kind != ledger.KindQuarantine {
-		return ReleasedQuarantine{}, BadRequest(fmt.Sprintf("claim %s on %s is a %s claim, not a quarantine; only quarantines are released by hand", cl.ID, in.Host, cl.Kind))
+		return ReleasedQuarantine{}, invalid(fmt.Sprintf("claim %s on %s is a %s claim, not a quarantine; only quarantines are released by hand", cl.ID, in.Host, cl.Kind))
 	}
 	cpus := claimCPUs(cl)
 	users, err := a.domainsUsing(ctx, in.Host, cpus)
 	if err != nil {
-		return ReleasedQuarantine{}, classify(fmt.Errorf("activities: release quarantine %s on %s: %w", cl.ID, in.Host, err))
+		return ReleasedQuarantine{}, fmt.Errorf("audit: release quarantine %s on %s: %w", cl.ID, in.Host, err)
 	}
 	if len(users) > 0 {
-		return ReleasedQuarantine{}, BadState(fmt.Sprintf("quarantine %s on %s not released: %s; release it once no domain runs on its pCPUs",
+		return ReleasedQuarantine{}, refused(fmt.Sprintf("quarantine %s on %s not released: %s; release it once no domain runs on its pCPUs",
 			cl.ID, in.Host, strings.Join(users, "; ")))
 	}
 	// The window between the look above and the release below is safe:
@@ -59,17 +59,17 @@ func (a *Activities) ReleaseQuarantineClaim(ctx context.Context, in ReleaseQuara
 	// was read, so a quarantine made again meanwhile (a new token) stays.
 	ok, err := a.Ledger.ReleaseIfUnchanged(ctx, in.Host, cl.ID, cl.Token, cl.State)
 	if err != nil {
-		return ReleasedQuarantine{}, classify(err)
+		return ReleasedQuarantine{}, err
 	}
 	if !ok {
-		return ReleasedQuarantine{}, BadState(fmt.Sprintf("quarantine %s on %s changed meanwhile; look again", cl.ID, in.Host))
+		return ReleasedQuarantine{}, refused(fmt.Sprintf("quarantine %s on %s changed meanwhile; look again", cl.ID, in.Host))
 	}
 	return ReleasedQuarantine{Host: in.Host, ClaimID: cl.ID, Instance: cl.InstanceUUID, CPUs: cpus.String()}, nil
 }
 
 // domainsUsing describes each domain on host that runs or is paused on
 // any of cpus, and each whose pins cannot be read.
-func (a *Activities) domainsUsing(ctx context.Context, host string, cpus numa.CPUSet) ([]string, error) {
+func (a *Auditor) domainsUsing(ctx context.Context, host string, cpus numa.CPUSet) ([]string, error) {
 	doms, err := a.Driver.Domains(ctx, host)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -22,7 +23,7 @@ func claimCPUs(c *ledger.Claim) numa.CPUSet {
 
 // drift compares the host's domains and their pins with the snapshot's
 // claims (less those just freed).
-func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervisor.Domain, j judged) {
+func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervisor.Domain, j judged) {
 	freed := j.freed
 	var pinnable numa.CPUSet
 	for _, c := range snap.Topology.Cells {
@@ -122,7 +123,7 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 		}
 		// A step in progress explains most drift; say so, from the same
 		// strongly consistent source the decisions use.
-		st, err := au.a.Owners.OwnerStatus(ctx, InstanceWorkflowID(f.Instance))
+		st, err := au.a.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(f.Instance))
 		if err != nil {
 			au.fail("drift of %s: instance workflow: %v", f.Instance, err)
 			continue
@@ -139,7 +140,7 @@ func (au *audit) drift(ctx context.Context, snap *ledger.Snapshot, doms []hyperv
 // gets that claim back instead (restoreHeld), so the operation goes on.
 // The claim is a compare-and-set on free pCPUs, so a claim made since the
 // snapshot wins and nothing is quarantined.
-func (au *audit) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, cpus numa.CPUSet, f *Drift) {
+func (au *pass) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, cpus numa.CPUSet, f *Drift) {
 	if cpus.IsEmpty() || d.State != hypervisor.StateRunning || au.res.DryRun {
 		return
 	}

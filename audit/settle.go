@@ -1,10 +1,11 @@
-package activities
+package audit
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -50,19 +51,19 @@ type SettleResult struct {
 // instance with no record any more was deleted: its guest is destroyed
 // and the claim released instead (finishDelete). Every step is
 // idempotent; anything less than certain changes nothing and says why.
-func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleResult, error) {
+func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult, error) {
 	inst, err := a.Ledger.Instance(ctx, in.UUID)
 	if errors.Is(err, ledger.ErrUnknownInstance) {
 		return a.finishDelete(ctx, in)
 	}
 	if err != nil {
-		return SettleResult{}, classify(err)
+		return SettleResult{}, err
 	}
 	res := SettleResult{}
 	if inst.Host == in.Host && inst.ClaimID == in.ClaimID {
 		claim, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
 		if err != nil && !errors.Is(err, ledger.ErrUnknownClaim) {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 		if err == nil && claim.State == ledger.StateHeld {
 			return a.settleStoppedResize(ctx, inst)
@@ -74,14 +75,14 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 			return SettleResult{Reason: fmt.Sprintf("claim %s is gone from %s", in.ClaimID, in.Host)}, nil
 		}
 		if err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 		if claim.InstanceUUID != in.UUID {
-			return SettleResult{}, BadRequest(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
+			return SettleResult{}, invalid(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
 		}
 		topo, err := a.Ledger.Host(ctx, in.Host)
 		if err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 		dom, why, err := a.runsOn(ctx, in.Host, in.UUID, topo, claim)
 		if err != nil || why != "" {
@@ -96,19 +97,19 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 			switch {
 			case errors.Is(err, hypervisor.ErrNotFound):
 			case err != nil:
-				return SettleResult{}, classify(err)
+				return SettleResult{}, err
 			case other.State != hypervisor.StateShutoff:
 				return SettleResult{Reason: fmt.Sprintf("the guest is also %s on %s, where its record says it lives", other.State, inst.Host)}, nil
 			default:
 				// The source's shut-off copy that a migration leaves
 				// until it confirms: the guest lives on in.Host now.
 				if err := a.Driver.Undefine(ctx, inst.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-					return SettleResult{}, classify(err)
+					return SettleResult{}, err
 				}
 			}
 		}
 		if _, err := a.Ledger.Commit(ctx, in.Host, in.ClaimID); err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 		m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, DomainXML: dom.XML}
 		if r := inst.Resize; r != nil && r.NewFlavor != nil && claim.Kind == ledger.KindResizeDest {
@@ -116,7 +117,7 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 			m.Flavor, m.ClearResize = r.NewFlavor, true
 		}
 		if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 		if inst.ClaimID != "" {
 			res.PreviousHost, res.PreviousClaimID = inst.Host, inst.ClaimID
@@ -126,10 +127,10 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 		// lives on its new claim, so the resize is confirmed.
 		res.PreviousHost, res.PreviousClaimID = r.SourceHost, r.SourceClaimID
 		if err := a.Ledger.Release(ctx, r.SourceHost, r.SourceClaimID); err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 		if err := a.Ledger.ClearResize(ctx, in.UUID); err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 	}
 	if res.PreviousClaimID != "" {
@@ -141,14 +142,14 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 			// An evacuation's: the fenced host may still define the
 			// guest, so its claim stays a tombstone until host up.
 			if _, err := a.Ledger.Tombstone(ctx, res.PreviousHost, res.PreviousClaimID); err != nil && !errors.Is(err, ledger.ErrUnknownClaim) {
-				return SettleResult{}, classify(err)
+				return SettleResult{}, err
 			}
 		} else if err := a.Ledger.Release(ctx, res.PreviousHost, res.PreviousClaimID); err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 	}
-	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone}); err != nil {
-		return SettleResult{}, classify(err)
+	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: guest.VMActive, Task: guest.TaskNone}); err != nil {
+		return SettleResult{}, err
 	}
 	res.Settled = true
 	return res, nil
@@ -159,17 +160,17 @@ func (a *Activities) SettleClaim(ctx context.Context, in SettleInput) (SettleRes
 // so its hold is resident again and the resize is forgotten. The record's
 // vm state follows the guest's domain, which the resize may have powered
 // off.
-func (a *Activities) settleStoppedResize(ctx context.Context, inst *ledger.Instance) (SettleResult, error) {
+func (a *Auditor) settleStoppedResize(ctx context.Context, inst *ledger.Instance) (SettleResult, error) {
 	dom, err := a.Driver.Lookup(ctx, inst.Host, inst.UUID)
 	if err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-		return SettleResult{}, classify(err)
+		return SettleResult{}, err
 	}
 	if _, err := a.Ledger.Unhold(ctx, inst.Host, inst.ClaimID); err != nil {
-		return SettleResult{}, classify(err)
+		return SettleResult{}, err
 	}
 	if r := inst.Resize; r != nil && r.SourceHost == inst.Host && r.SourceClaimID == inst.ClaimID {
 		if err := a.Ledger.ClearResize(ctx, inst.UUID); err != nil {
-			return SettleResult{}, classify(err)
+			return SettleResult{}, err
 		}
 	}
 	switch {
@@ -178,12 +179,12 @@ func (a *Activities) settleStoppedResize(ctx context.Context, inst *ledger.Insta
 		// not a state to guess.
 		return SettleResult{Settled: true, Reason: fmt.Sprintf("the guest has no domain on %s", inst.Host)}, nil
 	case dom.State == hypervisor.StateRunning:
-		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: ledger.VMActive, Task: ledger.TaskNone})
+		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: guest.VMActive, Task: guest.TaskNone})
 	case dom.State == hypervisor.StateShutoff:
-		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: ledger.VMStopped, Task: ledger.TaskNone})
+		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: guest.VMStopped, Task: guest.TaskNone})
 	}
 	if err != nil {
-		return SettleResult{}, classify(err)
+		return SettleResult{}, err
 	}
 	return SettleResult{Settled: true}, nil
 }
@@ -194,35 +195,38 @@ func (a *Activities) settleStoppedResize(ctx context.Context, inst *ledger.Insta
 // guest an operator deleted while an interrupted operation had started it
 // (a delete runs where the record says the guest is, and an interrupted
 // boot never said).
-func (a *Activities) finishDelete(ctx context.Context, in SettleInput) (SettleResult, error) {
+func (a *Auditor) finishDelete(ctx context.Context, in SettleInput) (SettleResult, error) {
 	claim, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
 	if errors.Is(err, ledger.ErrUnknownClaim) {
 		return SettleResult{Settled: true, Reason: "the instance was deleted; its claim is gone"}, nil
 	}
 	if err != nil {
-		return SettleResult{}, classify(err)
+		return SettleResult{}, err
 	}
 	if claim.InstanceUUID != in.UUID {
-		return SettleResult{}, BadRequest(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
+		return SettleResult{}, invalid(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
 	}
-	if err := a.DestroyDomain(ctx, DomainInput{UUID: in.UUID, Host: in.Host}); err != nil {
+	if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return SettleResult{}, err
+	}
+	if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 		return SettleResult{}, err
 	}
 	if err := a.Ledger.Release(ctx, in.Host, in.ClaimID); err != nil {
-		return SettleResult{}, classify(err)
+		return SettleResult{}, err
 	}
 	return SettleResult{Settled: true, Reason: "the instance was deleted: its guest destroyed and its claim released"}, nil
 }
 
 // runsOn looks at the instance's domain on host and says why it is not
 // running pinned to exactly claim's pCPUs ("" when it is).
-func (a *Activities) runsOn(ctx context.Context, host, uuid string, topo *numa.Host, claim *ledger.Claim) (*hypervisor.Domain, string, error) {
+func (a *Auditor) runsOn(ctx context.Context, host, uuid string, topo *numa.Host, claim *ledger.Claim) (*hypervisor.Domain, string, error) {
 	dom, err := a.Driver.Lookup(ctx, host, uuid)
 	if errors.Is(err, hypervisor.ErrNotFound) {
 		return nil, fmt.Sprintf("the guest has no domain on %s", host), nil
 	}
 	if err != nil {
-		return nil, "", classify(err)
+		return nil, "", err
 	}
 	if dom.State != hypervisor.StateRunning {
 		return nil, fmt.Sprintf("the guest is %s on %s", dom.State, host), nil
@@ -249,7 +253,7 @@ func pinnable(h *numa.Host) numa.CPUSet {
 
 // hostDown says whether an operator fenced host: its hypervisor is not
 // asked, and its claims of guests that moved become tombstones.
-func (a *Activities) hostDown(ctx context.Context, host string) (bool, error) {
+func (a *Auditor) hostDown(ctx context.Context, host string) (bool, error) {
 	if host == "" {
 		return false, nil
 	}
@@ -258,7 +262,7 @@ func (a *Activities) hostDown(ctx context.Context, host string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, classify(err)
+		return false, err
 	}
 	return st.State == ledger.HostDown, nil
 }

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -65,11 +65,11 @@ type TemporalOwners struct {
 func (t TemporalOwners) Retention(ctx context.Context) (time.Duration, error) {
 	d, err := t.Client.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: t.Namespace})
 	if err != nil {
-		return 0, fmt.Errorf("activities: describe namespace %q: %w", t.Namespace, err)
+		return 0, fmt.Errorf("audit: describe namespace %q: %w", t.Namespace, err)
 	}
 	ttl := d.GetConfig().GetWorkflowExecutionRetentionTtl()
 	if ttl == nil {
-		return 0, fmt.Errorf("activities: describe namespace %q: the reply has no retention", t.Namespace)
+		return 0, fmt.Errorf("audit: describe namespace %q: the reply has no retention", t.Namespace)
 	}
 	return ttl.AsDuration(), nil
 }
@@ -82,11 +82,11 @@ func (t TemporalOwners) OwnerStatus(ctx context.Context, workflowID string) (Own
 		if errors.As(err, &nf) {
 			return OwnerStatus{State: OwnerNotFound}, nil
 		}
-		return OwnerStatus{}, fmt.Errorf("activities: describe workflow %s: %w", workflowID, err)
+		return OwnerStatus{}, fmt.Errorf("audit: describe workflow %s: %w", workflowID, err)
 	}
 	info := d.RawResponse.GetWorkflowExecutionInfo()
 	if info == nil {
-		return OwnerStatus{}, fmt.Errorf("activities: describe workflow %s: the reply has no execution info", workflowID)
+		return OwnerStatus{}, fmt.Errorf("audit: describe workflow %s: the reply has no execution info", workflowID)
 	}
 	st := OwnerStatus{FirstRunID: info.GetFirstRunId()}
 	switch info.GetStatus() {
@@ -94,7 +94,7 @@ func (t TemporalOwners) OwnerStatus(ctx context.Context, workflowID string) (Own
 		st.State = OwnerRunning
 		st.Since = info.GetStartTime().AsTime()
 	case enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED:
-		return OwnerStatus{}, fmt.Errorf("activities: describe workflow %s: status unspecified", workflowID)
+		return OwnerStatus{}, fmt.Errorf("audit: describe workflow %s: status unspecified", workflowID)
 	default:
 		// Completed, failed, cancelled, terminated, timed out, or (for a
 		// run id given explicitly, which we never do) continued as new.
@@ -106,7 +106,7 @@ func (t TemporalOwners) OwnerStatus(ctx context.Context, workflowID string) (Own
 	if st.FirstRunID == "" {
 		// Servers older than first run ids cannot tell a new chain from
 		// the claim's own; doubt keeps the claim.
-		return OwnerStatus{}, fmt.Errorf("activities: describe workflow %s: the server reports no first run id", workflowID)
+		return OwnerStatus{}, fmt.Errorf("audit: describe workflow %s: the server reports no first run id", workflowID)
 	}
 	return st, nil
 }
@@ -136,11 +136,11 @@ type ClaimHolders interface {
 func (t TemporalOwners) HeldClaims(ctx context.Context, workflowID string) ([]HeldClaim, error) {
 	v, err := t.Client.QueryWorkflow(ctx, workflowID, "", HeldClaimsQuery)
 	if err != nil {
-		return nil, fmt.Errorf("activities: query %s of workflow %s: %w", HeldClaimsQuery, workflowID, err)
+		return nil, fmt.Errorf("audit: query %s of workflow %s: %w", HeldClaimsQuery, workflowID, err)
 	}
 	var held []HeldClaim
 	if err := v.Get(&held); err != nil {
-		return nil, fmt.Errorf("activities: query %s of workflow %s: %w", HeldClaimsQuery, workflowID, err)
+		return nil, fmt.Errorf("audit: query %s of workflow %s: %w", HeldClaimsQuery, workflowID, err)
 	}
 	return held, nil
 }

@@ -1,4 +1,4 @@
-package activities
+package audit
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -26,7 +27,7 @@ import (
 // domain if it is still shut off. In that order a crash in between leaves
 // the domain for the next audit to find. A domain pinflow has no record
 // of may be an operator's: it is only reported.
-func (au *audit) leftover(ctx context.Context, host string, d hypervisor.Domain) Drift {
+func (au *pass) leftover(ctx context.Context, host string, d hypervisor.Domain) Drift {
 	f := Drift{Kind: DriftLeftoverDomain, Instance: d.UUID,
 		Detail: fmt.Sprintf("domain %s is shut off with no claim on %s", d.Name, host)}
 	rec, err := au.a.Ledger.Instance(ctx, d.UUID)
@@ -50,7 +51,7 @@ func (au *audit) leftover(ctx context.Context, host string, d hypervisor.Domain)
 		f.Detail += "; its operation is over, so it would be cleaned"
 		return f
 	}
-	if rec.VMState == ledger.VMBuilding && rec.Host == "" {
+	if rec.VMState == guest.VMBuilding && rec.Host == "" {
 		if err := au.a.markBuildFailed(ctx, d.UUID); err != nil {
 			f.Detail += fmt.Sprintf("; marking its build failed: %v", err)
 			return f
@@ -63,14 +64,14 @@ func (au *audit) leftover(ctx context.Context, host string, d hypervisor.Domain)
 
 // markBuildFailed marks a record still building as failed, vm_state
 // error with no task, as a boot's own compensation leaves it.
-func (a *Activities) markBuildFailed(ctx context.Context, uuid string) error {
-	return a.Ledger.SetState(ctx, uuid, ledger.Transition{FromVM: []ledger.VMState{ledger.VMBuilding}, VM: ledger.VMError, Task: ledger.TaskNone})
+func (a *Auditor) markBuildFailed(ctx context.Context, uuid string) error {
+	return a.Ledger.SetState(ctx, uuid, ledger.Transition{FromVM: []guest.VMState{guest.VMBuilding}, VM: guest.VMError, Task: guest.TaskNone})
 }
 
 // instanceBusy says why a workflow of the instance may still act on its
 // domain: one is open, or closed within the grace period; "" when none.
-func (au *audit) instanceBusy(ctx context.Context, uuid string) string {
-	st, err := au.a.Owners.OwnerStatus(ctx, InstanceWorkflowID(uuid))
+func (au *pass) instanceBusy(ctx context.Context, uuid string) string {
+	st, err := au.a.Owners.OwnerStatus(ctx, guest.InstanceWorkflowID(uuid))
 	switch {
 	case err != nil:
 		au.fail("leftover domain of %s: instance workflow: %v", uuid, err)
@@ -86,7 +87,7 @@ func (au *audit) instanceBusy(ctx context.Context, uuid string) string {
 
 // undefineLeftover undefines the domain if it is still shut off, and
 // says what came of it.
-func (au *audit) undefineLeftover(ctx context.Context, host, uuid string) string {
+func (au *pass) undefineLeftover(ctx context.Context, host, uuid string) string {
 	dom, err := au.a.Driver.Lookup(ctx, host, uuid)
 	switch {
 	case errors.Is(err, hypervisor.ErrNotFound):
