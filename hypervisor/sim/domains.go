@@ -223,7 +223,7 @@ func (d *Driver) Shutdown(ctx context.Context, host, uuid string) error {
 	if err := d.checkHost(ctx, host); err != nil {
 		return fail(err)
 	}
-	if err := d.gate(ctx, GateShutdown, u, false, nil); err != nil {
+	if err := d.gate(ctx, GateShutdown, u, false); err != nil {
 		return fail(err)
 	}
 	// The latency is the guest's, not the call's: it becomes the due time

@@ -127,17 +127,11 @@ func (d *Driver) AwaitGate(ctx context.Context, g Gate, uuid string, cond func(G
 	}
 }
 
-// gateAlive is how often a held call runs its alive function.
-const gateAlive = 100 * time.Millisecond
-
 // gate holds a call on domain uuid at g while g is held for it or for
 // every domain. A cancelled call returns its context's error, unless the
 // call is past its point of no return (unstoppable): that one notes the
-// cancel and waits for the release. alive, when not nil, runs every
-// gateAlive while the call is held, so that a held call still counts as
-// making progress (a migration's copy touches its record); its error ends
-// the wait.
-func (d *Driver) gate(ctx context.Context, g Gate, uuid string, unstoppable bool, alive func() error) error {
+// cancel and waits for the release.
+func (d *Driver) gate(ctx context.Context, g Gate, uuid string, unstoppable bool) error {
 	// The call's own context may end while it waits; the gate's counts
 	// must still be written.
 	bg := context.WithoutCancel(ctx)
@@ -151,7 +145,6 @@ func (d *Driver) gate(ctx context.Context, g Gate, uuid string, unstoppable bool
 		}
 	}
 	noted := false
-	lastAlive := time.Now()
 	for {
 		if ctx.Err() != nil && !noted {
 			noted = true
@@ -162,12 +155,6 @@ func (d *Driver) gate(ctx context.Context, g Gate, uuid string, unstoppable bool
 			}
 			if !unstoppable {
 				return ctx.Err()
-			}
-		}
-		if alive != nil && ctx.Err() == nil && time.Since(lastAlive) >= gateAlive {
-			lastAlive = time.Now()
-			if err := alive(); err != nil {
-				return err
 			}
 		}
 		if keys, err = d.heldGates(bg, g, uuid); err != nil || len(keys) == 0 {

@@ -146,38 +146,3 @@ func TestGateOfOneGuest(t *testing.T) {
 		t.Errorf("Start of %s after the release: %v", uuidA, err)
 	}
 }
-
-// TestGateKeepsAHeldMigrationAlive: a migration held before its
-// switchover for longer than the staleness bound is not taken for dead
-// (its worker is alive, waiting): a read of its guest leaves it, and it
-// completes once released.
-func TestGateKeepsAHeldMigrationAlive(t *testing.T) {
-	e := staleEnv(t)
-	e.running("h1", uuidA, "a", 2, 0)
-	if err := e.d.HoldGate(e.ctx, GateSwitchover, ""); err != nil {
-		t.Fatal(err)
-	}
-	destXML := domainXML(uuidA, "a", 6, 1)
-	done := make(chan error, 1)
-	go func() { done <- e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, destXML), nil) }()
-	e.await(GateSwitchover, "the migration", func(st GateState) bool { return st.Arrived == 1 })
-	waitStale()
-	waitStale()
-	doms, err := e.d.Domains(e.ctx, "h2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(doms) != 1 || doms[0].UUID != uuidA {
-		t.Fatalf("h2's domains while a migration onto it is held past the staleness bound = %+v, want its incoming guest", doms)
-	}
-	if err := e.d.ReleaseGate(e.ctx, GateSwitchover, ""); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("Migrate held past the staleness bound, then released: %v", err)
-	}
-	want := map[string]where{"h2": {hypervisor.StateRunning, destXML}}
-	if diff := cmp.Diff(want, e.placement(e.d, uuidA)); diff != "" {
-		t.Errorf("after the release, placement mismatch (-want +got):\n%s", diff)
-	}
-}

@@ -375,7 +375,7 @@ func (d *Driver) locate(ctx context.Context, a *attempt) (srcDom *domState, done
 // fault, and runs steps 1-3. A failure after step 1 aborts the attempt.
 func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error {
 	src, dst, u := a.req.Source, a.req.Dest, a.u
-	if err := d.gate(ctx, GateMigrate, u, false, nil); err != nil {
+	if err := d.gate(ctx, GateMigrate, u, false); err != nil {
 		return err
 	}
 	latency, err := d.latencyOf(ctx, src, OpMigrate)
@@ -482,7 +482,7 @@ func (d *Driver) touch(ctx context.Context, a *attempt) error {
 // that asked for it, and after it the rest of the memory is pulled before
 // the migration finishes.
 func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) error {
-	if err := d.gate(ctx, GateSwitchover, a.u, false, func() error { return d.touch(ctx, a) }); err != nil {
+	if err := d.gate(ctx, GateSwitchover, a.u, false); err != nil {
 		return d.abort(ctx, a, err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -512,7 +512,7 @@ func (d *Driver) switchOver(ctx context.Context, a *attempt, postCopy bool) erro
 	if err := d.crashAt("switchover"); err != nil {
 		return err
 	}
-	if err := d.gate(ctx, GateSwitched, a.u, true, nil); err != nil {
+	if err := d.gate(ctx, GateSwitched, a.u, true); err != nil {
 		return err
 	}
 	if postCopy {

@@ -216,7 +216,7 @@ func (d *Driver) latencyOf(ctx context.Context, host string, op Op) (time.Durati
 // its latency, then injects its fault if one is due. It is the common
 // start of every operation that has them.
 func (d *Driver) pace(ctx context.Context, host, uuid string, op Op) error {
-	if err := d.gate(ctx, Gate(op), uuid, false, nil); err != nil {
+	if err := d.gate(ctx, Gate(op), uuid, false); err != nil {
 		return err
 	}
 	l, err := d.latencyOf(ctx, host, op)
