@@ -36,8 +36,10 @@ func (s *stack) loseHost(host string) {
 // nothing, and check and an audit pass afterwards.
 func TestRecoverAfterLedgerLoss(t *testing.T) {
 	t.Parallel()
-	s, vmA, vmB := twoHosts(t)
-	// B's migration is held, its copy done, before its switchover.
+	// B's migration is held, its copy done, before its switchover, for as
+	// long as the test needs: the simulator would take a migration that
+	// makes no progress for its staleness bound (10 s) for dead.
+	s, vmA, vmB := twoHosts(t, "PINFLOW_SIM_STALE_MIGRATION=1h")
 	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmB, "--dest", "a")
 	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")

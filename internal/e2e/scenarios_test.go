@@ -19,8 +19,8 @@ import (
 
 // twoHosts registers hosts a and b with 4 pinnable CPUs each and boots VM A
 // on a and VM B on b, each pinned to 0,1.
-func twoHosts(t *testing.T) (s *stack, vmA, vmB string) {
-	s = newStack(t)
+func twoHosts(t *testing.T, env ...string) (s *stack, vmA, vmB string) {
+	s = newStack(t, env...)
 	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	vmA = s.boot("A", "a", 2)
