@@ -102,7 +102,7 @@ func (s *stack) claimsOfKind(host, kind string) int {
 // host ends empty and disabled, and check and the hypervisors agree.
 func TestDrain(t *testing.T) {
 	t.Parallel()
-	s := newStack(t)
+	s := newStack(t, heldLong)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}
@@ -197,7 +197,7 @@ func TestDrain(t *testing.T) {
 // and change nothing.
 func TestDrainRefusals(t *testing.T) {
 	t.Parallel()
-	s := newStack(t)
+	s := newStack(t, heldLong)
 	for _, h := range []string{"a", "b"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}
@@ -229,7 +229,7 @@ func TestDrainRefusals(t *testing.T) {
 // one whose --settle runs out first changes nothing.
 func TestDrainWaitsForOperationsInFlight(t *testing.T) {
 	t.Parallel()
-	s := newStack(t)
+	s := newStack(t, heldLong)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}
@@ -282,7 +282,7 @@ func firstGuest(s *stack, host string) string {
 // running on exactly one host; an audit afterwards frees nothing.
 func TestDrainCancel(t *testing.T) {
 	t.Parallel()
-	s := newStack(t)
+	s := newStack(t, heldLong)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}
@@ -319,7 +319,7 @@ func TestDrainCancel(t *testing.T) {
 // its status; resumed, it moves the rest. --wait prints each guest's step.
 func TestDrainPauseResume(t *testing.T) {
 	t.Parallel()
-	s := newStack(t)
+	s := newStack(t, heldLong)
 	for _, h := range []string{"a", "b", "c"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}
@@ -453,7 +453,7 @@ func TestDrainSurvivesWorkerKills(t *testing.T) {
 // the cloud's limit, and both complete.
 func TestDrainsShareCloudLimits(t *testing.T) {
 	t.Parallel()
-	s := newStack(t, "PINFLOW_DRAIN_MAX_MOVES=1")
+	s := newStack(t, "PINFLOW_DRAIN_MAX_MOVES=1", heldLong)
 	for _, h := range []string{"a1", "a2", "t1", "t2"} {
 		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	}

@@ -36,10 +36,7 @@ func (s *stack) loseHost(host string) {
 // nothing, and check and an audit pass afterwards.
 func TestRecoverAfterLedgerLoss(t *testing.T) {
 	t.Parallel()
-	// B's migration is held, its copy done, before its switchover, for as
-	// long as the test needs: the simulator would take a migration that
-	// makes no progress for its staleness bound (10 s) for dead.
-	s, vmA, vmB := twoHosts(t, "PINFLOW_SIM_STALE_MIGRATION=1h")
+	s, vmA, vmB := twoHosts(t, heldLong)
 	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmB, "--dest", "a")
 	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")

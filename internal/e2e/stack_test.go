@@ -554,6 +554,14 @@ func (s *stack) eventually(what string, timeout time.Duration, cond func() bool)
 	}
 }
 
+// heldLong sets a stack's simulator to take a migration that makes no
+// progress for dead only after an hour instead of 10 s, for tests that
+// hold a migration at a gate while they act: on a loaded machine their
+// steps may outlast the default, and a read of the guest would roll the
+// held migration back. Tests that kill the worker keep the default, so
+// that the migration it drove dies.
+const heldLong = "PINFLOW_SIM_STALE_MIGRATION=1h"
+
 // queryStatus reads the status of the workflow id into st; false while it
 // cannot be asked (not started yet, or closed).
 func (s *stack) queryStatus(id string, st *workflows.Status) bool {
