@@ -315,8 +315,10 @@ func TestMigrationPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Migrate that switches to post-copy = %v, want nil", err)
 		}
-		// Setup may be over before the first poll.
-		if want := PhaseMigrating + " " + PhasePostCopy + " " + PhaseCompleted; !strings.HasSuffix(strings.Join(phases, " "), want) {
+		// Setup may be over before the first poll, and on a loaded machine
+		// the capped copy may still report setup when the timeout switches
+		// it: what counts is the switch and the completion after it.
+		if want := PhasePostCopy + " " + PhaseCompleted; !strings.HasSuffix(strings.Join(phases, " "), want) {
 			t.Errorf("Migrate that switches to post-copy went through phases %v, want them to end %s", phases, want)
 		}
 		// Before the start, at each poll of the 4s, and before the switch.
