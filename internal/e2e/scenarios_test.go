@@ -146,7 +146,7 @@ func TestUnshelveAfterShelve(t *testing.T) {
 	}
 }
 
-// TestWorkerKilledDuringMigration kills the worker while its migration,
+// TestWorkerKilledDuringMigration kills the workers while a migration,
 // its copy done, is held before the switchover, and starts a new one: the
 // new worker's attempt takes over what the dead one left, the migration
 // completes, and the ledger, the record and the hypervisor agree.
@@ -156,7 +156,7 @@ func TestWorkerKilledDuringMigration(t *testing.T) {
 	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("migrate", vmA, "--dest", "b")
 	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
-	s.killWorker()
+	s.killWorkers()
 	s.startWorker()
 	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "2")
 	s.ok("sim", "gate", "--at", "switchover", "--release")

@@ -308,6 +308,20 @@ func (s *stack) killWorker() {
 	w.Wait()
 }
 
+// killWorkers kills every running worker with SIGKILL: on the cluster
+// three workers run, and the one running a given step is any of them.
+func (s *stack) killWorkers() {
+	s.t.Helper()
+	for _, w := range s.workers {
+		if w.ProcessState == nil {
+			if err := w.Process.Kill(); err != nil {
+				s.t.Fatal(err)
+			}
+			w.Wait()
+		}
+	}
+}
+
 // run runs the CLI and returns its stdout, stderr and exit code.
 func (s *stack) run(args ...string) (string, string, int) {
 	s.t.Helper()
