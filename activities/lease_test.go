@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/guest"
@@ -110,6 +112,26 @@ func atSwitchover(t *testing.T, w *world, in MigrateInput) <-chan error {
 	return done
 }
 
+// failedCalls counts the calls of a Redis client that failed, so that a
+// test sees a step reach a ledger that is down.
+type failedCalls struct{ n atomic.Int64 }
+
+func (f *failedCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (f *failedCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			f.n.Add(1)
+		}
+		return err
+	}
+}
+
+func (f *failedCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
 // TestMigrateRidesOutALedgerOutage: the ledger is down when the migration
 // fences before its switchover; the lease its start took still holds the
 // claim, so the fence waits for the ledger instead of aborting, and the
@@ -119,11 +141,18 @@ func TestMigrateRidesOutALedgerOutage(t *testing.T) {
 	w, led := outageWorld(t)
 	in := preparedMigration(t, w, 61)
 	done := atSwitchover(t, w, in)
+	failed := &failedCalls{}
+	w.rdb.AddHook(failed)
 	led.Stop(t)
 	if err := w.drv.ReleaseGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // the fence waits for the ledger meanwhile
+	// The fence found the ledger down and tried again: it waits.
+	for deadline := time.Now().Add(time.Minute); failed.n.Load() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the switchover fence did not call the ledger within a minute of the release")
+		}
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("Migrate with the ledger down at its switchover fence returned %v, want it to wait", err)
