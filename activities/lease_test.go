@@ -82,19 +82,6 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 	}
 }
 
-// preparedMigration boots a guest on a and prepares its migration to b.
-func preparedMigration(t *testing.T, w *world, n int) MigrateInput {
-	t.Helper()
-	ctx := context.Background()
-	u := uuidN(n)
-	w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
-	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
-		t.Fatal(err)
-	}
-	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}
-}
-
 // atSwitchover starts in's migration and returns once its copy is done
 // and it is held before its switchover, whose fence comes right after
 // ReleaseGate(GateSwitchover): a test stops the ledger there to reach
@@ -139,7 +126,7 @@ func (f *failedCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 func TestMigrateRidesOutALedgerOutage(t *testing.T) {
 	ctx := context.Background()
 	w, led := outageWorld(t)
-	in := preparedMigration(t, w, 61)
+	in, _, _ := preparedMigration(t, w, 61)
 	done := atSwitchover(t, w, in)
 	failed := &failedCalls{}
 	w.rdb.AddHook(failed)
@@ -179,7 +166,7 @@ func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 	ctx := context.Background()
 	w, led := outageWorld(t)
 	w.acts.FenceLease = 4 * time.Second
-	in := preparedMigration(t, w, 62)
+	in, _, _ := preparedMigration(t, w, 62)
 	done := atSwitchover(t, w, in)
 	// The switchover fence retries until the lease runs out.
 	led.Stop(t)

@@ -16,28 +16,46 @@ import (
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
+// preparedMigration boots guest n on host a and prepares its migration to
+// b (both registered): the destination claim, and the destination XML
+// staged for it. It returns the migration's input and the source and
+// destination claims.
+func preparedMigration(t *testing.T, w *world, n int) (MigrateInput, ClaimResult, ClaimResult) {
+	t.Helper()
+	u := uuidN(n)
+	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
+	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
+	prep := PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}
+	if err := w.acts.PrepareMigration(context.Background(), prep); err != nil {
+		t.Fatal(err)
+	}
+	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}, src, dst
+}
+
+// twoHostWorld is a world with hosts a and b.
+func twoHostWorld(t *testing.T) *world {
+	t.Helper()
+	w := newWorld(t)
+	w.addHost(t, "a")
+	w.addHost(t, "b")
+	return w
+}
+
 // TestMigrateTimeoutIsNotRetried: a migration that outlasts its timeout is
 // aborted by the policy the activities run with, the guest stays on its
 // source, and the error is non-retryable with its own type, so that the
 // workflow compensates instead of trying the same migration again.
 func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(40)
-	w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
-	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
-		t.Fatal(err)
-	}
+	w := twoHostWorld(t)
+	in, _, _ := preparedMigration(t, w, 40)
+	u := in.UUID
 	// The copy would take a minute; the policy allows the guest (under
 	// 1 GiB) one second.
 	if err := w.drv.SetLatency(ctx, "a", sim.OpMigrate, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	w.acts.MigrationPolicy = hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: time.Second, TimeoutAction: hypervisor.TimeoutAbort}
-	in := MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}
 	err := w.acts.Migrate(ctx, in)
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != ErrTypeMigrationTimeout || !app.NonRetryable() {
@@ -71,15 +89,9 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 // defines the guest from it and the commit makes it the record's XML.
 func TestMigrationStagesItsXML(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(41)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
-	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
-		t.Fatal(err)
-	}
+	w := twoHostWorld(t)
+	in, src, dst := preparedMigration(t, w, 41)
+	u := in.UUID
 	staged, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID)
 	if err != nil {
 		t.Fatalf("StagedDomainXML after PrepareMigration: %v, want the destination XML", err)
@@ -91,7 +103,7 @@ func TestMigrationStagesItsXML(t *testing.T) {
 	if pins, err := xmlpatch.Read(staged); err != nil || !pins.HostCPUs().Equal(claimed.HostCPUs()) {
 		t.Fatalf("staged destination XML pins %v (%v), want the claim's %s", pins, err, claimed.HostCPUs())
 	}
-	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
+	if err := w.acts.Migrate(ctx, in); err != nil {
 		t.Fatal(err)
 	}
 	w.runsPinned(t, u, "b", dst, testFlavor.VCPUs)
@@ -117,19 +129,13 @@ func TestMigrationStagesItsXML(t *testing.T) {
 // source.
 func TestMigrateWithoutItsStagedXML(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(42)
-	w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
-	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
-		t.Fatal(err)
-	}
+	w := twoHostWorld(t)
+	in, _, _ := preparedMigration(t, w, 42)
+	u := in.UUID
 	if err := w.led.StageDomainXML(ctx, u, "another-claim", "<domain/>"); err != nil {
 		t.Fatal(err)
 	}
-	err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token})
+	err := w.acts.Migrate(ctx, in)
 	if !errors.Is(err, ledger.ErrConflict) {
 		t.Fatalf("Migrate with nothing staged for its claim = %v, want ErrConflict", err)
 	}
