@@ -50,8 +50,8 @@ type migration struct {
 // neither completed nor forgotten.
 func (m *migration) inFlight() bool { return m != nil && m.phase != phaseCompleted }
 
-// record reads the migration record of domain u, after aborting the
-// migration if it is dead; nil when there is none.
+// record reads the migration record of domain u, after ending the
+// migration if its attempt is gone (see reap); nil when there is none.
 func (d *Driver) record(ctx context.Context, u string) (*migration, error) {
 	for reaped := false; ; reaped = true {
 		f, err := d.rdb.HGetAll(ctx, d.migrationKey(u)).Result()
@@ -61,7 +61,7 @@ func (d *Driver) record(ctx context.Context, u string) (*migration, error) {
 		if len(f) == 0 {
 			return nil, nil
 		}
-		if p := f["phase"]; !reaped && (p == phaseCopying || p == phaseAborting) {
+		if p := f["phase"]; !reaped && p != phaseCompleted && p != phaseRollback {
 			changed, err := d.reap(ctx, u, nil)
 			if err != nil {
 				return nil, err
@@ -235,7 +235,10 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 // stale); an attempt that was only slow and comes back after that fails
 // at its next step or at its switchover, with an error, and changes
 // nothing. A migration past its switchover is never aborted: a retry
-// finishes it.
+// finishes it, and so does the first such read once its attempt has not
+// shown itself for Options.StaleMigration (a worker killed there, its
+// workflow ended), as libvirt completes a migration whose destination
+// runs the guest whether or not its client is still there.
 //
 // A source or destination that powers off ends the migration at once (see
 // PowerOff). During the copy it is aborted as a dead one, and Migrate

@@ -343,12 +343,23 @@ return {'OK'}
 `)
 
 // KEYS home, migration. ARGV token, dst. Step 5, the point of no return:
-// phase switchover, home = dst, if this attempt still owns the record.
-var switchoverScript = redis.NewScript(ownedLua + `
+// phase switchover, home = dst, if this attempt still owns the record; the
+// staleness clock restarts for the steps that finish it.
+var switchoverScript = redis.NewScript(clockLua + ownedLua + `
 local why = owner(KEYS[2], ARGV[1])
 if why then return {why} end
-redis.call('HSET', KEYS[2], 'phase', 'switchover')
+redis.call('HSET', KEYS[2], 'phase', 'switchover', 'touched', string.format('%d', now()))
 redis.call('SET', KEYS[1], ARGV[2])
+return {'OK'}
+`)
+
+// KEYS migration. ARGV token. While a migration past its switchover pulls
+// the rest of the memory (post-copy), its attempt shows it is alive.
+var touchSwitchedScript = redis.NewScript(clockLua + `
+local m = redis.call('HMGET', KEYS[1], 'token', 'phase')
+if m[1] == ARGV[1] and m[2] == 'switchover' then
+  redis.call('HSET', KEYS[1], 'touched', string.format('%d', now()))
+end
 return {'OK'}
 `)
 
@@ -431,19 +442,21 @@ return {'OK'}
 // attempt can touch or switch over any more; the one call that makes that
 // change decides, so concurrent callers cannot disagree. Answers DEAD,
 // token, src, dst for a dead migration (one already aborting included: the
-// caller that declared it may have died before its cleanup), NONE when no
-// migration is in flight, LIVE otherwise (copying and touched lately, or
-// past its switchover, or rolling back). A record without touched, written
-// before it existed, starts its clock now.
+// caller that declared it may have died before its cleanup); ORPHANED,
+// token, src, dst for one past its switchover whose attempt has not shown
+// itself for the bound, which the caller finishes; NONE when no migration
+// is in flight; LIVE otherwise (touched lately, or rolling back). A record
+// without touched starts its clock now.
 var staleScript = redis.NewScript(clockLua + `
 local m = redis.call('HMGET', KEYS[1], 'token', 'phase', 'src', 'dst', 'touched')
 if not m[2] or m[2] == 'completed' then return {'NONE'} end
-if m[2] == 'copying' then
+if m[2] == 'copying' or m[2] == 'switchover' then
   if not m[5] then
     redis.call('HSET', KEYS[1], 'touched', string.format('%d', now()))
     return {'LIVE'}
   end
   if now() - tonumber(m[5]) <= tonumber(ARGV[1]) then return {'LIVE'} end
+  if m[2] == 'switchover' then return {'ORPHANED', m[1], m[3], m[4]} end
   redis.call('HSET', KEYS[1], 'phase', 'aborting')
   m[2] = 'aborting'
 end

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -16,8 +17,11 @@ import (
 // and whoever reads a domain that carries a migration mark first asks
 // staleScript whether the migration is dead (not touched for
 // Options.StaleMigration) and, if so, aborts it as Migrate's own abort
-// would. Only marked domains are looked at, so reading unmarked ones costs
-// nothing more.
+// would. A migration past its switchover cannot be aborted: when its
+// attempt stops showing itself, the reader finishes it, as libvirt
+// finishes a migration whose destination already runs the guest. Only
+// marked domains are looked at, so reading unmarked ones costs nothing
+// more.
 
 // mark is a migration mark seen on a stored domain: the token of the
 // attempt that set it, on host, as the incoming side or as the source.
@@ -102,6 +106,8 @@ func (d *Driver) settleReap(ctx context.Context, u string, v scriptAnswer, seen 
 	switch v.code {
 	case "LIVE":
 		return false, nil
+	case "ORPHANED":
+		return true, d.finishOrphaned(ctx, u, v)
 	case "NONE":
 		// What the caller read, a mark or a migration in flight, is gone
 		// or was left behind; either way it must read again.
@@ -173,4 +179,27 @@ func (d *Driver) runOnDomain(ctx context.Context, s *redis.Script, host, u strin
 		return code, rest, err
 	}
 	return d.run(ctx, s, d.domKeys(host, u), args...)
+}
+
+// finishOrphaned finishes a migration past its switchover whose attempt
+// stopped (see staleScript): the same steps a retry of it would run, each
+// a no-op if done, so the attempt itself, should it come back, and
+// concurrent readers agree.
+func (d *Driver) finishOrphaned(ctx context.Context, u string, v scriptAnswer) error {
+	if len(v.rest) != 3 {
+		return fmt.Errorf("finishing an orphaned migration: script answered ORPHANED with %d fields, want token, src, dst", len(v.rest))
+	}
+	f, err := d.rdb.HGetAll(ctx, d.migrationKey(u)).Result()
+	if err != nil {
+		return fmt.Errorf("finishing an orphaned migration: %w", err)
+	}
+	rec := migrationOf(f)
+	if rec == nil || rec.token != v.rest[0] || rec.phase != phaseSwitchover {
+		// Finished or rolled back meanwhile.
+		return nil
+	}
+	if err := d.finish(ctx, rec.src, rec.dst, u, rec); err != nil && !errors.Is(err, ErrHostOff) {
+		return fmt.Errorf("finishing an orphaned migration: %w", err)
+	}
+	return nil
 }

@@ -473,7 +473,9 @@ func TestStaleMigrationLeftoverMarks(t *testing.T) {
 }
 
 // TestStaleMigrationPastSwitchover: a migration past its point of no
-// return is never aborted, however long ago it stopped; a retry ends it.
+// return is never aborted: once its attempt has stopped for the
+// staleness bound (its process died), the first read finishes it, and a
+// retry then finds it done.
 func TestStaleMigrationPastSwitchover(t *testing.T) {
 	e := staleEnv(t)
 	e.running("h1", uuidA, "a", 2, 0)
@@ -483,22 +485,75 @@ func TestStaleMigrationPastSwitchover(t *testing.T) {
 		t.Fatalf("Migrate crashing at the switchover: %v, want the crash", err)
 	}
 	waitStale()
-	if dom, err := e.d.Lookup(e.ctx, "h2", uuidA); err != nil || dom.State != hypervisor.StatePaused {
-		t.Errorf("Lookup(h2) long after a crash at the switchover = %+v, %v; want the paused incoming domain", dom, err)
+	if dom, err := e.d.Lookup(e.ctx, "h1", uuidA); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Lookup(h1) long after a crash at the switchover = %+v, %v; want ErrNotFound (the read finished the migration)", dom, err)
 	}
-	if _, err := e.d.Domains(e.ctx, "h1"); err != nil {
-		t.Errorf("Domains(h1) long after a crash at the switchover: %v", err)
+	if diff := cmp.Diff(map[string]where{"h2": {hypervisor.StateRunning, dest}}, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after the read, placement mismatch (-want +got):\n%s", diff)
 	}
-	if err := e.d.Rollback(e.ctx, "h1", "h3", uuidA); err == nil || !strings.Contains(err.Error(), "in flight is from h1 to h2") {
-		t.Errorf("Rollback(h1, h3) long after a crash at the switchover: %v, want an 'in flight' error", err)
+	if rec := e.migrationRecord(uuidA); rec["phase"] != phaseCompleted {
+		t.Errorf("after the read, record phase %q, want %q", rec["phase"], phaseCompleted)
 	}
-	if rec := e.migrationRecord(uuidA); rec["phase"] != phaseSwitchover {
-		t.Errorf("long after a crash at the switchover, record phase %q, want %q", rec["phase"], phaseSwitchover)
+	if err := e.d.Rollback(e.ctx, "h1", "h3", uuidA); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Rollback(h1, h3) of a guest that left h1 for h2: %v, want ErrNotFound", err)
 	}
 	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); err != nil {
-		t.Fatalf("Migrate retried long after a crash at the switchover: %v", err)
+		t.Fatalf("Migrate retried after the read finished it: %v", err)
 	}
 	if diff := cmp.Diff(map[string]where{"h2": {hypervisor.StateRunning, dest}}, e.placement(e.d, uuidA)); diff != "" {
 		t.Errorf("after the retry, placement mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestStaleRollbackFinishesOrphan: the rollback of another migration of
+// the guest, the next operation's, does not wait forever on one past its
+// switchover whose attempt died: once that one is stale, the rollback's
+// read finishes it, and there is nothing of the other migration to undo.
+func TestStaleRollbackFinishesOrphan(t *testing.T) {
+	e := staleEnv(t)
+	e.running("h1", uuidA, "a", 2, 0)
+	dest := domainXML(uuidA, "a", 6, 1)
+	crashOnce(e.d, "switchover")
+	if err := e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil); !errors.Is(err, errCrash) {
+		t.Fatalf("Migrate crashing at the switchover: %v, want the crash", err)
+	}
+	waitStale()
+	err := e.d.Rollback(e.ctx, "h1", "h3", uuidA)
+	if !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("Rollback(h1, h3) long after the crash: %v, want ErrNotFound (the guest left h1)", err)
+	}
+	if diff := cmp.Diff(map[string]where{"h2": {hypervisor.StateRunning, dest}}, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after the rollback, placement mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestStaleHeldPastSwitchover: an attempt held past its switchover longer
+// than the staleness bound is finished by the next read, and then, once
+// released, finds its own steps done and succeeds.
+func TestStaleHeldPastSwitchover(t *testing.T) {
+	e := staleEnv(t)
+	e.running("h1", uuidA, "a", 2, 0)
+	dest := domainXML(uuidA, "a", 6, 1)
+	if err := e.d.HoldGate(e.ctx, GateSwitched, ""); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.d.Migrate(e.ctx, migrateReq("h1", "h2", uuidA, dest), nil) }()
+	e.await(GateSwitched, "the migration past its switchover", func(st GateState) bool { return st.Arrived == 1 })
+	waitStale()
+	if _, err := e.d.Domains(e.ctx, "h1"); err != nil {
+		t.Fatalf("Domains(h1) with the attempt held past the bound: %v", err)
+	}
+	if diff := cmp.Diff(map[string]where{"h2": {hypervisor.StateRunning, dest}}, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after the read, placement mismatch (-want +got):\n%s", diff)
+	}
+	if err := e.d.ReleaseGate(e.ctx, GateSwitched, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate released after a read finished it: %v, want nil", err)
+	}
+	if diff := cmp.Diff(map[string]where{"h2": {hypervisor.StateRunning, dest}}, e.placement(e.d, uuidA)); diff != "" {
+		t.Errorf("after the release, placement mismatch (-want +got):\n%s", diff)
 	}
 }

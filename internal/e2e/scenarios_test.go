@@ -173,6 +173,42 @@ func TestWorkerKilledDuringMigration(t *testing.T) {
 	s.checkAgreement(vmA, "b")
 }
 
+// TestOrphanedPastSwitchover: a live migration held past its switchover
+// loses both its workflow (terminated) and its worker (killed), so no
+// attempt will ever finish it. The guest's next migration must not wait
+// on it forever: the hypervisor finishes the orphan (A runs on b), the
+// next migration, which started from a, fails and rolls back, and the
+// audit settles A on b. Nothing runs twice, the ledger agrees, and A
+// migrates on from there.
+func TestOrphanedPastSwitchover(t *testing.T) {
+	t.Parallel()
+	s, vmA, _ := twoHosts(t)
+	s.ok("host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	s.ok("sim", "gate", "--at", "switched", "--hold")
+	s.ok("migrate", vmA, "--dest", "b")
+	s.ok("sim", "gate", "--at", "switched", "--wait-arrived", "1")
+	if err := s.tc.TerminateWorkflow(context.Background(), guest.InstanceWorkflowID(vmA), "", "e2e: terminated past the switchover"); err != nil {
+		t.Fatal(err)
+	}
+	s.killWorkers()
+	s.ok("sim", "gate", "--at", "switched", "--release")
+	s.startWorker()
+	if out, errOut, code := s.run("migrate", vmA, "--dest", "c", "--wait"); code == 0 {
+		t.Fatalf("migrate A to c from a, which the orphan left for b, succeeded: %s%s", out, errOut)
+	}
+	s.noDoublePins("a", "b", "c")
+	s.pastMinGrace()
+	s.eventually("the audit to settle A on b", 2*time.Minute, func() bool {
+		s.reconcile("--grace", "0")
+		g := s.guest(vmA)
+		return hostOf(g) == "b" && g.TaskState == nil && s.pinned("a") == "" && s.pinned("c") == ""
+	})
+	s.checkAgreement(vmA, "b")
+	s.ok("migrate", vmA, "--dest", "c", "--wait")
+	s.noDoublePins("a", "b", "c")
+	s.checkAgreement(vmA, "c")
+}
+
 // TestBadInput: each refused with one clear line, nothing changed.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
