@@ -55,10 +55,12 @@ func (a *Activities) LoadInstance(ctx context.Context, uuid string) (InstanceInf
 	if err != nil {
 		return InstanceInfo{}, classify(err)
 	}
-	return info(inst), nil
+	return InfoOf(inst), nil
 }
 
-func info(inst *ledger.Instance) InstanceInfo {
+// InfoOf is what the workflows (and the CLI's pre-checks) know of the
+// instance record inst.
+func InfoOf(inst *ledger.Instance) InstanceInfo {
 	i := InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState,
 		Flavor: inst.Request, Placement: inst.Placement, ClaimID: inst.ClaimID}
 	if r := inst.Resize; r != nil && (r.SourceHost != inst.Host || r.SourceClaimID != inst.ClaimID) {
@@ -81,7 +83,7 @@ func (a *Activities) CreateInstance(ctx context.Context, in CreateInstanceInput)
 		return InstanceInfo{}, classify(err)
 	}
 	inst.TaskState = guest.TaskSpawning
-	return info(inst), nil
+	return InfoOf(inst), nil
 }
 
 // SetTaskState sets the instance's task state, and its vm state when

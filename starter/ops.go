@@ -137,7 +137,7 @@ func migrate(args []string, stdout io.Writer) error {
 			if err != nil {
 				return opPlan{}, err
 			}
-			if err := info(inst).CanLiveMigrate(); err != nil {
+			if err := activities.InfoOf(inst).CanLiveMigrate(); err != nil {
 				return opPlan{}, refused(err)
 			}
 			if *dest != "" {
@@ -166,7 +166,7 @@ func shelve(args []string, stdout io.Writer) error {
 			if !*offload {
 				return opPlan{}, fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", inst.UUID, errUsage)
 			}
-			if err := info(inst).CanShelve(); err != nil {
+			if err := activities.InfoOf(inst).CanShelve(); err != nil {
 				return opPlan{}, refused(err)
 			}
 			summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
@@ -179,7 +179,7 @@ func unshelve(args []string, stdout io.Writer) error {
 	host := fs.String("host", "", "host to unshelve on (default: pinflow chooses)")
 	return guestOp(fs, args, stdout, workflows.OpUnshelve, workflows.Unshelve,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
-			if err := info(inst).CanUnshelve(); err != nil {
+			if err := activities.InfoOf(inst).CanUnshelve(); err != nil {
 				return opPlan{}, refused(err)
 			}
 			if *host != "" {
@@ -343,11 +343,6 @@ func instance(a *app, uuid string) (*ledger.Instance, error) {
 		return nil, fmt.Errorf("unknown instance %q; 'pinflow list' shows the guests", uuid)
 	}
 	return inst, err
-}
-
-func info(inst *ledger.Instance) activities.InstanceInfo {
-	return activities.InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState,
-		ClaimID: inst.ClaimID}
 }
 
 // refused turns an activity's application error into a plain CLI error.

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -55,7 +56,7 @@ func resize(args []string, stdout io.Writer) error {
 	window := confirmWindowFlag(fs)
 	return guestOp(fs, args, stdout, workflows.OpResize, workflows.Resize,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
-			if err := info(inst).CanResize(); err != nil {
+			if err := activities.InfoOf(inst).CanResize(); err != nil {
 				return opPlan{}, refused(err)
 			}
 			w, err := windowInput(*window)
@@ -97,7 +98,7 @@ func resize(args []string, stdout io.Writer) error {
 // coldMigrate plans `migrate --cold`: a resize to the guest's own flavor
 // on another host.
 func coldMigrate(a *app, inst *ledger.Instance, dest string, window time.Duration) (opPlan, error) {
-	if err := info(inst).CanResize(); err != nil {
+	if err := activities.InfoOf(inst).CanResize(); err != nil {
 		return opPlan{}, refused(err)
 	}
 	w, err := windowInput(window)
@@ -170,7 +171,7 @@ func evacuate(args []string, stdout io.Writer) error {
 
 // evacuationPlan refuses an evacuation the guest's host state forbids.
 func evacuationPlan(a *app, inst *ledger.Instance, dest string) (opPlan, error) {
-	if err := info(inst).CanEvacuate(); err != nil {
+	if err := activities.InfoOf(inst).CanEvacuate(); err != nil {
 		return opPlan{}, refused(err)
 	}
 	led, err := a.ledger()
