@@ -336,7 +336,7 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 				}
 			}
 			w.owners.set(owner.WorkflowID, longClosed)
-			time.Sleep(100 * time.Millisecond)
+			w.waitLeaseEnds(t, "a", c.ClaimID)
 			res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
 			if tt.wantKept == "" {
 				if res.Tally.Freed.Of(audit.FreedOwnerClosed) != 1 || w.HasClaim(t, "a", c.ClaimID) {

@@ -2,9 +2,14 @@ package audit_test
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
@@ -180,6 +185,41 @@ func claimedCPUs(c activities.ClaimResult) string {
 		}
 	}
 	return s.String()
+}
+
+// waitLeaseEnds waits until Redis' clock has passed the end of the fence
+// lease on claim id, which the ledger keeps in the host's lease hash as
+// "token|end in ms". It reads the hash itself because the ledger's only
+// look at a lease, the audit's compare-and-delete, would free the claim.
+func (w *world) waitLeaseEnds(t testing.TB, host, id string) {
+	t.Helper()
+	ctx := context.Background()
+	key := ledger.DefaultKeyPrefix + ":host:{" + host + "}:lease"
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		lease, err := w.RDB.HGet(ctx, key, id).Result()
+		if errors.Is(err, redis.Nil) {
+			t.Fatalf("claim %s on %s has no fence lease; the test expects the spawn's", id, host)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, err := strconv.ParseInt(lease[strings.LastIndex(lease, "|")+1:], 10, 64)
+		if err != nil {
+			t.Fatalf("fence lease %q of claim %s on %s: %v", lease, id, host, err)
+		}
+		now, err := w.RDB.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.UnixMilli() > end {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fence lease of claim %s on %s still runs 30s on (ends %d ms, Redis' clock %d ms)", id, host, end, now.UnixMilli())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func dur(d time.Duration) *time.Duration { return &d }
