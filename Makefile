@@ -133,7 +133,7 @@ bench-ledger: deps
 # reads with no decisions.
 .PHONY: bench-reconcile
 bench-reconcile: deps
-	$(GO) test ./activities -run '^$$' -bench ReconcileAudit -benchtime 1x -count 1 -timeout 30m
+	$(GO) test ./audit -run '^$$' -bench ReconcileAudit -benchtime 1x -count 1 -timeout 30m
 
 # The Reconcile workflow's audit of 20,000 simulated hosts
 # (PINFLOW_BENCH_AUDIT_HOSTS) in pages, on a dev server with one worker,

@@ -1,4 +1,4 @@
-package activities
+package activities_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/placement"
 )
@@ -24,18 +26,18 @@ func TestChooseHost(t *testing.T) {
 			name = "index"
 		}
 		t.Run(name, func(t *testing.T) {
-			w := newWorld(t)
+			w := simcloud.New(t)
 			for _, h := range []string{"a", "b", "c", "d"} {
-				w.addHost(t, h)
+				w.AddHost(t, h)
 			}
 			if indexed {
-				w.acts.Placement = placement.NewIndex(w.led, placement.Options{})
+				w.Acts.Placement = placement.NewIndex(w.Ledger, placement.Options{})
 			}
 			// b holds 3 guests, c 2, a 1: b is the fullest, then c.
 			for i, h := range []string{"a", "b", "b", "b", "c", "c"} {
-				w.claim(t, h, "boot-"+string(rune('0'+i)), uuidN(i), ledger.KindBoot, Owner{"wf", "run"})
+				w.Claim(t, h, "boot-"+string(rune('0'+i)), simcloud.UUID(i), ledger.KindBoot, activities.Owner{WorkflowID: "wf", FirstRunID: "run"})
 			}
-			if _, err := w.led.SetHostDown(ctx, "c", "psu"); err != nil {
+			if _, err := w.Ledger.SetHostDown(ctx, "c", "psu"); err != nil {
 				t.Fatal(err)
 			}
 			for _, tc := range []struct {
@@ -46,20 +48,20 @@ func TestChooseHost(t *testing.T) {
 				{[]string{"b"}, "a"},
 				{[]string{"b", "a"}, "d"},
 			} {
-				got, err := w.acts.ChooseHost(ctx, ChooseHostInput{UUID: uuidN(9), Flavor: testFlavor, Exclude: tc.exclude})
+				got, err := w.Acts.ChooseHost(ctx, activities.ChooseHostInput{UUID: simcloud.UUID(9), Flavor: simcloud.Flavor(), Exclude: tc.exclude})
 				if got != tc.want || err != nil {
 					t.Errorf("ChooseHost(excluding %v) = %q, %v; want %s", tc.exclude, got, err, tc.want)
 				}
 			}
 
-			huge := testFlavor
+			huge := simcloud.Flavor()
 			huge.VCPUs = 9
-			_, err := w.acts.ChooseHost(ctx, ChooseHostInput{UUID: uuidN(9), Flavor: huge})
+			_, err := w.Acts.ChooseHost(ctx, activities.ChooseHostInput{UUID: simcloud.UUID(9), Flavor: huge})
 			var app *temporal.ApplicationError
-			if !errors.As(err, &app) || app.Type() != ErrTypeNoFit || !app.NonRetryable() {
-				t.Fatalf("ChooseHost(9 vCPUs on hosts of 8) error %v, want a non-retryable %s", err, ErrTypeNoFit)
+			if !errors.As(err, &app) || app.Type() != activities.ErrTypeNoFit || !app.NonRetryable() {
+				t.Fatalf("ChooseHost(9 vCPUs on hosts of 8) error %v, want a non-retryable %s", err, activities.ErrTypeNoFit)
 			}
-			for _, want := range []string{"no host can take instance " + uuidN(9), "a: no fit", "c: the host is down"} {
+			for _, want := range []string{"no host can take instance " + simcloud.UUID(9), "a: no fit", "c: the host is down"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("ChooseHost(9 vCPUs) error %q lacks %q", err, want)
 				}

@@ -1,4 +1,4 @@
-package activities
+package activities_test
 
 import (
 	"context"
@@ -12,22 +12,24 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
 )
 
 // outageWorld is a world whose ledger has a Redis of its own, which keeps
 // what it acknowledged across a stop, and whose simulated hypervisors do
 // not stop with it.
-func outageWorld(t *testing.T) (*world, *testenv.Redis) {
+func outageWorld(t *testing.T) (*simcloud.World, *testenv.Redis) {
 	t.Helper()
 	led := testenv.StartRedis(t, testenv.AppendOnly())
-	w := newWorldOn(t, led, testenv.StartRedis(t))
-	w.addHost(t, "a")
-	w.addHost(t, "b")
+	w := simcloud.NewOn(t, led, testenv.StartRedis(t))
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
 	return w, led
 }
 
@@ -55,14 +57,14 @@ func waitResult(t *testing.T, what string, done <-chan error) error {
 func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 	ctx := context.Background()
 	w, led := outageWorld(t)
-	u := uuidN(60)
-	if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
+	u := simcloud.UUID(60)
+	if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "vm", Flavor: simcloud.Flavor()}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.claim(t, "a", "boot-run-1", u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
+	c := w.Claim(t, "a", "boot-run-1", u, ledger.KindBoot, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-1"})
 	led.Stop(t)
 	done := result(func() error {
-		return w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
+		return w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
 	})
 	time.Sleep(3 * time.Second)
 	select {
@@ -70,14 +72,14 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 		t.Fatalf("Spawn with the ledger down returned %v, want it to wait", err)
 	default:
 	}
-	if _, err := w.drv.Lookup(ctx, "a", u); !errors.Is(err, hypervisor.ErrNotFound) {
+	if _, err := w.Driver.Lookup(ctx, "a", u); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("Spawn defined the guest before its fence passed (lookup error %v)", err)
 	}
 	led.Start(t)
 	if err := waitResult(t, "Spawn", done); err != nil {
 		t.Fatalf("Spawn once the ledger is back = %v, want nil", err)
 	}
-	if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
+	if dom, err := w.Driver.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
 		t.Errorf("guest after the spawn = %+v, %v; want running", dom, err)
 	}
 }
@@ -86,14 +88,14 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 // and it is held before its switchover, whose fence comes right after
 // ReleaseGate(GateSwitchover): a test stops the ledger there to reach
 // that fence with the ledger down.
-func atSwitchover(t *testing.T, w *world, in MigrateInput) <-chan error {
+func atSwitchover(t *testing.T, w *simcloud.World, in activities.MigrateInput) <-chan error {
 	t.Helper()
 	ctx := context.Background()
-	if err := w.drv.HoldGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
+	if err := w.Driver.HoldGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
 		t.Fatal(err)
 	}
-	done := result(func() error { return w.acts.Migrate(ctx, in) })
-	if _, err := w.drv.AwaitGate(ctx, sim.GateSwitchover, in.UUID, func(st sim.GateState) bool { return st.Arrived == 1 }); err != nil {
+	done := result(func() error { return w.Acts.Migrate(ctx, in) })
+	if _, err := w.Driver.AwaitGate(ctx, sim.GateSwitchover, in.UUID, func(st sim.GateState) bool { return st.Arrived == 1 }); err != nil {
 		t.Fatal(err)
 	}
 	return done
@@ -129,9 +131,9 @@ func TestMigrateRidesOutALedgerOutage(t *testing.T) {
 	in, _, _ := preparedMigration(t, w, 61)
 	done := atSwitchover(t, w, in)
 	failed := &failedCalls{}
-	w.rdb.AddHook(failed)
+	w.RDB.AddHook(failed)
 	led.Stop(t)
-	if err := w.drv.ReleaseGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
+	if err := w.Driver.ReleaseGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
 		t.Fatal(err)
 	}
 	// The fence found the ledger down and tried again: it waits.
@@ -149,10 +151,10 @@ func TestMigrateRidesOutALedgerOutage(t *testing.T) {
 	if err := waitResult(t, "Migrate", done); err != nil {
 		t.Fatalf("Migrate across a ledger outage = %v, want nil", err)
 	}
-	if dom, err := w.drv.Lookup(ctx, "b", in.UUID); err != nil || dom.State != hypervisor.StateRunning {
+	if dom, err := w.Driver.Lookup(ctx, "b", in.UUID); err != nil || dom.State != hypervisor.StateRunning {
 		t.Errorf("guest on the destination = %+v, %v; want running", dom, err)
 	}
-	if _, err := w.drv.Lookup(ctx, "a", in.UUID); !errors.Is(err, hypervisor.ErrNotFound) {
+	if _, err := w.Driver.Lookup(ctx, "a", in.UUID); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("guest still on the source after the migration (lookup error %v)", err)
 	}
 }
@@ -165,12 +167,12 @@ func TestMigrateRidesOutALedgerOutage(t *testing.T) {
 func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 	ctx := context.Background()
 	w, led := outageWorld(t)
-	w.acts.FenceLease = 4 * time.Second
+	w.Acts.FenceLease = 4 * time.Second
 	in, _, _ := preparedMigration(t, w, 62)
 	done := atSwitchover(t, w, in)
 	// The switchover fence retries until the lease runs out.
 	led.Stop(t)
-	if err := w.drv.ReleaseGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
+	if err := w.Driver.ReleaseGate(ctx, sim.GateSwitchover, in.UUID); err != nil {
 		t.Fatal(err)
 	}
 	var err error
@@ -187,14 +189,14 @@ func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 	if !strings.Contains(err.Error(), "fence lease") || !strings.Contains(err.Error(), "ran out") {
 		t.Errorf("Migrate whose lease ran out = %q, want it to say the fence lease ran out", err)
 	}
-	if dom, lerr := w.drv.Lookup(ctx, "a", in.UUID); lerr != nil || dom.State != hypervisor.StateRunning {
+	if dom, lerr := w.Driver.Lookup(ctx, "a", in.UUID); lerr != nil || dom.State != hypervisor.StateRunning {
 		t.Errorf("guest on its source after the abort = %+v, %v; want running (Migrate: %v)", dom, lerr, err)
 	}
-	if _, lerr := w.drv.Lookup(ctx, "b", in.UUID); !errors.Is(lerr, hypervisor.ErrNotFound) {
+	if _, lerr := w.Driver.Lookup(ctx, "b", in.UUID); !errors.Is(lerr, hypervisor.ErrNotFound) {
 		t.Errorf("guest on the destination after the abort (lookup error %v)", lerr)
 	}
 	// The retry, with the ledger back, moves it.
-	if err := w.acts.Migrate(ctx, in); err != nil {
+	if err := w.Acts.Migrate(ctx, in); err != nil {
 		t.Fatalf("Migrate again with the ledger back = %v, want nil", err)
 	}
 }
@@ -204,44 +206,23 @@ func TestMigrateAbortsWhenItsLeaseRunsOut(t *testing.T) {
 // that Redis has let run out (the audit may then free the claim).
 func TestLeaseHoldsUnderClockSkew(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	u := uuidN(63)
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	u := simcloud.UUID(63)
 	for i, skew := range []time.Duration{-time.Hour, time.Hour} {
-		c := w.claim(t, "a", fmt.Sprintf("boot-run-%d", i), u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
-		l := w.acts.claimLease("a", c.ClaimID, c.Token)
-		l.length = 200 * time.Millisecond
-		l.now = func() time.Time { return time.Now().Add(skew) }
-		until, err := l.renew(ctx)
+		c := w.Claim(t, "a", fmt.Sprintf("boot-run-%d", i), u, ledger.KindBoot, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-1"})
+		now := func() time.Time { return time.Now().Add(skew) }
+		l := activities.NewLease(w.Acts, "a", c.ClaimID, c.Token, 200*time.Millisecond, now)
+		until, err := l.Renew(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !l.now().Before(until) {
-			t.Errorf("skew %s: the lease just renewed ends at %s by the worker's clock, before its now %s", skew, until, l.now())
+		if !now().Before(until) {
+			t.Errorf("skew %s: the lease just renewed ends at %s by the worker's clock, before its now %s", skew, until, now())
 		}
-		waitLeaseOut(t, w, c)
-		if held := l.held(); l.now().Before(held) {
-			t.Errorf("skew %s: Redis let the lease run out, but the worker believes it until %s, %s from now", skew, held, held.Sub(l.now()))
+		w.WaitLeaseOut(t, c)
+		if held := l.Held(); now().Before(held) {
+			t.Errorf("skew %s: Redis let the lease run out, but the worker believes it until %s, %s from now", skew, held, held.Sub(now()))
 		}
-	}
-}
-
-// waitLeaseOut waits until Redis has let c's fence lease run out: the
-// audit's compare-and-delete, which a running lease refuses, frees it.
-func waitLeaseOut(t *testing.T, w *world, c ClaimResult) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		freed, err := w.led.ReleaseIfUnchanged(context.Background(), "a", c.ClaimID, c.Token, ledger.StatePending)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if freed {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim %s still under its fence lease 30s after its renewal", c.ClaimID)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

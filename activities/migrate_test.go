@@ -1,4 +1,4 @@
-package activities
+package activities_test
 
 import (
 	"context"
@@ -9,9 +9,11 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/xmlpatch"
 )
@@ -20,24 +22,24 @@ import (
 // b (both registered): the destination claim, and the destination XML
 // staged for it. It returns the migration's input and the source and
 // destination claims.
-func preparedMigration(t *testing.T, w *world, n int) (MigrateInput, ClaimResult, ClaimResult) {
+func preparedMigration(t *testing.T, w *simcloud.World, n int) (activities.MigrateInput, activities.ClaimResult, activities.ClaimResult) {
 	t.Helper()
-	u := uuidN(n)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
-	prep := PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}
-	if err := w.acts.PrepareMigration(context.Background(), prep); err != nil {
+	u := simcloud.UUID(n)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	dst := w.Claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "mig-1"})
+	prep := activities.PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}
+	if err := w.Acts.PrepareMigration(context.Background(), prep); err != nil {
 		t.Fatal(err)
 	}
-	return MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}, src, dst
+	return activities.MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}, src, dst
 }
 
 // twoHostWorld is a world with hosts a and b.
-func twoHostWorld(t *testing.T) *world {
+func twoHostWorld(t *testing.T) *simcloud.World {
 	t.Helper()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
 	return w
 }
 
@@ -52,33 +54,33 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	u := in.UUID
 	// The copy would take a minute; the policy allows the guest (under
 	// 1 GiB) one second.
-	if err := w.drv.SetLatency(ctx, "a", sim.OpMigrate, time.Minute); err != nil {
+	if err := w.Driver.SetLatency(ctx, "a", sim.OpMigrate, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	w.acts.MigrationPolicy = hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: time.Second, TimeoutAction: hypervisor.TimeoutAbort}
-	err := w.acts.Migrate(ctx, in)
+	w.Acts.MigrationPolicy = hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: time.Second, TimeoutAction: hypervisor.TimeoutAbort}
+	err := w.Acts.Migrate(ctx, in)
 	var app *temporal.ApplicationError
-	if !errors.As(err, &app) || app.Type() != ErrTypeMigrationTimeout || !app.NonRetryable() {
-		t.Fatalf("Migrate slower than its timeout = %v; want a non-retryable %s error", err, ErrTypeMigrationTimeout)
+	if !errors.As(err, &app) || app.Type() != activities.ErrTypeMigrationTimeout || !app.NonRetryable() {
+		t.Fatalf("Migrate slower than its timeout = %v; want a non-retryable %s error", err, activities.ErrTypeMigrationTimeout)
 	}
 	if !strings.Contains(err.Error(), "aborted: not completed within 1s") {
 		t.Errorf("Migrate slower than its timeout = %q; want it to say which timeout fired", err)
 	}
 	found := false
-	for _, typ := range NonRetryableErrorTypes {
-		found = found || typ == ErrTypeMigrationTimeout
+	for _, typ := range activities.NonRetryableErrorTypes {
+		found = found || typ == activities.ErrTypeMigrationTimeout
 	}
 	if !found {
-		t.Errorf("NonRetryableErrorTypes %v lacks %s, so retry policies would retry it", NonRetryableErrorTypes, ErrTypeMigrationTimeout)
+		t.Errorf("NonRetryableErrorTypes %v lacks %s, so retry policies would retry it", activities.NonRetryableErrorTypes, activities.ErrTypeMigrationTimeout)
 	}
-	if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
+	if dom, err := w.Driver.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
 		t.Errorf("guest on its source after the timeout = %+v, %v; want running", dom, err)
 	}
-	if _, err := w.drv.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {
+	if _, err := w.Driver.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("guest on the destination after the timeout: lookup error %v, want ErrNotFound", err)
 	}
 	// The compensation finds nothing to undo.
-	res, err := w.acts.RollbackMigration(ctx, in)
+	res, err := w.Acts.RollbackMigration(ctx, in)
 	if err != nil || res.OnDest {
 		t.Errorf("RollbackMigration after the timeout = %+v, %v; want the guest on its source, no error", res, err)
 	}
@@ -92,7 +94,7 @@ func TestMigrationStagesItsXML(t *testing.T) {
 	w := twoHostWorld(t)
 	in, src, dst := preparedMigration(t, w, 41)
 	u := in.UUID
-	staged, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID)
+	staged, err := w.Ledger.StagedDomainXML(ctx, u, dst.ClaimID)
 	if err != nil {
 		t.Fatalf("StagedDomainXML after PrepareMigration: %v, want the destination XML", err)
 	}
@@ -103,15 +105,15 @@ func TestMigrationStagesItsXML(t *testing.T) {
 	if pins, err := xmlpatch.Read(staged); err != nil || !pins.HostCPUs().Equal(claimed.HostCPUs()) {
 		t.Fatalf("staged destination XML pins %v (%v), want the claim's %s", pins, err, claimed.HostCPUs())
 	}
-	if err := w.acts.Migrate(ctx, in); err != nil {
+	if err := w.Acts.Migrate(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	w.runsPinned(t, u, "b", dst, testFlavor.VCPUs)
-	commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID}
-	if err := w.acts.CommitMigration(ctx, commit); err != nil {
+	w.RunsPinned(t, u, "b", dst, simcloud.Flavor().VCPUs)
+	commit := activities.CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID}
+	if err := w.Acts.CommitMigration(ctx, commit); err != nil {
 		t.Fatal(err)
 	}
-	inst, err := w.led.Instance(ctx, u)
+	inst, err := w.Ledger.Instance(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +121,7 @@ func TestMigrationStagesItsXML(t *testing.T) {
 		t.Errorf("record after the commit: claim %s with %d bytes of XML; want %s with the destination XML (%d bytes)",
 			inst.ClaimID, len(inst.DomainXML), dst.ClaimID, len(staged))
 	}
-	if _, err := w.led.StagedDomainXML(ctx, u, dst.ClaimID); !errors.Is(err, ledger.ErrConflict) {
+	if _, err := w.Ledger.StagedDomainXML(ctx, u, dst.ClaimID); !errors.Is(err, ledger.ErrConflict) {
 		t.Errorf("staged XML after the commit: %v, want none", err)
 	}
 }
@@ -132,17 +134,17 @@ func TestMigrateWithoutItsStagedXML(t *testing.T) {
 	w := twoHostWorld(t)
 	in, _, _ := preparedMigration(t, w, 42)
 	u := in.UUID
-	if err := w.led.StageDomainXML(ctx, u, "another-claim", "<domain/>"); err != nil {
+	if err := w.Ledger.StageDomainXML(ctx, u, "another-claim", "<domain/>"); err != nil {
 		t.Fatal(err)
 	}
-	err := w.acts.Migrate(ctx, in)
+	err := w.Acts.Migrate(ctx, in)
 	if !errors.Is(err, ledger.ErrConflict) {
 		t.Fatalf("Migrate with nothing staged for its claim = %v, want ErrConflict", err)
 	}
-	if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
+	if dom, err := w.Driver.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
 		t.Errorf("guest on a after the refused migration: %+v, %v; want it running", dom, err)
 	}
-	if _, err := w.drv.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {
+	if _, err := w.Driver.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("guest on b after the refused migration: %v, want none", err)
 	}
 }

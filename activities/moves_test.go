@@ -1,104 +1,59 @@
-package activities
+package activities_test
 
 import (
 	"context"
 	"strings"
 	"testing"
 
-	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/guest"
-	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/xmlpatch"
 )
-
-// resizeTo runs a resize of uuid from host src to dst up to VERIFY_RESIZE,
-// the way the Resize workflow does, and returns the destination claim.
-func (w *world) resizeTo(t *testing.T, uuid, src, srcClaim, dst string, f guest.Flavor) ClaimResult {
-	t.Helper()
-	ctx := context.Background()
-	step := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	step("BeginResize", w.acts.BeginResize(ctx, BeginResizeInput{UUID: uuid, NewFlavor: f}))
-	c, err := w.acts.Claim(ctx, ClaimInput{Host: dst, ClaimID: "resize-dest-1", UUID: uuid, Kind: ledger.KindResizeDest,
-		Owner: Owner{guest.InstanceWorkflowID(uuid), "resize-1"}, Flavor: f})
-	step("Claim", err)
-	step("HoldClaim", w.acts.HoldClaim(ctx, ClaimRef{Host: src, ClaimID: srcClaim}))
-	step("PowerOff", w.acts.PowerOff(ctx, DomainInput{UUID: uuid, Host: src}))
-	step("MoveResized", w.acts.MoveResized(ctx, MoveResizedInput{UUID: uuid, Source: src, Dest: dst, ClaimID: c.ClaimID, Token: c.Token,
-		Placement: c.Placement, Start: true}))
-	step("FinishResize", w.acts.FinishResize(ctx, FinishResizeInput{UUID: uuid, Dest: dst, DestClaimID: c.ClaimID}))
-	return c
-}
-
-// runsPinned checks that uuid's only running domain is on host, pinned to
-// the claim, with vcpus vCPUs.
-func (w *world) runsPinned(t *testing.T, uuid, host string, c ClaimResult, vcpus int) {
-	t.Helper()
-	dom, err := w.drv.Lookup(context.Background(), host, uuid)
-	if err != nil || dom.State != hypervisor.StateRunning {
-		t.Fatalf("domain of %s on %s = %+v, %v; want it running", uuid, host, dom, err)
-	}
-	pins, err := xmlpatch.Read(dom.XML)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := xmlpatch.PinsFor(&c.Placement)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pins.HostCPUs(); !got.Equal(want.HostCPUs()) || len(pins.VCPUPins) != vcpus {
-		t.Errorf("domain of %s on %s pinned to %s with %d vCPUs, want %s with %d", uuid, host, got, len(pins.VCPUPins), want.HostCPUs(), vcpus)
-	}
-}
 
 // TestResizeRevertKeepsThePins: a revert makes the source hold resident
 // again, the same pCPUs, the old flavor and domain, the destination gone.
 func TestResizeRevertKeepsThePins(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(20)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	bigger := testFlavor
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(20)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	bigger := simcloud.Flavor()
 	bigger.VCPUs = 3
-	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
-	w.runsPinned(t, u, "b", dst, 3)
-	if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateHeld {
+	dst := w.ResizeTo(t, u, "a", src.ClaimID, "b", bigger)
+	w.RunsPinned(t, u, "b", dst, 3)
+	if c, err := w.Ledger.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateHeld {
 		t.Fatalf("source claim in VERIFY_RESIZE = %+v, %v; want held", c, err)
 	}
 
-	if err := w.acts.DestroyDomain(ctx, DomainInput{UUID: u, Host: "b"}); err != nil {
+	if err := w.Acts.DestroyDomain(ctx, activities.DomainInput{UUID: u, Host: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 { // idempotent
-		if err := w.acts.RevertRecord(ctx, RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}); err != nil {
+		if err := w.Acts.RevertRecord(ctx, activities.RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}); err != nil {
 			t.Fatalf("RevertRecord: %v", err)
 		}
 	}
-	if err := w.acts.RestoreDomain(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
+	if err := w.Acts.RestoreDomain(ctx, activities.DomainInput{UUID: u, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.ReleaseClaim(ctx, ReleaseInput{Host: "b", ClaimID: dst.ClaimID}); err != nil {
+	if err := w.Acts.ReleaseClaim(ctx, activities.ReleaseInput{Host: "b", ClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
-	inst, err := w.led.Instance(ctx, u)
+	inst, err := w.Ledger.Instance(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if inst.Host != "a" || inst.ClaimID != src.ClaimID || inst.Request.VCPUs != 2 || inst.Resize != nil {
 		t.Errorf("record after the revert = host %s claim %s %d vCPUs resize %+v; want a, %s, 2, none", inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.Resize, src.ClaimID)
 	}
-	w.runsPinned(t, u, "a", src, 2)
-	if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateCommitted || c.Token != src.Token {
+	w.RunsPinned(t, u, "a", src, 2)
+	if c, err := w.Ledger.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateCommitted || c.Token != src.Token {
 		t.Errorf("source claim after the revert = %+v, %v; want the same claim, committed", c, err)
 	}
-	if w.hasClaim(t, "b", dst.ClaimID) {
+	if w.HasClaim(t, "b", dst.ClaimID) {
 		t.Errorf("the destination claim is still held after the revert")
 	}
 }
@@ -110,174 +65,45 @@ func TestResizeRevertKeepsThePins(t *testing.T) {
 // on the fenced host either.
 func TestRevertRefusedBeforeItDestroys(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(21)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", testFlavor)
-	back := RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(21)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	dst := w.ResizeTo(t, u, "a", src.ClaimID, "b", simcloud.Flavor())
+	back := activities.RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}
 	unchanged := func(when string) {
 		t.Helper()
-		w.runsPinned(t, u, "b", dst, testFlavor.VCPUs)
-		if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.Resize == nil {
+		w.RunsPinned(t, u, "b", dst, simcloud.Flavor().VCPUs)
+		if inst, err := w.Ledger.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.Resize == nil {
 			t.Errorf("record %s = %+v, %v; want it on b's claim %s, in its resize", when, inst, err, dst.ClaimID)
 		}
 	}
 
-	if _, err := w.led.SetHostDown(ctx, "a", "power supply failed"); err != nil {
+	if _, err := w.Ledger.SetHostDown(ctx, "a", "power supply failed"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.RevertRecord(ctx, back); !isType(err, ErrTypeHostDown) {
-		t.Errorf("RevertRecord to a fenced host: error = %v, want type %s", err, ErrTypeHostDown)
+	if err := w.Acts.RevertRecord(ctx, back); !isType(err, activities.ErrTypeHostDown) {
+		t.Errorf("RevertRecord to a fenced host: error = %v, want type %s", err, activities.ErrTypeHostDown)
 	}
-	if err := w.acts.RestoreDomain(ctx, DomainInput{UUID: u, Host: "a"}); !isType(err, ErrTypeHostDown) {
-		t.Errorf("RestoreDomain on a fenced host: error = %v, want type %s", err, ErrTypeHostDown)
+	if err := w.Acts.RestoreDomain(ctx, activities.DomainInput{UUID: u, Host: "a"}); !isType(err, activities.ErrTypeHostDown) {
+		t.Errorf("RestoreDomain on a fenced host: error = %v, want type %s", err, activities.ErrTypeHostDown)
 	}
-	if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateHeld {
+	if c, err := w.Ledger.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateHeld {
 		t.Errorf("hold after the refused revert = %+v, %v; want it held", c, err)
 	}
-	if _, err := w.drv.Lookup(ctx, "a", u); err == nil {
+	if _, err := w.Driver.Lookup(ctx, "a", u); err == nil {
 		t.Errorf("the refused revert left a domain of %s on the fenced host", u)
 	}
 	unchanged("after a revert to a fenced host")
 
-	if err := w.led.Release(ctx, "a", src.ClaimID); err != nil {
+	if err := w.Ledger.Release(ctx, "a", src.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.RevertRecord(ctx, back); !isType(err, ErrTypeBadState) || !strings.Contains(err.Error(), "is gone") {
-		t.Errorf("RevertRecord with its hold gone: error = %v, want a %s saying the hold is gone", err, ErrTypeBadState)
+	if err := w.Acts.RevertRecord(ctx, back); !isType(err, activities.ErrTypeBadState) || !strings.Contains(err.Error(), "is gone") {
+		t.Errorf("RevertRecord with its hold gone: error = %v, want a %s saying the hold is gone", err, activities.ErrTypeBadState)
 	}
 	unchanged("after a revert whose hold is gone")
-}
-
-// TestSettleInterruptedResize: a resize terminated after the guest
-// started on its new claim, before the record moved, is settled as
-// confirmed: the new flavor, the record on the new claim, the hold freed.
-func TestSettleInterruptedResize(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(21)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	bigger := testFlavor
-	bigger.VCPUs = 3
-	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
-		Owner: Owner{guest.InstanceWorkflowID(u), "resize-1"}, Flavor: bigger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
-		Placement: c.Placement, Start: true}); err != nil {
-		t.Fatal(err)
-	}
-	// Terminated here: FinishResize never runs.
-	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
-	if err != nil || !res.Settled || res.PreviousClaimID != src.ClaimID {
-		t.Fatalf("SettleClaim of the interrupted resize = %+v, %v; want settled, freeing %s", res, err, src.ClaimID)
-	}
-	inst, err := w.led.Instance(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.Request.VCPUs != 3 || inst.Resize != nil || inst.VMState != guest.VMActive {
-		t.Errorf("record after settling = host %s claim %s %d vCPUs %s resize %+v; want b, %s, 3, active, none",
-			inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.VMState, inst.Resize, c.ClaimID)
-	}
-	if w.hasClaim(t, "a", src.ClaimID) {
-		t.Errorf("the source hold is still held after settling")
-	}
-}
-
-// TestSettleStoppedResize: a resize stopped after it held the guest's
-// resident claim and before the guest moved leaves the guest where it
-// was, on a hold its record names. Settle makes the hold resident again,
-// forgets the resize and gives the record the guest's state: active while
-// the guest runs, stopped once the resize powered it off.
-func TestSettleStoppedResize(t *testing.T) {
-	for _, poweredOff := range []bool{false, true} {
-		t.Run(map[bool]string{false: "running", true: "powered off"}[poweredOff], func(t *testing.T) {
-			ctx := context.Background()
-			w := newWorld(t)
-			w.addHost(t, "a")
-			u := uuidN(22)
-			src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-			if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor, Cold: true}); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
-				t.Fatal(err)
-			}
-			want := guest.VMActive
-			if poweredOff {
-				if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
-					t.Fatal(err)
-				}
-				want = guest.VMStopped
-			}
-			// Terminated here: the guest never left a.
-			res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
-			if err != nil || !res.Settled || res.PreviousClaimID != "" {
-				t.Fatalf("SettleClaim of the stopped resize = %+v, %v; want settled, releasing nothing", res, err)
-			}
-			if c, err := w.led.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateCommitted {
-				t.Errorf("claim after settling = %+v, %v; want it committed", c, err)
-			}
-			inst, err := w.led.Instance(ctx, u)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if inst.Host != "a" || inst.ClaimID != src.ClaimID || inst.Resize != nil || inst.VMState != want || inst.TaskState != guest.TaskNone {
-				t.Errorf("record after settling = host %s claim %s %s/%q resize %+v; want a, %s, %s, no task, no resize",
-					inst.Host, inst.ClaimID, inst.VMState, inst.TaskState, inst.Resize, src.ClaimID, want)
-			}
-		})
-	}
-}
-
-// TestSettleInterruptedEvacuation: an evacuation terminated after the
-// guest started on its new host is settled there, and the fenced host's
-// claim becomes a tombstone, not free pCPUs: the host may still define
-// the guest when it returns.
-func TestSettleInterruptedEvacuation(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(22)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	if err := w.drv.PowerOff(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.led.SetHostDown(ctx, "a", "test"); err != nil {
-		t.Fatal(err)
-	}
-	c := w.claim(t, "b", "evacuation-dest-1", u, ledger.KindEvacuationDest, Owner{guest.InstanceWorkflowID(u), "evac-1"})
-	if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := w.acts.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
-	if err != nil || !res.Settled {
-		t.Fatalf("SettleClaim of the interrupted evacuation = %+v, %v; want settled", res, err)
-	}
-	old, err := w.led.GetClaim(ctx, "a", src.ClaimID)
-	if err != nil || old.State != ledger.StateTombstone {
-		t.Errorf("the fenced host's claim after settling = %+v, %v; want a tombstone", old, err)
-	}
-	if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != c.ClaimID {
-		t.Errorf("record after settling = %+v, %v; want it on b's claim", inst, err)
-	}
-	w.runsPinned(t, u, "b", c, 2)
 }
 
 // TestMoveClearsAnInterruptedResize: a resize interrupted before its guest
@@ -285,39 +111,39 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 // that then moves the guest drops it, so a later resize is not refused.
 func TestMoveClearsAnInterruptedResize(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(23)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	bigger := testFlavor
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(23)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	bigger := simcloud.Flavor()
 	bigger.VCPUs = 3
-	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
+	if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
 	// Terminated here. A live migration moves the guest to b.
-	dst := w.claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, Owner{guest.InstanceWorkflowID(u), "mig-1"})
-	if err := w.acts.PrepareMigration(ctx, PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
+	dst := w.Claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "mig-1"})
+	if err := w.Acts.PrepareMigration(ctx, activities.PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.Migrate(ctx, MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
+	if err := w.Acts.Migrate(ctx, activities.MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
 		t.Fatal(err)
 	}
-	commit := CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID}
-	if err := w.acts.CommitMigration(ctx, commit); err != nil {
+	commit := activities.CommitMigrationInput{UUID: u, Source: "a", Dest: "b", SourceClaimID: src.ClaimID, DestClaimID: dst.ClaimID}
+	if err := w.Acts.CommitMigration(ctx, commit); err != nil {
 		t.Fatal(err)
 	}
-	inst, err := w.led.Instance(ctx, u)
+	inst, err := w.Ledger.Instance(ctx, u)
 	if err != nil || inst.Resize != nil || inst.Host != "b" {
 		t.Fatalf("record after the migration = %+v, %v; want it on b with no resize", inst, err)
 	}
-	if w.hasClaim(t, "a", src.ClaimID) {
+	if w.HasClaim(t, "a", src.ClaimID) {
 		t.Errorf("the stale hold on a is still held after the migration")
 	}
-	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
+	if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
 		t.Errorf("BeginResize after the migration: %v", err)
 	}
 }
@@ -327,18 +153,18 @@ func TestMoveClearsAnInterruptedResize(t *testing.T) {
 // retried forever.
 func TestResizeOfAVanishedClaim(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	u := uuidN(24)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	if err := w.led.Release(ctx, "a", src.ClaimID); err != nil {
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	u := simcloud.UUID(24)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	if err := w.Ledger.Release(ctx, "a", src.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor})
-	if !isType(err, ErrTypeBadState) {
+	err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: simcloud.Flavor()})
+	if !isType(err, activities.ErrTypeBadState) {
 		t.Errorf("BeginResize of a record naming a released claim = %v, want a BadState", err)
 	}
-	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); !isType(err, ErrTypeBadState) {
+	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); !isType(err, activities.ErrTypeBadState) {
 		t.Errorf("HoldClaim of a released claim = %v, want a BadState", err)
 	}
 }
@@ -347,22 +173,22 @@ func TestResizeOfAVanishedClaim(t *testing.T) {
 // before its guest moved does not stop the next resize.
 func TestResizeAfterAnInterruptedOne(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(25)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor}); err != nil {
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(25)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: simcloud.Flavor()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
 	// Terminated here; a new resize starts.
-	bigger := testFlavor
+	bigger := simcloud.Flavor()
 	bigger.VCPUs = 3
-	dst := w.resizeTo(t, u, "a", src.ClaimID, "b", bigger)
-	w.runsPinned(t, u, "b", dst, 3)
+	dst := w.ResizeTo(t, u, "a", src.ClaimID, "b", bigger)
+	w.RunsPinned(t, u, "b", dst, 3)
 }
 
 // TestKeepMovedKeepsOnlyAMovedGuest: a move undone with its hold gone
@@ -370,46 +196,46 @@ func TestResizeAfterAnInterruptedOne(t *testing.T) {
 // refuses, changing nothing, when it did not get that far.
 func TestKeepMovedKeepsOnlyAMovedGuest(t *testing.T) {
 	ctx := context.Background()
-	w := newWorld(t)
-	w.addHost(t, "a")
-	w.addHost(t, "b")
-	u := uuidN(22)
-	src := w.boot(t, "a", u, Owner{guest.InstanceWorkflowID(u), "boot-1"})
-	if err := w.acts.BeginResize(ctx, BeginResizeInput{UUID: u, NewFlavor: testFlavor}); err != nil {
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(22)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: simcloud.Flavor()}); err != nil {
 		t.Fatal(err)
 	}
-	c, err := w.acts.Claim(ctx, ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
-		Owner: Owner{guest.InstanceWorkflowID(u), "resize-1"}, Flavor: testFlavor})
+	c, err := w.Acts.Claim(ctx, activities.ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
+		Owner: activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "resize-1"}, Flavor: simcloud.Flavor()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.HoldClaim(ctx, ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.led.Release(ctx, "a", src.ClaimID); err != nil {
+	if err := w.Ledger.Release(ctx, "a", src.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	keep := FinishResizeInput{UUID: u, Dest: "b", DestClaimID: c.ClaimID}
+	keep := activities.FinishResizeInput{UUID: u, Dest: "b", DestClaimID: c.ClaimID}
 
-	if err := w.acts.KeepMoved(ctx, keep); !isType(err, ErrTypeBadState) || !strings.Contains(err.Error(), "no domain on b") {
-		t.Errorf("KeepMoved before the move: error = %v, want a %s saying there is no domain on b", err, ErrTypeBadState)
+	if err := w.Acts.KeepMoved(ctx, keep); !isType(err, activities.ErrTypeBadState) || !strings.Contains(err.Error(), "no domain on b") {
+		t.Errorf("KeepMoved before the move: error = %v, want a %s saying there is no domain on b", err, activities.ErrTypeBadState)
 	}
-	if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "a" || inst.Resize == nil {
+	if inst, err := w.Ledger.Instance(ctx, u); err != nil || inst.Host != "a" || inst.Resize == nil {
 		t.Errorf("record after a refused KeepMoved = %+v, %v; want it on a, in its resize", inst, err)
 	}
 
-	if err := w.acts.PowerOff(ctx, DomainInput{UUID: u, Host: "a"}); err != nil {
+	if err := w.Acts.PowerOff(ctx, activities.DomainInput{UUID: u, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.MoveResized(ctx, MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
+	if err := w.Acts.MoveResized(ctx, activities.MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
 		Placement: c.Placement, Start: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.acts.KeepMoved(ctx, keep); err != nil {
+	if err := w.Acts.KeepMoved(ctx, keep); err != nil {
 		t.Fatalf("KeepMoved after the move: %v", err)
 	}
-	w.runsPinned(t, u, "b", c, testFlavor.VCPUs)
-	if inst, err := w.led.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.DomainXML == "" {
+	w.RunsPinned(t, u, "b", c, simcloud.Flavor().VCPUs)
+	if inst, err := w.Ledger.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.DomainXML == "" {
 		t.Errorf("record after KeepMoved = %+v, %v; want it on b's claim %s with its domain XML", inst, err, c.ClaimID)
 	}
 }

@@ -1,4 +1,4 @@
-package activities
+package audit_test
 
 import (
 	"context"
@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -21,24 +23,24 @@ import (
 func TestAuditCleansATerminatedBoot(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
-	w.addHost(t, "a")
-	w.acts.FenceLease = 2 * time.Second
+	w.AddHost(t, "a")
+	w.Acts.FenceLease = 2 * time.Second
 	bootDefinedOnly := func(n int) string {
-		u := uuidN(n)
-		if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
+		u := simcloud.UUID(n)
+		if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "vm", Flavor: simcloud.Flavor()}); err != nil {
 			t.Fatal(err)
 		}
-		c := w.claim(t, "a", "boot-"+u, u, ledger.KindBoot, Owner{guest.InstanceWorkflowID(u), "run-1"})
-		if err := w.drv.SetFault(ctx, "a", sim.OpStart, sim.Fault{Times: 1}); err != nil {
+		c := w.Claim(t, "a", "boot-"+u, u, ledger.KindBoot, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-1"})
+		if err := w.Driver.SetFault(ctx, "a", sim.OpStart, sim.Fault{Times: 1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.acts.Spawn(ctx, SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err == nil {
+		if err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err == nil {
 			t.Fatal("Spawn with a failing start = nil, want its error")
 		}
-		if dom, err := w.drv.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateShutoff {
+		if dom, err := w.Driver.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateShutoff {
 			t.Fatalf("guest after the failed start = %+v, %v; want defined, shut off", dom, err)
 		}
-		waitLeaseOut(t, w, c)
+		w.WaitLeaseOut(t, c)
 		return u
 	}
 	closed, open := bootDefinedOnly(65), bootDefinedOnly(66)
@@ -49,16 +51,16 @@ func TestAuditCleansATerminatedBoot(t *testing.T) {
 	if got := res.Tally.Drift.Of(audit.DriftLeftoverDomain); got != 2 {
 		t.Errorf("AuditHost drift %+v, want two %s", res.Drift, audit.DriftLeftoverDomain)
 	}
-	if _, err := w.drv.Lookup(ctx, "a", closed); !errors.Is(err, hypervisor.ErrNotFound) {
+	if _, err := w.Driver.Lookup(ctx, "a", closed); !errors.Is(err, hypervisor.ErrNotFound) {
 		t.Errorf("the closed boot's domain is still defined (lookup error %v); want it undefined", err)
 	}
-	if in, err := w.led.Instance(ctx, closed); err != nil || in.VMState != guest.VMError {
+	if in, err := w.Ledger.Instance(ctx, closed); err != nil || in.VMState != guest.VMError {
 		t.Errorf("the closed boot's record = %+v, %v; want vm_state error", in, err)
 	}
-	if dom, err := w.drv.Lookup(ctx, "a", open); err != nil || dom.State != hypervisor.StateShutoff {
+	if dom, err := w.Driver.Lookup(ctx, "a", open); err != nil || dom.State != hypervisor.StateShutoff {
 		t.Errorf("the open boot's domain = %+v, %v; want it left defined", dom, err)
 	}
-	if in, err := w.led.Instance(ctx, open); err != nil || in.VMState != guest.VMBuilding {
+	if in, err := w.Ledger.Instance(ctx, open); err != nil || in.VMState != guest.VMBuilding {
 		t.Errorf("the open boot's record = %+v, %v; want it left building", in, err)
 	}
 }

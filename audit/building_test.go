@@ -1,12 +1,14 @@
-package activities
+package audit_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 )
 
 // TestSweepBuildingFailsAStuckBoot: a boot that stopped after it created
@@ -18,9 +20,9 @@ func TestSweepBuildingFailsAStuckBoot(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t)
 	record := func(n int, at time.Time, st *audit.OwnerStatus) string {
-		u := uuidN(n)
-		w.at(at)
-		if _, err := w.acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "vm", Flavor: testFlavor}); err != nil {
+		u := simcloud.UUID(n)
+		w.At(at)
+		if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "vm", Flavor: simcloud.Flavor()}); err != nil {
 			t.Fatal(err)
 		}
 		if st != nil {
@@ -37,19 +39,19 @@ func TestSweepBuildingFailsAStuckBoot(t *testing.T) {
 	states := func(when string, want map[string]guest.VMState) {
 		t.Helper()
 		for u, vm := range want {
-			if inst, err := w.led.Instance(ctx, u); err != nil || inst.VMState != vm {
+			if inst, err := w.Ledger.Instance(ctx, u); err != nil || inst.VMState != vm {
 				t.Errorf("record %s %s = %+v, %v; want vm_state %s", u, when, inst, err, vm)
 			}
 		}
 	}
 
-	res, err := w.acts.SweepBuilding(ctx, audit.SweepBuildingInput{DryRun: true})
+	res, err := w.auditor.SweepBuilding(ctx, audit.SweepBuildingInput{DryRun: true})
 	if err != nil || res.Tally.Drift.Of(audit.DriftStuckBuild) != 2 {
 		t.Errorf("SweepBuilding dry run = %+v, %v; want two %s", res, err, audit.DriftStuckBuild)
 	}
 	states("after a dry run", map[string]guest.VMState{closed: guest.VMBuilding, forgotten: guest.VMBuilding})
 
-	res, err = w.acts.SweepBuilding(ctx, audit.SweepBuildingInput{})
+	res, err = w.auditor.SweepBuilding(ctx, audit.SweepBuildingInput{})
 	if err != nil || res.Tally.Drift.Of(audit.DriftStuckBuild) != 2 || len(res.Errors) != 0 {
 		t.Errorf("SweepBuilding = %+v, %v; want two %s and no error", res, err, audit.DriftStuckBuild)
 	}
@@ -57,7 +59,7 @@ func TestSweepBuildingFailsAStuckBoot(t *testing.T) {
 		closed: guest.VMError, forgotten: guest.VMError,
 		open: guest.VMBuilding, justClosed: guest.VMBuilding, unseen: guest.VMBuilding,
 	})
-	if inst, err := w.led.Instance(ctx, closed); err != nil || inst.TaskState != guest.TaskNone {
+	if inst, err := w.Ledger.Instance(ctx, closed); err != nil || inst.TaskState != guest.TaskNone {
 		t.Errorf("failed build's record = %+v, %v; want no task", inst, err)
 	}
 }

@@ -1,4 +1,4 @@
-package activities
+package audit_test
 
 import (
 	"context"
@@ -11,10 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -45,7 +47,8 @@ func BenchmarkReconcileAudit(b *testing.B) {
 		b.Fatal(err)
 	}
 	drv := sim.New(rdb, sim.Options{})
-	acts := &Activities{Ledger: led, Driver: drv, Audit: &audit.Auditor{Ledger: led, Driver: drv, Owners: audit.TemporalOwners{Client: tmp.Client}}}
+	acts := &activities.Activities{Ledger: led, Driver: drv}
+	auditor := &audit.Auditor{Ledger: led, Driver: drv, Owners: audit.TemporalOwners{Client: tmp.Client}}
 
 	setup := time.Now()
 	hosts, guests := benchCloud(b, acts)
@@ -55,7 +58,7 @@ func BenchmarkReconcileAudit(b *testing.B) {
 	for i, o := range owners {
 		h := hosts[i]
 		g := guests[(i+1)%len(hosts)][0]
-		req, _ := testFlavor.Request()
+		req, _ := simcloud.Flavor().Request()
 		if _, err := led.Claim(ctx, ledger.ClaimSpec{ID: "migration-dest-" + o.FirstRunID, Host: h, InstanceUUID: g,
 			Kind: ledger.KindMigrationDest, OwnerWorkflowID: o.WorkflowID, OwnerRunID: o.FirstRunID, Request: req}); err != nil {
 			b.Fatal(err)
@@ -71,7 +74,7 @@ func BenchmarkReconcileAudit(b *testing.B) {
 		var total audit.Tally
 		var mu sync.Mutex
 		eachHost(hosts, func(h string) {
-			res, err := acts.AuditHost(ctx, audit.AuditHostInput{Host: h, Grace: &zero})
+			res, err := auditor.AuditHost(ctx, audit.AuditHostInput{Host: h, Grace: &zero})
 			if err != nil {
 				b.Error(err)
 				return
@@ -117,7 +120,7 @@ func eachHost(hosts []string, f func(h string)) { eachHostN(hosts, benchConcurre
 
 // benchCloud registers the hosts and boots the guests on them the way the
 // Boot workflow's activities do, with owners that closed long ago.
-func benchCloud(b *testing.B, acts *Activities) (hosts []string, guests [][]string) {
+func benchCloud(b *testing.B, acts *activities.Activities) (hosts []string, guests [][]string) {
 	ctx := context.Background()
 	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 24, Threads: 1, MemoryMB: 65536})
 	if err != nil {
@@ -178,26 +181,26 @@ func eachHostN(hosts []string, n int, f func(h string)) {
 	wg.Wait()
 }
 
-func benchBoot(ctx context.Context, acts *Activities, host, u string) error {
-	if _, err := acts.CreateInstance(ctx, CreateInstanceInput{UUID: u, Name: "g-" + u[:8] + u[len(u)-4:], Flavor: testFlavor}); err != nil {
+func benchBoot(ctx context.Context, acts *activities.Activities, host, u string) error {
+	if _, err := acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "g-" + u[:8] + u[len(u)-4:], Flavor: simcloud.Flavor()}); err != nil {
 		return err
 	}
-	c, err := acts.Claim(ctx, ClaimInput{Host: host, ClaimID: "boot-" + u, UUID: u, Kind: ledger.KindBoot,
-		Owner: Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "closed-" + u}, Flavor: testFlavor})
+	c, err := acts.Claim(ctx, activities.ClaimInput{Host: host, ClaimID: "boot-" + u, UUID: u, Kind: ledger.KindBoot,
+		Owner: activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "closed-" + u}, Flavor: simcloud.Flavor()})
 	if err != nil {
 		return err
 	}
-	if err := acts.Spawn(ctx, SpawnInput{UUID: u, Host: host, Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+	if err := acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: host, Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		return err
 	}
-	return acts.Attach(ctx, AttachInput{UUID: u, Host: host, ClaimID: c.ClaimID})
+	return acts.Attach(ctx, activities.AttachInput{UUID: u, Host: host, ClaimID: c.ClaimID})
 }
 
 // benchOpenWorkflows starts workflows on a task queue no worker polls, so
 // they stay open, and returns their ids and first run ids.
-func benchOpenWorkflows(b *testing.B, c client.Client) []Owner {
+func benchOpenWorkflows(b *testing.B, c client.Client) []activities.Owner {
 	ctx := context.Background()
-	out := make([]Owner, benchOpenOwners)
+	out := make([]activities.Owner, benchOpenOwners)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range 16 {
@@ -215,7 +218,7 @@ func benchOpenWorkflows(b *testing.B, c client.Client) []Owner {
 					b.Error(err)
 					return
 				}
-				out[i] = Owner{WorkflowID: id, FirstRunID: run.GetRunID()}
+				out[i] = activities.Owner{WorkflowID: id, FirstRunID: run.GetRunID()}
 			}
 		}()
 	}

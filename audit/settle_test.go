@@ -1,0 +1,217 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/internal/testenv/simcloud"
+	"github.com/pinflow/pinflow/ledger"
+)
+
+// TestSettleClaim finishes a migration whose workflow was terminated
+// after the switchover: the guest runs on the destination's pending
+// claim, the record still names the source.
+func TestSettleClaim(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(6)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	dst := w.Claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "mig-1"})
+
+	// Nothing to settle while the guest has not moved.
+	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
+	if err != nil || res.Settled {
+		t.Fatalf("SettleClaim before the move = %+v, %v; want not settled", res, err)
+	}
+	if err := w.Acts.PrepareMigration(ctx, activities.PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Acts.Migrate(ctx, activities.MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		res, err = w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
+		if err != nil || !res.Settled {
+			t.Fatalf("SettleClaim after the move = %+v, %v; want settled", res, err)
+		}
+	}
+	inst, err := w.Ledger.Instance(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Host != "b" || inst.ClaimID != dst.ClaimID || inst.VMState != guest.VMActive || inst.TaskState != guest.TaskNone {
+		t.Errorf("record after settling = host %s claim %s %s/%q; want b, %s, active, no task", inst.Host, inst.ClaimID, inst.VMState, inst.TaskState, dst.ClaimID)
+	}
+	if w.HasClaim(t, "a", src.ClaimID) {
+		t.Errorf("the source claim %s is still held after settling", src.ClaimID)
+	}
+	c, err := w.Ledger.GetClaim(ctx, "b", dst.ClaimID)
+	if err != nil || c.State != ledger.StateCommitted {
+		t.Errorf("destination claim after settling = %+v, %v; want committed", c, err)
+	}
+}
+
+// TestSettleFinishesADelete: a guest that an interrupted boot started
+// and whose record a delete then removed is destroyed, its claim freed.
+func TestSettleFinishesADelete(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.AddHost(t, "a")
+	u := simcloud.UUID(7)
+	if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "vm", Flavor: simcloud.Flavor()}); err != nil {
+		t.Fatal(err)
+	}
+	c := w.Claim(t, "a", "boot-run-1", u, ledger.KindBoot, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-1"})
+	if err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Acts.DeleteInstance(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: c.ClaimID})
+	if err != nil || !res.Settled {
+		t.Fatalf("SettleClaim of a deleted instance = %+v, %v; want settled", res, err)
+	}
+	if _, err := w.Driver.Lookup(ctx, "a", u); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("the deleted instance's guest is still on a (lookup error %v)", err)
+	}
+	if w.HasClaim(t, "a", c.ClaimID) {
+		t.Errorf("the deleted instance's claim is still held")
+	}
+}
+
+// TestSettleInterruptedResize: a resize terminated after the guest
+// started on its new claim, before the record moved, is settled as
+// confirmed: the new flavor, the record on the new claim, the hold freed.
+func TestSettleInterruptedResize(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(21)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	bigger := simcloud.Flavor()
+	bigger.VCPUs = 3
+	if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.Acts.Claim(ctx, activities.ClaimInput{Host: "b", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
+		Owner: activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "resize-1"}, Flavor: bigger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Acts.PowerOff(ctx, activities.DomainInput{UUID: u, Host: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Acts.MoveResized(ctx, activities.MoveResizedInput{UUID: u, Source: "a", Dest: "b", ClaimID: c.ClaimID, Token: c.Token,
+		Placement: c.Placement, Start: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Terminated here: FinishResize never runs.
+	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	if err != nil || !res.Settled || res.PreviousClaimID != src.ClaimID {
+		t.Fatalf("SettleClaim of the interrupted resize = %+v, %v; want settled, freeing %s", res, err, src.ClaimID)
+	}
+	inst, err := w.Ledger.Instance(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Host != "b" || inst.ClaimID != c.ClaimID || inst.Request.VCPUs != 3 || inst.Resize != nil || inst.VMState != guest.VMActive {
+		t.Errorf("record after settling = host %s claim %s %d vCPUs %s resize %+v; want b, %s, 3, active, none",
+			inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.VMState, inst.Resize, c.ClaimID)
+	}
+	if w.HasClaim(t, "a", src.ClaimID) {
+		t.Errorf("the source hold is still held after settling")
+	}
+}
+
+// TestSettleStoppedResize: a resize stopped after it held the guest's
+// resident claim and before the guest moved leaves the guest where it
+// was, on a hold its record names. Settle makes the hold resident again,
+// forgets the resize and gives the record the guest's state: active while
+// the guest runs, stopped once the resize powered it off.
+func TestSettleStoppedResize(t *testing.T) {
+	for _, poweredOff := range []bool{false, true} {
+		t.Run(map[bool]string{false: "running", true: "powered off"}[poweredOff], func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t)
+			w.AddHost(t, "a")
+			u := simcloud.UUID(22)
+			src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+			if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: simcloud.Flavor(), Cold: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+				t.Fatal(err)
+			}
+			want := guest.VMActive
+			if poweredOff {
+				if err := w.Acts.PowerOff(ctx, activities.DomainInput{UUID: u, Host: "a"}); err != nil {
+					t.Fatal(err)
+				}
+				want = guest.VMStopped
+			}
+			// Terminated here: the guest never left a.
+			res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
+			if err != nil || !res.Settled || res.PreviousClaimID != "" {
+				t.Fatalf("SettleClaim of the stopped resize = %+v, %v; want settled, releasing nothing", res, err)
+			}
+			if c, err := w.Ledger.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateCommitted {
+				t.Errorf("claim after settling = %+v, %v; want it committed", c, err)
+			}
+			inst, err := w.Ledger.Instance(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inst.Host != "a" || inst.ClaimID != src.ClaimID || inst.Resize != nil || inst.VMState != want || inst.TaskState != guest.TaskNone {
+				t.Errorf("record after settling = host %s claim %s %s/%q resize %+v; want a, %s, %s, no task, no resize",
+					inst.Host, inst.ClaimID, inst.VMState, inst.TaskState, inst.Resize, src.ClaimID, want)
+			}
+		})
+	}
+}
+
+// TestSettleInterruptedEvacuation: an evacuation terminated after the
+// guest started on its new host is settled there, and the fenced host's
+// claim becomes a tombstone, not free pCPUs: the host may still define
+// the guest when it returns.
+func TestSettleInterruptedEvacuation(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(22)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	if err := w.Driver.PowerOff(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Ledger.SetHostDown(ctx, "a", "test"); err != nil {
+		t.Fatal(err)
+	}
+	c := w.Claim(t, "b", "evacuation-dest-1", u, ledger.KindEvacuationDest, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "evac-1"})
+	if err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "b", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: c.ClaimID})
+	if err != nil || !res.Settled {
+		t.Fatalf("SettleClaim of the interrupted evacuation = %+v, %v; want settled", res, err)
+	}
+	old, err := w.Ledger.GetClaim(ctx, "a", src.ClaimID)
+	if err != nil || old.State != ledger.StateTombstone {
+		t.Errorf("the fenced host's claim after settling = %+v, %v; want a tombstone", old, err)
+	}
+	if inst, err := w.Ledger.Instance(ctx, u); err != nil || inst.Host != "b" || inst.ClaimID != c.ClaimID {
+		t.Errorf("record after settling = %+v, %v; want it on b's claim", inst, err)
+	}
+	w.RunsPinned(t, u, "b", c, 2)
+}
