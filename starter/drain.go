@@ -265,15 +265,26 @@ func hostDrainControl(verb string, args []string, stdout io.Writer) error {
 			return fmt.Errorf("host drain %s %s: %w", verb, host, err)
 		}
 		switch verb {
-		case "pause":
-			err = c.SignalWorkflow(a.ctx, id, "", workflows.DrainPauseSignal, nil)
-		case "resume":
-			err = c.SignalWorkflow(a.ctx, id, "", workflows.DrainResumeSignal, nil)
+		case "pause", "resume":
+			name := workflows.DrainPauseUpdate
+			if verb == "resume" {
+				name = workflows.DrainResumeUpdate
+			}
+			_, err = update(a, c, id, name)
+			switch {
+			case errors.As(err, &nf):
+				return fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
+			case err != nil:
+				return fmt.Errorf("host drain %s %s: %s", verb, host, rootMessage(err))
+			}
+			// The drain took it: its status says so now.
+			if after, err := drainStatus(a, c, host); err == nil {
+				st = after
+			}
 		case "cancel":
-			err = c.CancelWorkflow(a.ctx, id, "")
-		}
-		if err != nil {
-			return fmt.Errorf("host drain %s %s: %w", verb, host, err)
+			if err := c.CancelWorkflow(a.ctx, id, ""); err != nil {
+				return fmt.Errorf("host drain %s %s: %w", verb, host, err)
+			}
 		}
 		if *asJSON {
 			return writeJSON(stdout, st)
@@ -286,8 +297,10 @@ func hostDrainControl(verb string, args []string, stdout io.Writer) error {
 			}
 		case "cancel":
 			fmt.Fprintf(stdout, "drain of %s cancelled: running moves roll back, reservations are released; the host stays disabled\n", host)
-		default:
-			fmt.Fprintf(stdout, "drain of %s: %s sent\n", host, verb)
+		case "pause":
+			fmt.Fprintf(stdout, "drain of %s paused: running moves finish, no new one starts until 'pinflow host drain resume %s'\n", host, host)
+		case "resume":
+			fmt.Fprintf(stdout, "drain of %s resumed: new moves start again\n", host)
 		}
 		return nil
 	})

@@ -451,6 +451,18 @@ func startWorkflow(a *app, c client.Client, id, uuid string, p opPlan, details s
 	}, p.wf, p.input)
 }
 
+// update runs the Update name with args on the workflow id's running run
+// and waits until the workflow has completed it. A refusal of its
+// validator is the error, which rootMessage says in one line.
+func update(a *app, c client.Client, id, name string, args ...any) (client.WorkflowUpdateHandle, error) {
+	h, err := c.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: name,
+		Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = h.Get(a.ctx, nil)
+	}
+	return h, err
+}
+
 // alreadyRunning says whether a start failed because a workflow runs under
 // its id already.
 func alreadyRunning(err error) bool {

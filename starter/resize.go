@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/guest"
@@ -136,11 +135,7 @@ func resizeDecision(args []string, stdout io.Writer, decision string) error {
 			return err
 		}
 		id := guest.InstanceWorkflowID(uuid)
-		h, err := c.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: workflows.ResizeDecisionUpdate,
-			Args: []any{decision}, WaitForStage: client.WorkflowUpdateStageCompleted})
-		if err == nil {
-			err = h.Get(a.ctx, nil)
-		}
+		h, err := update(a, c, id, workflows.ResizeDecisionUpdate, decision)
 		var nf *serviceerror.NotFound
 		switch {
 		case errors.As(err, &nf):

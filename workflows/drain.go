@@ -154,11 +154,16 @@ type DrainResult struct {
 	Failed int          `json:"failed"`
 }
 
-// Drain queries and signals.
+// DrainStatusQuery is the query a drain answers with its DrainStatus.
+const DrainStatusQuery = "drain-status"
+
+// DrainPauseUpdate stops a drain's new moves (the running ones finish)
+// and DrainResumeUpdate starts them again; neither takes an argument. A
+// pause of a paused drain, a resume of one not paused, and either once
+// the drain has no move left to start are refused.
 const (
-	DrainStatusQuery  = "drain-status"
-	DrainPauseSignal  = "drain-pause"
-	DrainResumeSignal = "drain-resume"
+	DrainPauseUpdate  = "drain-pause"
+	DrainResumeUpdate = "drain-resume"
 )
 
 // DrainWorkflowID is the one workflow id of a host's drain: a second
@@ -171,6 +176,9 @@ type drainRun struct {
 	in      DrainInput
 	st      DrainStatus
 	inbound map[string]int
+	// planned: the guests to move are known, so a drain whose guests have
+	// all settled has no move left to start.
+	planned bool
 }
 
 // Drain empties a host for maintenance. It plans every guest onto the
@@ -184,7 +192,8 @@ type drainRun struct {
 // guest), each adopting its reservation, at most Parallel at once and
 // PerTarget onto one target. A guest whose move fails is planned again
 // without the targets it failed on, up to Attempts targets, and is then
-// left on the host with the reason. A pause stops new moves; a cancel
+// left on the host with the reason. A pause stops new moves until a
+// resume (Updates, refused where they do not apply); a cancel
 // cancels the running ones (they roll back) and releases the reservations
 // no move adopted. The host stays disabled: an operator enables it after
 // the maintenance.
@@ -201,8 +210,10 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	if err := workflow.SetQueryHandler(ctx, DrainStatusQuery, func() (DrainStatus, error) { return d.st, nil }); err != nil {
 		return nil, err
 	}
+	if err := d.handleControls(ctx); err != nil {
+		return nil, err
+	}
 	s.setHosts(in.Host, "")
-	workflow.Go(ctx, d.listen)
 	workflow.Go(ctx, d.renewSlots)
 
 	plan, err := d.plan(ctx)
@@ -227,6 +238,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 		m := plan.Moves[i]
 		d.st.Guests = append(d.st.Guests, DrainGuest{UUID: m.UUID, Name: m.Name, Target: m.Target, placement: &m})
 	}
+	d.planned = true
 	for i := range d.st.Guests {
 		if err := d.reserve(ctx, &d.st.Guests[i]); err != nil {
 			return nil, s.fail(err)
@@ -330,17 +342,72 @@ func (d *drainRun) renewSlots(ctx workflow.Context) {
 	}
 }
 
-// listen follows the pause and resume signals for the drain's lifetime.
-func (d *drainRun) listen(ctx workflow.Context) {
-	pause := workflow.GetSignalChannel(ctx, DrainPauseSignal)
-	resume := workflow.GetSignalChannel(ctx, DrainResumeSignal)
-	for ctx.Err() == nil {
-		sel := workflow.NewSelector(ctx)
-		sel.AddReceive(pause, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); d.st.Paused = true })
-		sel.AddReceive(resume, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil); d.st.Paused = false })
-		sel.Select(ctx)
-		d.s.phase(PhaseRunning, d.progress())
+// handleControls takes the pause and resume Updates. A handler only sets
+// whether new moves start and returns: a running move may take hours, and
+// the operator's answer must not wait for it.
+func (d *drainRun) handleControls(ctx workflow.Context) error {
+	for _, c := range []struct {
+		name  string
+		pause bool
+	}{{DrainPauseUpdate, true}, {DrainResumeUpdate, false}} {
+		pause := c.pause
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, c.name,
+			func(ctx workflow.Context) error {
+				d.st.Paused = pause
+				// Before the moves, the phase says how planning goes;
+				// the running phase's progress shows the pause.
+				if d.s.status.Phase == PhaseRunning {
+					d.s.phase(PhaseRunning, d.progress())
+				}
+				return nil
+			},
+			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error {
+				return d.controlAllowed(pause)
+			}},
+		); err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// controlAllowed says why a pause (pause) or a resume is refused now, or
+// nil.
+func (d *drainRun) controlAllowed(pause bool) error {
+	host := d.in.Host
+	if why := d.ending(); why != "" {
+		return fmt.Errorf("the drain of %s is ending (%s): no move is left to start", host, why)
+	}
+	if pause && d.st.Paused {
+		return fmt.Errorf("the drain of %s is paused already; 'pinflow host drain resume %s' resumes it", host, host)
+	}
+	if !pause && !d.st.Paused {
+		return fmt.Errorf("the drain of %s is not paused; 'pinflow host drain pause %s' pauses it", host, host)
+	}
+	return nil
+}
+
+// ending says why the drain starts no more moves, or "" while it may.
+func (d *drainRun) ending() string {
+	switch {
+	case d.s.ctx.Err() != nil:
+		return "it was cancelled"
+	case d.s.status.Phase == PhaseRollingBack || d.s.status.Phase == PhaseError:
+		return "it failed"
+	case d.planned && d.settled():
+		return "every guest has moved or failed"
+	}
+	return ""
+}
+
+// settled says whether every guest has moved or failed.
+func (d *drainRun) settled() bool {
+	for _, g := range d.st.Guests {
+		if g.State != GuestMoved && g.State != GuestFailed {
+			return false
+		}
+	}
+	return true
 }
 
 // Summary is the drain's progress in one line, as --wait prints it.
@@ -448,19 +515,11 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 		}
 		return nil
 	}
-	settled := func() bool {
-		for _, g := range d.st.Guests {
-			if g.State != GuestMoved && g.State != GuestFailed {
-				return false
-			}
-		}
-		return true
-	}
 	for {
 		var g *DrainGuest
 		// Done once every guest has moved or failed and every move has
 		// given its slot back.
-		if err := workflow.Await(ctx, func() bool { g = next(); return g != nil || settled() && d.st.Moving == 0 }); err != nil {
+		if err := workflow.Await(ctx, func() bool { g = next(); return g != nil || d.settled() && d.st.Moving == 0 }); err != nil {
 			return err
 		}
 		if g == nil {

@@ -316,7 +316,9 @@ func TestDrainCancel(t *testing.T) {
 
 // TestDrainPauseResume: a paused drain lets the running move finish and
 // starts no other, keeps the next guests' reservations, and says so in
-// its status; resumed, it moves the rest. --wait prints each guest's step.
+// its status; resumed, it moves the rest. A resume of a drain not paused
+// and a second pause are refused with one line. --wait prints each
+// guest's step.
 func TestDrainPauseResume(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, heldLong)
@@ -346,7 +348,12 @@ func TestDrainPauseResume(t *testing.T) {
 	if st := status(); st.Moving != 1 {
 		t.Errorf("drain status with its first move held: %d moving, want 1", st.Moving)
 	}
+	s.refused("the drain of a is not paused", "host", "drain", "resume", "a")
 	s.ok("host", "drain", "pause", "a")
+	s.refused("the drain of a is paused already; 'pinflow host drain resume a' resumes it", "host", "drain", "pause", "a")
+	if st := status(); !st.Paused || st.Moving != 1 {
+		t.Errorf("drain status after a pause and a refused second one: paused %v, %d moving; want paused, 1 moving", st.Paused, st.Moving)
+	}
 	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("the running move finished", time.Minute, func() bool {
 		st := status()
