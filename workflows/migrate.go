@@ -81,11 +81,8 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 }
 
 func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := inst.CanLiveMigrate(); err != nil {
+	inst, err := s.loadInstance(ctx, in.UUID, activities.InstanceInfo.CanLiveMigrate)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	src := inst.Host
@@ -109,12 +106,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	}
 	s.setHosts(src, dst)
 
-	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return s.ledger(ctx, "clear task state", a.SetTaskState,
-			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
-	})
-	if err := s.ledger(ctx, "task state migrating", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskMigrating}).Get(ctx, nil); err != nil {
+	if err := s.startTask(ctx, in.UUID, guest.TaskMigrating); err != nil {
 		return nil, s.fail(err)
 	}
 

@@ -101,11 +101,8 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return nil, err
 	}
 
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := inst.CanResize(); err != nil {
+	inst, err := s.loadInstance(ctx, in.UUID, activities.InstanceInfo.CanResize)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	flavor, src := inst.Flavor, inst.Host
@@ -139,10 +136,7 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	}
 	s.setHosts(src, dst)
 
-	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return s.setTask(ctx, in.UUID, "")
-	})
-	if err := s.setTask(ctx, in.UUID, guest.TaskResizePrep); err != nil {
+	if err := s.startTask(ctx, in.UUID, guest.TaskResizePrep); err != nil {
 		return nil, s.fail(err)
 	}
 	s.onFailure("forget the resize", func(ctx workflow.Context) error {
@@ -305,8 +299,7 @@ func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.
 		activities.ReleaseInput{Host: destDom.Host, ClaimID: destClaim}).Get(ctx, nil); err != nil {
 		return err
 	}
-	return s.ledger(ctx, "vm state "+string(vmState), a.SetTaskState,
-		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil)
+	return s.endTask(ctx, uuid, vmState)
 }
 
 // secureHold makes a resize's source hold resident again before its undo
@@ -345,8 +338,7 @@ func keepDestination(ctx workflow.Context, s *saga, what, uuid string, source ac
 	if err := s.ledger(ctx, "forget the resize", a.EndResize, uuid).Get(ctx, nil); err != nil {
 		return err
 	}
-	if err := s.ledger(ctx, "vm state "+string(vmState), a.SetTaskState,
-		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil); err != nil {
+	if err := s.endTask(ctx, uuid, vmState); err != nil {
 		return err
 	}
 	msg := fmt.Sprintf("%s: %s; instance %s keeps running on %s and its resize is over", what, appMessage(why), uuid, dest)
@@ -387,16 +379,6 @@ func verifyDetail(src, dst string, window time.Duration) string {
 		d += fmt.Sprintf(" (confirmed by itself after %s)", window)
 	}
 	return d
-}
-
-// setTask sets the instance's task state, retried until done.
-func (s *saga) setTask(ctx workflow.Context, uuid string, task guest.TaskState) error {
-	summary := "task state " + string(task)
-	if task == "" {
-		summary = "clear task state"
-	}
-	return s.ledger(ctx, summary, a.SetTaskState,
-		activities.TaskStateInput{UUID: uuid, TaskState: task}).Get(ctx, nil)
 }
 
 // sameFlavor says whether two flavors ask for the same guest. Comparing

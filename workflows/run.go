@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -90,6 +91,45 @@ func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga,
 		return nil, err
 	}
 	return s, nil
+}
+
+// loadInstance loads the instance record and refuses it with can's error
+// when the operation may not act on it; a nil can takes any record.
+func (s *saga) loadInstance(ctx workflow.Context, uuid string, can func(activities.InstanceInfo) error) (activities.InstanceInfo, error) {
+	var inst activities.InstanceInfo
+	if err := s.ledger(ctx, "load instance "+uuid, a.LoadInstance, uuid).Get(ctx, &inst); err != nil {
+		return inst, err
+	}
+	if can == nil {
+		return inst, nil
+	}
+	return inst, can(inst)
+}
+
+// setTask sets the instance's task state, retried until done.
+func (s *saga) setTask(ctx workflow.Context, uuid string, task guest.TaskState) error {
+	summary := "task state " + string(task)
+	if task == "" {
+		summary = "clear task state"
+	}
+	return s.ledger(ctx, summary, a.SetTaskState,
+		activities.TaskStateInput{UUID: uuid, TaskState: task}).Get(ctx, nil)
+}
+
+// startTask sets the task state of the operation the saga runs, cleared
+// again if the operation fails.
+func (s *saga) startTask(ctx workflow.Context, uuid string, task guest.TaskState) error {
+	s.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return s.setTask(ctx, uuid, "")
+	})
+	return s.setTask(ctx, uuid, task)
+}
+
+// endTask clears the instance's task state and sets its vm state, retried
+// until done.
+func (s *saga) endTask(ctx workflow.Context, uuid string, vm guest.VMState) error {
+	return s.ledger(ctx, "vm state "+string(vm), a.SetTaskState,
+		activities.TaskStateInput{UUID: uuid, VMState: vm}).Get(ctx, nil)
 }
 
 // claim claims pinned CPUs on in.Host and remembers the claim, so that a
