@@ -113,36 +113,6 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	return &LiveMigrationResult{UUID: in.UUID, Source: m.src, Dest: m.dst, Placement: &m.claimed.Placement}, nil
 }
 
-// move is what the steps of a live or cold migration share: the guest,
-// where it goes and its claim there.
-type move struct {
-	*saga
-	uuid        string
-	inst        activities.InstanceInfo
-	reservation *activities.Reservation
-	src, dst    string
-	// chosen says pinflow chose dst, with choose.
-	chosen    bool
-	choose    activities.ChooseHostInput
-	claimed   activities.ClaimResult
-	destClaim string
-}
-
-// claimDestination claims the guest's CPUs on the destination with a
-// claim of kind for flavor (claimMoveDest), released if the operation
-// fails; dst ends naming the host of the claim.
-func (m *move) claimDestination(ctx workflow.Context, kind ledger.ClaimKind, flavor guest.Flavor) error {
-	in := activities.ClaimInput{Host: m.dst, UUID: m.uuid, Kind: kind, Owner: owner(ctx), Flavor: flavor}
-	claim, err := m.claimMoveDest(ctx, m.src, &in, m.reservation, m.chosen, m.choose)
-	if err != nil {
-		return err
-	}
-	m.dst, m.destClaim, m.claimed = in.Host, in.ClaimID, claim
-	m.step()
-	m.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
-	return nil
-}
-
 // migration is a live migration's state, shared by its steps.
 type migration struct {
 	move

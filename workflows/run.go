@@ -13,6 +13,7 @@ import (
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/ledger"
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -189,42 +190,59 @@ func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *acti
 	return c, nil
 }
 
-// claimMoveDest claims the destination of a move of a guest off src: on
-// in.Host with a claim id of in.Kind, or by adopting the drain's
-// reservation r. When pinflow chose the host (chosen) and the claim finds
-// no room there, it tries other hosts as retryElsewhere does; in ends
-// naming the host and claim id of the claim. The claim is released if
-// the operation fails: a claim of its own from before it is made, since
-// an unknown outcome may leave one, a reservation only once adopted.
-func (s *saga) claimMoveDest(ctx workflow.Context, src string, in *activities.ClaimInput, r *activities.Reservation,
-	chosen bool, choose activities.ChooseHostInput) (activities.ClaimResult, error) {
-	in.ClaimID = claimID(ctx, string(in.Kind))
-	if r != nil {
-		in.ClaimID = r.ClaimID
+// move is what the steps of a live or cold migration share: the guest,
+// where it goes and its claim there.
+type move struct {
+	*saga
+	uuid        string
+	inst        activities.InstanceInfo
+	reservation *activities.Reservation
+	src, dst    string
+	// chosen says pinflow chose dst, with choose.
+	chosen    bool
+	choose    activities.ChooseHostInput
+	claimed   activities.ClaimResult
+	destClaim string
+}
+
+// claimDestination claims the guest's CPUs on dst with a claim of kind
+// for flavor, or adopts the drain's reservation there. When pinflow chose
+// the host and the claim finds no room there, it tries other hosts as
+// retryElsewhere does; dst ends naming the host of the claim. The claim
+// is released if the operation fails: a claim of its own from before it
+// is made, since an unknown outcome may leave one, a reservation only
+// once adopted.
+func (m *move) claimDestination(ctx workflow.Context, kind ledger.ClaimKind, flavor guest.Flavor) error {
+	in := activities.ClaimInput{Host: m.dst, ClaimID: claimID(ctx, string(kind)), UUID: m.uuid, Kind: kind, Owner: owner(ctx), Flavor: flavor}
+	if m.reservation != nil {
+		in.ClaimID = m.reservation.ClaimID
 	}
-	// The release reads host and id when it runs: after a retry they name
-	// the last try.
-	host, id := in.Host, in.ClaimID
+	// The release reads dst and destClaim when it runs: after a retry
+	// they name the last try.
+	m.destClaim = in.ClaimID
 	release := func(ctx workflow.Context) error {
-		return s.ledger(ctx, "release claim on "+host, a.ReleaseClaim,
-			activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil)
+		return m.ledger(ctx, "release claim on "+m.dst, a.ReleaseClaim,
+			activities.ReleaseInput{Host: m.dst, ClaimID: m.destClaim, OnlyPending: true}).Get(ctx, nil)
 	}
-	if r == nil {
-		s.onFailure("release the destination claim", release)
+	if m.reservation == nil {
+		m.onFailure("release the destination claim", release)
 	}
-	claim, err := s.claimDest(ctx, *in, r)
-	if err != nil && chosen {
-		claim, err = s.retryElsewhere(ctx, err, in, choose, string(in.Kind))
-		host, id = in.Host, in.ClaimID
-		s.setHosts(src, host)
+	claim, err := m.claimDest(ctx, in, m.reservation)
+	if err != nil && m.chosen {
+		claim, err = m.retryElsewhere(ctx, err, &in, m.choose, string(kind))
+		m.dst, m.destClaim = in.Host, in.ClaimID
+		m.setHosts(m.src, m.dst)
 	}
 	if err != nil {
-		return claim, err
+		return err
 	}
-	if r != nil {
-		s.onFailure("release the destination claim", release)
+	if m.reservation != nil {
+		m.onFailure("release the destination claim", release)
 	}
-	return claim, nil
+	m.claimed = claim
+	m.step()
+	m.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
+	return nil
 }
 
 // reservedDest is where a move goes: dest, or the host of the drain's
