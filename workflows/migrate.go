@@ -81,27 +81,14 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 }
 
 func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
-	m := &migration{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation}, in: in}
-	if err := m.checkInstance(ctx); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := m.chooseDestination(ctx); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := s.startTask(ctx, in.UUID, guest.TaskMigrating); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := m.claimDestination(ctx, ledger.KindMigrationDest, m.inst.Flavor); err != nil {
+	m := &migration{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation, kind: ledger.KindMigrationDest}, in: in}
+	if err := s.run(ctx, m.checkInstance, m.chooseDestination, m.taskState(guest.TaskMigrating), m.claimDestination); err != nil {
 		return nil, s.fail(err)
 	}
 	s.onFailure("roll the hypervisor back", m.rollBack)
-	// The hypervisor steps compensate their own failures: a rollback that
-	// finds the guest on the destination commits instead.
-	if err := m.prepareDestination(ctx); err != nil {
-		return nil, err
-	}
-	ctx, err := m.switchOver(ctx)
-	if err != nil {
+	// These steps compensate their own failures: a rollback that finds the
+	// guest on the destination lets the migration commit instead.
+	if err := s.run(ctx, m.prepareDestination, m.switchOver); err != nil {
 		return nil, err
 	}
 	// The guest now runs on dst: from here the operation only goes forwards.
@@ -122,14 +109,13 @@ type migration struct {
 	onDest bool
 }
 
-// checkInstance loads the guest's record, refuses a guest that cannot be
-// live-migrated, and takes the destination from the input.
-func (m *migration) checkInstance(ctx workflow.Context) error {
-	inst, err := m.loadInstance(ctx, m.uuid, activities.InstanceInfo.CanLiveMigrate)
-	if err != nil {
+// checkInstance loads the guest's record and refuses a guest that cannot
+// be live-migrated.
+func (m *migration) checkInstance(ctx workflow.Context) (err error) {
+	if m.inst, err = m.loadInstance(ctx, m.uuid, activities.InstanceInfo.CanLiveMigrate); err != nil {
 		return err
 	}
-	m.inst, m.src = inst, inst.Host
+	m.src, m.flavor = m.inst.Host, m.inst.Flavor
 	if m.dst, err = reservedDest(m.in.Dest, m.reservation); err != nil {
 		return err
 	}
@@ -143,7 +129,7 @@ func (m *migration) checkInstance(ctx workflow.Context) error {
 func (m *migration) chooseDestination(ctx workflow.Context) error {
 	m.phase(PhaseScheduling, "choosing the destination")
 	m.chosen = m.dst == ""
-	m.choose = activities.ChooseHostInput{UUID: m.uuid, Flavor: m.inst.Flavor, Exclude: []string{m.src}}
+	m.choose = activities.ChooseHostInput{UUID: m.uuid, Flavor: m.flavor, Exclude: []string{m.src}}
 	if m.chosen {
 		if err := m.ledger(ctx, "choose a destination host", a.ChooseHost, m.choose).Get(ctx, &m.dst); err != nil {
 			return err
@@ -171,9 +157,8 @@ func (m *migration) prepareDestination(ctx workflow.Context) error {
 }
 
 // switchOver live-migrates the guest to the destination, unless a
-// rollback found it there already. It returns the context the operation
-// goes on in: past a switch to post-copy, one that a cancel cannot stop.
-func (m *migration) switchOver(ctx workflow.Context) (workflow.Context, error) {
+// rollback found it there already.
+func (m *migration) switchOver(ctx workflow.Context) error {
 	if !m.onDest {
 		m.phase(PhaseRunning, "migrating")
 		// A successful migration is authoritative, even when a cancel
@@ -191,12 +176,12 @@ func (m *migration) switchOver(ctx workflow.Context) (workflow.Context, error) {
 		}
 		if err != nil {
 			if err := m.failed(ctx, err); err != nil {
-				return ctx, err
+				return err
 			}
 		}
 	}
 	m.step()
-	return ctx, nil
+	return nil
 }
 
 func (m *migration) migrate(ctx workflow.Context) error {

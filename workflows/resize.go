@@ -87,35 +87,22 @@ func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
 // resize runs a resize or cold migration on the saga s (a Resize, or a
 // LiveMigration falling back to a cold one).
 func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
-	r := &resizing{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation}, in: in, cold: s.status.Operation == OpColdMigration}
+	r := &resizing{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation, kind: ledger.KindResizeDest}, in: in,
+		cold: s.status.Operation == OpColdMigration}
 	if err := r.takeDecisions(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.checkInstance(ctx); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := r.chooseDestination(ctx); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := s.startTask(ctx, in.UUID, guest.TaskResizePrep); err != nil {
-		return nil, s.fail(err)
-	}
-	s.onFailure("forget the resize", r.forget)
-	if err := r.recordSource(ctx); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := r.claimDestination(ctx, ledger.KindResizeDest, r.flavor); err != nil {
-		return nil, s.fail(err)
-	}
-	s.onFailure("make the source hold resident again", r.unholdSource)
-	if err := r.holdSource(ctx); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := r.powerOff(ctx); err != nil {
-		return nil, s.fail(err)
-	}
-	s.onFailure("remove the guest from the destination", r.removeFromDestination)
-	if err := r.moveToDestination(ctx); err != nil {
+	err := s.run(ctx,
+		r.checkInstance,
+		r.chooseDestination,
+		r.taskState(guest.TaskResizePrep),
+		s.undo("forget the resize", r.forget), r.recordSource,
+		r.claimDestination,
+		s.undo("make the source hold resident again", r.unholdSource), r.holdSource,
+		r.powerOff,
+		s.undo("remove the guest from the destination", r.removeFromDestination), r.moveToDestination,
+	)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	// The guest runs on its new claim: the move is done, and only a
@@ -146,9 +133,8 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 // resizing is a resize's or cold migration's state, shared by its steps.
 type resizing struct {
 	move
-	in     ResizeInput
-	cold   bool
-	flavor guest.Flavor // on the destination
+	in   ResizeInput
+	cold bool
 	// source is the guest's resident claim, which the operation holds
 	// while the guest moves.
 	source activities.ClaimRef
@@ -175,27 +161,26 @@ func (r *resizing) takeDecisions(ctx workflow.Context) error {
 
 // checkInstance loads the guest's record and refuses a guest that cannot
 // be resized, the flavor it has or, for a cold migration, its own host.
-func (r *resizing) checkInstance(ctx workflow.Context) error {
-	inst, err := r.loadInstance(ctx, r.uuid, activities.InstanceInfo.CanResize)
-	if err != nil {
+func (r *resizing) checkInstance(ctx workflow.Context) (err error) {
+	if r.inst, err = r.loadInstance(ctx, r.uuid, activities.InstanceInfo.CanResize); err != nil {
 		return err
 	}
-	r.inst, r.src, r.flavor = inst, inst.Host, inst.Flavor
+	r.src, r.flavor = r.inst.Host, r.inst.Flavor
 	if r.dst, err = reservedDest(r.in.Dest, r.reservation); err != nil {
 		return err
 	}
 	if f := r.in.Flavor; f != nil {
-		if sameFlavor(*f, inst.Flavor) {
-			return activities.BadRequest(fmt.Sprintf("instance %s has that flavor already (%d vCPUs, %d MiB); a resize needs another", r.uuid, inst.Flavor.VCPUs, inst.Flavor.MemoryMB))
+		if sameFlavor(*f, r.flavor) {
+			return activities.BadRequest(fmt.Sprintf("instance %s has that flavor already (%d vCPUs, %d MiB); a resize needs another", r.uuid, r.flavor.VCPUs, r.flavor.MemoryMB))
 		}
 		r.flavor = *f
 	}
 	if r.cold && r.dst == r.src {
 		return activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; a cold migration needs another host", r.uuid, r.src))
 	}
-	r.source = activities.ClaimRef{Host: r.src, ClaimID: inst.ClaimID}
+	r.source = activities.ClaimRef{Host: r.src, ClaimID: r.inst.ClaimID}
 	r.vmState = guest.VMStopped
-	if inst.VMState == guest.VMActive {
+	if r.inst.VMState == guest.VMActive {
 		r.vmState = guest.VMActive
 	}
 	r.setHosts(r.src, r.dst)

@@ -66,11 +66,11 @@ var tries = &temporal.RetryPolicy{
 // here shares: phases shown in the UI and the status query, the kinds of
 // step (activity options), and the compensation stack.
 type saga struct {
-	ctx    workflow.Context
-	status Status
-	steps  int // total steps, for Progress
-	done   int
-	undo   []compensation
+	ctx           workflow.Context
+	status        Status
+	steps         int // total steps, for Progress
+	done          int
+	compensations []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []audit.HeldClaim
 }
@@ -199,21 +199,29 @@ type move struct {
 	reservation *activities.Reservation
 	src, dst    string
 	// chosen says pinflow chose dst, with choose.
-	chosen    bool
-	choose    activities.ChooseHostInput
+	chosen bool
+	choose activities.ChooseHostInput
+	// kind and flavor are those of the claim on dst.
+	kind      ledger.ClaimKind
+	flavor    guest.Flavor
 	claimed   activities.ClaimResult
 	destClaim string
 }
 
-// claimDestination claims the guest's CPUs on dst with a claim of kind
-// for flavor, or adopts the drain's reservation there. When pinflow chose
-// the host and the claim finds no room there, it tries other hosts as
-// retryElsewhere does; dst ends naming the host of the claim. The claim
-// is released if the operation fails: a claim of its own from before it
-// is made, since an unknown outcome may leave one, a reservation only
-// once adopted.
-func (m *move) claimDestination(ctx workflow.Context, kind ledger.ClaimKind, flavor guest.Flavor) error {
-	in := activities.ClaimInput{Host: m.dst, ClaimID: claimID(ctx, string(kind)), UUID: m.uuid, Kind: kind, Owner: owner(ctx), Flavor: flavor}
+// taskState is the step that sets the guest's task state, cleared again
+// if the operation fails.
+func (m *move) taskState(task guest.TaskState) func(workflow.Context) error {
+	return func(ctx workflow.Context) error { return m.startTask(ctx, m.uuid, task) }
+}
+
+// claimDestination claims the guest's CPUs on dst, or adopts the drain's
+// reservation there. When pinflow chose the host and the claim finds no
+// room there, it tries other hosts as retryElsewhere does; dst ends
+// naming the host of the claim. The claim is released if the operation
+// fails: a claim of its own from before it is made, since an unknown
+// outcome may leave one, a reservation only once adopted.
+func (m *move) claimDestination(ctx workflow.Context) error {
+	in := activities.ClaimInput{Host: m.dst, ClaimID: claimID(ctx, string(m.kind)), UUID: m.uuid, Kind: m.kind, Owner: owner(ctx), Flavor: m.flavor}
 	if m.reservation != nil {
 		in.ClaimID = m.reservation.ClaimID
 	}
@@ -229,7 +237,7 @@ func (m *move) claimDestination(ctx workflow.Context, kind ledger.ClaimKind, fla
 	}
 	claim, err := m.claimDest(ctx, in, m.reservation)
 	if err != nil && m.chosen {
-		claim, err = m.retryElsewhere(ctx, err, &in, m.choose, string(kind))
+		claim, err = m.retryElsewhere(ctx, err, &in, m.choose, string(m.kind))
 		m.dst, m.destClaim = in.Host, in.ClaimID
 		m.setHosts(m.src, m.dst)
 	}
@@ -350,17 +358,36 @@ func (s *saga) hypervisorTry(ctx workflow.Context, summary string) workflow.Cont
 	})
 }
 
+// run runs steps in order until one fails.
+func (s *saga) run(ctx workflow.Context, steps ...func(workflow.Context) error) error {
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// undo is the step that registers do as a compensation (onFailure): it
+// comes before the step that do undoes.
+func (s *saga) undo(summary string, do func(ctx workflow.Context) error) func(workflow.Context) error {
+	return func(workflow.Context) error {
+		s.onFailure(summary, do)
+		return nil
+	}
+}
+
 // onFailure registers a compensation before the step it undoes runs: the
 // step may have taken effect even when it reports an error.
 func (s *saga) onFailure(summary string, do func(ctx workflow.Context) error) {
-	s.undo = append(s.undo, compensation{summary: summary, do: do})
+	s.compensations = append(s.compensations, compensation{summary: summary, do: do})
 }
 
 // commit drops the compensations and returns the context for the rest of
 // the operation: past this point it only goes forwards, so the rest runs
 // in a disconnected context that a cancel cannot stop.
 func (s *saga) commit(ctx workflow.Context) workflow.Context {
-	s.undo = nil
+	s.compensations = nil
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	return ctx
 }
@@ -401,16 +428,16 @@ func (e ended) Unwrap() error { return e.err }
 // (so a cancelled workflow still compensates), records the error phase and
 // returns cause, joined with any compensation error.
 func (s *saga) fail(cause error) error {
-	if len(s.undo) > 0 {
+	if len(s.compensations) > 0 {
 		s.phase(PhaseRollingBack, "undoing: "+cause.Error())
 	}
 	ctx, _ := workflow.NewDisconnectedContext(s.ctx)
 	var errs []error
-	for i := len(s.undo) - 1; i >= 0; i-- {
-		c := s.undo[i]
+	for i := len(s.compensations) - 1; i >= 0; i-- {
+		c := s.compensations[i]
 		err := c.do(ctx)
 		if errors.Is(err, errRolledForward) {
-			s.undo = nil
+			s.compensations = nil
 			return errRolledForward
 		}
 		var end ended
@@ -427,7 +454,7 @@ func (s *saga) fail(cause error) error {
 			break
 		}
 	}
-	s.undo = nil
+	s.compensations = nil
 	s.status.Error = cause.Error()
 	s.phase(PhaseError, "")
 	if len(errs) > 0 {
@@ -441,7 +468,7 @@ func (s *saga) fail(cause error) error {
 func (s *saga) remaining(i int) string {
 	var names []string
 	for j := i - 1; j >= 0; j-- {
-		names = append(names, s.undo[j].summary)
+		names = append(names, s.compensations[j].summary)
 	}
 	if len(names) == 0 {
 		return "nothing"
