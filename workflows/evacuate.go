@@ -39,11 +39,8 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := inst.CanEvacuate(); err != nil {
+	inst, err := s.loadInstance(ctx, in.UUID, activities.InstanceInfo.CanEvacuate)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	src := inst.Host
@@ -61,10 +58,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	}
 	s.step()
 
-	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return s.setTask(ctx, in.UUID, "")
-	})
-	if err := s.setTask(ctx, in.UUID, guest.TaskRebuilding); err != nil {
+	if err := s.startTask(ctx, in.UUID, guest.TaskRebuilding); err != nil {
 		return nil, s.fail(err)
 	}
 	dst, claim, err := claimElsewhere(ctx, s, inst, in.Dest)

@@ -42,8 +42,7 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 	}
 	s.step()
 	s.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
-		return s.ledger(ctx, "vm state error", a.SetTaskState,
-			activities.TaskStateInput{UUID: in.UUID, TaskState: "", VMState: guest.VMError}).Get(ctx, nil)
+		return s.endTask(ctx, in.UUID, guest.VMError)
 	})
 	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, ledger.KindBoot)
 	if err != nil {
@@ -73,8 +72,8 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	inst, err := s.loadInstance(ctx, in.UUID, nil)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	s.setHosts(inst.Host, "")
@@ -83,8 +82,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	// destroyed.
 	ctx = s.commit(ctx)
 	s.phase(PhaseDeleting, "")
-	if err := s.ledger(ctx, "task state deleting", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskDeleting}).Get(ctx, nil); err != nil {
+	if err := s.setTask(ctx, in.UUID, guest.TaskDeleting); err != nil {
 		return nil, s.fail(err)
 	}
 	if inst.Host != "" {

@@ -81,125 +81,158 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 }
 
 func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
+	m := &migration{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation, kind: ledger.KindMigrationDest}, in: in}
+	if err := s.run(ctx, m.checkInstance, m.chooseDestination, m.taskState(guest.TaskMigrating), m.claimDestination); err != nil {
 		return nil, s.fail(err)
 	}
-	if err := inst.CanLiveMigrate(); err != nil {
+	s.onFailure("roll the hypervisor back", m.rollBack)
+	// These steps compensate their own failures: a rollback that finds the
+	// guest on the destination lets the migration commit instead.
+	if err := s.run(ctx, m.prepareDestination, m.switchOver); err != nil {
+		return nil, err
+	}
+	// The guest now runs on dst: from here the operation only goes forwards.
+	ctx = s.commit(ctx)
+	if err := m.commitDestination(ctx); err != nil {
 		return nil, s.fail(err)
 	}
-	src := inst.Host
-	dst, err := reservedDest(in.Dest, in.Reservation)
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	s.setHosts(src, dst)
-	s.step()
+	s.phase(PhaseCompleted, "")
+	return &LiveMigrationResult{UUID: in.UUID, Source: m.src, Dest: m.dst, Placement: &m.claimed.Placement}, nil
+}
 
-	s.phase(PhaseScheduling, "choosing the destination")
-	chosen := dst == ""
-	choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: inst.Flavor, Exclude: []string{src}}
-	if chosen {
-		if err := s.ledger(ctx, "choose a destination host", a.ChooseHost, choose).Get(ctx, &dst); err != nil {
-			return nil, s.fail(err)
-		}
-	}
-	if dst == src {
-		return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; choose another destination", in.UUID, dst)))
-	}
-	s.setHosts(src, dst)
+// migration is a live migration's state, shared by its steps.
+type migration struct {
+	move
+	in LiveMigrationInput
+	// onDest says a rollback found the guest on the destination: the
+	// migration completed.
+	onDest bool
+}
 
-	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return s.ledger(ctx, "clear task state", a.SetTaskState,
-			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
-	})
-	if err := s.ledger(ctx, "task state migrating", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskMigrating}).Get(ctx, nil); err != nil {
-		return nil, s.fail(err)
+// checkInstance loads the guest's record and refuses a guest that cannot
+// be live-migrated.
+func (m *migration) checkInstance(ctx workflow.Context) (err error) {
+	if m.inst, err = m.loadInstance(ctx, m.uuid, activities.InstanceInfo.CanLiveMigrate); err != nil {
+		return err
 	}
-
-	claimIn := activities.ClaimInput{Host: dst, UUID: in.UUID, Kind: ledger.KindMigrationDest, Owner: owner(ctx), Flavor: inst.Flavor}
-	claim, err := s.claimMoveDest(ctx, src, &claimIn, in.Reservation, chosen, choose)
-	if err != nil {
-		return nil, s.fail(err)
+	m.src, m.flavor = m.inst.Host, m.inst.Flavor
+	if m.dst, err = reservedDest(m.in.Dest, m.reservation); err != nil {
+		return err
 	}
-	dst, destClaim := claimIn.Host, claimIn.ClaimID
-	s.step()
-	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
+	m.setHosts(m.src, m.dst)
+	m.step()
+	return nil
+}
 
-	s.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
-	move := activities.MigrateInput{UUID: in.UUID, Source: src, Dest: dst, DestClaimID: destClaim, DestToken: claim.Token}
-	s.onFailure("roll the hypervisor back", func(ctx workflow.Context) error {
-		// The rollback looks where the guest runs first: a migration that
-		// completed is finished forwards, never undone.
-		var rb activities.RollbackResult
-		if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "roll back the migration"), a.RollbackMigration, move).Get(ctx, &rb); err != nil {
+// chooseDestination has pinflow choose the destination when the input
+// names none, and refuses the guest's own host.
+func (m *migration) chooseDestination(ctx workflow.Context) error {
+	m.phase(PhaseScheduling, "choosing the destination")
+	m.chosen = m.dst == ""
+	m.choose = activities.ChooseHostInput{UUID: m.uuid, Flavor: m.flavor, Exclude: []string{m.src}}
+	if m.chosen {
+		if err := m.ledger(ctx, "choose a destination host", a.ChooseHost, m.choose).Get(ctx, &m.dst); err != nil {
 			return err
 		}
-		if rb.OnDest {
-			return errRolledForward
-		}
-		return nil
-	})
-	// failed compensates, and says whether the guest turned out to run on
-	// the destination already, so that the operation commits instead.
-	failed := func(cause error) (bool, error) {
-		err := s.fail(cause)
-		if in.ColdFallback && err == cause && ctx.Err() == nil {
-			// Every compensation ran and the guest runs on its source.
-			return false, errFallBack{cause}
-		}
-		return errors.Is(err, errRolledForward), err
 	}
-	prep := activities.PrepareMigrationInput{UUID: in.UUID, Source: src, Dest: dst, Placement: claim.Placement, DestClaimID: destClaim}
-	prepared := true
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "prepare "+dst), a.PrepareMigration, prep).Get(ctx, nil); err != nil {
-		forward, err := failed(err)
-		if !forward {
-			return nil, err
-		}
-		prepared = false
+	if m.dst == m.src {
+		return activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; choose another destination", m.uuid, m.dst))
 	}
-	s.step()
+	m.setHosts(m.src, m.dst)
+	return nil
+}
 
-	if prepared {
-		s.phase(PhaseRunning, "migrating")
-		migrate := func(ctx workflow.Context) error {
-			return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-				StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: tries,
-				WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", in.UUID, src, dst),
-			}), a.Migrate, move).Get(ctx, nil)
+// prepareDestination rewrites the guest's domain XML for its pins on the
+// destination.
+func (m *migration) prepareDestination(ctx workflow.Context) error {
+	m.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
+	prep := activities.PrepareMigrationInput{UUID: m.uuid, Source: m.src, Dest: m.dst, Placement: m.claimed.Placement, DestClaimID: m.destClaim}
+	if err := workflow.ExecuteActivity(m.hypervisorTry(ctx, "prepare "+m.dst), a.PrepareMigration, prep).Get(ctx, nil); err != nil {
+		if err := m.failed(ctx, err); err != nil {
+			return err
 		}
+	}
+	m.step()
+	return nil
+}
+
+// switchOver live-migrates the guest to the destination, unless a
+// rollback found it there already.
+func (m *migration) switchOver(ctx workflow.Context) error {
+	if !m.onDest {
+		m.phase(PhaseRunning, "migrating")
 		// A successful migration is authoritative, even when a cancel
 		// arrived while it ran: the guest runs on dst.
-		err := migrate(ctx)
+		err := m.migrate(ctx)
 		for isType(err, activities.ErrTypePostCopyFailed) {
 			// Past its switch to post-copy the migration cannot be undone,
 			// only resumed: the guest's memory is on dst. No cancel stops
 			// that; the claims stay as they are until it completes.
-			ctx = s.commit(ctx)
-			s.phase(PhaseRunning, "resuming the migration, which failed after its switch to post-copy: "+appMessage(err))
+			ctx = m.commit(ctx)
+			m.phase(PhaseRunning, "resuming the migration, which failed after its switch to post-copy: "+appMessage(err))
 			if err = workflow.Sleep(ctx, postCopyRetry); err == nil {
-				err = migrate(ctx)
+				err = m.migrate(ctx)
 			}
 		}
 		if err != nil {
-			if forward, err := failed(err); !forward {
-				return nil, err
+			if err := m.failed(ctx, err); err != nil {
+				return err
 			}
 		}
 	}
-	s.step()
+	m.step()
+	return nil
+}
 
-	// The guest now runs on dst: from here the operation only goes forwards.
-	ctx = s.commit(ctx)
-	s.phase(PhaseCommitting, "making the destination claim resident")
-	commit := activities.CommitMigrationInput{UUID: in.UUID, Source: src, Dest: dst, SourceClaimID: inst.ClaimID,
-		DestClaimID: destClaim}
-	if err := s.ledger(ctx, "commit the migration", a.CommitMigration, commit).Get(ctx, nil); err != nil {
-		return nil, s.fail(err)
+func (m *migration) migrate(ctx workflow.Context) error {
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: tries,
+		WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", m.uuid, m.src, m.dst),
+	}), a.Migrate, m.migrateInput()).Get(ctx, nil)
+}
+
+func (m *migration) migrateInput() activities.MigrateInput {
+	return activities.MigrateInput{UUID: m.uuid, Source: m.src, Dest: m.dst, DestClaimID: m.destClaim, DestToken: m.claimed.Token}
+}
+
+// rollBack undoes the hypervisor's steps. It looks where the guest runs
+// first: a migration that completed is finished forwards, never undone.
+func (m *migration) rollBack(ctx workflow.Context) error {
+	var rb activities.RollbackResult
+	if err := workflow.ExecuteActivity(m.hypervisorStep(ctx, "roll back the migration"), a.RollbackMigration, m.migrateInput()).Get(ctx, &rb); err != nil {
+		return err
 	}
-	s.step()
-	s.phase(PhaseCompleted, "")
-	return &LiveMigrationResult{UUID: in.UUID, Source: src, Dest: dst, Placement: &claim.Placement}, nil
+	if rb.OnDest {
+		return errRolledForward
+	}
+	return nil
+}
+
+// failed compensates a failed hypervisor step. It returns nil when the
+// rollback found the guest on the destination (onDest), which the
+// operation then commits.
+func (m *migration) failed(ctx workflow.Context, cause error) error {
+	err := m.fail(cause)
+	if m.in.ColdFallback && err == cause && ctx.Err() == nil {
+		// Every compensation ran and the guest runs on its source.
+		return errFallBack{cause}
+	}
+	if errors.Is(err, errRolledForward) {
+		m.onDest = true
+		return nil
+	}
+	return err
+}
+
+// commitDestination makes the destination claim the guest's resident
+// claim, moves its record and releases the source claim.
+func (m *migration) commitDestination(ctx workflow.Context) error {
+	m.phase(PhaseCommitting, "making the destination claim resident")
+	commit := activities.CommitMigrationInput{UUID: m.uuid, Source: m.src, Dest: m.dst, SourceClaimID: m.inst.ClaimID,
+		DestClaimID: m.destClaim}
+	if err := m.ledger(ctx, "commit the migration", a.CommitMigration, commit).Get(ctx, nil); err != nil {
+		return err
+	}
+	m.step()
+	return nil
 }

@@ -87,154 +87,223 @@ func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
 // resize runs a resize or cold migration on the saga s (a Resize, or a
 // LiveMigration falling back to a cold one).
 func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
-	op := s.status.Operation
-	decision := ""
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, ResizeDecisionUpdate,
-		func(ctx workflow.Context, d string) (string, error) {
-			decision = d
-			return d, nil
-		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d string) error {
-			return s.decisionAllowed(d, decision)
-		}},
-	); err != nil {
+	r := &resizing{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation, kind: ledger.KindResizeDest}, in: in,
+		cold: s.status.Operation == OpColdMigration}
+	if err := r.takeDecisions(ctx); err != nil {
 		return nil, err
 	}
-
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := inst.CanResize(); err != nil {
-		return nil, s.fail(err)
-	}
-	flavor, src := inst.Flavor, inst.Host
-	dst, err := reservedDest(in.Dest, in.Reservation)
+	err := s.run(ctx,
+		r.checkInstance,
+		r.chooseDestination,
+		r.taskState(guest.TaskResizePrep),
+		s.undo("forget the resize", r.forget), r.recordSource,
+		r.claimDestination,
+		s.undo("make the source hold resident again", r.unholdSource), r.holdSource,
+		r.powerOff,
+		s.undo("remove the guest from the destination", r.removeFromDestination), r.moveToDestination,
+	)
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	if in.Flavor != nil {
-		if sameFlavor(*in.Flavor, inst.Flavor) {
-			return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s has that flavor already (%d vCPUs, %d MiB); a resize needs another", in.UUID, inst.Flavor.VCPUs, inst.Flavor.MemoryMB)))
-		}
-		flavor = *in.Flavor
-	}
-	if op == OpColdMigration && dst == src {
-		return nil, s.fail(activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; a cold migration needs another host", in.UUID, src)))
-	}
-	wasActive := inst.VMState == guest.VMActive
-	s.setHosts(src, dst)
-	s.step()
-
-	s.phase(PhaseScheduling, "choosing the destination")
-	chosen := dst == ""
-	choose := activities.ChooseHostInput{UUID: in.UUID, Flavor: flavor}
-	if op == OpColdMigration {
-		choose.Exclude = []string{src}
-	}
-	if chosen {
-		if err := s.ledger(ctx, "choose a destination host", a.ChooseHost, choose).Get(ctx, &dst); err != nil {
-			return nil, s.fail(err)
-		}
-	}
-	s.setHosts(src, dst)
-
-	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return s.setTask(ctx, in.UUID, "")
-	})
-	if err := s.setTask(ctx, in.UUID, guest.TaskResizePrep); err != nil {
-		return nil, s.fail(err)
-	}
-	s.onFailure("forget the resize", func(ctx workflow.Context) error {
-		return s.ledger(ctx, "forget the resize", a.EndResize, in.UUID).Get(ctx, nil)
-	})
-	begin := activities.BeginResizeInput{UUID: in.UUID, NewFlavor: flavor, Cold: op == OpColdMigration}
-	if err := s.ledger(ctx, "record where the guest comes from", a.BeginResize, begin).Get(ctx, nil); err != nil {
-		return nil, s.fail(err)
-	}
-	s.step()
-
-	claimIn := activities.ClaimInput{Host: dst, UUID: in.UUID, Kind: ledger.KindResizeDest, Owner: owner(ctx), Flavor: flavor}
-	claim, err := s.claimMoveDest(ctx, src, &claimIn, in.Reservation, chosen, choose)
-	if err != nil {
-		return nil, s.fail(err)
-	}
-	dst, destClaim := claimIn.Host, claimIn.ClaimID
-	s.step()
-	s.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
-
-	source := activities.ClaimRef{Host: src, ClaimID: inst.ClaimID}
-	resident := false // the undo made the hold resident already
-	s.onFailure("make the source hold resident again", func(ctx workflow.Context) error {
-		if resident {
-			return nil
-		}
-		return s.ledger(ctx, "unhold claim on "+src, a.UnholdClaim, source).Get(ctx, nil)
-	})
-	if err := s.ledger(ctx, "hold the source claim on "+src, a.HoldClaim, source).Get(ctx, nil); err != nil {
-		return nil, s.fail(err)
-	}
-	s.step()
-
-	s.phase(PhasePoweringOff, "powering the guest off on "+src)
-	if err := s.setTask(ctx, in.UUID, guest.TaskResizeMigrating); err != nil {
-		return nil, s.fail(err)
-	}
-	srcDom := activities.DomainInput{UUID: in.UUID, Host: src, LeaveOff: !wasActive}
-	s.onFailure("run the guest on its source again", func(ctx workflow.Context) error {
-		return restoreOrLeave(ctx, s, srcDom)
-	})
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "power off the guest on "+src), a.PowerOff, srcDom).Get(ctx, nil); err != nil {
-		return nil, s.fail(err)
-	}
-	s.step()
-
-	s.phase(PhaseSpawning, "moving the guest to "+dst)
-	destDom := activities.DomainInput{UUID: in.UUID, Host: dst}
-	vmState := guest.VMActive
-	if !wasActive {
-		vmState = guest.VMStopped
-	}
-	s.onFailure("remove the guest from the destination", func(ctx workflow.Context) error {
-		// The guest's way back comes first: with no hold to go back to,
-		// its copy on the destination is all it has.
-		move := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
-		if err := secureHold(ctx, s, in.UUID, source, move, vmState); err != nil {
-			return err
-		}
-		resident = true
-		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, destDom).Get(ctx, nil)
-	})
-	move := activities.MoveResizedInput{UUID: in.UUID, Source: src, Dest: dst, ClaimID: destClaim, Token: claim.Token,
-		Placement: claim.Placement, Start: wasActive}
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "move the guest to "+dst), a.MoveResized, move).Get(ctx, nil); err != nil {
-		return nil, s.fail(err)
-	}
-	s.step()
-
 	// The guest runs on its new claim: the move is done, and only a
 	// revert, which has its own steps, takes it back.
 	verifyCtx := ctx
 	ctx = s.commit(ctx)
-	s.phase(PhaseCommitting, "making the destination claim resident")
-	if err := s.setTask(ctx, in.UUID, guest.TaskResizeFinish); err != nil {
+	if err := r.commitDestination(ctx); err != nil {
 		return nil, s.fail(err)
 	}
-	finish := activities.FinishResizeInput{UUID: in.UUID, Dest: dst, DestClaimID: destClaim}
-	if err := s.ledger(ctx, "commit the destination", a.FinishResize, finish).Get(ctx, nil); err != nil {
+	auto, err := r.awaitDecision(ctx, verifyCtx)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	var res *ResizeResult
+	if r.decision == DecisionRevert {
+		res, err = r.revert(ctx)
+	} else {
+		res, err = r.confirm(ctx, auto)
+	}
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
+	s.phase(PhaseCompleted, res.Outcome)
+	return res, nil
+}
 
-	window := in.ConfirmWindow
+// resizing is a resize's or cold migration's state, shared by its steps.
+type resizing struct {
+	move
+	in   ResizeInput
+	cold bool
+	// source is the guest's resident claim, which the operation holds
+	// while the guest moves.
+	source activities.ClaimRef
+	// vmState is the guest's, active or stopped, on either host.
+	vmState guest.VMState
+	// resident says an undo made the source hold resident already.
+	resident bool
+	// decision is the confirm or revert the Update asked for.
+	decision string
+}
+
+// takeDecisions accepts the Update that confirms or reverts the resize.
+func (r *resizing) takeDecisions(ctx workflow.Context) error {
+	return workflow.SetUpdateHandlerWithOptions(ctx, ResizeDecisionUpdate,
+		func(ctx workflow.Context, d string) (string, error) {
+			r.decision = d
+			return d, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, d string) error {
+			return r.decisionAllowed(d)
+		}},
+	)
+}
+
+// checkInstance loads the guest's record and refuses a guest that cannot
+// be resized, the flavor it has or, for a cold migration, its own host.
+func (r *resizing) checkInstance(ctx workflow.Context) (err error) {
+	if r.inst, err = r.loadInstance(ctx, r.uuid, activities.InstanceInfo.CanResize); err != nil {
+		return err
+	}
+	r.src, r.flavor = r.inst.Host, r.inst.Flavor
+	if r.dst, err = reservedDest(r.in.Dest, r.reservation); err != nil {
+		return err
+	}
+	if f := r.in.Flavor; f != nil {
+		if sameFlavor(*f, r.flavor) {
+			return activities.BadRequest(fmt.Sprintf("instance %s has that flavor already (%d vCPUs, %d MiB); a resize needs another", r.uuid, r.flavor.VCPUs, r.flavor.MemoryMB))
+		}
+		r.flavor = *f
+	}
+	if r.cold && r.dst == r.src {
+		return activities.BadRequest(fmt.Sprintf("instance %s already runs on %s; a cold migration needs another host", r.uuid, r.src))
+	}
+	r.source = activities.ClaimRef{Host: r.src, ClaimID: r.inst.ClaimID}
+	r.vmState = guest.VMStopped
+	if r.inst.VMState == guest.VMActive {
+		r.vmState = guest.VMActive
+	}
+	r.setHosts(r.src, r.dst)
+	r.step()
+	return nil
+}
+
+// chooseDestination has pinflow choose the destination when the input
+// names none: for a resize, the guest's own host too.
+func (r *resizing) chooseDestination(ctx workflow.Context) error {
+	r.phase(PhaseScheduling, "choosing the destination")
+	r.chosen = r.dst == ""
+	r.choose = activities.ChooseHostInput{UUID: r.uuid, Flavor: r.flavor}
+	if r.cold {
+		r.choose.Exclude = []string{r.src}
+	}
+	if r.chosen {
+		if err := r.ledger(ctx, "choose a destination host", a.ChooseHost, r.choose).Get(ctx, &r.dst); err != nil {
+			return err
+		}
+	}
+	r.setHosts(r.src, r.dst)
+	return nil
+}
+
+// recordSource records in the guest's record where it comes from and
+// its new flavor.
+func (r *resizing) recordSource(ctx workflow.Context) error {
+	begin := activities.BeginResizeInput{UUID: r.uuid, NewFlavor: r.flavor, Cold: r.cold}
+	if err := r.ledger(ctx, "record where the guest comes from", a.BeginResize, begin).Get(ctx, nil); err != nil {
+		return err
+	}
+	r.step()
+	return nil
+}
+
+func (r *resizing) forget(ctx workflow.Context) error {
+	return r.ledger(ctx, "forget the resize", a.EndResize, r.uuid).Get(ctx, nil)
+}
+
+// holdSource makes the guest's resident claim a hold of the operation,
+// kept for a revert while the guest runs on the destination.
+func (r *resizing) holdSource(ctx workflow.Context) error {
+	if err := r.ledger(ctx, "hold the source claim on "+r.src, a.HoldClaim, r.source).Get(ctx, nil); err != nil {
+		return err
+	}
+	r.step()
+	return nil
+}
+
+func (r *resizing) unholdSource(ctx workflow.Context) error {
+	if r.resident {
+		return nil
+	}
+	return r.ledger(ctx, "unhold claim on "+r.src, a.UnholdClaim, r.source).Get(ctx, nil)
+}
+
+// powerOff powers the guest off on its source, where it runs again if
+// the operation fails.
+func (r *resizing) powerOff(ctx workflow.Context) error {
+	r.phase(PhasePoweringOff, "powering the guest off on "+r.src)
+	if err := r.setTask(ctx, r.uuid, guest.TaskResizeMigrating); err != nil {
+		return err
+	}
+	r.onFailure("run the guest on its source again", func(ctx workflow.Context) error {
+		return restoreOrLeave(ctx, r.saga, r.srcDom())
+	})
+	if err := workflow.ExecuteActivity(r.hypervisorTry(ctx, "power off the guest on "+r.src), a.PowerOff, r.srcDom()).Get(ctx, nil); err != nil {
+		return err
+	}
+	r.step()
+	return nil
+}
+
+// moveToDestination defines the guest on the destination, with the new
+// flavor's domain XML pinned to its claim there, and starts it if it ran.
+func (r *resizing) moveToDestination(ctx workflow.Context) error {
+	r.phase(PhaseSpawning, "moving the guest to "+r.dst)
+	in := activities.MoveResizedInput{UUID: r.uuid, Source: r.src, Dest: r.dst, ClaimID: r.destClaim, Token: r.claimed.Token,
+		Placement: r.claimed.Placement, Start: r.vmState == guest.VMActive}
+	if err := workflow.ExecuteActivity(r.hypervisorTry(ctx, "move the guest to "+r.dst), a.MoveResized, in).Get(ctx, nil); err != nil {
+		return err
+	}
+	r.step()
+	return nil
+}
+
+func (r *resizing) removeFromDestination(ctx workflow.Context) error {
+	// The guest's way back comes first: with no hold to go back to, its
+	// copy on the destination is all it has.
+	if err := r.secureHold(ctx); err != nil {
+		return err
+	}
+	r.resident = true
+	return workflow.ExecuteActivity(r.hypervisorStep(ctx, "destroy the domain on "+r.dst), a.DestroyDomain, r.destDom()).Get(ctx, nil)
+}
+
+// commitDestination makes the destination claim the guest's resident
+// claim; the source hold stays for a revert.
+func (r *resizing) commitDestination(ctx workflow.Context) error {
+	r.phase(PhaseCommitting, "making the destination claim resident")
+	if err := r.setTask(ctx, r.uuid, guest.TaskResizeFinish); err != nil {
+		return err
+	}
+	finish := activities.FinishResizeInput{UUID: r.uuid, Dest: r.dst, DestClaimID: r.destClaim}
+	if err := r.ledger(ctx, "commit the destination", a.FinishResize, finish).Get(ctx, nil); err != nil {
+		return err
+	}
+	r.step()
+	return nil
+}
+
+// awaitDecision waits in VERIFY_RESIZE for a confirm or a revert, until
+// the confirm window ends (auto) or, when verifyCtx is cancelled, reverts.
+func (r *resizing) awaitDecision(ctx, verifyCtx workflow.Context) (auto bool, err error) {
+	window := r.in.ConfirmWindow
 	if window == 0 {
 		window = DefaultConfirmWindow
 	}
-	s.phase(PhaseVerifyResize, verifyDetail(src, dst, window))
-	decided := func() bool { return decision != "" || verifyCtx.Err() != nil }
-	auto := false
+	r.phase(PhaseVerifyResize, verifyDetail(r.src, r.dst, window))
+	decided := func() bool { return r.decision != "" || verifyCtx.Err() != nil }
 	switch {
-	case in.AutoConfirm:
+	case r.in.AutoConfirm:
 		auto = true
 	case window < 0:
 		err = workflow.Await(ctx, decided)
@@ -243,117 +312,123 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		ok, err = workflow.AwaitWithTimeout(ctx, window, decided)
 		auto = !ok
 	}
-	if err != nil {
-		return nil, s.fail(err)
+	if err == nil && r.decision == "" && verifyCtx.Err() != nil {
+		r.decision = DecisionRevert
 	}
-	if decision == "" && verifyCtx.Err() != nil {
-		decision = DecisionRevert
-	}
-	res := &ResizeResult{UUID: in.UUID, Source: src, Dest: dst}
-	if decision == DecisionRevert {
-		s.phase(PhaseReverting, "stopping the guest on "+dst+" and running it on "+src+" again")
-		if err := revertResize(ctx, s, in.UUID, source, destDom, srcDom, destClaim, vmState); err != nil {
-			return nil, s.fail(err)
-		}
-		res.Host, res.Placement, res.Outcome = src, inst.Placement, "reverted"
-	} else {
-		s.phase(PhaseConfirming, "freeing the source hold on "+src)
-		if err := s.setTask(ctx, in.UUID, guest.TaskResizeConfirming); err != nil {
-			return nil, s.fail(err)
-		}
-		confirm := activities.ConfirmResizeInput{UUID: in.UUID, Source: src, SourceClaimID: inst.ClaimID, VMState: vmState}
-		if err := s.ledger(ctx, "free the source hold on "+src, a.ConfirmResize, confirm).Get(ctx, nil); err != nil {
-			return nil, s.fail(err)
-		}
-		res.Host, res.Placement, res.Outcome = dst, &claim.Placement, "confirmed"
-		if auto {
-			res.Outcome = "auto-confirmed"
-		}
-	}
-	s.step()
-	s.phase(PhaseCompleted, res.Outcome)
-	return res, nil
+	return auto, err
 }
 
-// revertResize takes a resized guest back to its source: the hold
-// becomes the resident claim and the record points at it with the old
-// flavor, then the destination guest goes (the disks are shared: it must
-// never run beside the source), the guest runs on its source pins, and
-// only then is the destination claim freed. A hold that cannot become
-// resident (gone, or its host down or returning) stops the revert before
-// anything is destroyed: the guest keeps running on its destination
+// confirm frees the source hold: the guest stays on the destination.
+func (r *resizing) confirm(ctx workflow.Context, auto bool) (*ResizeResult, error) {
+	r.phase(PhaseConfirming, "freeing the source hold on "+r.src)
+	if err := r.setTask(ctx, r.uuid, guest.TaskResizeConfirming); err != nil {
+		return nil, err
+	}
+	confirm := activities.ConfirmResizeInput{UUID: r.uuid, Source: r.src, SourceClaimID: r.inst.ClaimID, VMState: r.vmState}
+	if err := r.ledger(ctx, "free the source hold on "+r.src, a.ConfirmResize, confirm).Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	outcome := "confirmed"
+	if auto {
+		outcome = "auto-confirmed"
+	}
+	return &ResizeResult{UUID: r.uuid, Source: r.src, Dest: r.dst, Host: r.dst, Placement: &r.claimed.Placement, Outcome: outcome}, nil
+}
+
+// revert takes the guest back to its source: the hold becomes the
+// resident claim and the record points at it with the old flavor, then
+// the destination guest goes (the disks are shared: it must never run
+// beside the source), the guest runs on its source pins, and only then
+// is the destination claim freed. A hold that cannot become resident
+// (gone, or its host down or returning) stops the revert before anything
+// is destroyed: the guest keeps running on its destination
 // (keepDestination).
-func revertResize(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, destDom, srcDom activities.DomainInput,
-	destClaim string, vmState guest.VMState) error {
-	if err := s.setTask(ctx, uuid, guest.TaskResizeReverting); err != nil {
-		return err
+func (r *resizing) revert(ctx workflow.Context) (*ResizeResult, error) {
+	r.phase(PhaseReverting, "stopping the guest on "+r.dst+" and running it on "+r.src+" again")
+	if err := r.setTask(ctx, r.uuid, guest.TaskResizeReverting); err != nil {
+		return nil, err
 	}
-	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
-	if err := s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil); err != nil {
+	if err := r.reinstateHold(ctx); err != nil {
 		if isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
-			return keepDestination(ctx, s, "revert refused", uuid, source, destDom.Host, vmState, err)
+			return nil, r.keepDestination(ctx, "revert refused", err)
 		}
-		return err
+		return nil, err
 	}
-	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+destDom.Host), a.DestroyDomain, destDom).Get(ctx, nil); err != nil {
-		return err
+	if err := workflow.ExecuteActivity(r.hypervisorStep(ctx, "destroy the domain on "+r.dst), a.DestroyDomain, r.destDom()).Get(ctx, nil); err != nil {
+		return nil, err
 	}
-	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+srcDom.Host), a.RestoreDomain, srcDom).Get(ctx, nil); err != nil {
-		return err
+	if err := workflow.ExecuteActivity(r.hypervisorStep(ctx, "run the guest on "+r.src), a.RestoreDomain, r.srcDom()).Get(ctx, nil); err != nil {
+		return nil, err
 	}
-	if err := s.ledger(ctx, "release claim on "+destDom.Host, a.ReleaseClaim,
-		activities.ReleaseInput{Host: destDom.Host, ClaimID: destClaim}).Get(ctx, nil); err != nil {
-		return err
+	if err := r.ledger(ctx, "release claim on "+r.dst, a.ReleaseClaim,
+		activities.ReleaseInput{Host: r.dst, ClaimID: r.destClaim}).Get(ctx, nil); err != nil {
+		return nil, err
 	}
-	return s.ledger(ctx, "vm state "+string(vmState), a.SetTaskState,
-		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil)
+	if err := r.endTask(ctx, r.uuid, r.vmState); err != nil {
+		return nil, err
+	}
+	return &ResizeResult{UUID: r.uuid, Source: r.src, Dest: r.dst, Host: r.src, Placement: r.inst.Placement, Outcome: "reverted"}, nil
 }
 
-// secureHold makes a resize's source hold resident again before its undo
-// destroys the guest's copy on move.Dest (the undo of a move that has not
-// committed). A hold that is gone, or whose host is down or returning,
-// keeps that copy instead: the move is committed (KeepMoved, which
-// refuses when the move defined no domain there) and the resize ends on
-// the destination (keepDestination). Either refusal stops the undo and
-// says where the guest is.
-func secureHold(ctx workflow.Context, s *saga, uuid string, source activities.ClaimRef, move activities.FinishResizeInput, vmState guest.VMState) error {
-	back := activities.RevertRecordInput{UUID: uuid, Source: source.Host, SourceClaimID: source.ClaimID}
-	err := s.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil)
+// reinstateHold makes the source hold the resident claim again, and
+// points the record at it with the old flavor.
+func (r *resizing) reinstateHold(ctx workflow.Context) error {
+	back := activities.RevertRecordInput{UUID: r.uuid, Source: r.source.Host, SourceClaimID: r.source.ClaimID}
+	return r.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil)
+}
+
+// secureHold makes the source hold resident again before an undo
+// destroys the guest's copy on the destination (the undo of a move that
+// has not committed). A hold that is gone, or whose host is down or
+// returning, keeps that copy instead: the move is committed (KeepMoved,
+// which refuses when the move defined no domain there) and the resize
+// ends on the destination (keepDestination). Either refusal stops the
+// undo and says where the guest is.
+func (r *resizing) secureHold(ctx workflow.Context) error {
+	err := r.reinstateHold(ctx)
 	if !isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
 		return err
 	}
-	if kept := workflow.ExecuteActivity(s.hypervisorStep(ctx, "keep the guest on "+move.Dest), a.KeepMoved, move).Get(ctx, nil); kept != nil {
+	keep := activities.FinishResizeInput{UUID: r.uuid, Dest: r.dst, DestClaimID: r.destClaim}
+	if kept := workflow.ExecuteActivity(r.hypervisorStep(ctx, "keep the guest on "+r.dst), a.KeepMoved, keep).Get(ctx, nil); kept != nil {
 		return activities.BadState(fmt.Sprintf("undo stopped: %s; instance %s runs on neither host: its copy on %s cannot be kept (%s)",
-			appMessage(err), uuid, move.Dest, appMessage(kept)))
+			appMessage(err), r.uuid, r.dst, appMessage(kept)))
 	}
-	return ended{keepDestination(ctx, s, "undo stopped", uuid, source, move.Dest, vmState, err)}
+	return ended{r.keepDestination(ctx, "undo stopped", err)}
 }
 
 // keepDestination ends a resize whose revert or undo (what) cannot have
-// its source hold back (why): the guest keeps running on dest, its record
-// forgets the resize and takes its state from before it, and the hold,
-// when its host is down or returning, becomes a tombstone that host up
-// clears with whatever the host kept of the guest. It returns the
+// its source hold back (why): the guest keeps running on the destination,
+// its record forgets the resize and takes its state from before it, and
+// the hold, when its host is down or returning, becomes a tombstone that
+// host up clears with whatever the host kept of the guest. It returns the
 // refusal, which says where the guest runs.
-func keepDestination(ctx workflow.Context, s *saga, what, uuid string, source activities.ClaimRef, dest string, vmState guest.VMState, why error) error {
+func (r *resizing) keepDestination(ctx workflow.Context, what string, why error) error {
 	srcDown := isType(why, activities.ErrTypeHostDown)
 	if srcDown {
-		if err := s.ledger(ctx, "tombstone the hold on "+source.Host, a.TombstoneClaim, source).Get(ctx, nil); err != nil {
+		if err := r.ledger(ctx, "tombstone the hold on "+r.src, a.TombstoneClaim, r.source).Get(ctx, nil); err != nil {
 			return err
 		}
 	}
-	if err := s.ledger(ctx, "forget the resize", a.EndResize, uuid).Get(ctx, nil); err != nil {
+	if err := r.forget(ctx); err != nil {
 		return err
 	}
-	if err := s.ledger(ctx, "vm state "+string(vmState), a.SetTaskState,
-		activities.TaskStateInput{UUID: uuid, TaskState: "", VMState: vmState}).Get(ctx, nil); err != nil {
+	if err := r.endTask(ctx, r.uuid, r.vmState); err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("%s: %s; instance %s keeps running on %s and its resize is over", what, appMessage(why), uuid, dest)
+	msg := fmt.Sprintf("%s: %s; instance %s keeps running on %s and its resize is over", what, appMessage(why), r.uuid, r.dst)
 	if srcDown {
-		msg += fmt.Sprintf("; its hold on %s is a tombstone that 'pinflow host up %s' clears", source.Host, source.Host)
+		msg += fmt.Sprintf("; its hold on %s is a tombstone that 'pinflow host up %s' clears", r.src, r.src)
 	}
 	return activities.BadState(msg)
+}
+
+func (r *resizing) srcDom() activities.DomainInput {
+	return activities.DomainInput{UUID: r.uuid, Host: r.src, LeaveOff: r.vmState != guest.VMActive}
+}
+
+func (r *resizing) destDom() activities.DomainInput {
+	return activities.DomainInput{UUID: r.uuid, Host: r.dst}
 }
 
 // restoreOrLeave runs the guest on its host again (a compensation), or
@@ -368,15 +443,15 @@ func restoreOrLeave(ctx workflow.Context, s *saga, dom activities.DomainInput) e
 }
 
 // decisionAllowed says why a confirm or revert is refused now, or nil.
-func (s *saga) decisionAllowed(d, decided string) error {
+func (r *resizing) decisionAllowed(d string) error {
 	if d != DecisionConfirm && d != DecisionRevert {
 		return fmt.Errorf("decision %q: allowed are %s or %s", d, DecisionConfirm, DecisionRevert)
 	}
-	if decided != "" {
-		return fmt.Errorf("the %s of instance %s is being %sed already", s.status.Operation, s.status.Instance, decided)
+	if r.decision != "" {
+		return fmt.Errorf("the %s of instance %s is being %sed already", r.status.Operation, r.status.Instance, r.decision)
 	}
-	if s.status.Phase != PhaseVerifyResize {
-		return fmt.Errorf("the %s of instance %s is %s, not awaiting confirmation (VERIFY_RESIZE)", s.status.Operation, s.status.Instance, s.status.Phase)
+	if r.status.Phase != PhaseVerifyResize {
+		return fmt.Errorf("the %s of instance %s is %s, not awaiting confirmation (VERIFY_RESIZE)", r.status.Operation, r.status.Instance, r.status.Phase)
 	}
 	return nil
 }
@@ -387,16 +462,6 @@ func verifyDetail(src, dst string, window time.Duration) string {
 		d += fmt.Sprintf(" (confirmed by itself after %s)", window)
 	}
 	return d
-}
-
-// setTask sets the instance's task state, retried until done.
-func (s *saga) setTask(ctx workflow.Context, uuid string, task guest.TaskState) error {
-	summary := "task state " + string(task)
-	if task == "" {
-		summary = "clear task state"
-	}
-	return s.ledger(ctx, summary, a.SetTaskState,
-		activities.TaskStateInput{UUID: uuid, TaskState: task}).Get(ctx, nil)
 }
 
 // sameFlavor says whether two flavors ask for the same guest. Comparing

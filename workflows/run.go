@@ -12,6 +12,8 @@ import (
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/ledger"
 )
 
 // a names the activities; the nil pointer is never called, it lets the
@@ -64,11 +66,11 @@ var tries = &temporal.RetryPolicy{
 // here shares: phases shown in the UI and the status query, the kinds of
 // step (activity options), and the compensation stack.
 type saga struct {
-	ctx    workflow.Context
-	status Status
-	steps  int // total steps, for Progress
-	done   int
-	undo   []compensation
+	ctx           workflow.Context
+	status        Status
+	steps         int // total steps, for Progress
+	done          int
+	compensations []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []audit.HeldClaim
 }
@@ -90,6 +92,45 @@ func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga,
 		return nil, err
 	}
 	return s, nil
+}
+
+// loadInstance loads the instance record and refuses it with can's error
+// when the operation may not act on it; a nil can takes any record.
+func (s *saga) loadInstance(ctx workflow.Context, uuid string, can func(activities.InstanceInfo) error) (activities.InstanceInfo, error) {
+	var inst activities.InstanceInfo
+	if err := s.ledger(ctx, "load instance "+uuid, a.LoadInstance, uuid).Get(ctx, &inst); err != nil {
+		return inst, err
+	}
+	if can == nil {
+		return inst, nil
+	}
+	return inst, can(inst)
+}
+
+// setTask sets the instance's task state, retried until done.
+func (s *saga) setTask(ctx workflow.Context, uuid string, task guest.TaskState) error {
+	summary := "task state " + string(task)
+	if task == "" {
+		summary = "clear task state"
+	}
+	return s.ledger(ctx, summary, a.SetTaskState,
+		activities.TaskStateInput{UUID: uuid, TaskState: task}).Get(ctx, nil)
+}
+
+// startTask sets the task state of the operation the saga runs, cleared
+// again if the operation fails.
+func (s *saga) startTask(ctx workflow.Context, uuid string, task guest.TaskState) error {
+	s.onFailure("clear the task state", func(ctx workflow.Context) error {
+		return s.setTask(ctx, uuid, "")
+	})
+	return s.setTask(ctx, uuid, task)
+}
+
+// endTask clears the instance's task state and sets its vm state, retried
+// until done.
+func (s *saga) endTask(ctx workflow.Context, uuid string, vm guest.VMState) error {
+	return s.ledger(ctx, "vm state "+string(vm), a.SetTaskState,
+		activities.TaskStateInput{UUID: uuid, VMState: vm}).Get(ctx, nil)
 }
 
 // claim claims pinned CPUs on in.Host and remembers the claim, so that a
@@ -149,42 +190,67 @@ func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *acti
 	return c, nil
 }
 
-// claimMoveDest claims the destination of a move of a guest off src: on
-// in.Host with a claim id of in.Kind, or by adopting the drain's
-// reservation r. When pinflow chose the host (chosen) and the claim finds
-// no room there, it tries other hosts as retryElsewhere does; in ends
-// naming the host and claim id of the claim. The claim is released if
-// the operation fails: a claim of its own from before it is made, since
-// an unknown outcome may leave one, a reservation only once adopted.
-func (s *saga) claimMoveDest(ctx workflow.Context, src string, in *activities.ClaimInput, r *activities.Reservation,
-	chosen bool, choose activities.ChooseHostInput) (activities.ClaimResult, error) {
-	in.ClaimID = claimID(ctx, string(in.Kind))
-	if r != nil {
-		in.ClaimID = r.ClaimID
+// move is what the steps of a live or cold migration share: the guest,
+// where it goes and its claim there.
+type move struct {
+	*saga
+	uuid        string
+	inst        activities.InstanceInfo
+	reservation *activities.Reservation
+	src, dst    string
+	// chosen says pinflow chose dst, with choose.
+	chosen bool
+	choose activities.ChooseHostInput
+	// kind and flavor are those of the claim on dst.
+	kind      ledger.ClaimKind
+	flavor    guest.Flavor
+	claimed   activities.ClaimResult
+	destClaim string
+}
+
+// taskState is the step that sets the guest's task state, cleared again
+// if the operation fails.
+func (m *move) taskState(task guest.TaskState) func(workflow.Context) error {
+	return func(ctx workflow.Context) error { return m.startTask(ctx, m.uuid, task) }
+}
+
+// claimDestination claims the guest's CPUs on dst, or adopts the drain's
+// reservation there. When pinflow chose the host and the claim finds no
+// room there, it tries other hosts as retryElsewhere does; dst ends
+// naming the host of the claim. The claim is released if the operation
+// fails: a claim of its own from before it is made, since an unknown
+// outcome may leave one, a reservation only once adopted.
+func (m *move) claimDestination(ctx workflow.Context) error {
+	in := activities.ClaimInput{Host: m.dst, ClaimID: claimID(ctx, string(m.kind)), UUID: m.uuid, Kind: m.kind, Owner: owner(ctx), Flavor: m.flavor}
+	if m.reservation != nil {
+		in.ClaimID = m.reservation.ClaimID
 	}
-	// The release reads host and id when it runs: after a retry they name
-	// the last try.
-	host, id := in.Host, in.ClaimID
+	// The release reads dst and destClaim when it runs: after a retry
+	// they name the last try.
+	m.destClaim = in.ClaimID
 	release := func(ctx workflow.Context) error {
-		return s.ledger(ctx, "release claim on "+host, a.ReleaseClaim,
-			activities.ReleaseInput{Host: host, ClaimID: id, OnlyPending: true}).Get(ctx, nil)
+		return m.ledger(ctx, "release claim on "+m.dst, a.ReleaseClaim,
+			activities.ReleaseInput{Host: m.dst, ClaimID: m.destClaim, OnlyPending: true}).Get(ctx, nil)
 	}
-	if r == nil {
-		s.onFailure("release the destination claim", release)
+	if m.reservation == nil {
+		m.onFailure("release the destination claim", release)
 	}
-	claim, err := s.claimDest(ctx, *in, r)
-	if err != nil && chosen {
-		claim, err = s.retryElsewhere(ctx, err, in, choose, string(in.Kind))
-		host, id = in.Host, in.ClaimID
-		s.setHosts(src, host)
+	claim, err := m.claimDest(ctx, in, m.reservation)
+	if err != nil && m.chosen {
+		claim, err = m.retryElsewhere(ctx, err, &in, m.choose, string(m.kind))
+		m.dst, m.destClaim = in.Host, in.ClaimID
+		m.setHosts(m.src, m.dst)
 	}
 	if err != nil {
-		return claim, err
+		return err
 	}
-	if r != nil {
-		s.onFailure("release the destination claim", release)
+	if m.reservation != nil {
+		m.onFailure("release the destination claim", release)
 	}
-	return claim, nil
+	m.claimed = claim
+	m.step()
+	m.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
+	return nil
 }
 
 // reservedDest is where a move goes: dest, or the host of the drain's
@@ -292,17 +358,36 @@ func (s *saga) hypervisorTry(ctx workflow.Context, summary string) workflow.Cont
 	})
 }
 
+// run runs steps in order until one fails.
+func (s *saga) run(ctx workflow.Context, steps ...func(workflow.Context) error) error {
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// undo is the step that registers do as a compensation (onFailure): it
+// comes before the step that do undoes.
+func (s *saga) undo(summary string, do func(ctx workflow.Context) error) func(workflow.Context) error {
+	return func(workflow.Context) error {
+		s.onFailure(summary, do)
+		return nil
+	}
+}
+
 // onFailure registers a compensation before the step it undoes runs: the
 // step may have taken effect even when it reports an error.
 func (s *saga) onFailure(summary string, do func(ctx workflow.Context) error) {
-	s.undo = append(s.undo, compensation{summary: summary, do: do})
+	s.compensations = append(s.compensations, compensation{summary: summary, do: do})
 }
 
 // commit drops the compensations and returns the context for the rest of
 // the operation: past this point it only goes forwards, so the rest runs
 // in a disconnected context that a cancel cannot stop.
 func (s *saga) commit(ctx workflow.Context) workflow.Context {
-	s.undo = nil
+	s.compensations = nil
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	return ctx
 }
@@ -343,16 +428,16 @@ func (e ended) Unwrap() error { return e.err }
 // (so a cancelled workflow still compensates), records the error phase and
 // returns cause, joined with any compensation error.
 func (s *saga) fail(cause error) error {
-	if len(s.undo) > 0 {
+	if len(s.compensations) > 0 {
 		s.phase(PhaseRollingBack, "undoing: "+cause.Error())
 	}
 	ctx, _ := workflow.NewDisconnectedContext(s.ctx)
 	var errs []error
-	for i := len(s.undo) - 1; i >= 0; i-- {
-		c := s.undo[i]
+	for i := len(s.compensations) - 1; i >= 0; i-- {
+		c := s.compensations[i]
 		err := c.do(ctx)
 		if errors.Is(err, errRolledForward) {
-			s.undo = nil
+			s.compensations = nil
 			return errRolledForward
 		}
 		var end ended
@@ -369,7 +454,7 @@ func (s *saga) fail(cause error) error {
 			break
 		}
 	}
-	s.undo = nil
+	s.compensations = nil
 	s.status.Error = cause.Error()
 	s.phase(PhaseError, "")
 	if len(errs) > 0 {
@@ -383,7 +468,7 @@ func (s *saga) fail(cause error) error {
 func (s *saga) remaining(i int) string {
 	var names []string
 	for j := i - 1; j >= 0; j-- {
-		names = append(names, s.undo[j].summary)
+		names = append(names, s.compensations[j].summary)
 	}
 	if len(names) == 0 {
 		return "nothing"

@@ -29,22 +29,14 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 	if err != nil {
 		return nil, err
 	}
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := inst.CanShelve(); err != nil {
+	inst, err := s.loadInstance(ctx, in.UUID, activities.InstanceInfo.CanShelve)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	s.setHosts(inst.Host, "")
 	s.step()
 
-	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return s.ledger(ctx, "clear task state", a.SetTaskState,
-			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
-	})
-	if err := s.ledger(ctx, "task state shelving", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskShelving}).Get(ctx, nil); err != nil {
+	if err := s.startTask(ctx, in.UUID, guest.TaskShelving); err != nil {
 		return nil, s.fail(err)
 	}
 
@@ -101,21 +93,13 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	var inst activities.InstanceInfo
-	if err := s.ledger(ctx, "load instance "+in.UUID, a.LoadInstance, in.UUID).Get(ctx, &inst); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := inst.CanUnshelve(); err != nil {
+	inst, err := s.loadInstance(ctx, in.UUID, activities.InstanceInfo.CanUnshelve)
+	if err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
 
-	s.onFailure("clear the task state", func(ctx workflow.Context) error {
-		return s.ledger(ctx, "clear task state", a.SetTaskState,
-			activities.TaskStateInput{UUID: in.UUID, TaskState: ""}).Get(ctx, nil)
-	})
-	if err := s.ledger(ctx, "task state unshelving", a.SetTaskState,
-		activities.TaskStateInput{UUID: in.UUID, TaskState: guest.TaskUnshelving}).Get(ctx, nil); err != nil {
+	if err := s.startTask(ctx, in.UUID, guest.TaskUnshelving); err != nil {
 		return nil, s.fail(err)
 	}
 
