@@ -70,7 +70,7 @@ func TestReservedMoves(t *testing.T) {
 				case "release":
 					// Run replaces the recording of on: record here.
 					h.on("release", a.ReleaseClaim, nil).Run(func(args mock.Arguments) {
-						h.calls = append(h.calls, "release")
+						h.record("release")
 						released = append(released, args.Get(1).(activities.ReleaseInput))
 					})
 				}

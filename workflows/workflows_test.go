@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +32,11 @@ func active(host string) activities.InstanceInfo {
 var placement = numa.Placement{Cells: []numa.PlacedCell{{HostCell: 0, DedicatedVCPUs: numa.MustParse("0-1"), Pins: map[int]int{0: 2, 1: 3}, MemoryMB: 1024, CPUPolicy: numa.CPUPolicyDedicated}}}
 
 // harness is a test workflow environment whose activity mocks record the
-// order in which they ran.
+// order in which they ran. Activities run on goroutines of their own, at
+// once where a workflow runs several, hence the lock.
 type harness struct {
 	env   *testsuite.TestWorkflowEnvironment
+	mu    sync.Mutex
 	calls []string
 }
 
@@ -50,11 +53,22 @@ func newHarness(t *testing.T) *harness {
 // results, and records its name when it runs.
 func (h *harness) on(name string, fn any, results ...any) *testsuite.MockCallWrapper {
 	return h.env.OnActivity(fn, mock.Anything, mock.Anything).Return(results...).Run(func(mock.Arguments) {
-		h.calls = append(h.calls, name)
+		h.record(name)
 	})
 }
 
-func (h *harness) sequence() string { return strings.Join(h.calls, ",") }
+// record notes that the activity name ran.
+func (h *harness) record(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, name)
+}
+
+func (h *harness) sequence() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return strings.Join(h.calls, ",")
+}
 
 func failed(msg, typ string) error { return temporal.NewNonRetryableApplicationError(msg, typ, nil) }
 
@@ -237,7 +251,7 @@ func TestUnshelveSpawnFailureReleasesAndClears(t *testing.T) {
 	var cleared activities.ClearHostInput
 	h.env.OnActivity(a.ClearInstanceHost, mock.Anything, mock.Anything).Return(nil).Run(func(args mock.Arguments) {
 		cleared = args.Get(1).(activities.ClearHostInput)
-		h.calls = append(h.calls, "clear")
+		h.record("clear")
 	})
 	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid, Host: "b"})
 	if err := h.env.GetWorkflowError(); err == nil {
@@ -483,7 +497,7 @@ func TestLiveMigrationResumesABrokenPostCopy(t *testing.T) {
 	h.on("prepare", a.PrepareMigration, nil)
 	tries := 0
 	h.env.OnActivity(a.Migrate, mock.Anything, mock.Anything).Return(func(context.Context, activities.MigrateInput) error {
-		h.calls = append(h.calls, "migrate")
+		h.record("migrate")
 		if tries++; tries < 3 {
 			return failed("the link between the hosts broke", activities.ErrTypePostCopyFailed)
 		}
