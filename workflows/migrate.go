@@ -164,15 +164,22 @@ func (m *migration) switchOver(ctx workflow.Context) error {
 		// A successful migration is authoritative, even when a cancel
 		// arrived while it ran: the guest runs on dst.
 		err := m.migrate(ctx)
+		pastPostCopy := false
 		for isType(err, activities.ErrTypePostCopyFailed) {
 			// Past its switch to post-copy the migration cannot be undone,
 			// only resumed: the guest's memory is on dst. No cancel stops
 			// that; the claims stay as they are until it completes.
-			ctx = m.commit(ctx)
+			ctx, pastPostCopy = m.commit(ctx), true
 			m.phase(PhaseRunning, "resuming the migration, which failed after its switch to post-copy: "+appMessage(err))
 			if err = workflow.Sleep(ctx, postCopyRetry); err == nil {
 				err = m.migrate(ctx)
 			}
+		}
+		if err != nil && pastPostCopy {
+			// Nothing may be undone or retried cold: both claims stay for
+			// the audit, which settles the guest where the hypervisor runs
+			// it.
+			return m.fail(err)
 		}
 		if err != nil {
 			if err := m.failed(ctx, err); err != nil {

@@ -484,6 +484,39 @@ func TestLiveMigrationTriesAnotherHost(t *testing.T) {
 	}
 }
 
+// TestLiveMigrationPastPostCopyNeverFallsBack: a resumed post-copy
+// migration that then fails otherwise leaves both claims to the audit:
+// it neither rolls back nor falls back to a cold migration, which would
+// power off a guest whose memory is on the destination.
+func TestLiveMigrationPastPostCopyNeverFallsBack(t *testing.T) {
+	h := newHarness(t)
+	h.on("load", a.LoadInstance, active("a"), nil)
+	h.on("choose", a.ChooseHost, "b", nil)
+	h.on("task", a.SetTaskState, nil)
+	h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "c", Placement: placement}, nil)
+	h.on("prepare", a.PrepareMigration, nil)
+	tries := 0
+	h.env.OnActivity(a.Migrate, mock.Anything, mock.Anything).Return(func(context.Context, activities.MigrateInput) error {
+		h.record("migrate")
+		if tries++; tries == 1 {
+			return failed("the link between the hosts broke", activities.ErrTypePostCopyFailed)
+		}
+		return failed("the destination refused the domain", activities.ErrTypeRejected)
+	})
+	// Would show in the sequence.
+	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil).Maybe()
+	h.on("release", a.ReleaseClaim, nil).Maybe()
+	h.on("poweroff", a.PowerOff, nil).Maybe()
+	h.on("begin resize", a.BeginResize, nil).Maybe()
+	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, ColdFallback: true})
+	if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "refused the domain") {
+		t.Errorf("LiveMigration failing after a resumed post-copy: %v, want the failure", err)
+	}
+	if got, want := h.sequence(), "load,choose,task,claim,prepare,migrate,migrate"; got != want {
+		t.Errorf("LiveMigration failing after a resumed post-copy: steps %s, want %s", got, want)
+	}
+}
+
 // TestLiveMigrationResumesABrokenPostCopy: a migration that fails past
 // its switch to post-copy is resumed until it completes, even when the
 // workflow is cancelled meanwhile; nothing rolls it back or releases a
