@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/pinflow/pinflow/config"
 )
 
 // errUsage marks an error whose message is the whole story (exit 2).
@@ -57,12 +59,15 @@ func newRoot() *cobra.Command {
 		Long: `pinflow moves CPU-pinned, NUMA-placed guests between hypervisor hosts as
 durable Temporal workflows, with every pinned pCPU owned by one claim in a
 per-host Redis ledger. Connections come from the PINFLOW_* variables
-('pinflow config' lists them).`,
+('pinflow config' lists them); the connection flags override three of them.`,
 		Args:              subcommand,
 		RunE:              showHelp,
 		PersistentPreRunE: prepare,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
+	}
+	for _, f := range connectionFlags {
+		root.PersistentFlags().String(f.name, "", f.usage+" (overrides "+f.env+")")
 	}
 	root.AddGroup(
 		&cobra.Group{ID: "guests", Title: "Guests:"},
@@ -186,10 +191,11 @@ func hostArg(c *cobra.Command, args []string) error {
 }
 
 // prepare runs before every command: it names the command for
-// telemetry, and refuses missing required flags and bad names before
-// anything starts.
+// telemetry, lets the connection flags override the environment, and
+// refuses missing required flags and bad names before anything starts.
 func prepare(c *cobra.Command, _ []string) error {
 	invoked = pathOf(c)
+	setConnectionEnv(c.Flags())
 	var missing []string
 	c.Flags().VisitAll(func(f *pflag.Flag) {
 		if _, ok := f.Annotations[cobra.BashCompOneRequiredFlag]; ok && !f.Changed {
@@ -213,6 +219,24 @@ func required(c *cobra.Command, names ...string) {
 			panic(err)
 		}
 		c.Flags().Lookup(n).Usage += " (required)"
+	}
+}
+
+// connectionFlags override the variables config.Load reads.
+var connectionFlags = []struct{ name, env, usage string }{
+	{"temporal-address", config.Prefix + "_TEMPORAL_ADDRESS", "Temporal frontend host:port, or several comma-separated"},
+	{"namespace", config.Prefix + "_TEMPORAL_NAMESPACE", "Temporal namespace"},
+	// A password in a flag shows in the process list; the variable keeps it out.
+	{"redis-url", config.Prefix + "_REDIS_URL", "Redis of the ledger: redis://, rediss:// or unix:// URL"},
+}
+
+// setConnectionEnv sets the variable of each connection flag given, so
+// that every later config.Load sees it.
+func setConnectionEnv(fs *pflag.FlagSet) {
+	for _, cf := range connectionFlags {
+		if f := fs.Lookup(cf.name); f != nil && f.Changed {
+			os.Setenv(cf.env, f.Value.String())
+		}
 	}
 }
 
