@@ -3,11 +3,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -60,6 +62,7 @@ func newRoot() *cobra.Command {
 durable Temporal workflows, with every pinned pCPU owned by one claim in a
 per-host Redis ledger. Connections come from the PINFLOW_* variables
 ('pinflow config' lists them); the connection flags override three of them.`,
+		Version:           buildVersion(),
 		Args:              subcommand,
 		RunE:              showHelp,
 		PersistentPreRunE: prepare,
@@ -326,4 +329,23 @@ func (o *outputFormat) Set(s string) error {
 		return nil
 	}
 	return errors.New("allowed are json and table")
+}
+
+// version is the release, set with -ldflags "-X main.version=v0.1.0".
+var version string
+
+// buildVersion is version, or else the module version and the VCS
+// revision the build info records.
+func buildVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if version != "" || !ok {
+		return cmp.Or(version, "(devel)")
+	}
+	v := cmp.Or(info.Main.Version, "(devel)")
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			v += " " + s.Value
+		}
+	}
+	return v
 }
