@@ -41,9 +41,12 @@ func (a *app) ledger() (*ledger.Ledger, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := a.tel.InstrumentRedis(rdb); err != nil {
-			_ = rdb.Close()
-			return nil, err
+		// Completion reads the ledger without starting telemetry.
+		if a.tel != nil {
+			if err := a.tel.InstrumentRedis(rdb); err != nil {
+				_ = rdb.Close()
+				return nil, err
+			}
 		}
 		a.led, a.rdb = led, rdb
 	}

@@ -28,7 +28,7 @@ func hostCommand() *cobra.Command {
 
 // hostCommandOf is a command on the registered host its one argument names.
 func hostCommandOf(use, short, long string) *cobra.Command {
-	return &cobra.Command{Use: use, Short: short, Long: long, Args: hostArg}
+	return &cobra.Command{Use: use, Short: short, Long: long, Args: hostArg, ValidArgsFunction: hostNames}
 }
 
 func hostAddCommand() *cobra.Command {

@@ -44,10 +44,13 @@ func main() {
 func dispatch(args []string, stdout io.Writer) error {
 	redis.SetLogger(quietRedis{})
 	root := newRoot()
-	walk(root, func(c *cobra.Command) {
-		onlyOnce(c.Flags())
-		onlyOnce(c.PersistentFlags())
-	})
+	// Completion parses the flags twice, which would look like repeats.
+	if len(args) == 0 || !strings.HasPrefix(args[0], cobra.ShellCompRequestCmd) {
+		walk(root, func(c *cobra.Command) {
+			onlyOnce(c.Flags())
+			onlyOnce(c.PersistentFlags())
+		})
+	}
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	return root.Execute()
@@ -100,6 +103,7 @@ per-host Redis ledger. Connections come from the PINFLOW_* variables
 	root.SetFlagErrorFunc(flagError)
 	// Long flag descriptions wrap instead of running off the terminal.
 	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages", ".FlagUsagesWrapped 100"))
+	walk(root, addCompletions)
 	return root
 }
 

@@ -95,7 +95,7 @@ type opPlan struct {
 // guestCommand is a command that runs an operation on the existing guest
 // its one argument names.
 func guestCommand(use, short, long string) *cobra.Command {
-	return &cobra.Command{Use: use, Short: short, Long: long, Args: uuidArg}
+	return &cobra.Command{Use: use, Short: short, Long: long, Args: uuidArg, ValidArgsFunction: guestUUIDs}
 }
 
 // guestOp runs an operation on an existing guest: it loads the guest's
