@@ -41,9 +41,12 @@ func (a *app) ledger() (*ledger.Ledger, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := a.tel.InstrumentRedis(rdb); err != nil {
-			_ = rdb.Close()
-			return nil, err
+		// Completion reads the ledger without starting telemetry.
+		if a.tel != nil {
+			if err := a.tel.InstrumentRedis(rdb); err != nil {
+				_ = rdb.Close()
+				return nil, err
+			}
 		}
 		a.led, a.rdb = led, rdb
 	}
@@ -102,7 +105,14 @@ func withApp(f func(a *app) error) error {
 // keyValues parses repeated KEY=VALUE flags.
 type keyValues map[string]string
 
-func (kv keyValues) String() string { return fmt.Sprint(map[string]string(kv)) }
+func (kv keyValues) String() string {
+	if len(kv) == 0 {
+		return "" // no "(default map[])" in the help
+	}
+	return fmt.Sprint(map[string]string(kv))
+}
+
+func (kv keyValues) Type() string { return "KEY=VALUE" }
 
 func (kv keyValues) Set(s string) error {
 	for i := 0; i < len(s); i++ {

@@ -2,16 +2,13 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 
+	"github.com/spf13/cobra"
+
 	"github.com/pinflow/pinflow/ledger"
 )
-
-func init() {
-	register("check", "verify the ledger's invariants on every host: check [--json]", check)
-}
 
 // checkReport is what `pinflow check --json` prints.
 type checkReport struct {
@@ -24,6 +21,16 @@ type checkReport struct {
 	Problems  []string `json:"problems"`
 }
 
+func checkCommand() *cobra.Command {
+	c := &cobra.Command{Use: "check", Short: "verify the ledger's invariants on every host", Args: noArgs,
+		Long: `Verify, host by host, that no pCPU has two owners, that usage equals the
+claims, that every committed claim is its instance's placement, and that
+every host the ledger names has its topology. It exits 1 on a problem.`}
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, _ []string) error { return check(asJSON, c.OutOrStdout()) }
+	return c
+}
+
 // check verifies, host by host, that no pCPU has two owners and the
 // usage counters equal the claims' sum (Snapshot.Verify), and that every
 // committed claim is the one its instance's record names, with the same
@@ -31,12 +38,7 @@ type checkReport struct {
 // to resizes and tombstones to evacuated guests of fenced hosts. A host
 // the ledger names (registry, keys, instance records) without a topology
 // is a problem too (ledger.LostHosts): its snapshot cannot be read.
-func check(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parseFlags(fs, args); err != nil {
-		return err
-	}
+func check(asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		led, err := a.ledger()
 		if err != nil {

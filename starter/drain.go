@@ -2,12 +2,12 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -19,23 +19,22 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-func init() {
-	register("host plan-drain", "plan where every guest of a host would go, NUMA-cell exact, and report the ones that fit nowhere; changes nothing: host plan-drain NAME [--json]", hostPlanDrain)
-	register("host undrain", "enable a drained host and move back the guests its last drain moved off it: host undrain NAME [--wait] [--json]", hostUndrain)
-	register("host drain", "empty a host for maintenance: plan, disable it, reserve each guest's target, move the guests: host drain NAME [--dry-run] [--policy live|cold|live-then-cold] [--parallel N] [--per-target N] [--attempts N] [--settle DURATION] [--reason TEXT] [--wait] [--json]; host drain pause|resume|cancel|status NAME", hostDrain)
-}
-
 // errIncomplete: the plan leaves guests without a target, or claims
 // block the drain; the plan was printed.
 var errIncomplete = errors.New("the drain cannot complete")
 
-func hostPlanDrain(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host plan-drain", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
-	}
+func hostPlanDrainCommand() *cobra.Command {
+	c := hostCommandOf("plan-drain NAME", "plan where each guest of a host would go; changes nothing",
+		`Plan where every guest of a host would go, NUMA-cell exact, as 'pinflow host
+drain' would, and report the guests that fit nowhere and the claims of
+operations in flight that block the drain. It changes nothing, and exits 1
+when the drain could not complete.`)
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return hostPlanDrain(args[0], asJSON, c.OutOrStdout()) }
+	return c
+}
+
+func hostPlanDrain(host string, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		led, _, err := hostStatus(a, host)
 		if err != nil {
@@ -73,44 +72,58 @@ func renderPlan(w io.Writer, p *drain.Plan) {
 	}
 }
 
-func hostDrain(args []string, stdout io.Writer) error {
-	if len(args) > 0 {
-		switch args[0] {
-		case "pause", "resume", "cancel", "status":
-			return hostDrainControl(args[0], args[1:], stdout)
-		}
-	}
-	fs := flag.NewFlagSet("host drain", flag.ContinueOnError)
+func hostDrainCommand() *cobra.Command {
+	c := hostCommandOf("drain NAME", "empty a host: plan, disable it, reserve targets, move the guests",
+		`Empty a host for maintenance. The drain first plans every guest onto the other
+up hosts (NUMA-cell exact, hardest first) and refuses, changing nothing, when
+a guest fits nowhere. Claims of operations still in flight on the host (a
+migration onto it, a resize awaiting its confirmation) block the plan: the
+drain plans again every 3 s until they end, and gives up, changing nothing,
+when they still block it once --settle has passed. It then disables the host,
+reserves each guest's planned placement, which boots started meanwhile
+cannot take, and moves the guests as child workflows under their own
+instance ids, at most --parallel at once and --per-target onto one host. A
+failed move is planned again without the targets it failed on, up to
+--attempts targets. The host stays disabled; 'pinflow host undrain' enables
+it and moves the guests back.`)
+	c.AddCommand(hostDrainControlCommand("pause", "stop starting new moves of a running drain"),
+		hostDrainControlCommand("resume", "start new moves of a paused drain again"),
+		hostDrainControlCommand("cancel", "cancel a drain: running moves roll back, reservations are freed"),
+		hostDrainControlCommand("status", "show a running drain's progress, guest by guest"))
+	fs := c.Flags()
 	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing (as host plan-drain)")
 	policy := fs.String("policy", string(workflows.DrainLive), "how each guest moves: live, cold or live-then-cold")
 	parallel := fs.Int("parallel", workflows.DefaultDrainParallel, "moves running at once off the host")
 	perTarget := fs.Int("per-target", workflows.DefaultDrainPerTarget, "moves running at once onto one target")
 	attempts := fs.Int("attempts", workflows.DefaultDrainAttempts, "targets tried per guest before it is left on the host")
 	reason := fs.String("reason", "", "why, for the host's record (one line)")
-	settle := fs.Duration("settle", workflows.DefaultDrainSettle, "how long to wait for operations in flight on the host to end before giving up")
+	settle := fs.Duration("settle", workflows.DefaultDrainSettle,
+		"how long operations in flight on the host may block the plan before the drain gives up, changing nothing")
 	of := addOpFlags(fs)
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return hostDrain(args[0], workflows.DrainInput{Host: args[0], Reason: *reason, Policy: workflows.DrainPolicy(*policy),
+			Parallel: *parallel, PerTarget: *perTarget, Attempts: *attempts, Settle: *settle}, *dryRun, of, c.OutOrStdout())
 	}
+	return c
+}
+
+func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, stdout io.Writer) error {
 	for _, l := range []struct {
 		name string
 		v    int
-	}{{"--parallel", *parallel}, {"--per-target", *perTarget}, {"--attempts", *attempts}} {
+	}{{"--parallel", in.Parallel}, {"--per-target", in.PerTarget}, {"--attempts", in.Attempts}} {
 		if l.v < 1 {
 			return fmt.Errorf("host drain %s: %s %d: it must be at least 1: %w", host, l.name, l.v, errUsage)
 		}
 	}
-	if *settle <= 0 {
-		return fmt.Errorf("host drain %s: --settle %v: it must be positive: %w", host, *settle, errUsage)
+	if in.Settle <= 0 {
+		return fmt.Errorf("host drain %s: --settle %v: it must be positive: %w", host, in.Settle, errUsage)
 	}
-	in := workflows.DrainInput{Host: host, Reason: *reason, Policy: workflows.DrainPolicy(*policy), Parallel: *parallel, PerTarget: *perTarget,
-		Attempts: *attempts, Settle: *settle}
 	if _, err := in.Check(); err != nil {
 		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
 	}
-	if *dryRun {
-		return hostPlanDrain(append([]string{host}, jsonFlag(*of.json)...), stdout)
+	if dryRun {
+		return hostPlanDrain(host, of.json, stdout)
 	}
 	return withApp(func(a *app) error {
 		_, st, err := hostStatus(a, host)
@@ -137,13 +150,6 @@ func hostDrain(args []string, stdout io.Writer) error {
 		}
 		return followDrain(a, c, stdout, *of.json, run, host)
 	})
-}
-
-func jsonFlag(on bool) []string {
-	if on {
-		return []string{"--json"}
-	}
-	return nil
 }
 
 // followDrain prints the drain's progress line whenever it changes, then
@@ -235,14 +241,17 @@ func guestLine(host string, g *workflows.DrainGuest) string {
 	return line
 }
 
-// hostDrainControl pauses, resumes, cancels or shows a running drain.
-func hostDrainControl(verb string, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host drain "+verb, flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
+func hostDrainControlCommand(verb, short string) *cobra.Command {
+	c := hostCommandOf(verb+" NAME", short, "")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return hostDrainControl(verb, args[0], asJSON, c.OutOrStdout())
 	}
+	return c
+}
+
+// hostDrainControl pauses, resumes, cancels or shows a running drain.
+func hostDrainControl(verb, host string, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		if err := checkHost(a, host); err != nil {
 			return err
@@ -306,16 +315,20 @@ func hostDrainControl(verb string, args []string, stdout io.Writer) error {
 	})
 }
 
+func hostUndrainCommand() *cobra.Command {
+	c := hostCommandOf("undrain NAME", "enable a drained host and move its last drain's guests back",
+		`Enable a host its last drain left disabled and live-migrate back, each under
+its own instance workflow id, every guest that drain moved and that still
+runs where the drain put it.`)
+	of := addOpFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return hostUndrain(args[0], of, c.OutOrStdout()) }
+	return c
+}
+
 // hostUndrain enables a drained host and live-migrates back, each under
 // its own instance workflow id, every guest its last drain moved that is
 // still where the drain put it.
-func hostUndrain(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host undrain", flag.ContinueOnError)
-	of := addOpFlags(fs)
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
-	}
+func hostUndrain(host string, of opFlags, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		led, st, err := hostStatus(a, host)
 		if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -11,110 +10,132 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
-func init() {
-	register("host add", "register a host: host add NAME --topology FILE | --cells N --cores N --threads N [--dedicated SPEC] [--shared SPEC] [--memory-mb N] [--hugepages 2M:N,1G:N] | --libvirt URI [--migrate-uri URI] [--dedicated SPEC] [--shared SPEC]; [--cpu-allocation-ratio R] [--ram-allocation-ratio R] [--reserved-host-memory-mb N]", hostAdd)
-	register("host list", "show every host's pCPUs and who owns them: host list [--json]", hostList)
-	register("host show", "show one host's cells, pins, usage and claims: host show NAME [--json]", hostShow)
+func hostCommand() *cobra.Command {
+	return group("host", "register, inspect, drain, fence and restore hypervisor hosts",
+		hostAddCommand(), hostListCommand(), hostShowCommand(), hostDisableCommand(), hostEnableCommand(),
+		hostPlanDrainCommand(), hostDrainCommand(), hostUndrainCommand(),
+		hostDownCommand(), hostEvacuateCommand(), hostUpCommand(), hostRemoveCommand())
 }
 
-func hostAdd(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host add", flag.ContinueOnError)
+// hostCommandOf is a command on the registered host its one argument names.
+func hostCommandOf(use, short, long string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Args: hostArg, ValidArgsFunction: hostNames}
+}
+
+func hostAddCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "add NAME",
+		Short: "register a host, simulated or reached through libvirt",
+		Long: `Register a host in three ways:
+
+  host add NAME --cells N --cores N [--threads N] [--memory-mb N] [--hugepages 2M:N,1G:N]
+      a uniform topology: N cells of N cores of N threads; --memory-mb and
+      --hugepages are per NUMA cell, so a host of 2 cells and --memory-mb
+      16384 has 32 GiB
+  host add NAME --topology FILE
+      a JSON host object of the reference case format (- reads standard input)
+  host add NAME --libvirt URI [--migrate-uri URI]
+      the topology libvirt reports for the host
+
+--dedicated and --shared are Nova's cpu_dedicated_set and cpu_shared_set
+(with neither, every CPU is both). The limit flags are Nova's allocation
+ratios and reserved memory; with none of them the host takes Nova's
+defaults.`,
+		Args: hostArg,
+	}
+	fs := c.Flags()
 	topology := fs.String("topology", "", "a JSON host object (the reference case format)")
 	cells := fs.Int("cells", 0, "NUMA cells")
 	cores := fs.Int("cores", 0, "cores per cell")
 	threads := fs.Int("threads", 1, "threads per core")
 	dedicated := fs.String("dedicated", "", "cpu_dedicated_set, e.g. 2-15")
 	shared := fs.String("shared", "", "cpu_shared_set, e.g. 0-1")
-	memory := fs.Int64("memory-mb", 16384, "memory per cell, MiB")
-	huge := fs.String("hugepages", "", "huge pages per cell, e.g. 2M:512,1G:4")
-	asJSON := fs.Bool("json", false, "print the host as JSON")
+	memory := fs.Int64("memory-mb", 16384, "memory of each NUMA cell, MiB (not of the host)")
+	huge := fs.String("hugepages", "", "huge pages of each NUMA cell, e.g. 2M:512,1G:4")
+	asJSON := outputFlags(fs)
 	libvirtURI := fs.String("libvirt", "", "register a libvirt host by URI; its topology comes from libvirt")
 	migrateURI := fs.String("migrate-uri", "", "with --libvirt: the migrate_uri for migrations to this host, e.g. tcp://10.0.0.2")
 	cpuRatio := fs.Float64("cpu-allocation-ratio", 4, "shared vCPUs per shared CPU (Nova's cpu_allocation_ratio)")
 	ramRatio := fs.Float64("ram-allocation-ratio", 1, "guest memory per MiB of host memory (Nova's ram_allocation_ratio)")
 	reserved := fs.Int64("reserved-host-memory-mb", 0, "memory kept for the host, MiB (Nova's reserved_host_memory_mb)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("host add takes one NAME, got %d: %w", len(pos), errUsage)
-	}
-	limits, err := hostLimits(fs, *cpuRatio, *ramRatio, *reserved)
-	if err != nil {
-		return err
-	}
-	name := pos[0]
-	if err := checkHostArg("host add", name); err != nil {
-		return err
-	}
-	if *libvirtURI != "" {
-		if *topology != "" || *cells != 0 || *cores != 0 {
-			return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
-		}
-		hc := libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared}
-		return addLibvirtHost(stdout, name, hc, limits, *asJSON)
-	}
-	var host *numa.Host
-	switch {
-	case *topology != "" && *cells != 0:
-		return fmt.Errorf("host add: give --topology or --cells/--cores/--threads, not both: %w", errUsage)
-	case *topology != "":
-		if host, err = readTopology(*topology); err != nil {
-			return err
-		}
-	case *cells != 0 || *cores != 0:
-		spec := numa.UniformSpec{Cells: *cells, Cores: *cores, Threads: *threads, MemoryMB: *memory}
-		if spec.Dedicated, err = numa.Parse(*dedicated); err != nil {
-			return fmt.Errorf("host add: --dedicated: %w", err)
-		}
-		if spec.Shared, err = numa.Parse(*shared); err != nil {
-			return fmt.Errorf("host add: --shared: %w", err)
-		}
-		if spec.HugePages, err = parseHugePages(*huge); err != nil {
-			return err
-		}
-		if host, err = numa.Uniform(spec); err != nil {
-			return fmt.Errorf("host add: %w", err)
-		}
-	default:
-		return fmt.Errorf("host add %s: give --topology FILE or --cells N --cores N: %w", name, errUsage)
-	}
-	host.Limits = limits
-	return withApp(func(a *app) error {
-		led, err := a.ledger()
+	c.RunE = func(c *cobra.Command, args []string) error {
+		name, stdout := args[0], c.OutOrStdout()
+		limits, err := hostLimits(fs, *cpuRatio, *ramRatio, *reserved)
 		if err != nil {
 			return err
 		}
-		if a.cfg.Driver == config.DriverSim {
-			drv, err := a.cfg.Simulator(a.rdb)
+		if *libvirtURI != "" {
+			if *topology != "" || *cells != 0 || *cores != 0 {
+				return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
+			}
+			hc := libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared}
+			return addLibvirtHost(stdout, name, hc, limits, *asJSON)
+		}
+		var host *numa.Host
+		switch {
+		case *topology != "" && *cells != 0:
+			return fmt.Errorf("host add: give --topology or --cells/--cores/--threads, not both: %w", errUsage)
+		case *topology != "":
+			if host, err = readTopology(*topology); err != nil {
+				return err
+			}
+		case *cells != 0 || *cores != 0:
+			spec := numa.UniformSpec{Cells: *cells, Cores: *cores, Threads: *threads, MemoryMB: *memory}
+			if spec.Dedicated, err = numa.Parse(*dedicated); err != nil {
+				return fmt.Errorf("host add: --dedicated: %w", err)
+			}
+			if spec.Shared, err = numa.Parse(*shared); err != nil {
+				return fmt.Errorf("host add: --shared: %w", err)
+			}
+			if spec.HugePages, err = parseHugePages(*huge); err != nil {
+				return err
+			}
+			if host, err = numa.Uniform(spec); err != nil {
+				return fmt.Errorf("host add: %w", err)
+			}
+		default:
+			return fmt.Errorf("host add %s: give --topology FILE or --cells N --cores N: %w", name, errUsage)
+		}
+		host.Limits = limits
+		return withApp(func(a *app) error {
+			led, err := a.ledger()
 			if err != nil {
 				return err
 			}
-			if err := drv.AddHost(a.ctx, name, host); err != nil {
+			if a.cfg.Driver == config.DriverSim {
+				drv, err := a.cfg.Simulator(a.rdb)
+				if err != nil {
+					return err
+				}
+				if err := drv.AddHost(a.ctx, name, host); err != nil {
+					return err
+				}
+			}
+			gen, err := led.RegisterHost(a.ctx, name, host)
+			if err != nil {
 				return err
 			}
-		}
-		gen, err := led.RegisterHost(a.ctx, name, host)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(stdout, map[string]any{"host": name, "generation": gen, "topology": numa.SpecOf(host)})
-		}
-		pcpus := 0
-		for _, c := range host.Cells {
-			pcpus += c.PCPUs.Len()
-		}
-		fmt.Fprintf(stdout, "host %s registered: %d cells, %d pinnable CPUs (generation %d)\n", name, len(host.Cells), pcpus, gen)
-		return nil
-	})
+			if *asJSON {
+				return writeJSON(stdout, map[string]any{"host": name, "generation": gen, "topology": numa.SpecOf(host)})
+			}
+			pcpus := 0
+			for _, c := range host.Cells {
+				pcpus += c.PCPUs.Len()
+			}
+			fmt.Fprintf(stdout, "host %s registered: %d cells, %d pinnable CPUs (generation %d)\n", name, len(host.Cells), pcpus, gen)
+			return nil
+		})
+	}
+	return c
 }
 
 // addLibvirtHost reads a libvirt host's NUMA topology from libvirt,
@@ -226,12 +247,8 @@ func sortedHosts(a *app, led *ledger.Ledger) ([]string, error) {
 // hostLimits reads the limit flags of host add: nil when none is given,
 // which leaves the host without limits (numa.Host.HostLimits then applies
 // the flags' defaults, Nova's initial ratios, to the host as a whole).
-func hostLimits(fs *flag.FlagSet, cpuRatio, ramRatio float64, reservedMB int64) (*numa.Limits, error) {
-	given := false
-	fs.Visit(func(f *flag.Flag) {
-		given = given || strings.HasSuffix(f.Name, "-ratio") || f.Name == "reserved-host-memory-mb"
-	})
-	if !given {
+func hostLimits(fs *pflag.FlagSet, cpuRatio, ramRatio float64, reservedMB int64) (*numa.Limits, error) {
+	if !fs.Changed("cpu-allocation-ratio") && !fs.Changed("ram-allocation-ratio") && !fs.Changed("reserved-host-memory-mb") {
 		return nil, nil
 	}
 	for _, r := range []struct {
@@ -346,19 +363,14 @@ func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
 	return v, nil
 }
 
-func hostShow(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host show", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("host show takes one NAME: %w", errUsage)
-	}
-	if err := checkHostArg("host show", pos[0]); err != nil {
-		return err
-	}
+func hostShowCommand() *cobra.Command {
+	c := hostCommandOf("show NAME", "show a host's cells, pins, usage and claims", "")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return hostShow(args, asJSON, c.OutOrStdout()) }
+	return c
+}
+
+func hostShow(pos []string, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		led, err := a.ledger()
 		if err != nil {
@@ -376,12 +388,17 @@ func hostShow(args []string, stdout io.Writer) error {
 	})
 }
 
-func hostList(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host list", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if _, err := parseFlags(fs, args); err != nil {
-		return err
-	}
+func hostListCommand() *cobra.Command {
+	c := &cobra.Command{Use: "list", Short: "show every host's pCPUs and which guest owns each", Args: noArgs,
+		Long: `Draw every host's pCPU map: a line per NUMA cell, each pCPU with the guest that
+owns it ('.' when free); * marks a pending claim of a running operation, ^ a
+resize's source hold, ~ the tombstone of an evacuated guest.`}
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, _ []string) error { return hostList(asJSON, c.OutOrStdout()) }
+	return c
+}
+
+func hostList(asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		led, err := a.ledger()
 		if err != nil {

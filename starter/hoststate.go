@@ -1,11 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
 	"github.com/pinflow/pinflow/config"
@@ -14,21 +14,15 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-func init() {
-	register("host down", "record that a dead host is fenced (powered off or cut off), so its guests may be evacuated: host down NAME --fence --reason TEXT [--json]", hostDown)
-	register("host up", "bring a fenced host back: destroy the leftovers of its evacuated guests, then let it take guests again: host up NAME [--wait] [--json]", hostUp)
-	register("host evacuate", "evacuate every guest of a fenced host: host evacuate NAME [--wait] [--json]", hostEvacuate)
-	register("host remove", "remove a host that holds no guest (a fenced one that never returns goes with its tombstones): host remove NAME", hostRemove)
-	register("host disable", "keep new guests off a host (maintenance): its guests stay, and it takes only operations that name it: host disable NAME --reason TEXT [--json]", hostDisable)
-	register("host enable", "let pinflow choose a disabled host for new guests again: host enable NAME [--json]", hostEnable)
+func hostRemoveCommand() *cobra.Command {
+	c := hostCommandOf("remove NAME", "remove a host that holds no guest",
+		`Remove a host that holds no guest. A fenced host that never returns goes with
+the tombstones of the guests evacuated from it.`)
+	c.RunE = func(c *cobra.Command, args []string) error { return hostRemove(args[0], c.OutOrStdout()) }
+	return c
 }
 
-func hostRemove(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host remove", flag.ContinueOnError)
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
-	}
+func hostRemove(host string, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		if err := checkHost(a, host); err != nil {
 			return err
@@ -70,26 +64,23 @@ func hostOpStarted(stdout io.Writer, asJSON bool, host, what string, run client.
 	return nil
 }
 
-func oneHost(fs *flag.FlagSet, args []string) (string, error) {
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return "", err
+func hostDownCommand() *cobra.Command {
+	c := hostCommandOf("down NAME --fence --reason TEXT", "record that a dead host is fenced, so its guests may be evacuated",
+		`Record an operator's statement that a host is fenced: powered off, or cut off
+from its guests' storage and network. A down host takes no claims, and only
+its guests may be evacuated ('pinflow host evacuate'); pinflow never
+evacuates a host that may still run its guests. 'pinflow host up' brings it
+back.`)
+	fence := c.Flags().Bool("fence", false, "state that the host is fenced: powered off or cut off from its guests' storage and network (required)")
+	reason := c.Flags().String("reason", "", "why, for the record (required)")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return hostDown(args[0], fence, reason, asJSON, c.OutOrStdout())
 	}
-	if len(pos) != 1 {
-		return "", fmt.Errorf("%s takes one host NAME, got %d arguments: %w", fs.Name(), len(pos), errUsage)
-	}
-	return pos[0], checkHostArg(fs.Name(), pos[0])
+	return c
 }
 
-func hostDown(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host down", flag.ContinueOnError)
-	fence := fs.Bool("fence", false, "state that the host is fenced: powered off or cut off from its guests' storage and network (required)")
-	reason := fs.String("reason", "", "why, for the record (required)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
-	}
+func hostDown(host string, fence *bool, reason *string, asJSON *bool, stdout io.Writer) error {
 	if !*fence {
 		return fmt.Errorf("host down %s: add --fence once the host is powered off or cut off; pinflow never evacuates a host that may still run its guests: %w", host, errUsage)
 	}
@@ -116,14 +107,20 @@ func hostDown(args []string, stdout io.Writer) error {
 	})
 }
 
-func hostDisable(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host disable", flag.ContinueOnError)
-	reason := fs.String("reason", "", "why, for the record: one line of up to 200 characters (required)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
+func hostDisableCommand() *cobra.Command {
+	c := hostCommandOf("disable NAME --reason TEXT", "keep new guests off a host for maintenance",
+		`Disable a host for maintenance: its guests stay, pinflow no longer chooses it
+for new guests, and it takes only operations that name it. 'pinflow host
+enable' ends it.`)
+	reason := c.Flags().String("reason", "", "why, for the record: one line of up to 200 characters (required)")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return hostDisable(args[0], reason, asJSON, c.OutOrStdout())
 	}
+	return c
+}
+
+func hostDisable(host string, reason *string, asJSON *bool, stdout io.Writer) error {
 	if strings.TrimSpace(*reason) == "" {
 		return fmt.Errorf("host disable %s: --reason is required (why no new guests should land there, for the record): %w", host, errUsage)
 	}
@@ -147,13 +144,14 @@ func hostDisable(args []string, stdout io.Writer) error {
 	})
 }
 
-func hostEnable(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host enable", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
-	}
+func hostEnableCommand() *cobra.Command {
+	c := hostCommandOf("enable NAME", "let pinflow choose a disabled host for new guests again", "")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return hostEnable(args[0], asJSON, c.OutOrStdout()) }
+	return c
+}
+
+func hostEnable(host string, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		led, st, err := hostStatus(a, host)
 		if err != nil {
@@ -192,13 +190,17 @@ func hostStatus(a *app, host string) (*ledger.Ledger, ledger.HostStatus, error) 
 	return led, st, err
 }
 
-func hostUp(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host up", flag.ContinueOnError)
-	of := addOpFlags(fs)
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
-	}
+func hostUpCommand() *cobra.Command {
+	c := hostCommandOf("up NAME", "bring a fenced host back once its leftovers are destroyed",
+		`Bring back a host marked down: destroy the leftovers of the guests evacuated
+from it and clear their tombstones, then let it take guests again. It
+refuses while operations on its guests run.`)
+	of := addOpFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return hostUp(args[0], of, c.OutOrStdout()) }
+	return c
+}
+
+func hostUp(host string, of opFlags, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		_, st, err := hostStatus(a, host)
 		if err != nil {
@@ -238,16 +240,19 @@ func hostUp(args []string, stdout io.Writer) error {
 	})
 }
 
+func hostEvacuateCommand() *cobra.Command {
+	c := hostCommandOf("evacuate NAME", "evacuate every guest of a fenced host",
+		`Start an evacuation of every guest of a host fenced with 'pinflow host down
+--fence', each under its own instance workflow id; see 'pinflow evacuate'.`)
+	of := addOpFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return hostEvacuate(args[0], of, c.OutOrStdout()) }
+	return c
+}
+
 // hostEvacuate starts an evacuation of every guest whose record names the
 // fenced host, each under its own instance workflow id.
-func hostEvacuate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("host evacuate", flag.ContinueOnError)
-	of := addOpFlags(fs)
+func hostEvacuate(host string, of opFlags, stdout io.Writer) error {
 	asJSON := of.json
-	host, err := oneHost(fs, args)
-	if err != nil {
-		return err
-	}
 	return withApp(func(a *app) error {
 		led, st, err := hostStatus(a, host)
 		if err != nil {

@@ -1,21 +1,18 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
-
-func init() {
-	register("list", "list the guests, by host then name: list [--host H] [--state S] [--json]", list)
-}
 
 // listRow is one guest as `list --json` prints it.
 type listRow struct {
@@ -34,18 +31,16 @@ type listRow struct {
 	Flavor  guest.Flavor `json:"flavor"`
 }
 
-func list(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("list", flag.ContinueOnError)
-	host := fs.String("host", "", "only the guests on this host")
-	state := fs.String("state", "", "only the guests in this vm state or task state")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("list takes no positional arguments, got %q: %w", strings.Join(pos, " "), errUsage)
-	}
+func listCommand() *cobra.Command {
+	c := &cobra.Command{Use: "list", Short: "list the guests by host, then name", Args: noArgs}
+	host := c.Flags().String("host", "", "only the guests on this host")
+	state := c.Flags().String("state", "", "only the guests in this vm state or task state")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, _ []string) error { return list(host, state, asJSON, c.OutOrStdout()) }
+	return c
+}
+
+func list(host, state *string, asJSON *bool, stdout io.Writer) error {
 	if *state != "" {
 		if err := checkListState(*state); err != nil {
 			return err

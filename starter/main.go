@@ -3,30 +3,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"sort"
+	"runtime/debug"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/pinflow/pinflow/config"
 )
-
-// command is one `pinflow ...` subcommand.
-type command struct {
-	summary string
-	run     func(args []string, stdout io.Writer) error
-}
-
-// commands maps a command path ("numa fit") to its implementation.
-var commands = map[string]command{}
-
-func register(path, summary string, run func(args []string, stdout io.Writer) error) {
-	commands[path] = command{summary: summary, run: run}
-}
 
 // errUsage marks an error whose message is the whole story (exit 2).
 var errUsage = errors.New("usage")
@@ -38,7 +29,6 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func main() {
-	redis.SetLogger(quietRedis{})
 	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
 		// errUsage only sets the exit status; the message says the rest.
 		msg := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "pinflow: "), ": "+errUsage.Error())
@@ -50,49 +40,316 @@ func main() {
 	}
 }
 
+// dispatch runs the command args name, printing to stdout.
 func dispatch(args []string, stdout io.Writer) error {
-	// Longest command path first: "host add" before "host".
-	for n := min(len(args), 3); n > 0; n-- {
-		path := strings.Join(args[:n], " ")
-		if cmd, ok := commands[path]; ok {
-			invoked = path
-			return cmd.run(args[n:], stdout)
+	redis.SetLogger(quietRedis{})
+	root := newRoot()
+	// Completion parses the flags twice, which would look like repeats.
+	if len(args) == 0 || !strings.HasPrefix(args[0], cobra.ShellCompRequestCmd) {
+		walk(root, func(c *cobra.Command) {
+			onlyOnce(c.Flags())
+			onlyOnce(c.PersistentFlags())
+		})
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	return root.Execute()
+}
+
+// newRoot builds the command tree; each call gives fresh flag values.
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "pinflow",
+		Short: "move CPU-pinned guests between hypervisor hosts",
+		Long: `pinflow moves CPU-pinned, NUMA-placed guests between hypervisor hosts as
+durable Temporal workflows, with every pinned pCPU owned by one claim in a
+per-host Redis ledger. Connections come from the PINFLOW_* variables
+('pinflow config' lists them); the connection flags override three of them.`,
+		Version:           buildVersion(),
+		Args:              subcommand,
+		RunE:              showHelp,
+		PersistentPreRunE: prepare,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+	}
+	for _, f := range connectionFlags {
+		root.PersistentFlags().String(f.name, "", f.usage+" (overrides "+f.env+")")
+	}
+	root.AddGroup(
+		&cobra.Group{ID: "guests", Title: "Guests:"},
+		&cobra.Group{ID: "hosts", Title: "Hosts:"},
+		&cobra.Group{ID: "audit", Title: "Audit and ledger:"},
+		&cobra.Group{ID: "dev", Title: "Developer tools:"},
+	)
+	grouped := map[string][]*cobra.Command{
+		"guests": {bootCommand(), migrateCommand(), resizeCommand(), shelveCommand(), unshelveCommand(),
+			evacuateCommand(), deleteCommand(), cancelCommand(), showCommand(), listCommand()},
+		"hosts": {hostCommand()},
+		"audit": {reconcileCommand(), recoverCommand(), quarantineCommand(), checkCommand()},
+		"dev":   {numaCommand(), xmlCommand(), simCommand(), configCommand()},
+	}
+	for id, cmds := range grouped {
+		for _, c := range cmds {
+			c.GroupID = id
+			root.AddCommand(c)
 		}
 	}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		printUsage(stdout)
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "help" {
+			c.Args = helpTopic
+		}
+	}
+	root.SetFlagErrorFunc(flagError)
+	// Long flag descriptions wrap instead of running off the terminal.
+	root.SetUsageTemplate(strings.ReplaceAll(root.UsageTemplate(), ".FlagUsages", ".FlagUsagesWrapped 100"))
+	walk(root, addCompletions)
+	return root
+}
+
+// walk calls f on c and every command under it.
+func walk(c *cobra.Command, f func(*cobra.Command)) {
+	f(c)
+	for _, sub := range c.Commands() {
+		walk(sub, f)
+	}
+}
+
+// group makes a command that holds subcommands; alone it prints its help.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{Use: use, Short: short, Args: subcommand, RunE: showHelp}
+	c.AddCommand(subs...)
+	return c
+}
+
+func showHelp(c *cobra.Command, _ []string) error { return c.Help() }
+
+// subcommand refuses an argument of a command that only holds
+// subcommands: it names no command there.
+func subcommand(c *cobra.Command, args []string) error {
+	if len(args) == 0 {
 		return nil
 	}
-	return fmt.Errorf("unknown command %q; run 'pinflow help' for the list: %w", strings.Join(args, " "), errUsage)
+	return unknownCommand(c, args[0])
 }
 
-func printUsage(w io.Writer) {
-	paths := make([]string, 0, len(commands))
-	for p := range commands {
-		paths = append(paths, p)
+// helpTopic refuses `pinflow help X` for an X that is no command.
+func helpTopic(c *cobra.Command, args []string) error {
+	cmd, rest, err := c.Root().Find(args)
+	switch {
+	case err != nil:
+		return fmt.Errorf("help: %v: %w", err, errUsage)
+	case len(rest) > 0:
+		return unknownCommand(cmd, rest[0])
 	}
-	sort.Strings(paths)
-	fmt.Fprintln(w, "usage: pinflow COMMAND [ARGS]")
-	fmt.Fprintln(w)
-	for _, p := range paths {
-		fmt.Fprintf(w, "  %-22s %s\n", p, commands[p].summary)
+	return nil
+}
+
+// unknownCommand names the bad command and the ones c has.
+func unknownCommand(c *cobra.Command, name string) error {
+	var names []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	msg := fmt.Sprintf("unknown command %q", strings.TrimPrefix(c.CommandPath()+" "+name, c.Root().Name()+" "))
+	if len(names) == 0 {
+		return fmt.Errorf("%s; %s has no subcommands: %w", msg, c.CommandPath(), errUsage)
+	}
+	c.SuggestionsMinimumDistance = 2 // cobra's default, which it sets only on its own path
+	if s := c.SuggestionsFor(name); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return fmt.Errorf("%s; allowed are %s: %w", msg, strings.Join(names, ", "), errUsage)
+}
+
+// pathOf is the command path without "pinflow", as messages name it.
+func pathOf(c *cobra.Command) string {
+	return strings.TrimPrefix(c.CommandPath(), c.Root().Name()+" ")
+}
+
+// takes declares a command's positional arguments with a cobra check;
+// a wrong count is a usage error saying what the command takes.
+func takes(check cobra.PositionalArgs, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if check(c, args) == nil {
+			return nil
+		}
+		got := fmt.Sprint(len(args))
+		if len(args) > 0 {
+			got += ": " + strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%q", args), "["), "]")
+		}
+		return fmt.Errorf("%s takes %s, got %s: %w", pathOf(c), what, got, errUsage)
 	}
 }
 
-// parseFlags parses flags that may come before, between or after
-// positional arguments, and returns the positional ones.
-func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	fs.SetOutput(io.Discard)
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, fmt.Errorf("%s: %v: %w", fs.Name(), err, errUsage)
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return positional, checkNameFlags(fs)
-		}
-		positional = append(positional, args[0])
-		args = args[1:]
+var (
+	noArgs  = takes(cobra.NoArgs, "no positional arguments")
+	uuidArg = takes(cobra.ExactArgs(1), "one instance UUID")
+)
+
+// hostArg takes one host NAME and checks it with the ledger's rules.
+func hostArg(c *cobra.Command, args []string) error {
+	if err := takes(cobra.ExactArgs(1), "one host NAME")(c, args); err != nil {
+		return err
 	}
+	return checkHostArg(pathOf(c), args[0])
+}
+
+// prepare runs before every command: it names the command for
+// telemetry, lets the connection flags override the environment, and
+// refuses missing required flags and bad names before anything starts.
+func prepare(c *cobra.Command, _ []string) error {
+	invoked = pathOf(c)
+	setConnectionEnv(c.Flags())
+	var missing []string
+	c.Flags().VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Annotations[cobra.BashCompOneRequiredFlag]; ok && !f.Changed {
+			missing = append(missing, "--"+f.Name)
+		}
+	})
+	switch len(missing) {
+	case 0:
+	case 1:
+		return fmt.Errorf("%s: %s is required: %w", invoked, missing[0], errUsage)
+	default:
+		return fmt.Errorf("%s: %s and %s are required: %w", invoked, strings.Join(missing[:len(missing)-1], ", "), missing[len(missing)-1], errUsage)
+	}
+	return checkNameFlags(invoked, c.Flags())
+}
+
+// required marks flags a command cannot run without.
+func required(c *cobra.Command, names ...string) {
+	for _, n := range names {
+		if err := c.MarkFlagRequired(n); err != nil {
+			panic(err)
+		}
+		c.Flags().Lookup(n).Usage += " (required)"
+	}
+}
+
+// connectionFlags override the variables config.Load reads.
+var connectionFlags = []struct{ name, env, usage string }{
+	{"temporal-address", config.Prefix + "_TEMPORAL_ADDRESS", "Temporal frontend host:port, or several comma-separated"},
+	{"namespace", config.Prefix + "_TEMPORAL_NAMESPACE", "Temporal namespace"},
+	// A password in a flag shows in the process list; the variable keeps it out.
+	{"redis-url", config.Prefix + "_REDIS_URL", "Redis of the ledger: redis://, rediss:// or unix:// URL"},
+}
+
+// setConnectionEnv sets the variable of each connection flag given, so
+// that every later config.Load sees it.
+func setConnectionEnv(fs *pflag.FlagSet) {
+	for _, cf := range connectionFlags {
+		if f := fs.Lookup(cf.name); f != nil && f.Changed {
+			os.Setenv(cf.env, f.Value.String())
+		}
+	}
+}
+
+// flagError turns pflag's errors into one line naming the flag, the bad
+// value and what is allowed (exit 2).
+func flagError(c *cobra.Command, err error) error {
+	var invalid *pflag.InvalidValueError
+	var unknown *pflag.NotExistError
+	var missing *pflag.ValueRequiredError
+	switch {
+	case errors.As(err, &invalid):
+		f := invalid.GetFlag()
+		why := invalid.Unwrap().Error()
+		if allowed, ok := allowedValues[f.Value.Type()]; ok && !errors.Is(invalid, errTwice) {
+			why = allowed
+		}
+		err = fmt.Errorf("--%s %q: %s", f.Name, invalid.GetValue(), why)
+	case errors.As(err, &unknown):
+		err = fmt.Errorf("%v; 'pinflow %s --help' lists the flags", err, pathOf(c))
+	case errors.As(err, &missing):
+		err = fmt.Errorf("--%s needs a value", missing.GetFlag().Name)
+	}
+	return fmt.Errorf("%s: %w: %w", pathOf(c), err, errUsage)
+}
+
+// allowedValues says what pflag's own flag types take.
+var allowedValues = map[string]string{
+	"bool":     "allowed are true and false",
+	"int":      "allowed are whole numbers",
+	"int64":    "allowed are whole numbers",
+	"float64":  "allowed are numbers",
+	"duration": "allowed are durations such as 0, 90s, 2m or 1h30m",
+}
+
+// onlyOnce makes every flag of fs that takes one value refuse a second:
+// the last one silently winning hides a typo in a script. A switch given
+// twice says the same thing twice, and only refuses a contradiction.
+func onlyOnce(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		switch f.Value.(type) {
+		case pflag.SliceValue, keyValues: // repeatable
+		case onceValue: // a persistent flag seen before
+		default:
+			f.Value = onceValue{Value: f.Value, flag: f}
+		}
+	})
+}
+
+var errTwice = errors.New("given twice; it takes one value")
+
+type onceValue struct {
+	pflag.Value
+	flag *pflag.Flag
+}
+
+func (v onceValue) Set(s string) error {
+	if v.flag.Changed && (v.Type() != "bool" || s != v.String()) {
+		return errTwice
+	}
+	return v.Value.Set(s)
+}
+
+// outputFlags adds --output json|table and --json, its shorthand; the
+// result says whether to print JSON.
+func outputFlags(fs *pflag.FlagSet) *bool {
+	asJSON := new(bool)
+	fs.VarP((*outputFormat)(asJSON), "output", "o", "print json or a table for people")
+	fs.BoolVar(asJSON, "json", false, "print JSON (--output json)")
+	return asJSON
+}
+
+type outputFormat bool
+
+func (o *outputFormat) Type() string { return "json|table" }
+
+func (o *outputFormat) String() string {
+	if *o {
+		return "json"
+	}
+	return "table"
+}
+
+func (o *outputFormat) Set(s string) error {
+	switch s {
+	case "json", "table":
+		*o = s == "json"
+		return nil
+	}
+	return errors.New("allowed are json and table")
+}
+
+// version is the release, set with -ldflags "-X main.version=v0.1.0".
+var version string
+
+// buildVersion is version, or else the module version and the VCS
+// revision the build info records.
+func buildVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if version != "" || !ok {
+		return cmp.Or(version, "(devel)")
+	}
+	v := cmp.Or(info.Main.Version, "(devel)")
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			v += " " + s.Value
+		}
+	}
+	return v
 }

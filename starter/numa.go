@@ -3,18 +3,26 @@ package main
 import (
 	"bufio"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/pinflow/pinflow/numa"
 )
 
-func init() {
-	register("numa fit", "fit reference cases offline: numa fit [FILE|-] [--time N]", numaFit)
+func numaCommand() *cobra.Command {
+	fit := &cobra.Command{Use: "fit [FILE|-]", Short: "fit NUMA reference cases offline, one JSON answer a line",
+		Long: `Read reference cases (a JSON array of host and instance objects, or one object)
+from FILE or standard input, and print one answer line per case: whether the
+instance fits and its placement, as Nova's NUMA fitting gives it.`,
+		Args: takes(cobra.MaximumNArgs(1), "at most one FILE")}
+	times := fit.Flags().Int("time", 0, "instead of answers, print the median of N timed fits per case")
+	fit.RunE = func(c *cobra.Command, args []string) error { return numaFit(args, times, c.OutOrStdout()) }
+	return group("numa", "fit NUMA reference cases offline", fit)
 }
 
 // readInput reads FILE, or standard input for "" or "-".
@@ -25,16 +33,7 @@ func readInput(name string) ([]byte, error) {
 	return os.ReadFile(name)
 }
 
-func numaFit(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("numa fit", flag.ContinueOnError)
-	times := fs.Int("time", 0, "instead of answers, print the median of N timed fits per case")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 1 {
-		return fmt.Errorf("numa fit takes at most one FILE, got %d: %w", len(pos), errUsage)
-	}
+func numaFit(pos []string, times *int, stdout io.Writer) error {
 	if *times < 0 {
 		return fmt.Errorf("numa fit: --time %d: must be 0 or more: %w", *times, errUsage)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -25,60 +26,58 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-func init() {
-	register("boot", "boot a guest: boot --name N [--host H] --vcpus N --memory-mb N [--spec KEY=VALUE]... [--image-prop KEY=VALUE]... [--wait] [--json]", boot)
-	register("migrate", "live-migrate a guest, or cold-migrate it: migrate UUID [--dest H] [--cold | --cold-fallback] [--confirm-window D] [--wait] [--json]", migrate)
-	register("shelve", "shelve a guest and offload it from its host: shelve UUID --offload [--wait] [--json]", shelve)
-	register("unshelve", "bring a shelved guest back: unshelve UUID [--host H] [--wait] [--json]", unshelve)
-	register("delete", "delete a guest: delete UUID [--wait] [--json]", deleteGuest)
-	register("cancel", "cancel the operation running on a guest (it compensates): cancel UUID", cancelOp)
-	register("show", "show a guest: show UUID [--json]", show)
-}
-
 // opFlags are the flags every operation takes.
 type opFlags struct {
 	wait, json *bool
 }
 
-func addOpFlags(fs *flag.FlagSet) opFlags {
+func addOpFlags(fs *pflag.FlagSet) opFlags {
 	return opFlags{
 		wait: fs.Bool("wait", false, "follow the operation until it ends; the exit status is its result"),
-		json: fs.Bool("json", false, "print JSON"),
+		json: outputFlags(fs),
 	}
 }
 
-func boot(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("boot", flag.ContinueOnError)
+func bootCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "boot --name NAME --vcpus N --memory-mb N",
+		Short: "boot a new guest, pinned as its flavor asks",
+		Long: `Boot a guest of the flavor --vcpus, --memory-mb and --spec give, with the image
+properties --image-prop gives; both are validated as Nova's API does before
+anything starts. Without --host pinflow chooses the host, and tries the next
+one (up to three) when another operation took the room first. The boot runs
+as workflow instance-<uuid>.`,
+		Args: noArgs,
+	}
+	fs := c.Flags()
 	name := fs.String("name", "", "guest name")
 	host := fs.String("host", "", "host to boot on (default: pinflow chooses)")
 	vcpus := fs.Int("vcpus", 0, "vCPUs")
 	memory := fs.Int64("memory-mb", 0, "memory, MiB")
 	specs, props := keyValues{}, keyValues{}
-	fs.Var(specs, "spec", "a flavor extra spec KEY=VALUE (repeatable), e.g. hw:cpu_policy=dedicated")
-	fs.Var(props, "image-prop", "an image property KEY=VALUE (repeatable), e.g. hw_mem_page_size=2048")
+	fs.Var(specs, "spec", "a flavor extra spec (repeatable), e.g. hw:cpu_policy=dedicated")
+	fs.Var(props, "image-prop", "an image property (repeatable), e.g. hw_mem_page_size=2048")
 	of := addOpFlags(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 || *name == "" {
-		return fmt.Errorf("boot needs --name and no positional arguments: %w", errUsage)
-	}
-	flavor := guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
-	if _, err := flavor.Request(); err != nil {
-		return fmt.Errorf("boot %s: %w", *name, err)
-	}
-	return withApp(func(a *app) error {
-		if *host != "" {
-			if err := checkTarget(a, *host); err != nil {
-				return err
-			}
+	required(c, "name", "vcpus", "memory-mb")
+	c.RunE = func(c *cobra.Command, _ []string) error {
+		stdout := c.OutOrStdout()
+		flavor := guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
+		if _, err := flavor.Request(); err != nil {
+			return fmt.Errorf("boot %s: %w", *name, err)
 		}
-		id := uuid.NewString()
-		in := workflows.BootInput{UUID: id, Name: *name, Flavor: flavor, Host: *host}
-		summary := fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", *name, *vcpus, *memory)
-		return runOp(a, stdout, of, id, opPlan{op: workflows.OpBoot, wf: workflows.Boot, input: in, summary: summary, dest: *host})
-	})
+		return withApp(func(a *app) error {
+			if *host != "" {
+				if err := checkTarget(a, *host); err != nil {
+					return err
+				}
+			}
+			id := uuid.NewString()
+			in := workflows.BootInput{UUID: id, Name: *name, Flavor: flavor, Host: *host}
+			summary := fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", *name, *vcpus, *memory)
+			return runOp(a, stdout, of, id, opPlan{op: workflows.OpBoot, wf: workflows.Boot, input: in, summary: summary, dest: *host})
+		})
+	}
+	return c
 }
 
 // opPlan is what an operation on an existing guest starts: its workflow
@@ -93,39 +92,49 @@ type opPlan struct {
 	wf any
 }
 
-// guestOp runs an operation on an existing guest: it parses the UUID and
-// the flags of fs, loads the guest's record, and lets plan refuse the
-// operation or say what to start.
-func guestOp(fs *flag.FlagSet, args []string, stdout io.Writer, op workflows.Operation, wf any,
-	plan func(a *app, inst *ledger.Instance) (opPlan, error)) error {
-	of := addOpFlags(fs)
-	uuid, err := oneUUID(fs, args, fs.Name())
-	if err != nil {
-		return err
-	}
-	return withApp(func(a *app) error {
-		inst, err := instance(a, uuid)
-		if err != nil {
-			return err
-		}
-		p, err := plan(a, inst)
-		if err != nil {
-			return err
-		}
-		if p.wf == nil {
-			p.op, p.wf = op, wf
-		}
-		return runOp(a, stdout, of, uuid, p)
-	})
+// guestCommand is a command that runs an operation on the existing guest
+// its one argument names.
+func guestCommand(use, short, long string) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Long: long, Args: uuidArg, ValidArgsFunction: guestUUIDs}
 }
 
-func migrate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+// guestOp runs an operation on an existing guest: it loads the guest's
+// record, and lets plan refuse the operation or say what to start.
+func guestOp(fs *pflag.FlagSet, op workflows.Operation, wf any,
+	plan func(a *app, inst *ledger.Instance) (opPlan, error)) func(*cobra.Command, []string) error {
+	of := addOpFlags(fs)
+	return func(c *cobra.Command, args []string) error {
+		uuid, stdout := args[0], c.OutOrStdout()
+		return withApp(func(a *app) error {
+			inst, err := instance(a, uuid)
+			if err != nil {
+				return err
+			}
+			p, err := plan(a, inst)
+			if err != nil {
+				return err
+			}
+			if p.wf == nil {
+				p.op, p.wf = op, wf
+			}
+			return runOp(a, stdout, of, uuid, p)
+		})
+	}
+}
+
+func migrateCommand() *cobra.Command {
+	c := guestCommand("migrate UUID", "live-migrate a guest, or cold-migrate it",
+		`Live-migrate a guest to --dest, or to a host pinflow chooses. --cold powers
+the guest off, moves it and starts it there: a resize to the same flavor,
+which waits in VERIFY_RESIZE for 'pinflow resize confirm|revert' as a resize
+does (see --confirm-window). --cold-fallback live-migrates, and cold-migrates
+only when the hypervisor cannot live-migrate the guest.`)
+	fs := c.Flags()
 	dest := fs.String("dest", "", "destination host (default: pinflow chooses)")
 	cold := fs.Bool("cold", false, "cold-migrate: power the guest off, move it, start it, then confirm or revert (resize confirm|revert)")
 	fallback := fs.Bool("cold-fallback", false, "live-migrate, and cold-migrate instead if the hypervisor cannot live-migrate the guest")
 	window := confirmWindowFlag(fs)
-	return guestOp(fs, args, stdout, workflows.OpLiveMigration, workflows.LiveMigration,
+	c.RunE = guestOp(fs, workflows.OpLiveMigration, workflows.LiveMigration,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if *cold {
 				if *fallback {
@@ -156,12 +165,16 @@ func migrate(args []string, stdout io.Writer) error {
 			}
 			return opPlan{input: in, summary: summary, source: inst.Host, dest: *dest}, nil
 		})
+	return c
 }
 
-func shelve(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("shelve", flag.ContinueOnError)
+func shelveCommand() *cobra.Command {
+	c := guestCommand("shelve UUID --offload", "shelve a guest and offload it from its host",
+		`Shut the guest down cleanly (PINFLOW_SHUTDOWN_TIMEOUT), then offload it: its
+pCPUs are freed and 'pinflow unshelve' brings it back onto a host.`)
+	fs := c.Flags()
 	offload := fs.Bool("offload", false, "offload the guest from its host (required: pinflow always offloads)")
-	return guestOp(fs, args, stdout, workflows.OpShelveOffload, workflows.ShelveOffload,
+	c.RunE = guestOp(fs, workflows.OpShelveOffload, workflows.ShelveOffload,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if !*offload {
 				return opPlan{}, fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", inst.UUID, errUsage)
@@ -172,12 +185,14 @@ func shelve(args []string, stdout io.Writer) error {
 			summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
 			return opPlan{input: workflows.ShelveOffloadInput{UUID: inst.UUID}, summary: summary, source: inst.Host}, nil
 		})
+	return c
 }
 
-func unshelve(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("unshelve", flag.ContinueOnError)
+func unshelveCommand() *cobra.Command {
+	c := guestCommand("unshelve UUID", "bring a shelved guest back onto a host", "")
+	fs := c.Flags()
 	host := fs.String("host", "", "host to unshelve on (default: pinflow chooses)")
-	return guestOp(fs, args, stdout, workflows.OpUnshelve, workflows.Unshelve,
+	c.RunE = guestOp(fs, workflows.OpUnshelve, workflows.Unshelve,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if err := activities.InfoOf(inst).CanUnshelve(); err != nil {
 				return opPlan{}, refused(err)
@@ -190,22 +205,27 @@ func unshelve(args []string, stdout io.Writer) error {
 			summary := fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(*host))
 			return opPlan{input: workflows.UnshelveInput{UUID: inst.UUID, Host: *host}, summary: summary, dest: *host}, nil
 		})
+	return c
 }
 
-func deleteGuest(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
-	return guestOp(fs, args, stdout, workflows.OpDelete, workflows.Delete,
+func deleteCommand() *cobra.Command {
+	c := guestCommand("delete UUID", "delete a guest and free its pCPUs", "")
+	c.RunE = guestOp(c.Flags(), workflows.OpDelete, workflows.Delete,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			return opPlan{input: workflows.DeleteInput{UUID: inst.UUID}, summary: "delete " + inst.Name, source: inst.Host}, nil
 		})
+	return c
 }
 
-func cancelOp(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
-	uuid, err := oneUUID(fs, args, "cancel")
-	if err != nil {
-		return err
-	}
+func cancelCommand() *cobra.Command {
+	c := guestCommand("cancel UUID", "cancel the operation running on a guest; it compensates",
+		`Cancel the workflow instance-<uuid>: its steps are compensated in reverse and
+it ends in phase error. A resize waiting in VERIFY_RESIZE reverts.`)
+	c.RunE = func(c *cobra.Command, args []string) error { return cancelOp(args[0], c.OutOrStdout()) }
+	return c
+}
+
+func cancelOp(uuid string, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		c, err := a.client()
 		if err != nil {
@@ -246,13 +266,14 @@ type resizeView struct {
 	Cold          bool   `json:"cold,omitempty"`
 }
 
-func show(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("show", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	uuid, err := oneUUID(fs, args, "show")
-	if err != nil {
-		return err
-	}
+func showCommand() *cobra.Command {
+	c := guestCommand("show UUID", "show a guest: host, states, flavor and pinned pCPUs", "")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return show(args[0], asJSON, c.OutOrStdout()) }
+	return c
+}
+
+func show(uuid string, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		inst, err := instance(a, uuid)
 		if err != nil {
@@ -320,17 +341,6 @@ func orChosen(host string) string {
 		return "a host pinflow chooses"
 	}
 	return host
-}
-
-func oneUUID(fs *flag.FlagSet, args []string, cmd string) (string, error) {
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return "", err
-	}
-	if len(pos) != 1 {
-		return "", fmt.Errorf("%s takes one instance UUID, got %d arguments: %w", cmd, len(pos), errUsage)
-	}
-	return pos[0], nil
 }
 
 func instance(a *app, uuid string) (*ledger.Instance, error) {

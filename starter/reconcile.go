@@ -3,49 +3,34 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/workflows"
 )
 
-func init() {
-	register("reconcile", "audit the ledger against Temporal and the hypervisors now: reconcile [--host H]... [--dry-run] [--grace D] [--wait] [--json]", reconcile)
+func reconcileCommand() *cobra.Command {
+	c := &cobra.Command{Use: "reconcile", Short: "audit the ledger against Temporal and the hypervisors now", Args: noArgs,
+		Long: `Run the ledger audit the schedule runs every minute, now: each claim is checked
+against its owner's workflow and the hypervisors; claims whose owners have
+been closed for the grace are freed unless a domain of their instance uses
+their pCPUs, interrupted moves are settled forwards, and pCPUs a running
+domain uses that no claim explains are quarantined. --dry-run only reports.`}
+	hosts := c.Flags().StringArray("host", nil, "a `NAME` of a host to audit (repeatable; default: every registered host)")
+	dryRun := c.Flags().Bool("dry-run", false, "decide and report, but free nothing")
+	grace := c.Flags().String("grace", "", "judge only claims older than this, e.g. 0, 30s, 2m (default: the workers' PINFLOW_RECONCILE_GRACE)")
+	of := addOpFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, _ []string) error { return reconcile(*hosts, dryRun, grace, of, c.OutOrStdout()) }
+	return c
 }
 
-// hostsFlag collects repeated --host flags.
-type hostsFlag []string
-
-func (h *hostsFlag) String() string { return strings.Join(*h, ",") }
-
-func (h *hostsFlag) Set(s string) error {
-	if s == "" {
-		return fmt.Errorf("empty host name")
-	}
-	*h = append(*h, s)
-	return nil
-}
-
-func reconcile(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
-	var hosts hostsFlag
-	fs.Var(&hosts, "host", "a host to audit (repeatable; default: every registered host)")
-	dryRun := fs.Bool("dry-run", false, "decide and report, but free nothing")
-	grace := fs.String("grace", "", "judge only claims older than this, e.g. 0, 30s, 2m (default: the workers' PINFLOW_RECONCILE_GRACE)")
-	of := addOpFlags(fs)
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("reconcile takes no positional arguments, got %q: %w", strings.Join(pos, " "), errUsage)
-	}
+func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout io.Writer) error {
 	in := workflows.ReconcileInput{Hosts: hosts, DryRun: *dryRun}
 	if *grace != "" {
 		d, err := time.ParseDuration(*grace)

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -14,24 +13,22 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-func init() {
-	register("recover", "rebuild hosts' ledgers from their hypervisors after Redis lost data: recover [--host H]... [--dry-run] [--json]", recoverHosts)
-	register("quarantine", "release a quarantine an operator has resolved: quarantine release --host H CLAIM", quarantine)
+func recoverCommand() *cobra.Command {
+	c := &cobra.Command{Use: "recover", Short: "rebuild hosts' ledgers from their hypervisors after Redis lost data", Args: noArgs,
+		Long: `Rebuild a host's ledger after Redis lost data, from the domains its hypervisor
+runs and the instance records: register a lost topology again, restore the
+resident claims the records agree with, and quarantine pCPUs no record
+explains until 'pinflow quarantine release'. It only adds claims, never frees
+one, and exits 1 when every host was fine.`}
+	hosts := c.Flags().StringArray("host", nil,
+		"a `NAME` of a host to recover (repeatable; default: every registered host); a host whose ledger keys are all gone must be named")
+	dryRun := c.Flags().Bool("dry-run", false, "say what would be restored and quarantined, change nothing")
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, _ []string) error { return recoverHosts(*hosts, dryRun, asJSON, c.OutOrStdout()) }
+	return c
 }
 
-func recoverHosts(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("recover", flag.ContinueOnError)
-	var hosts hostsFlag
-	fs.Var(&hosts, "host", "a host to recover (repeatable; default: every registered host); a host whose ledger keys are all gone must be named")
-	dryRun := fs.Bool("dry-run", false, "say what would be restored and quarantined, change nothing")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("recover takes no positional arguments, got %q: %w", strings.Join(pos, " "), errUsage)
-	}
+func recoverHosts(hosts []string, dryRun, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		c, err := a.client()
 		if err != nil {
@@ -74,24 +71,24 @@ func hostWord(res workflows.RecoverResult) string {
 	return fmt.Sprintf("all %d hosts are", len(res.Hosts))
 }
 
+func quarantineCommand() *cobra.Command {
+	release := &cobra.Command{Use: "release --host NAME CLAIM", Short: "hand back quarantined pCPUs an operator has checked",
+		Long: `Release a quarantine claim: an operator's decision that the pCPUs it held are
+free. The release runs on a worker, which asks the hypervisor and refuses,
+naming the domain, while a running or paused domain uses any of them.`,
+		Args: takes(cobra.ExactArgs(1), "one quarantine CLAIM id")}
+	host := release.Flags().String("host", "", "the host the quarantine is on")
+	required(release, "host")
+	release.RunE = func(c *cobra.Command, args []string) error { return quarantine(host, args, c.OutOrStdout()) }
+	return group("quarantine", "release quarantined pCPUs", release)
+}
+
 // quarantine releases a quarantine claim: an operator's decision that the
 // pCPUs it held are free (the domain that used them is gone or has a
 // claim again). The release runs on the worker, which asks the hypervisor
 // and refuses while a domain still runs on those pCPUs; any other kind of
 // claim is refused too.
-func quarantine(args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "release" {
-		return fmt.Errorf("quarantine: give release --host H CLAIM: %w", errUsage)
-	}
-	fs := flag.NewFlagSet("quarantine release", flag.ContinueOnError)
-	host := fs.String("host", "", "the host the quarantine is on")
-	pos, err := parseFlags(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if *host == "" || len(pos) != 1 {
-		return fmt.Errorf("quarantine release: give --host H and one claim id: %w", errUsage)
-	}
+func quarantine(host *string, pos []string, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		c, err := a.client()
 		if err != nil {

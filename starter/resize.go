@@ -2,12 +2,13 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/pinflow/pinflow/activities"
@@ -16,19 +17,8 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-func init() {
-	register("resize", "resize a guest: resize UUID [--vcpus N] [--memory-mb N] [--spec KEY=VALUE]... [--image-prop KEY=VALUE]... [--host H] [--confirm-window D] [--wait] [--json]", resize)
-	register("resize confirm", "keep a resized guest where it runs and free its source hold: resize confirm UUID [--wait] [--json]", func(args []string, stdout io.Writer) error {
-		return resizeDecision(args, stdout, workflows.DecisionConfirm)
-	})
-	register("resize revert", "take a resized guest back to its source pins: resize revert UUID [--wait] [--json]", func(args []string, stdout io.Writer) error {
-		return resizeDecision(args, stdout, workflows.DecisionRevert)
-	})
-	register("evacuate", "rebuild a guest of a fenced host elsewhere: evacuate UUID [--host DEST] [--wait] [--json]", evacuate)
-}
-
 // confirmWindowFlag adds --confirm-window.
-func confirmWindowFlag(fs *flag.FlagSet) *time.Duration {
+func confirmWindowFlag(fs *pflag.FlagSet) *time.Duration {
 	return fs.Duration("confirm-window", workflows.DefaultConfirmWindow,
 		"how long VERIFY_RESIZE waits for a confirm or revert before confirming by itself; 0 waits for an operator however long")
 }
@@ -44,8 +34,21 @@ func windowInput(d time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func resize(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("resize", flag.ContinueOnError)
+func resizeCommand() *cobra.Command {
+	c := guestCommand("resize UUID", "resize a guest to another flavor, then confirm or revert",
+		`Resize a guest to the flavor its flags give; a flag left out keeps the guest's
+value, and --spec or --image-prop given replace all of its specs or
+properties. The resize claims the new placement while the guest's own claim
+becomes a source hold, moves the guest (onto the same host when it can hold
+both), and waits in VERIFY_RESIZE with both placements held. 'pinflow resize
+confirm UUID' then frees the hold; 'pinflow resize revert UUID' puts the guest
+back on the same source pCPUs. The confirm window (--confirm-window, default
+1h) bounds that wait: when it passes with no decision the resize confirms by
+itself, and 0 waits for an operator however long. Cancelling it there
+reverts.`)
+	c.AddCommand(resizeDecisionCommand(workflows.DecisionConfirm, "keep a resized guest where it runs and free its source hold"),
+		resizeDecisionCommand(workflows.DecisionRevert, "take a resized guest back to its source pCPUs"))
+	fs := c.Flags()
 	vcpus := fs.Int("vcpus", 0, "vCPUs (default: as now)")
 	memory := fs.Int64("memory-mb", 0, "memory, MiB (default: as now)")
 	specs, props := keyValues{}, keyValues{}
@@ -53,7 +56,7 @@ func resize(args []string, stdout io.Writer) error {
 	fs.Var(props, "image-prop", "an image property KEY=VALUE (repeatable; given, they replace the guest's)")
 	host := fs.String("host", "", "destination host (default: pinflow chooses, the guest's own host included)")
 	window := confirmWindowFlag(fs)
-	return guestOp(fs, args, stdout, workflows.OpResize, workflows.Resize,
+	c.RunE = guestOp(fs, workflows.OpResize, workflows.Resize,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			if err := activities.InfoOf(inst).CanResize(); err != nil {
 				return opPlan{}, refused(err)
@@ -92,6 +95,7 @@ func resize(args []string, stdout io.Writer) error {
 			in := workflows.ResizeInput{UUID: inst.UUID, Flavor: &flavor, Dest: *host, ConfirmWindow: w}
 			return opPlan{input: in, summary: summary, source: inst.Host, dest: *host}, nil
 		})
+	return c
 }
 
 // coldMigrate plans `migrate --cold`: a resize to the guest's own flavor
@@ -117,14 +121,17 @@ func coldMigrate(a *app, inst *ledger.Instance, dest string, window time.Duratio
 	return opPlan{input: in, summary: summary, source: inst.Host, dest: dest, op: workflows.OpColdMigration, wf: workflows.Resize}, nil
 }
 
-// resizeDecision confirms or reverts the resize waiting in VERIFY_RESIZE.
-func resizeDecision(args []string, stdout io.Writer, decision string) error {
-	fs := flag.NewFlagSet("resize "+decision, flag.ContinueOnError)
-	of := addOpFlags(fs)
-	uuid, err := oneUUID(fs, args, "resize "+decision)
-	if err != nil {
-		return err
+func resizeDecisionCommand(decision, short string) *cobra.Command {
+	c := guestCommand(decision+" UUID", short, "")
+	of := addOpFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return resizeDecision(args[0], of, c.OutOrStdout(), decision)
 	}
+	return c
+}
+
+// resizeDecision confirms or reverts the resize waiting in VERIFY_RESIZE.
+func resizeDecision(uuid string, of opFlags, stdout io.Writer, decision string) error {
 	return withApp(func(a *app) error {
 		inst, err := instance(a, uuid)
 		if err != nil {
@@ -155,13 +162,17 @@ func resizeDecision(args []string, stdout io.Writer, decision string) error {
 	})
 }
 
-func evacuate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("evacuate", flag.ContinueOnError)
-	dest := fs.String("host", "", "host to rebuild on (default: pinflow chooses)")
-	return guestOp(fs, args, stdout, workflows.OpEvacuation, workflows.Evacuate,
+func evacuateCommand() *cobra.Command {
+	c := guestCommand("evacuate UUID", "rebuild a guest of a fenced host on another host",
+		`Rebuild a guest whose host an operator fenced ('pinflow host down --fence') on
+another host, from its record's domain XML; its claim on the dead host
+becomes a tombstone that 'pinflow host up' clears.`)
+	dest := c.Flags().String("host", "", "host to rebuild on (default: pinflow chooses)")
+	c.RunE = guestOp(c.Flags(), workflows.OpEvacuation, workflows.Evacuate,
 		func(a *app, inst *ledger.Instance) (opPlan, error) {
 			return evacuationPlan(a, inst, *dest)
 		})
+	return c
 }
 
 // evacuationPlan refuses an evacuation the guest's host state forbids.

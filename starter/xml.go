@@ -4,34 +4,34 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-func init() {
-	register("xml patch", "pin a domain XML to a placement: xml patch --domain FILE --placement FILE|-", xmlPatch)
-	register("xml read", "print the pins a domain XML carries as JSON: xml read --domain FILE|-", xmlRead)
+func xmlCommand() *cobra.Command {
+	patch := &cobra.Command{Use: "patch --domain FILE --placement FILE", Short: "pin a domain XML to a placement", Args: noArgs,
+		Long: `Rewrite the <cputune> and <numatune> of a domain XML for a placement, one
+answer line of 'pinflow numa fit', and keep every other byte:
+  pinflow numa fit case.json | pinflow xml patch --domain d.xml --placement -`}
+	domainFile := patch.Flags().String("domain", "", "domain XML `FILE` to patch (- for standard input)")
+	placementFile := patch.Flags().String("placement", "", "`FILE` holding one answer line of 'pinflow numa fit' (- for standard input)")
+	required(patch, "domain", "placement")
+	patch.RunE = func(c *cobra.Command, _ []string) error { return xmlPatch(domainFile, placementFile, c.OutOrStdout()) }
+
+	read := &cobra.Command{Use: "read --domain FILE", Short: "print the pins a domain XML carries, as JSON", Args: noArgs}
+	readFile := read.Flags().String("domain", "", "domain XML `FILE` to read (- for standard input)")
+	required(read, "domain")
+	read.RunE = func(c *cobra.Command, _ []string) error { return xmlRead(readFile, c.OutOrStdout()) }
+	return group("xml", "patch and read the pinning of a domain XML", patch, read)
 }
 
-func xmlPatch(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("xml patch", flag.ContinueOnError)
-	domainFile := fs.String("domain", "", "domain XML `FILE` to patch (- for standard input)")
-	placementFile := fs.String("placement", "", "`FILE` holding one answer line of `pinflow numa fit` (- for standard input)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("xml patch takes no arguments besides --domain and --placement, got %q: %w", pos[0], errUsage)
-	}
-	if *domainFile == "" || *placementFile == "" {
-		return fmt.Errorf("xml patch needs --domain FILE and --placement FILE: %w", errUsage)
-	}
+func xmlPatch(domainFile, placementFile *string, stdout io.Writer) error {
 	if *domainFile == "-" && *placementFile == "-" {
 		return fmt.Errorf("xml patch: --domain and --placement cannot both read standard input: %w", errUsage)
 	}
@@ -55,19 +55,7 @@ func xmlPatch(args []string, stdout io.Writer) error {
 	return err
 }
 
-func xmlRead(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("xml read", flag.ContinueOnError)
-	domainFile := fs.String("domain", "", "domain XML `FILE` to read (- for standard input)")
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("xml read takes no arguments besides --domain, got %q: %w", pos[0], errUsage)
-	}
-	if *domainFile == "" {
-		return fmt.Errorf("xml read needs --domain FILE: %w", errUsage)
-	}
+func xmlRead(domainFile *string, stdout io.Writer) error {
 	doc, err := readInput(*domainFile)
 	if err != nil {
 		return fmt.Errorf("xml read: %w", err)

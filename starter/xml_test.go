@@ -150,10 +150,10 @@ func TestXMLErrors(t *testing.T) {
 		wantErr error
 		want    string
 	}{
-		{"no placement flag", []string{"xml", "patch", "--domain", domain}, "", true, nil, "xml patch needs --domain FILE and --placement FILE"},
-		{"positional", []string{"xml", "patch", "--domain", domain, "--placement", "-", "extra"}, "", true, nil, `got "extra"`},
+		{"no placement flag", []string{"xml", "patch", "--domain", domain}, "", true, nil, "xml patch: --placement is required"},
+		{"positional", []string{"xml", "patch", "--domain", domain, "--placement", "-", "extra"}, "", true, nil, `got 1: "extra"`},
 		{"both stdin", []string{"xml", "patch", "--domain", "-", "--placement", "-"}, "", true, nil, "cannot both read standard input"},
-		{"unknown flag", []string{"xml", "read", "--dom", domain}, "", true, nil, "flag provided but not defined: -dom"},
+		{"unknown flag", []string{"xml", "read", "--dom", domain}, "", true, nil, "unknown flag: --dom; 'pinflow xml read --help' lists the flags"},
 		{"fit false", []string{"xml", "patch", "--domain", domain, "--placement", "-"}, `{"id":"c1","fit":false,"why":"no room"}`, false, errNoPlacement, `answer "c1" says fit=false (no room)`},
 		{"numa false", []string{"xml", "patch", "--domain", domain, "--placement", "-"}, `{"id":"c2","fit":true,"numa":false}`, false, errNoPlacement, "says numa=false"},
 		{"invalid request", []string{"xml", "patch", "--domain", domain, "--placement", "-"}, `{"id":"c3","fit":false,"error":{"stage":"constraints","type":"RealtimeMaskNotFoundOrInvalid","message":"bad mask"}}`, false, errNoPlacement, "is an invalid request (RealtimeMaskNotFoundOrInvalid: bad mask)"},

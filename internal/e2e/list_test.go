@@ -132,5 +132,5 @@ func TestListBadInput(t *testing.T) {
 		}
 	}
 	s.refused("list takes no positional arguments", "list", "a")
-	s.refused("flag provided but not defined: -hots", "list", "--hots", "a")
+	s.refused("unknown flag: --hots; 'pinflow list --help' lists the flags", "list", "--hots", "a")
 }
