@@ -108,18 +108,7 @@ it and moves the guests back.`)
 }
 
 func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, stdout io.Writer) error {
-	for _, l := range []struct {
-		name string
-		v    int
-	}{{"--parallel", in.Parallel}, {"--per-target", in.PerTarget}, {"--attempts", in.Attempts}} {
-		if l.v < 1 {
-			return fmt.Errorf("host drain %s: %s %d: it must be at least 1: %w", host, l.name, l.v, errUsage)
-		}
-	}
-	if in.Settle <= 0 {
-		return fmt.Errorf("host drain %s: --settle %v: it must be positive: %w", host, in.Settle, errUsage)
-	}
-	if _, err := in.Check(); err != nil {
+	if err := in.Check(); err != nil {
 		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
 	}
 	if dryRun {

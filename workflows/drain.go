@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,45 +63,62 @@ type DrainInput struct {
 	Settle time.Duration `json:"settle,omitempty"`
 }
 
-// Check fills in the zero limits and checks the rest: one line naming a
-// bad value and what is allowed.
-func (in DrainInput) Check() (DrainInput, error) {
+// Upper bounds of a drain's limits: past them a value is a slip of the
+// keyboard, not a plan (no host streams 64 migrations at once, and a
+// guest that failed on ten targets will not fit on an eleventh).
+const (
+	MaxDrainParallel = 64
+	MaxDrainAttempts = 10
+	MaxDrainSettle   = 24 * time.Hour
+)
+
+// WithDefaults fills in the zero policy and limits.
+func (in DrainInput) WithDefaults() DrainInput {
 	if in.Policy == "" {
 		in.Policy = DrainLive
 	}
-	ok := false
-	for _, p := range DrainPolicies {
-		ok = ok || p == in.Policy
-	}
-	if !ok {
-		return in, fmt.Errorf("drain policy %q: policies are live, cold and live-then-cold", in.Policy)
-	}
 	for _, l := range []struct {
-		name string
-		v    *int
-		def  int
-	}{{"parallel", &in.Parallel, DefaultDrainParallel}, {"per-target", &in.PerTarget, DefaultDrainPerTarget}, {"attempts", &in.Attempts, DefaultDrainAttempts}} {
-		if *l.v < 0 {
-			return in, fmt.Errorf("drain %s %d: it must be at least 1", l.name, *l.v)
-		}
+		v   *int
+		def int
+	}{
+		{&in.Parallel, DefaultDrainParallel}, {&in.PerTarget, DefaultDrainPerTarget}, {&in.Attempts, DefaultDrainAttempts},
+	} {
 		if *l.v == 0 {
 			*l.v = l.def
-		}
-	}
-	if in.Settle < 0 {
-		return in, fmt.Errorf("drain settle %v: it must not be negative", in.Settle)
-	}
-	// The host is disabled with the reason behind a prefix, under the
-	// ledger's rule for reasons.
-	if in.Reason != "" {
-		if err := ledger.CheckReason(drainReason(in)); err != nil || strings.TrimSpace(in.Reason) == "" {
-			return in, fmt.Errorf("drain reason %q: it must be 1-%d printable characters on one line", in.Reason, ledger.MaxReason-len(drainReasonPrefix))
 		}
 	}
 	if in.Settle == 0 {
 		in.Settle = DefaultDrainSettle
 	}
-	return in, nil
+	return in
+}
+
+// Check is the one rule of a drain's input, for the CLI and the
+// workflow alike (the workflow fills in the defaults first): one line
+// naming a bad value and what is allowed.
+func (in DrainInput) Check() error {
+	if !slices.Contains(DrainPolicies, in.Policy) {
+		return fmt.Errorf("drain policy %q: policies are live, cold and live-then-cold", in.Policy)
+	}
+	for _, l := range []struct {
+		name   string
+		v, max int
+	}{{"parallel", in.Parallel, MaxDrainParallel}, {"per-target", in.PerTarget, MaxDrainParallel}, {"attempts", in.Attempts, MaxDrainAttempts}} {
+		if l.v < 1 || l.v > l.max {
+			return fmt.Errorf("drain %s %d: it must be 1 to %d", l.name, l.v, l.max)
+		}
+	}
+	if in.Settle <= 0 || in.Settle > MaxDrainSettle {
+		return fmt.Errorf("drain settle %v: it must be more than 0s and at most %v", in.Settle, MaxDrainSettle)
+	}
+	// The host is disabled with the reason behind a prefix, under the
+	// ledger's rule for reasons.
+	if in.Reason != "" {
+		if err := ledger.CheckReason(drainReason(in)); err != nil || strings.TrimSpace(in.Reason) == "" {
+			return fmt.Errorf("drain reason %q: it must be 1-%d printable characters on one line", in.Reason, ledger.MaxReason-len(drainReasonPrefix))
+		}
+	}
+	return nil
 }
 
 // DrainGuestState is where one guest of a drain is.
@@ -202,8 +220,8 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := input.Check()
-	if err != nil {
+	in := input.WithDefaults()
+	if err := in.Check(); err != nil {
 		return nil, s.fail(activities.BadRequest(err.Error()))
 	}
 	d := &drainRun{s: s, in: in, st: DrainStatus{Host: in.Host, Guests: []DrainGuest{}}, inbound: map[string]int{}}

@@ -25,18 +25,27 @@ func TestDrainInputCheck(t *testing.T) {
 		{"reason of two lines", DrainInput{Host: "h", Reason: "kernel\nupgrade"}, `drain reason "kernel\nupgrade"`},
 		{"blank reason", DrainInput{Host: "h", Reason: "  "}, "printable characters"},
 		{"bad policy", DrainInput{Host: "h", Policy: "fast"}, `drain policy "fast": policies are live, cold and live-then-cold`},
-		{"negative parallel", DrainInput{Host: "h", Parallel: -1}, "drain parallel -1: it must be at least 1"},
-		{"negative settle", DrainInput{Host: "h", Settle: -time.Second}, "drain settle -1s: it must not be negative"},
+		{"negative parallel", DrainInput{Host: "h", Parallel: -1}, "drain parallel -1: it must be 1 to 64"},
+		{"most parallel", DrainInput{Host: "h", Parallel: MaxDrainParallel}, ""},
+		{"too parallel", DrainInput{Host: "h", Parallel: 1000000}, "drain parallel 1000000: it must be 1 to 64"},
+		{"too many per target", DrainInput{Host: "h", PerTarget: 65}, "drain per-target 65: it must be 1 to 64"},
+		{"too many attempts", DrainInput{Host: "h", Attempts: 11}, "drain attempts 11: it must be 1 to 10"},
+		{"negative settle", DrainInput{Host: "h", Settle: -time.Second}, "drain settle -1s: it must be more than 0s and at most 24h0m0s"},
+		{"settle of a week", DrainInput{Host: "h", Settle: 7 * 24 * time.Hour}, "drain settle 168h0m0s"},
 	} {
-		got, err := c.in.Check()
+		got := c.in.WithDefaults()
+		err := got.Check()
 		switch {
 		case c.want == "" && err != nil:
-			t.Errorf("%s: Check(%+v): %v, want it accepted", c.name, c.in, err)
-		case c.want == "" && (got.Parallel != DefaultDrainParallel || got.Settle != DefaultDrainSettle || got.Policy != DrainLive):
-			t.Errorf("%s: Check(%+v) = %+v, want the defaults filled in", c.name, c.in, got)
+			t.Errorf("%s: Check(%+v): %v, want it accepted", c.name, got, err)
+		case c.want == "" && c.in.Parallel == 0 && (got.Parallel != DefaultDrainParallel || got.Settle != DefaultDrainSettle || got.Policy != DrainLive):
+			t.Errorf("%s: WithDefaults(%+v) = %+v, want the defaults filled in", c.name, c.in, got)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: Check(%+v): %v, want an error with %q", c.name, c.in, err, c.want)
+			t.Errorf("%s: Check(%+v): %v, want an error with %q", c.name, got, err, c.want)
 		}
+	}
+	if err := (DrainInput{Host: "h"}).Check(); err == nil {
+		t.Error("Check of a drain input without its defaults filled in = nil, want the zero limits refused (the CLI passes every value)")
 	}
 }
 

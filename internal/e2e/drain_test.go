@@ -208,7 +208,8 @@ func TestDrainRefusals(t *testing.T) {
 	if after := s.ok("host", "list", "--json"); after != before {
 		t.Errorf("a refused drain changed the ledger:\nbefore %s\nafter  %s", before, after)
 	}
-	s.refused("--parallel 0: it must be at least 1", "host", "drain", "a", "--parallel", "0")
+	s.refused("drain parallel 0: it must be 1 to 64", "host", "drain", "a", "--parallel", "0")
+	s.refused("drain parallel 1000000: it must be 1 to 64", "host", "drain", "a", "--parallel", "1000000")
 	s.refused(`drain policy "fast": policies are live, cold and live-then-cold`, "host", "drain", "a", "--policy", "fast")
 	s.refused("nowhere", "host", "drain", "nowhere")
 	s.refused("no drain of a is running", "host", "drain", "pause", "a")
@@ -244,7 +245,7 @@ func TestDrainWaitsForOperationsInFlight(t *testing.T) {
 	if out := s.ok("host", "list"); strings.Contains(out, "disabled") {
 		t.Errorf("a drain that gave up waiting disabled a host:\n%s", out)
 	}
-	s.refused("--settle 0s: it must be positive", "host", "drain", "a", "--settle", "0")
+	s.refused("drain settle 0s: it must be more than 0s", "host", "drain", "a", "--settle", "0")
 	drainA := s.start("host", "drain", "a", "--wait")
 	s.eventually("the drain waits for B's migration", time.Minute, func() bool {
 		var st workflows.Status
