@@ -274,10 +274,23 @@ func (d *Driver) completed(ctx context.Context, sc, dc *conn, uuid string, last 
 // Migrate call makes before it gives up; the caller calls again.
 const postCopyResumes = 3
 
+// postCopyNotPaused bounds how long a resume waits for QEMU on both hosts
+// to see the break (postcopy-paused): until then a resume is refused as a
+// migration still running, which says nothing of whether it could
+// succeed. A loaded host takes seconds; only a hang reaches this.
+const postCopyNotPaused = 2 * time.Minute
+
+// notPausedYet says whether a resume was refused because QEMU still
+// reports the broken migration as running.
+func notPausedYet(err error) bool {
+	return libvirtCode(err) == golibvirt.ErrOperationInvalid && strings.Contains(err.Error(), "still running")
+}
+
 // resumePostCopy resumes a migration that failed after its switch to
 // post-copy (libvirt's VIR_MIGRATE_POSTCOPY_RESUME), with the flags and
 // parameters it started with, until it completes or postCopyResumes
-// resumes have failed. Nothing aborts it: past the switch there is no way
+// resumes have failed (a resume refused because QEMU has not yet seen
+// the break does not count, see postCopyNotPaused). Nothing aborts it: past the switch there is no way
 // back, so neither a cancel nor a fence stops it. Its error wraps
 // hypervisor.ErrPostCopyFailed.
 func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, memory uint64,
@@ -288,7 +301,8 @@ func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt
 	bg := context.WithoutCancel(ctx)
 	params := migrateParams(dc, req)
 	flags := policyFlags(req.Policy) | golibvirt.MigratePostcopy | golibvirt.MigratePostcopyResume
-	for try := 1; ; try++ {
+	waitPaused := time.Now().Add(postCopyNotPaused)
+	for failed := 0; ; {
 		last.Phase = PhaseResuming
 		progress(last)
 		result := make(chan error, 1)
@@ -307,9 +321,11 @@ func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt
 			sc.drop()
 			return fail(fmt.Errorf("%w: lost the source connection resuming it (%w); call Migrate again", hypervisor.ErrPostCopyFailed, oneLine{o.migErr}))
 		}
-		if try == postCopyResumes {
-			return fail(fmt.Errorf("%w: it failed (%w) and %d resumes failed too, the last: %w; the guest is paused on both hosts until Migrate resumes it",
-				hypervisor.ErrPostCopyFailed, oneLine{cause}, try, oneLine{o.migErr}))
+		if !notPausedYet(o.migErr) || time.Now().After(waitPaused) {
+			if failed++; failed == postCopyResumes {
+				return fail(fmt.Errorf("%w: it failed (%w) and %d resumes failed too, the last: %w; the guest is paused on both hosts until Migrate resumes it",
+					hypervisor.ErrPostCopyFailed, oneLine{cause}, failed, oneLine{o.migErr}))
+			}
 		}
 		last = o.last
 		select {
