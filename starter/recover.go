@@ -19,7 +19,7 @@ func recoverCommand() *cobra.Command {
 runs and the instance records: register a lost topology again, restore the
 resident claims the records agree with, and quarantine pCPUs no record
 explains until 'pinflow quarantine release'. It only adds claims, never frees
-one, and exits 1 when every host was fine.`}
+one. A host that is fine is reported so, and changes nothing.`}
 	hosts := c.Flags().StringArray("host", nil,
 		"a `NAME` of a host to recover (repeatable; default: every registered host); a host whose ledger keys are all gone must be named")
 	dryRun := c.Flags().Bool("dry-run", false, "say what would be restored and quarantined, change nothing")
@@ -49,18 +49,16 @@ func recoverHosts(hosts []string, dryRun, asJSON *bool, stdout io.Writer) error 
 			return fmt.Errorf("recover failed: %s", rootMessage(err))
 		}
 		if *asJSON {
-			if err := writeJSON(stdout, res); err != nil {
-				return err
-			}
-		} else {
-			fmt.Fprint(stdout, workflows.RecoverReport(&res))
+			return writeJSON(stdout, res)
 		}
+		fmt.Fprint(stdout, workflows.RecoverReport(&res))
 		for _, h := range res.Hosts {
 			if h.Changed() || len(h.Unresolved) > 0 {
 				return nil
 			}
 		}
-		return fmt.Errorf("recover: %s fine: every running domain agrees with its claims; nothing changed", hostWord(res))
+		fmt.Fprintf(stdout, "%s fine: every running domain agrees with its claims; nothing changed\n", hostWord(res))
+		return nil
 	})
 }
 

@@ -122,8 +122,7 @@ func (c *chaos) fence(ctx context.Context, rng *rand.Rand) {
 }
 
 // recoverHost runs recover on a random host that is up: on a ledger that
-// agrees with the hypervisors it changes nothing and says so with a
-// non-zero exit. A claim restored may be one an operation made between
+// agrees with the hypervisors it changes nothing and says so. A claim restored may be one an operation made between
 // recover's two looks, which it only makes again; a quarantine means a
 // domain ran on pCPUs no claim held. Then it releases every quarantine it
 // finds.
@@ -133,7 +132,7 @@ func (c *chaos) recoverHost(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	c.recovers.Add(1)
-	out, _, ok := c.cli([]string{"nothing changed"}, "recover", "--host", h, "--json")
+	out, _, ok := c.cli(nil, "recover", "--host", h, "--json")
 	c.freeHost(h)
 	outcome := "unchanged"
 	if ok {
@@ -142,8 +141,10 @@ func (c *chaos) recoverHost(ctx context.Context, rng *rand.Rand) {
 			c.report("recover --host %s --json: %v: %s", h, err, out)
 			return
 		}
-		outcome = "unresolved"
 		for _, r := range res.Hosts {
+			if len(r.Unresolved) > 0 {
+				outcome = "unresolved"
+			}
 			if len(r.Quarantined) > 0 {
 				c.report("recover of %s, a host whose ledger was never lost, quarantined %+v", h, r.Quarantined)
 				outcome = "quarantined"

@@ -241,6 +241,8 @@ func TestBadInput(t *testing.T) {
 
 	s.ok("shelve", vmA, "--offload", "--wait")
 	s.refused("shelved_offloaded", "migrate", vmA, "--dest", "a")
+	s.refused("no operation is running on it (the last one, ShelveOffload, is completed)", "cancel", vmA)
+	s.refused("no operation is running on it", "cancel", "00000000-0000-4000-8000-000000000000")
 	after := s.pinned("a") + "|" + s.pinned("b")
 	if after != "|0-1" {
 		t.Errorf("pinned after the refusals and the shelve = %q (before %q), want only B's 0-1 on b", after, before)
