@@ -234,16 +234,16 @@ func cancelOp(uuid string, stdout io.Writer) error {
 		id := guest.InstanceWorkflowID(uuid)
 		// A cancel of an operation that ended is accepted by Temporal and
 		// does nothing: refuse it instead of saying it was requested.
-		desc, err := c.DescribeWorkflowExecution(a.ctx, id, "")
+		d, err := c.DescribeWorkflow(a.ctx, id, "")
 		var nf *serviceerror.NotFound
 		switch {
 		case errors.As(err, &nf):
 			return fmt.Errorf("cancel %s: no operation is running on it", uuid)
 		case err != nil:
 			return fmt.Errorf("cancel %s: %w", uuid, err)
-		case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		case d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 			return fmt.Errorf("cancel %s: no operation is running on it (the last one, %s, is %s)", uuid,
-				desc.GetWorkflowExecutionInfo().GetType().GetName(), strings.ToLower(strings.TrimPrefix(desc.GetWorkflowExecutionInfo().GetStatus().String(), "WORKFLOW_EXECUTION_STATUS_")))
+				d.WorkflowType.Name, strings.ToLower(strings.TrimPrefix(d.Status.String(), "WORKFLOW_EXECUTION_STATUS_")))
 		}
 		if err := c.CancelWorkflow(a.ctx, id, ""); err != nil {
 			if errors.As(err, &nf) {
