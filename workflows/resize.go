@@ -300,7 +300,11 @@ func (r *resizing) awaitDecision(ctx, verifyCtx workflow.Context) (auto bool, er
 	if window == 0 {
 		window = DefaultConfirmWindow
 	}
+	if window > 0 && !r.in.AutoConfirm {
+		r.status.ConfirmBy = workflow.Now(ctx).Add(window)
+	}
 	r.phase(PhaseVerifyResize, verifyDetail(r.src, r.dst, window))
+	defer func() { r.status.ConfirmBy = time.Time{} }()
 	decided := func() bool { return r.decision != "" || verifyCtx.Err() != nil }
 	switch {
 	case r.in.AutoConfirm:

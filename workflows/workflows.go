@@ -69,6 +69,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
@@ -185,6 +186,9 @@ type Status struct {
 	Progress int    `json:"progress"`
 	Detail   string `json:"detail,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// ConfirmBy is when a resize in VERIFY_RESIZE confirms by itself;
+	// zero when it waits for an operator however long.
+	ConfirmBy time.Time `json:"confirm_by,omitzero"`
 }
 
 // RegisterSearchAttributes adds pinflow's search attributes that the
