@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
-	"go.temporal.io/sdk/client"
+	tclient "go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/telemetry"
@@ -21,7 +23,7 @@ type app struct {
 	cfg      *config.Config
 	led      *ledger.Ledger
 	rdb      redis.UniversalClient
-	temporal client.Client
+	temporal tclient.Client
 	tel      *telemetry.Telemetry
 	span     trace.Span
 }
@@ -57,7 +59,7 @@ func (a *app) ledger() (*ledger.Ledger, error) {
 // ledger to the namespace's id there: a ledger that serves another
 // namespace, or the same name on another cluster, is refused before any
 // workflow starts.
-func (a *app) client() (client.Client, error) {
+func (a *app) client() (tclient.Client, error) {
 	if a.temporal == nil {
 		led, err := a.ledger()
 		if err != nil {
@@ -74,6 +76,27 @@ func (a *app) client() (client.Client, error) {
 		a.temporal = c
 	}
 	return a.temporal, nil
+}
+
+// api is the client of pinflow's API on the app's connections.
+func (a *app) api() (*client.Client, error) {
+	c, err := a.client()
+	if err != nil {
+		return nil, err
+	}
+	api := client.New(a.led, c, a.cfg.TaskQueue)
+	api.Notify = func(note string) { fmt.Fprintln(os.Stderr, "pinflow: note: "+note) }
+	return api, nil
+}
+
+// ledgerClient is a client that answers from the ledger alone, for
+// commands that need no Temporal.
+func (a *app) ledgerClient() (*client.Client, error) {
+	led, err := a.ledger()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(led, nil, a.cfg.TaskQueue), nil
 }
 
 func (a *app) close() {
@@ -100,6 +123,17 @@ func withApp(f func(a *app) error) error {
 	err = f(a)
 	a.endTelemetry(err)
 	return err
+}
+
+// withClient runs f with an app and its API client.
+func withClient(f func(a *app, api *client.Client) error) error {
+	return withApp(func(a *app) error {
+		api, err := a.api()
+		if err != nil {
+			return err
+		}
+		return f(a, api)
+	})
 }
 
 // keyValues parses repeated KEY=VALUE flags.

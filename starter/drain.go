@@ -10,9 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
+	tclient "go.temporal.io/sdk/client"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
@@ -143,7 +144,7 @@ func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, st
 
 // followDrain prints the drain's progress line whenever it changes, then
 // its result; guests left on the host make the exit non-zero.
-func followDrain(a *app, c client.Client, stdout io.Writer, asJSON bool, run client.WorkflowRun, host string) error {
+func followDrain(a *app, c tclient.Client, stdout io.Writer, asJSON bool, run tclient.WorkflowRun, host string) error {
 	done := make(chan error, 1)
 	var res workflows.DrainResult
 	go func() { done <- run.Get(a.ctx, &res) }()
@@ -154,7 +155,7 @@ func followDrain(a *app, c client.Client, stdout io.Writer, asJSON bool, run cli
 		select {
 		case err := <-done:
 			if err != nil {
-				return fmt.Errorf("host drain %s failed: %s", host, rootMessage(err))
+				return fmt.Errorf("host drain %s failed: %s", host, client.RootMessage(err))
 			}
 			if asJSON {
 				if err := writeJSON(stdout, res); err != nil {
@@ -194,7 +195,7 @@ func followDrain(a *app, c client.Client, stdout io.Writer, asJSON bool, run cli
 	}
 }
 
-func drainStatus(a *app, c client.Client, host string) (workflows.DrainStatus, error) {
+func drainStatus(a *app, c tclient.Client, host string) (workflows.DrainStatus, error) {
 	var st workflows.DrainStatus
 	v, err := c.QueryWorkflow(a.ctx, workflows.DrainWorkflowID(host), "", workflows.DrainStatusQuery)
 	if err != nil {
@@ -273,7 +274,7 @@ func hostDrainControl(verb, host string, asJSON *bool, stdout io.Writer) error {
 			case errors.As(err, &nf):
 				return fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
 			case err != nil:
-				return fmt.Errorf("host drain %s %s: %s", verb, host, rootMessage(err))
+				return fmt.Errorf("host drain %s %s: %s", verb, host, client.RootMessage(err))
 			}
 			// The drain took it: its status says so now.
 			if after, err := drainStatus(a, c, host); err == nil {
@@ -343,7 +344,7 @@ func hostUndrain(host string, of opFlags, stdout io.Writer) error {
 		}
 		var res workflows.DrainResult
 		if err := c.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("host undrain %s: its last drain did not complete (%s), so pinflow does not know what it moved; move guests back one by one", host, rootMessage(err))
+			return fmt.Errorf("host undrain %s: its last drain did not complete (%s), so pinflow does not know what it moved; move guests back one by one", host, client.RootMessage(err))
 		}
 		if _, err := led.SetHostEnabled(a.ctx, host); err != nil {
 			return err
@@ -355,7 +356,11 @@ func hostUndrain(host string, of opFlags, stdout io.Writer) error {
 			Done  bool   `json:"done,omitempty"`
 		}
 		var out []back
-		var runs []client.WorkflowRun
+		api, err := a.api()
+		if err != nil {
+			return err
+		}
+		var ops []*client.Operation
 		var idx []int
 		for _, g := range res.Guests {
 			if g.State != workflows.GuestMoved {
@@ -365,22 +370,21 @@ func hostUndrain(host string, of opFlags, stdout io.Writer) error {
 			if err != nil || inst.Host != g.Target {
 				continue // gone, or moved again since
 			}
-			run, err := startOp(a, g.UUID, workflows.OpLiveMigration, workflows.LiveMigration,
-				opPlan{input: workflows.LiveMigrationInput{UUID: g.UUID, Dest: host}, summary: "undrain: move " + g.UUID + " back to " + host, source: g.Target, dest: host})
+			op, err := api.Migrate(a.ctx, g.UUID, client.MigrateRequest{Dest: host})
 			out = append(out, back{UUID: g.UUID, From: g.Target})
 			if err != nil {
 				out[len(out)-1].Error = err.Error()
 				continue
 			}
-			runs, idx = append(runs, run), append(idx, len(out)-1)
+			ops, idx = append(ops, op), append(idx, len(out)-1)
 		}
 		failed := 0
-		for i, run := range runs {
+		for i, op := range ops {
 			if !*of.wait {
 				break
 			}
-			if err := run.Get(a.ctx, nil); err != nil {
-				out[idx[i]].Error = rootMessage(err)
+			if _, err := op.Wait(a.ctx, nil); err != nil {
+				out[idx[i]].Error = client.RootMessage(err)
 				continue
 			}
 			out[idx[i]].Done = true

@@ -6,8 +6,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
+	tclient "go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
@@ -56,7 +57,7 @@ func hostWorkflowID(host string) string { return "host-" + host }
 
 // hostOpStarted says that run, the operation on a whole host that what
 // names, has started; a command without --wait ends with it.
-func hostOpStarted(stdout io.Writer, asJSON bool, host, what string, run client.WorkflowRun) error {
+func hostOpStarted(stdout io.Writer, asJSON bool, host, what string, run tclient.WorkflowRun) error {
 	if asJSON {
 		return writeJSON(stdout, map[string]string{"host": host, "workflow_id": run.GetID(), "run_id": run.GetRunID()})
 	}
@@ -230,7 +231,7 @@ func hostUp(host string, of opFlags, stdout io.Writer) error {
 		}
 		var res workflows.HostUpResult
 		if err := run.Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("host up %s failed: %s", host, rootMessage(err))
+			return fmt.Errorf("host up %s failed: %s", host, client.RootMessage(err))
 		}
 		if *of.json {
 			return writeJSON(stdout, res)
@@ -272,38 +273,38 @@ func hostEvacuate(host string, of opFlags, stdout io.Writer) error {
 			Error string `json:"error,omitempty"`
 		}
 		var out []started
-		var runs []client.WorkflowRun
-		var runOf []int // runs[i] is the evacuation of out[runOf[i]]
+		api, err := a.api()
+		if err != nil {
+			return err
+		}
+		var ops []*client.Operation
+		var opOf []int // ops[i] is the evacuation of out[opOf[i]]
 		failed := 0
 		for _, cl := range claims {
 			inst, err := led.Instance(a.ctx, cl.InstanceUUID)
 			if err != nil || inst.Host != host || inst.ClaimID != cl.ID {
 				continue // not a guest that lives here
 			}
-			plan, err := evacuationPlan(a, inst, "")
-			var run client.WorkflowRun
-			if err == nil {
-				run, err = startOp(a, inst.UUID, workflows.OpEvacuation, workflows.Evacuate, plan)
-			}
+			op, err := api.Evacuate(a.ctx, inst.UUID, "")
 			if err != nil {
 				failed++
 				out = append(out, started{UUID: inst.UUID, Error: err.Error()})
 				continue
 			}
-			out = append(out, started{UUID: inst.UUID, RunID: run.GetRunID()})
-			runs, runOf = append(runs, run), append(runOf, len(out)-1)
+			out = append(out, started{UUID: inst.UUID, RunID: op.RunID})
+			ops, opOf = append(ops, op), append(opOf, len(out)-1)
 		}
 		if *of.wait {
 			// Every evacuation runs under its own instance id; wait for
 			// each and say how it ended.
-			for i, run := range runs {
-				var res workflows.EvacuateResult
-				if err := run.Get(a.ctx, &res); err != nil {
+			for i, op := range ops {
+				res, err := op.Wait(a.ctx, nil)
+				if err != nil {
 					failed++
-					out[runOf[i]].Error = rootMessage(err)
+					out[opOf[i]].Error = client.RootMessage(err)
 					continue
 				}
-				out[runOf[i]].Host = res.Host
+				out[opOf[i]].Host = res.Host
 			}
 		}
 		if *asJSON {

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
 )
 
@@ -30,10 +31,16 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func main() {
 	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
-		// errUsage only sets the exit status; the message says the rest.
-		msg := strings.TrimSuffix(strings.TrimPrefix(err.Error(), "pinflow: "), ": "+errUsage.Error())
+		// These marks only set the exit status; the message says the rest.
+		msg := strings.TrimPrefix(err.Error(), "pinflow: ")
+		for _, mark := range []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost, errInterrupted} {
+			msg = strings.TrimSuffix(msg, ": "+mark.Error())
+		}
 		fmt.Fprintln(os.Stderr, "pinflow: "+msg)
-		if errors.Is(err, errUsage) {
+		switch {
+		case errors.Is(err, errInterrupted):
+			os.Exit(130)
+		case errors.Is(err, errUsage), errors.Is(err, client.ErrInvalid):
 			os.Exit(2)
 		}
 		os.Exit(1)
@@ -83,7 +90,7 @@ per-host Redis ledger. Connections come from the PINFLOW_* variables
 	)
 	grouped := map[string][]*cobra.Command{
 		"guests": {bootCommand(), migrateCommand(), resizeCommand(), shelveCommand(), unshelveCommand(),
-			evacuateCommand(), deleteCommand(), cancelCommand(), showCommand(), listCommand()},
+			evacuateCommand(), deleteCommand(), cancelCommand(), followCommand(), showCommand(), opsCommand(), listCommand()},
 		"hosts": {hostCommand()},
 		"audit": {reconcileCommand(), recoverCommand(), quarantineCommand(), checkCommand()},
 		"dev":   {numaCommand(), xmlCommand(), simCommand(), configCommand()},
@@ -185,8 +192,8 @@ func takes(check cobra.PositionalArgs, what string) cobra.PositionalArgs {
 }
 
 var (
-	noArgs  = takes(cobra.NoArgs, "no positional arguments")
-	uuidArg = takes(cobra.ExactArgs(1), "one instance UUID")
+	noArgs   = takes(cobra.NoArgs, "no positional arguments")
+	guestArg = takes(cobra.ExactArgs(1), "one guest (its UUID, a unique UUID prefix or its unique name)")
 )
 
 // hostArg takes one host NAME and checks it with the ledger's rules.

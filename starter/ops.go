@@ -2,27 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strings"
+	"os/signal"
+	"syscall"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
-	"github.com/pinflow/pinflow/hypervisor"
-	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -60,70 +53,47 @@ as workflow instance-<uuid>.`,
 	of := addOpFlags(fs)
 	required(c, "name", "vcpus", "memory-mb")
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		stdout := c.OutOrStdout()
 		flavor := guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
+		if *vcpus <= 0 || *memory <= 0 {
+			return fmt.Errorf("boot %s: --vcpus %d --memory-mb %d: allowed are whole numbers from 1: %w", *name, *vcpus, *memory, errUsage)
+		}
 		if _, err := flavor.Request(); err != nil {
 			return fmt.Errorf("boot %s: %w", *name, err)
 		}
-		return withApp(func(a *app) error {
-			if *host != "" {
-				if err := checkTarget(a, *host); err != nil {
-					return err
-				}
+		return withClient(func(a *app, api *client.Client) error {
+			op, err := api.Boot(a.ctx, client.BootRequest{Name: *name, Flavor: flavor, Host: *host})
+			if err != nil {
+				return err
 			}
-			id := uuid.NewString()
-			in := workflows.BootInput{UUID: id, Name: *name, Flavor: flavor, Host: *host}
-			summary := fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", *name, *vcpus, *memory)
-			return runOp(a, stdout, of, id, opPlan{op: workflows.OpBoot, wf: workflows.Boot, input: in, summary: summary, dest: *host})
+			return started(a, c.OutOrStdout(), of, op)
 		})
 	}
 	return c
 }
 
-// opPlan is what an operation on an existing guest starts: its workflow
-// input, the summary shown in the Web UI, and its hosts.
-type opPlan struct {
-	input        any
-	summary      string
-	source, dest string
-	// op and wf are the operation and its workflow; a plan that leaves wf
-	// unset runs the command's own (migrate --cold sets a Resize).
-	op workflows.Operation
-	wf any
-}
-
 // guestCommand is a command that runs an operation on the existing guest
 // its one argument names.
 func guestCommand(use, short, long string) *cobra.Command {
-	return &cobra.Command{Use: use, Short: short, Long: long, Args: uuidArg, ValidArgsFunction: guestUUIDs}
+	return &cobra.Command{Use: use, Short: short, Long: long, Args: guestArg, ValidArgsFunction: guestUUIDs}
 }
 
-// guestOp runs an operation on an existing guest: it loads the guest's
-// record, and lets plan refuse the operation or say what to start.
-func guestOp(fs *pflag.FlagSet, op workflows.Operation, wf any,
-	plan func(a *app, inst *ledger.Instance) (opPlan, error)) func(*cobra.Command, []string) error {
+// guestOp runs an operation on the guest the command's argument names:
+// start starts it, and --wait follows it.
+func guestOp(fs *pflag.FlagSet, start func(a *app, api *client.Client, ref string) (*client.Operation, error)) func(*cobra.Command, []string) error {
 	of := addOpFlags(fs)
 	return func(c *cobra.Command, args []string) error {
-		uuid, stdout := args[0], c.OutOrStdout()
-		return withApp(func(a *app) error {
-			inst, err := instance(a, uuid)
+		return withClient(func(a *app, api *client.Client) error {
+			op, err := start(a, api, args[0])
 			if err != nil {
 				return err
 			}
-			p, err := plan(a, inst)
-			if err != nil {
-				return err
-			}
-			if p.wf == nil {
-				p.op, p.wf = op, wf
-			}
-			return runOp(a, stdout, of, uuid, p)
+			return started(a, c.OutOrStdout(), of, op)
 		})
 	}
 }
 
 func migrateCommand() *cobra.Command {
-	c := guestCommand("migrate UUID", "live-migrate a guest, or cold-migrate it",
+	c := guestCommand("migrate GUEST", "live-migrate a guest, or cold-migrate it",
 		`Live-migrate a guest to --dest, or to a host pinflow chooses. --cold powers
 the guest off, moves it and starts it there: a resize to the same flavor,
 which waits in VERIFY_RESIZE for 'pinflow resize confirm|revert' as a resize
@@ -134,126 +104,215 @@ only when the hypervisor cannot live-migrate the guest.`)
 	cold := fs.Bool("cold", false, "cold-migrate: power the guest off, move it, start it, then confirm or revert (resize confirm|revert)")
 	fallback := fs.Bool("cold-fallback", false, "live-migrate, and cold-migrate instead if the hypervisor cannot live-migrate the guest")
 	window := confirmWindowFlag(fs)
-	c.RunE = guestOp(fs, workflows.OpLiveMigration, workflows.LiveMigration,
-		func(a *app, inst *ledger.Instance) (opPlan, error) {
-			if *cold {
-				if *fallback {
-					return opPlan{}, fmt.Errorf("migrate %s: --cold and --cold-fallback exclude each other: %w", inst.UUID, errUsage)
-				}
-				return coldMigrate(a, inst, *dest, *window)
-			}
-			w, err := windowInput(*window)
-			if err != nil {
-				return opPlan{}, err
-			}
-			if err := activities.InfoOf(inst).CanLiveMigrate(); err != nil {
-				return opPlan{}, refused(err)
-			}
-			if *dest != "" {
-				if err := checkTarget(a, *dest); err != nil {
-					return opPlan{}, err
-				}
-				if *dest == inst.Host {
-					return opPlan{}, fmt.Errorf("migrate %s: it already runs on %s; choose another --dest", inst.UUID, *dest)
-				}
-			}
-			summary := fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(*dest))
-			in := workflows.LiveMigrationInput{UUID: inst.UUID, Dest: *dest}
-			if *fallback {
-				in.ColdFallback, in.ConfirmWindow = true, w
-				summary += " (cold if it cannot be live)"
-			}
-			return opPlan{input: in, summary: summary, source: inst.Host, dest: *dest}, nil
-		})
+	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
+		if *cold && *fallback {
+			return nil, fmt.Errorf("migrate %s: --cold and --cold-fallback exclude each other: %w", ref, errUsage)
+		}
+		w, err := windowInput(*window)
+		if err != nil {
+			return nil, err
+		}
+		return api.Migrate(a.ctx, ref, client.MigrateRequest{Dest: *dest, Cold: *cold, ColdFallback: *fallback, ConfirmWindow: w})
+	})
 	return c
 }
 
 func shelveCommand() *cobra.Command {
-	c := guestCommand("shelve UUID --offload", "shelve a guest and offload it from its host",
+	c := guestCommand("shelve GUEST --offload", "shelve a guest and offload it from its host",
 		`Shut the guest down cleanly (PINFLOW_SHUTDOWN_TIMEOUT), then offload it: its
 pCPUs are freed and 'pinflow unshelve' brings it back onto a host.`)
 	fs := c.Flags()
 	offload := fs.Bool("offload", false, "offload the guest from its host (required: pinflow always offloads)")
-	c.RunE = guestOp(fs, workflows.OpShelveOffload, workflows.ShelveOffload,
-		func(a *app, inst *ledger.Instance) (opPlan, error) {
-			if !*offload {
-				return opPlan{}, fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", inst.UUID, errUsage)
-			}
-			if err := activities.InfoOf(inst).CanShelve(); err != nil {
-				return opPlan{}, refused(err)
-			}
-			summary := fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host)
-			return opPlan{input: workflows.ShelveOffloadInput{UUID: inst.UUID}, summary: summary, source: inst.Host}, nil
-		})
+	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
+		if !*offload {
+			return nil, fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", ref, errUsage)
+		}
+		return api.Shelve(a.ctx, ref)
+	})
 	return c
 }
 
 func unshelveCommand() *cobra.Command {
-	c := guestCommand("unshelve UUID", "bring a shelved guest back onto a host", "")
+	c := guestCommand("unshelve GUEST", "bring a shelved guest back onto a host", "")
 	fs := c.Flags()
 	host := fs.String("host", "", "host to unshelve on (default: pinflow chooses)")
-	c.RunE = guestOp(fs, workflows.OpUnshelve, workflows.Unshelve,
-		func(a *app, inst *ledger.Instance) (opPlan, error) {
-			if err := activities.InfoOf(inst).CanUnshelve(); err != nil {
-				return opPlan{}, refused(err)
-			}
-			if *host != "" {
-				if err := checkTarget(a, *host); err != nil {
-					return opPlan{}, err
-				}
-			}
-			summary := fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(*host))
-			return opPlan{input: workflows.UnshelveInput{UUID: inst.UUID, Host: *host}, summary: summary, dest: *host}, nil
-		})
+	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
+		return api.Unshelve(a.ctx, ref, *host)
+	})
 	return c
 }
 
 func deleteCommand() *cobra.Command {
-	c := guestCommand("delete UUID", "delete a guest and free its pCPUs", "")
-	c.RunE = guestOp(c.Flags(), workflows.OpDelete, workflows.Delete,
-		func(a *app, inst *ledger.Instance) (opPlan, error) {
-			return opPlan{input: workflows.DeleteInput{UUID: inst.UUID}, summary: "delete " + inst.Name, source: inst.Host}, nil
-		})
+	c := guestCommand("delete GUEST", "delete a guest and free its pCPUs", "")
+	c.RunE = guestOp(c.Flags(), func(a *app, api *client.Client, ref string) (*client.Operation, error) {
+		return api.Delete(a.ctx, ref)
+	})
 	return c
 }
 
 func cancelCommand() *cobra.Command {
-	c := guestCommand("cancel UUID", "cancel the operation running on a guest; it compensates",
-		`Cancel the workflow instance-<uuid>: its steps are compensated in reverse and
-it ends in phase error. A resize waiting in VERIFY_RESIZE reverts.`)
-	c.RunE = func(c *cobra.Command, args []string) error { return cancelOp(args[0], c.OutOrStdout()) }
+	c := guestCommand("cancel GUEST", "cancel the operation running on a guest; it compensates",
+		`Cancel the operation running on a guest (workflow instance-<uuid>): its steps
+are compensated in reverse and it ends in phase error. A resize waiting in
+VERIFY_RESIZE reverts.`)
+	of := addOpFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return withClient(func(a *app, api *client.Client) error {
+			op, err := api.Cancel(a.ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if !*of.wait {
+				if *of.json {
+					return writeJSON(c.OutOrStdout(), startedView(op))
+				}
+				fmt.Fprintf(c.OutOrStdout(), "cancellation of the %s of %s requested; it compensates and ends in phase error\n", op.Kind, op.UUID)
+				return nil
+			}
+			return followOp(a, c.OutOrStdout(), *of.json, op, op.WaitEnd)
+		})
+	}
 	return c
 }
 
-func cancelOp(uuid string, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		id := guest.InstanceWorkflowID(uuid)
-		// A cancel of an operation that ended is accepted by Temporal and
-		// does nothing: refuse it instead of saying it was requested.
-		d, err := c.DescribeWorkflow(a.ctx, id, "")
-		var nf *serviceerror.NotFound
-		switch {
-		case errors.As(err, &nf):
-			return fmt.Errorf("cancel %s: no operation is running on it", uuid)
-		case err != nil:
-			return fmt.Errorf("cancel %s: %w", uuid, err)
-		case d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-			return fmt.Errorf("cancel %s: no operation is running on it (the last one, %s, is %s)", uuid,
-				d.WorkflowType.Name, strings.ToLower(strings.TrimPrefix(d.Status.String(), "WORKFLOW_EXECUTION_STATUS_")))
-		}
-		if err := c.CancelWorkflow(a.ctx, id, ""); err != nil {
-			if errors.As(err, &nf) {
-				return fmt.Errorf("cancel %s: no operation is running on it", uuid)
+func followCommand() *cobra.Command {
+	c := guestCommand("follow GUEST", "follow the last operation on a guest again, to its end",
+		`Follow the operation running on a guest until it ends, as --wait does, through
+VERIFY_RESIZE: a resize waiting there is followed until a confirm, a revert
+or its confirm window ends it. An operation that ended already is reported
+as it ended. The exit status is its result.`)
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error {
+		return withClient(func(a *app, api *client.Client) error {
+			op, err := api.Follow(a.ctx, args[0])
+			if err != nil {
+				return err
 			}
-			return fmt.Errorf("cancel %s: %w", uuid, err)
+			return followOp(a, c.OutOrStdout(), *asJSON, op, op.WaitEnd)
+		})
+	}
+	return c
+}
+
+// started reports an operation that started and, with --wait, follows it
+// to the operator's next decision.
+func started(a *app, stdout io.Writer, of opFlags, op *client.Operation) error {
+	if *of.wait {
+		return followOp(a, stdout, *of.json, op, op.Wait)
+	}
+	if *of.json {
+		return writeJSON(stdout, startedView(op))
+	}
+	fmt.Fprintf(stdout, "%s %s started: workflow %s run %s\n", op.Kind, op.UUID, op.WorkflowID, op.RunID)
+	return nil
+}
+
+func startedView(op *client.Operation) map[string]string {
+	return map[string]string{"uuid": op.UUID, "workflow_id": op.WorkflowID, "run_id": op.RunID, "operation": string(op.Kind)}
+}
+
+// errInterrupted ends a command whose following an interrupt stopped;
+// the operation goes on (exit 130, as a shell reports an interrupt).
+var errInterrupted = errors.New("interrupted")
+
+// followOp follows op with wait, printing its progress to stderr, and
+// says where the guest is: at its end, or awaiting a confirm or revert.
+// An interrupt stops the following, not the operation.
+func followOp(a *app, stdout io.Writer, asJSON bool, op *client.Operation,
+	wait func(context.Context, func(client.Progress)) (*client.Outcome, error)) error {
+	ctx, stop := signal.NotifyContext(a.ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pr := newProgressPrinter(os.Stderr)
+	out, err := wait(ctx, func(p client.Progress) { pr.show(progressLine(op, p)) })
+	pr.end()
+	if err != nil && ctx.Err() != nil && a.ctx.Err() == nil {
+		return fmt.Errorf("stopped following; the %s of %s continues ('pinflow cancel %s' stops it, 'pinflow follow %s' follows it again): %w",
+			op.Kind, op.UUID, op.UUID, op.UUID, errInterrupted)
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(stdout, out)
+	}
+	fmt.Fprintln(stdout, outcomeLine(out))
+	return nil
+}
+
+// outcomeLine says in one line where an operation left the guest.
+func outcomeLine(out *client.Outcome) string {
+	where := "it runs on no host"
+	if out.Host != "" {
+		where = "it runs on " + out.Host
+		if out.PCPUs != "" {
+			where += ", pinned to pCPUs " + out.PCPUs
 		}
-		fmt.Fprintf(stdout, "cancellation of %s requested; it compensates and ends in phase error\n", guest.InstanceWorkflowID(uuid))
-		return nil
-	})
+	}
+	if out.AwaitingDecision() {
+		line := fmt.Sprintf("%s %s awaits confirmation (VERIFY_RESIZE): %s, and its source on %s is held; 'pinflow resize confirm %s' keeps it there, 'pinflow resize revert %s' takes it back",
+			out.Operation, out.UUID, where, out.Source, out.UUID, out.UUID)
+		if !out.ConfirmBy.IsZero() {
+			line += fmt.Sprintf("; it confirms by itself at %s ('pinflow follow %s' waits for that)", out.ConfirmBy.Local().Format(time.RFC3339), out.UUID)
+		}
+		return line
+	}
+	var res struct {
+		Outcome string `json:"outcome"`
+	}
+	_ = json.Unmarshal(out.Result, &res)
+	verb := "completed"
+	if res.Outcome != "" {
+		verb = res.Outcome
+	}
+	switch {
+	case out.Operation == workflows.OpDelete:
+		return fmt.Sprintf("%s %s completed: the guest is gone", out.Operation, out.UUID)
+	case out.Host == "":
+		return fmt.Sprintf("%s %s %s: %s (vm_state %s)", out.Operation, out.UUID, verb, where, out.VMState)
+	}
+	return fmt.Sprintf("%s %s %s: %s", out.Operation, out.UUID, verb, where)
+}
+
+// progressLine is an operation's progress as the follower shows it.
+func progressLine(op *client.Operation, p client.Progress) string {
+	line := fmt.Sprintf("%s %s: %s %d%%", op.Kind, shortID(op.UUID), p.Phase, p.Progress)
+	if p.Source != "" || p.Dest != "" {
+		line += fmt.Sprintf(" [%s -> %s]", orDash(p.Source), orDash(p.Dest))
+	}
+	if p.Migrated >= 0 {
+		line += fmt.Sprintf(" migrated %d%%", p.Migrated)
+	}
+	return line
+}
+
+// progressPrinter shows progress lines on w: rewritten in place on a
+// terminal, a line each otherwise; a line like the last is not repeated.
+type progressPrinter struct {
+	w    *os.File
+	tty  bool
+	last string
+}
+
+func newProgressPrinter(w *os.File) *progressPrinter {
+	return &progressPrinter{w: w, tty: isTerminal(w)}
+}
+
+func (p *progressPrinter) show(line string) {
+	if line == "" || line == p.last {
+		return
+	}
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+	} else {
+		fmt.Fprintln(p.w, line)
+	}
+	p.last = line
+}
+
+func (p *progressPrinter) end() {
+	if p.tty && p.last != "" {
+		fmt.Fprintln(p.w)
+	}
 }
 
 // guestView is a guest as `show --json` prints it.
@@ -270,6 +329,9 @@ type guestView struct {
 	// comes from; no domain XML.
 	Resize  *resizeView `json:"resize,omitempty"`
 	Updated string      `json:"updated_at"`
+	// LastOperation is the newest operation on the guest, with why it
+	// failed when it did.
+	LastOperation *client.Record `json:"last_operation,omitempty"`
 }
 
 type resizeView struct {
@@ -280,20 +342,24 @@ type resizeView struct {
 }
 
 func showCommand() *cobra.Command {
-	c := guestCommand("show UUID", "show a guest: host, states, flavor and pinned pCPUs", "")
+	c := guestCommand("show GUEST", "show a guest: host, states, flavor, pinned pCPUs and its last operation", "")
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error { return show(args[0], asJSON, c.OutOrStdout()) }
 	return c
 }
 
-func show(uuid string, asJSON *bool, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		inst, err := instance(a, uuid)
+func show(ref string, asJSON *bool, stdout io.Writer) error {
+	return withClient(func(a *app, api *client.Client) error {
+		inst, err := api.Instance(a.ctx, ref)
+		if err != nil {
+			return err
+		}
+		last, err := api.LastOperation(a.ctx, inst.UUID)
 		if err != nil {
 			return err
 		}
 		v := guestView{UUID: inst.UUID, Name: inst.Name, VMState: string(inst.VMState), Flavor: inst.Request,
-			ClaimID: inst.ClaimID, Updated: inst.UpdatedAt.Format(time.RFC3339)}
+			ClaimID: inst.ClaimID, Updated: inst.UpdatedAt.Format(time.RFC3339), LastOperation: last}
 		if inst.Host != "" {
 			v.Host = &inst.Host
 		}
@@ -321,269 +387,26 @@ func show(uuid string, asJSON *bool, stdout io.Writer) error {
 			pins = inst.Placement.String()
 		}
 		fmt.Fprintf(stdout, "%s  %s\n  host %s  vm_state %s  task_state %s\n  %d vCPUs, %d MiB%s\n  placement: %s\n",
-			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, specList(inst.Request.ExtraSpecs, inst.Request.ImageProps), pins)
+			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, client.SpecList(inst.Request.ExtraSpecs, inst.Request.ImageProps), pins)
 		if r := inst.Resize; r != nil && inst.VMState == guest.VMResized {
 			fmt.Fprintf(stdout, "  VERIFY_RESIZE: from %s, whose source hold %s is kept; it was %d vCPUs, %d MiB%s; 'pinflow resize confirm|revert %s'\n",
-				r.SourceHost, r.SourceClaimID, r.OldFlavor.VCPUs, r.OldFlavor.MemoryMB, specList(r.OldFlavor.ExtraSpecs, r.OldFlavor.ImageProps), inst.UUID)
+				r.SourceHost, r.SourceClaimID, r.OldFlavor.VCPUs, r.OldFlavor.MemoryMB, client.SpecList(r.OldFlavor.ExtraSpecs, r.OldFlavor.ImageProps), inst.UUID)
+		}
+		if last != nil {
+			fmt.Fprintf(stdout, "  last operation: %s\n", recordLine(last))
 		}
 		return nil
 	})
 }
 
-// specList renders extra specs and image properties as " KEY=VALUE ...".
-func specList(specs, props map[string]string) string {
-	var parts []string
-	for _, m := range []map[string]string{specs, props} {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			parts = append(parts, k+"="+m[k])
-		}
+// recordLine says in one line how a run of an operation went.
+func recordLine(r *client.Record) string {
+	line := fmt.Sprintf("%s %s, started %s", r.Operation, r.Status, r.Start.Local().Format(time.RFC3339))
+	if r.Status == "running" {
+		line += fmt.Sprintf(", phase %s ('pinflow follow %s' follows it)", r.Phase, r.UUID)
 	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return ", " + strings.Join(parts, " ")
-}
-
-func orChosen(host string) string {
-	if host == "" {
-		return "a host pinflow chooses"
-	}
-	return host
-}
-
-func instance(a *app, uuid string) (*ledger.Instance, error) {
-	led, err := a.ledger()
-	if err != nil {
-		return nil, err
-	}
-	inst, err := led.Instance(a.ctx, uuid)
-	if errors.Is(err, ledger.ErrUnknownInstance) {
-		return nil, fmt.Errorf("unknown instance %q; 'pinflow list' shows the guests", uuid)
-	}
-	return inst, err
-}
-
-// refused turns an activity's application error into a plain CLI error.
-func refused(err error) error {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return errors.New(appErr.Message())
-	}
-	return err
-}
-
-func checkHost(a *app, host string) error {
-	led, err := a.ledger()
-	if err != nil {
-		return err
-	}
-	hosts, err := sortedHosts(a, led)
-	if err != nil {
-		return err
-	}
-	for _, h := range hosts {
-		if h == host {
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown host %q; registered hosts are %s", host, strings.Join(hosts, ", "))
-}
-
-// checkTarget refuses a host that is unknown or takes no guests now. A
-// disabled host takes the guests an operator sends it by name.
-func checkTarget(a *app, host string) error {
-	_, st, err := hostStatus(a, host)
-	if err != nil {
-		return err
-	}
-	if st.State == ledger.HostDisabled {
-		fmt.Fprintf(os.Stderr, "pinflow: note: host %s is disabled (%s); it takes this guest because it was named\n", host, st.Reason)
-		return nil
-	}
-	if st.State != ledger.HostUp {
-		return fmt.Errorf("host %s is %s (%s) and takes no guests; choose another, or bring it back with 'pinflow host up %s'", host, st.State, st.Reason, host)
-	}
-	return nil
-}
-
-// runOp starts the operation p plans under the guest's workflow id and,
-// with --wait, follows it to the end.
-func runOp(a *app, stdout io.Writer, of opFlags, uuid string, p opPlan) error {
-	run, err := startOp(a, uuid, p.op, p.wf, p)
-	if err != nil {
-		return err
-	}
-	id := run.GetID()
-	if !*of.wait {
-		if *of.json {
-			return writeJSON(stdout, map[string]string{"uuid": uuid, "workflow_id": id, "run_id": run.GetRunID(), "operation": string(p.op)})
-		}
-		fmt.Fprintf(stdout, "%s %s started: workflow %s run %s\n", p.op, uuid, id, run.GetRunID())
-		return nil
-	}
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	return follow(a, c, stdout, of, run, uuid, p.op)
-}
-
-// startOp starts the operation p plans under the guest's workflow id.
-func startOp(a *app, uuid string, op workflows.Operation, wf any, p opPlan) (client.WorkflowRun, error) {
-	c, err := a.client()
-	if err != nil {
-		return nil, err
-	}
-	p.op, p.wf = op, wf
-	run, err := startWorkflow(a, c, guest.InstanceWorkflowID(uuid), uuid, p, fmt.Sprintf("instance `%s`, operation **%s**", uuid, op))
-	if alreadyRunning(err) {
-		return nil, busy(a, c, uuid)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", op, uuid, err)
-	}
-	return run, nil
-}
-
-// startWorkflow starts p's workflow under id, for the guest uuid (empty
-// for an operation on a whole host), with its hosts as search attributes
-// and details for the Web UI. An id runs one workflow at a time: while one
-// runs, the start fails and alreadyRunning says so.
-func startWorkflow(a *app, c client.Client, id, uuid string, p opPlan, details string) (client.WorkflowRun, error) {
-	attrs := workflows.StartAttributes(p.op, uuid)
-	if p.source != "" {
-		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(p.source))
-	}
-	if p.dest != "" {
-		attrs = append(attrs, workflows.AttrDestHost.ValueSet(p.dest))
-	}
-	return c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
-		ID:                                       id,
-		TaskQueue:                                a.cfg.TaskQueue,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
-		StaticSummary:                            p.summary,
-		StaticDetails:                            details,
-	}, p.wf, p.input)
-}
-
-// update runs the Update name with args on the workflow id's running run
-// and waits until the workflow has completed it. A refusal of its
-// validator is the error, which rootMessage says in one line.
-func update(a *app, c client.Client, id, name string, args ...any) (client.WorkflowUpdateHandle, error) {
-	h, err := c.UpdateWorkflow(a.ctx, client.UpdateWorkflowOptions{WorkflowID: id, UpdateName: name,
-		Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
-	if err == nil {
-		err = h.Get(a.ctx, nil)
-	}
-	return h, err
-}
-
-// alreadyRunning says whether a start failed because a workflow runs under
-// its id already.
-func alreadyRunning(err error) bool {
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	return errors.As(err, &started)
-}
-
-// busy explains that another operation holds the guest's workflow id.
-func busy(a *app, c client.Client, uuid string) error {
-	id := guest.InstanceWorkflowID(uuid)
-	what := "another operation"
-	if d, err := c.DescribeWorkflow(a.ctx, id, ""); err == nil {
-		what = "a " + d.WorkflowType.Name
-	}
-	return fmt.Errorf("instance %s is busy: %s is running as workflow %s; wait for it or cancel it with 'pinflow cancel %s'", uuid, what, id, uuid)
-}
-
-// follow prints a progress line while the operation runs and returns its
-// outcome: nil when it completed, its error otherwise.
-func follow(a *app, c client.Client, stdout io.Writer, of opFlags, run client.WorkflowRun, uuid string, op workflows.Operation) error {
-	var result any
-	err := waitShowingProgress(a.ctx, run, &result, func() string { return progressLine(a.ctx, c, run, op, uuid) })
-	if err != nil {
-		return fmt.Errorf("%s %s failed: %s", op, uuid, rootMessage(err))
-	}
-	if *of.json {
-		return writeJSON(stdout, result)
-	}
-	fmt.Fprintf(stdout, "%s %s completed\n", op, uuid)
-	return nil
-}
-
-// waitShowingProgress waits for run's result into result and meanwhile
-// prints line() to stderr whenever it changes: rewritten in place on a
-// terminal, a line each otherwise. An empty line is not shown.
-func waitShowingProgress(ctx context.Context, run client.WorkflowRun, result any, line func() string) error {
-	done := make(chan error, 1)
-	go func() { done <- run.Get(ctx, result) }()
-	tty := isTerminal(os.Stderr)
-	last := ""
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if tty && last != "" {
-				fmt.Fprintln(os.Stderr)
-			}
-			return err
-		case <-tick.C:
-			l := line()
-			if l == "" || l == last {
-				continue
-			}
-			if tty {
-				fmt.Fprintf(os.Stderr, "\r\033[K%s", l)
-			} else {
-				fmt.Fprintln(os.Stderr, l)
-			}
-			last = l
-		}
-	}
-}
-
-// queryStatus asks a running operation for its status.
-func queryStatus(ctx context.Context, c client.Client, run client.WorkflowRun) (workflows.Status, bool) {
-	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var st workflows.Status
-	v, err := c.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.StatusQuery)
-	if err != nil || v.Get(&st) != nil {
-		return st, false
-	}
-	return st, true
-}
-
-// progressLine reads the operation's status query and, while it
-// migrates, the migration's heartbeat progress.
-func progressLine(ctx context.Context, c client.Client, run client.WorkflowRun, op workflows.Operation, uuid string) string {
-	st, ok := queryStatus(ctx, c, run)
-	if !ok {
-		return ""
-	}
-	line := fmt.Sprintf("%s %s: %s %d%%", op, shortID(uuid), st.Phase, st.Progress)
-	if st.Source != "" || st.Dest != "" {
-		line += fmt.Sprintf(" [%s -> %s]", orDash(st.Source), orDash(st.Dest))
-	}
-	if st.Phase == workflows.PhaseRunning {
-		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if d, err := c.DescribeWorkflow(qctx, run.GetID(), run.GetRunID()); err == nil {
-			for _, pa := range d.RawResponse.GetPendingActivities() {
-				var p hypervisor.Progress
-				if pa.GetHeartbeatDetails() != nil && converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &p) == nil {
-					line += fmt.Sprintf(" migrated %d%%", p.Percent)
-				}
-			}
-		}
+	if r.Reason != "" {
+		line += ": " + r.Reason
 	}
 	return line
 }
@@ -593,22 +416,6 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// rootMessage is the innermost application error's message: what went
-// wrong, without the workflow and activity wrappers around it.
-func rootMessage(err error) string {
-	var canceled *temporal.CanceledError
-	if errors.As(err, &canceled) {
-		return "cancelled; its steps were compensated"
-	}
-	msg := err.Error()
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if appErr, ok := e.(*temporal.ApplicationError); ok {
-			msg = appErr.Message()
-		}
-	}
-	return msg
 }
 
 func isTerminal(f *os.File) bool {

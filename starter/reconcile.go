@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
+	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -58,7 +59,7 @@ func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout i
 		if *dryRun {
 			summary += " (dry run)"
 		}
-		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+		run, err := c.ExecuteWorkflow(a.ctx, tclient.StartWorkflowOptions{
 			ID:                    id,
 			TaskQueue:             a.cfg.TaskQueue,
 			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpReconcile, "")...),
@@ -76,7 +77,7 @@ func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout i
 		}
 		res, err := followReconcile(a, c, run)
 		if err != nil {
-			return fmt.Errorf("reconcile %s failed: %s", id, rootMessage(err))
+			return fmt.Errorf("reconcile %s failed: %s", id, client.RootMessage(err))
 		}
 		if *of.json {
 			return writeJSON(stdout, res)
@@ -98,7 +99,7 @@ func reconcileWorkflowID(now time.Time) string {
 
 // followReconcile prints the audit's progress to stderr while it runs and
 // returns its result.
-func followReconcile(a *app, c client.Client, run client.WorkflowRun) (*workflows.ReconcileResult, error) {
+func followReconcile(a *app, c tclient.Client, run tclient.WorkflowRun) (*workflows.ReconcileResult, error) {
 	var res workflows.ReconcileResult
 	err := waitShowingProgress(a.ctx, run, &res, func() string {
 		st, ok := queryStatus(a.ctx, c, run)

@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/sdk/client"
+	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -36,7 +37,7 @@ func recoverHosts(hosts []string, dryRun, asJSON *bool, stdout io.Writer) error 
 		}
 		in := workflows.RecoverInput{Hosts: hosts, DryRun: *dryRun}
 		id := fmt.Sprintf("recover-%s", time.Now().UTC().Format("20060102T150405.000Z"))
-		run, err := c.ExecuteWorkflow(a.ctx, client.StartWorkflowOptions{
+		run, err := c.ExecuteWorkflow(a.ctx, tclient.StartWorkflowOptions{
 			ID: id, TaskQueue: a.cfg.TaskQueue,
 			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpRecover, "")...),
 			StaticSummary:         "ledger recovery from the hypervisors",
@@ -46,7 +47,7 @@ func recoverHosts(hosts []string, dryRun, asJSON *bool, stdout io.Writer) error 
 		}
 		var res workflows.RecoverResult
 		if err := run.Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("recover failed: %s", rootMessage(err))
+			return fmt.Errorf("recover failed: %s", client.RootMessage(err))
 		}
 		if *asJSON {
 			return writeJSON(stdout, res)
@@ -104,7 +105,7 @@ func quarantine(host *string, pos []string, stdout io.Writer) error {
 		}
 		var res audit.ReleasedQuarantine
 		if err := run.Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("quarantine release: %s", rootMessage(err))
+			return fmt.Errorf("quarantine release: %s", client.RootMessage(err))
 		}
 		fmt.Fprintf(stdout, "quarantine %s on %s released: pCPUs %s are free\n", res.ClaimID, res.Host, res.CPUs)
 		return nil

@@ -64,6 +64,7 @@ func TestHistoriesReplay(t *testing.T) {
 	s.ok("unshelve", vmA, "--host", "b", "--wait")
 	record(vmA, "unshelve")
 	s.ok("migrate", vmA, "--cold", "--dest", "a", "--confirm-window", "1s", "--wait")
+	s.ok("follow", vmA)
 	record(vmA, "cold-migration")
 	s.refused("no fit", "resize", vmA, "--vcpus", "3", "--host", "b", "--wait")
 	record(vmA, "resize-no-fit")

@@ -151,6 +151,9 @@ func TestConcurrentBootsNeverOvercommit(t *testing.T) {
 	if refused == 0 {
 		t.Errorf("every boot went through, though a cannot hold them all")
 	}
+	// A resize that went through waits in VERIFY_RESIZE until its window
+	// confirms it; a refused one leaves nothing to follow.
+	s.run("follow", m.UUID)
 
 	for _, h := range []string{"a", "b"} {
 		u := s.hostUsage(h)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
@@ -421,8 +423,18 @@ func libvirtColdMigration(t *testing.T) {
 	b := lvmBoot(s, "guest-b", "h2")
 	lvmCheckRuns(s, h1, a, 1, "after the boot")
 
+	// The wait ends in VERIFY_RESIZE, where the guest already runs on h2;
+	// following it again waits for the window to confirm it.
+	var verify, end client.Outcome
+	s.jsonOf(&verify, "migrate", a, "--cold", "--dest", "h2", "--confirm-window", "2s", "--wait")
+	if !verify.AwaitingDecision() || verify.Host != "h2" || verify.Source != "h1" || verify.ConfirmBy.IsZero() {
+		t.Errorf("cold migration --wait: %+v; want it awaiting a decision on h2, from h1, with a time it confirms itself", verify)
+	}
+	s.jsonOf(&end, "follow", a)
 	var res workflows.ResizeResult
-	s.jsonOf(&res, "migrate", a, "--cold", "--dest", "h2", "--confirm-window", "2s", "--wait")
+	if err := json.Unmarshal(end.Result, &res); err != nil {
+		t.Fatalf("follow: result %s: %v", end.Result, err)
+	}
 	if res.Outcome != "auto-confirmed" || res.Host != "h2" || res.Source != "h1" {
 		t.Errorf("cold migration result: outcome %q, from %q to %q; want auto-confirmed from h1 to h2", res.Outcome, res.Source, res.Host)
 	}

@@ -112,6 +112,7 @@ func TestResizeOnItsHost(t *testing.T) {
 	}
 	s.checkAgreement(vmA, "a")
 	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "a", "--confirm-window", "1s", "--wait")
+	s.ok("follow", vmA)
 	if g := s.guest(vmA); g.pcpus() != "2-3" || s.claimStates("a", vmA) != "resize-dest/committed" {
 		t.Errorf("after the auto-confirm A is pinned %q with claims %q, want 2-3 and the one claim", g.pcpus(), s.claimStates("a", vmA))
 	}
@@ -230,9 +231,11 @@ func TestColdMigration(t *testing.T) {
 	}
 	s.checkAgreement(vmB, "a")
 	s.ok("migrate", vmB, "--cold", "--dest", "b", "--confirm-window", "1s", "--wait")
+	s.ok("follow", vmB)
 	s.ok("sim", "fault", "--host", "a", "--op", "prepare", "--clear")
 	s.refused("already runs on a", "migrate", vmA, "--cold", "--dest", "a")
 	s.ok("migrate", vmA, "--cold", "--confirm-window", "1s", "--wait")
+	s.ok("follow", vmA)
 	g := s.guest(vmA)
 	if hostOf(g) != "b" || g.pcpus() != "2-3" || s.vcpusOf(vmA) != 2 {
 		t.Errorf("after the cold migration A is on %q pinned %q with %d vCPUs, want b pinned 2-3 with 2", hostOf(g), g.pcpus(), s.vcpusOf(vmA))

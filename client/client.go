@@ -1,0 +1,106 @@
+// Package client is the way into pinflow for a program: it starts each
+// operation on a guest with the checks the pinflow CLI makes, follows it
+// to where the operator's next decision is, and reads guests, hosts and
+// the history of operations. The CLI is built on it.
+//
+// A control plane that boots a guest and live-migrates it:
+//
+//	cfg, err := config.Load() // the PINFLOW_* variables
+//	if err != nil {
+//		return err
+//	}
+//	c, err := client.Dial(ctx, cfg)
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
+//	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+//	op, err := c.Boot(ctx, client.BootRequest{Name: "web-1", Flavor: flavor})
+//	if err != nil {
+//		return err
+//	}
+//	booted, err := op.Wait(ctx, nil)
+//	if err != nil {
+//		return err // one line: what failed and why
+//	}
+//	op, err = c.Migrate(ctx, booted.UUID, client.MigrateRequest{})
+//	if err != nil {
+//		return err
+//	}
+//	moved, err := op.Wait(ctx, nil)
+//	fmt.Println(moved.Host, moved.Placement) // where it runs now
+//
+// Every guest is named by its UUID, a unique prefix of it, or its unique
+// name. Every refusal is an error of one line naming what was wrong;
+// those caused by the request itself wrap ErrInvalid.
+package client
+
+import (
+	"context"
+	"errors"
+
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/ledger"
+)
+
+// ErrInvalid marks a refusal caused by the request itself (a bad value,
+// a contradiction), not by the state of a guest or host.
+var ErrInvalid = errors.New("invalid request")
+
+// Client starts and follows pinflow's operations and reads its state. It
+// is safe for concurrent use.
+type Client struct {
+	led       *ledger.Ledger
+	temporal  tclient.Client
+	taskQueue string
+	// Notify, when set, receives notes that do not stop a request, such
+	// as a disabled host taking a guest because it was named.
+	Notify func(note string)
+	// closers are the connections Dial opened.
+	closers []func()
+}
+
+// New makes a client of a ledger and a Temporal client that the caller
+// opened and closes; taskQueue is the workers' task queue.
+func New(led *ledger.Ledger, temporal tclient.Client, taskQueue string) *Client {
+	return &Client{led: led, temporal: temporal, taskQueue: taskQueue}
+}
+
+// Dial opens the ledger and Temporal that cfg names and binds the ledger
+// to the namespace: a ledger that serves another namespace, or the same
+// name on another cluster, is refused before anything starts. extra
+// options go to the Temporal client.
+func Dial(ctx context.Context, cfg *config.Config, extra ...func(*tclient.Options)) (*Client, error) {
+	led, rdb, err := cfg.Redis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := cfg.Dial(ctx, nil, extra...)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	if err := cfg.BindCluster(ctx, led, tc); err != nil {
+		tc.Close()
+		_ = rdb.Close()
+		return nil, err
+	}
+	c := New(led, tc, cfg.TaskQueue)
+	c.closers = []func(){tc.Close, func() { _ = rdb.Close() }}
+	return c, nil
+}
+
+// Close closes the connections Dial opened; those given to New stay open.
+func (c *Client) Close() {
+	for _, f := range c.closers {
+		f()
+	}
+}
+
+// Ledger is the ledger the client reads.
+func (c *Client) Ledger() *ledger.Ledger { return c.led }
+
+// Temporal is the Temporal client the client starts workflows with.
+func (c *Client) Temporal() tclient.Client { return c.temporal }

@@ -1,0 +1,209 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// Operation is a run of an operation on a guest, to follow.
+type Operation struct {
+	c    *Client
+	Kind workflows.Operation
+	// UUID is the guest's; WorkflowID and RunID name the run.
+	UUID       string
+	WorkflowID string
+	RunID      string
+	// decided: a confirm or revert was accepted, so the run goes past
+	// VERIFY_RESIZE to its end.
+	decided bool
+}
+
+// Status asks the running operation where it stands.
+func (o *Operation) Status(ctx context.Context) (workflows.Status, error) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var st workflows.Status
+	v, err := o.c.temporal.QueryWorkflow(qctx, o.WorkflowID, o.RunID, workflows.StatusQuery)
+	if err != nil {
+		return st, err
+	}
+	err = v.Get(&st)
+	if st.Operation != "" {
+		o.Kind = st.Operation
+	}
+	return st, err
+}
+
+// Progress is where a followed operation stands.
+type Progress struct {
+	workflows.Status
+	// Migrated is the share of a live migration's memory copied, 0-100,
+	// while it runs; -1 otherwise.
+	Migrated int
+}
+
+// Outcome is where an operation left the guest: at its end, or waiting
+// in VERIFY_RESIZE for a confirm or revert.
+type Outcome struct {
+	Operation workflows.Operation `json:"operation"`
+	UUID      string              `json:"uuid"`
+	// Phase is completed, or verify-resize while a decision is awaited.
+	Phase workflows.Phase `json:"phase"`
+	// Host, Placement and PCPUs are where the guest runs now, as its
+	// record says; empty when it runs nowhere (shelved, deleted).
+	Host      string          `json:"host,omitempty"`
+	Placement *numa.Placement `json:"placement,omitempty"`
+	PCPUs     string          `json:"pcpus,omitempty"`
+	VMState   guest.VMState   `json:"vm_state,omitempty"`
+	// Source is where a resize in VERIFY_RESIZE came from; ConfirmBy is
+	// when it confirms by itself (zero: it waits for an operator).
+	Source    string    `json:"source,omitempty"`
+	ConfirmBy time.Time `json:"confirm_by,omitzero"`
+	// Result is the workflow's own result, once it ended.
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// AwaitingDecision says whether the operation waits in VERIFY_RESIZE.
+func (o *Outcome) AwaitingDecision() bool { return o.Phase == workflows.PhaseVerifyResize }
+
+// Wait follows the operation until the operator's next decision: its end,
+// or VERIFY_RESIZE for a resize or cold migration (after a confirm or
+// revert, the end). progress, when not nil, is called whenever the
+// operation's progress changes. A failure is an error of one line
+// saying what failed and why. When ctx ends first, the operation goes on.
+func (o *Operation) Wait(ctx context.Context, progress func(Progress)) (*Outcome, error) {
+	return o.wait(ctx, progress, !o.decided)
+}
+
+// WaitEnd follows the operation to its end, through VERIFY_RESIZE.
+func (o *Operation) WaitEnd(ctx context.Context, progress func(Progress)) (*Outcome, error) {
+	return o.wait(ctx, progress, false)
+}
+
+func (o *Operation) wait(ctx context.Context, progress func(Progress), stopAtVerify bool) (*Outcome, error) {
+	run := o.c.temporal.GetWorkflow(ctx, o.WorkflowID, o.RunID)
+	done := make(chan error, 1)
+	var raw json.RawMessage
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { done <- run.Get(wctx, &raw) }()
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	var last Progress
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("%s %s failed: %s", o.Kind, o.UUID, RootMessage(err))
+			}
+			out, err := o.outcome(ctx, workflows.PhaseCompleted)
+			if out != nil {
+				out.Result = raw
+			}
+			return out, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+			st, err := o.Status(ctx)
+			if err != nil {
+				continue // closed meanwhile, or not yet at its first task
+			}
+			if stopAtVerify && st.Phase == workflows.PhaseVerifyResize {
+				out, err := o.outcome(ctx, workflows.PhaseVerifyResize)
+				if out != nil {
+					out.Source, out.ConfirmBy = st.Source, st.ConfirmBy
+				}
+				return out, err
+			}
+			p := Progress{Status: st, Migrated: -1}
+			if st.Phase == workflows.PhaseRunning {
+				p.Migrated = o.migrated(ctx)
+			}
+			if progress != nil && p != last {
+				progress(p)
+			}
+			last = p
+		}
+	}
+}
+
+// migrated reads a running migration's heartbeat progress, or -1.
+func (o *Operation) migrated(ctx context.Context) int {
+	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	d, err := o.c.temporal.DescribeWorkflow(qctx, o.WorkflowID, o.RunID)
+	if err != nil {
+		return -1
+	}
+	for _, pa := range d.RawResponse.GetPendingActivities() {
+		var p hypervisor.Progress
+		if pa.GetHeartbeatDetails() != nil && converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &p) == nil {
+			return p.Percent
+		}
+	}
+	return -1
+}
+
+// outcome reads where the guest is now.
+func (o *Operation) outcome(ctx context.Context, phase workflows.Phase) (*Outcome, error) {
+	out := &Outcome{Operation: o.Kind, UUID: o.UUID, Phase: phase}
+	inst, err := o.c.led.Instance(ctx, o.UUID)
+	switch {
+	case errors.Is(err, ledger.ErrUnknownInstance):
+		return out, nil // deleted
+	case err != nil:
+		return nil, err
+	}
+	out.Host, out.Placement, out.VMState = inst.Host, inst.Placement, inst.VMState
+	if inst.Placement != nil {
+		out.PCPUs = PinnedPCPUs(inst.Placement).String()
+	}
+	return out, nil
+}
+
+// PinnedPCPUs is where a placement pins the guest: its vCPUs' pCPUs and
+// an isolated emulator thread's. Siblings a claim keeps idle under thread
+// policy isolate are not pins.
+func PinnedPCPUs(p *numa.Placement) numa.CPUSet {
+	var out numa.CPUSet
+	for i := range p.Cells {
+		c := &p.Cells[i]
+		out = out.Union(c.PinnedPCPUs()).Union(c.Reserved)
+	}
+	return out
+}
+
+// RootMessage is the innermost application error's message: what went
+// wrong, without the workflow and activity wrappers around it.
+func RootMessage(err error) string {
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return "cancelled; its steps were compensated"
+	}
+	var terminated *temporal.TerminatedError
+	if errors.As(err, &terminated) {
+		return "terminated; the audit frees what it left pending"
+	}
+	msg := err.Error()
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if appErr, ok := e.(*temporal.ApplicationError); ok {
+			msg = appErr.Message()
+		}
+	}
+	return msg
+}
