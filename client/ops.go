@@ -369,8 +369,8 @@ func statusWord(s enumspb.WorkflowExecutionStatus) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
 }
 
-// plan is an operation to start: its workflow, input, summary for the
-// Web UI, and hosts.
+// plan is an operation to start: its workflow, guest (empty for an
+// operation on a whole host), input, summary for the Web UI, and hosts.
 type plan struct {
 	op           workflows.Operation
 	wf           any
@@ -394,15 +394,12 @@ func (c *Client) start(ctx context.Context, p plan) (*Operation, error) {
 	return &Operation{c: c, Kind: p.op, UUID: p.uuid, WorkflowID: id, RunID: run.GetRunID()}, nil
 }
 
-// startWorkflow starts p's workflow under id, with its hosts as search
-// attributes and details for the Web UI. An id runs one workflow at a
-// time: while one runs, the start fails and alreadyRunning says so.
+// startWorkflow starts p's workflow under id, with its guest (none for an
+// operation on a whole host) and hosts as search attributes and details
+// for the Web UI. An id runs one workflow at a time: while one runs, the
+// start fails and alreadyRunning says so.
 func (c *Client) startWorkflow(ctx context.Context, id string, p plan, details string) (tclient.WorkflowRun, error) {
-	uuid := p.uuid
-	if p.op == workflows.OpHostUp || p.op == workflows.OpDrain {
-		uuid = ""
-	}
-	attrs := workflows.StartAttributes(p.op, uuid)
+	attrs := workflows.StartAttributes(p.op, p.uuid)
 	if p.source != "" {
 		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(p.source))
 	}
