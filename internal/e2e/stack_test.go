@@ -347,6 +347,7 @@ func (s *stack) run(args ...string) (string, string, int) {
 // can be read before it ends.
 type background struct {
 	args           []string
+	cmd            *exec.Cmd
 	stdout, stderr lockedBuffer
 	done           chan struct{}
 	code           int
@@ -376,7 +377,7 @@ func (s *stack) start(args ...string) *background {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	cmd := exec.CommandContext(ctx, s.cli, args...)
 	cmd.Env = s.env
-	bg := &background{args: args, done: make(chan struct{})}
+	bg := &background{args: args, cmd: cmd, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &bg.stdout, &bg.stderr
 	if err := cmd.Start(); err != nil {
 		cancel()

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinflow/pinflow/client"
+)
+
+// TestOperatorFollows: --wait ends where the operator's next decision is
+// and says where the guest runs; an interrupt stops the following, not
+// the operation, and follow picks it up again.
+func TestOperatorFollows(t *testing.T) {
+	t.Parallel()
+	s, vmA, vmB := twoHosts(t)
+
+	// A resize --wait returns in VERIFY_RESIZE with both commands to
+	// decide; the decision's --wait says where the guest stays.
+	out := s.ok("resize", vmB, "--vcpus", "1", "--host", "a", "--confirm-window", "0", "--wait")
+	for _, want := range []string{"awaits confirmation (VERIFY_RESIZE)", "it runs on a, pinned to pCPUs 2", "its source on b is held",
+		"'pinflow resize confirm " + vmB + "'", "'pinflow resize revert " + vmB + "'"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("resize --wait: %q, want it to say %q", out, want)
+		}
+	}
+	if strings.Contains(out, "confirms by itself") {
+		t.Errorf("resize --wait --confirm-window 0: %q says it confirms by itself", out)
+	}
+	if out := s.ok("resize", "confirm", vmB, "--wait"); !strings.Contains(out, "resize "+vmB+" confirmed: it runs on a, pinned to pCPUs 2") {
+		t.Errorf("resize confirm --wait: %q, want the guest on a, pCPU 2", out)
+	}
+
+	// Ctrl-C while following a migration held before its switchover.
+	s.ok("sim", "gate", "--at", "switchover", "--hold")
+	bg := s.start("migrate", vmA, "--dest", "b", "--wait")
+	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	if err := bg.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := bg.wait(t)
+	if code != 130 || !strings.Contains(errOut, "stopped following; the live-migration of "+vmA+" continues ('pinflow cancel "+vmA+"' stops it") {
+		t.Errorf("migrate --wait interrupted: exit %d, stderr %q; want 130 and that the migration continues", code, errOut)
+	}
+	again := s.start("follow", "A") // by name
+	s.ok("sim", "gate", "--at", "switchover", "--release")
+	out, errOut, code = again.wait(t)
+	if code != 0 || !strings.Contains(out, "live-migration "+vmA+" completed: it runs on b") {
+		t.Errorf("follow A: exit %d, %q %q; want the migration completed onto b", code, out, errOut)
+	}
+	// Followed once it ended, an operation says how it ended.
+	if out := s.ok("follow", vmA[:8]); !strings.Contains(out, "completed: it runs on b") {
+		t.Errorf("follow of an ended migration: %q", out)
+	}
+}
+
+// TestGuestNames: a guest is named by UUID, unique UUID prefix or unique
+// name; an ambiguous or unknown one is refused naming it, with nothing
+// started.
+func TestGuestNames(t *testing.T) {
+	t.Parallel()
+	s, vmA, vmB := twoHosts(t)
+	for _, ref := range []string{vmA, vmA[:6], "A", strings.ToUpper(vmA)} {
+		if g := s.guest(vmA); !strings.Contains(s.ok("show", ref), vmA) {
+			t.Errorf("show %s does not show A (%s, %+v)", ref, vmA, g)
+		}
+	}
+	twin := s.boot("A", "b", 1)
+	s.refused(`instance "A" is ambiguous`, "migrate", "A", "--dest", "b")
+	s.refused(`unknown instance "nobody"`, "show", "nobody")
+	if strings.HasPrefix(vmB, vmA[:1]) {
+		s.refused("is ambiguous", "show", vmA[:1])
+	}
+	if g := s.guest(vmA); hostOf(g) != "a" {
+		t.Errorf("a refused migration moved A to %q", hostOf(g))
+	}
+	s.ok("show", twin)
+	// A full UUID no guest has names no operation either.
+	s.refused("no operation is running on it", "cancel", "00000000-0000-4000-8000-000000000000")
+}
+
+// TestHistoryAndFaults: ops lists what ran with one-line reasons, show
+// gives the last operation and why it failed.
+func TestHistoryAndFaults(t *testing.T) {
+	t.Parallel()
+	s, vmA, _ := twoHosts(t)
+	s.ok("migrate", vmA, "--dest", "b", "--wait")
+	s.ok("sim", "fault", "--host", "a", "--op", "prepare", "--times", "100")
+	line := s.refused("failed", "migrate", vmA, "--dest", "a", "--wait")
+	if strings.Contains(line, "\n") || strings.Contains(line, "wrapError") || strings.Contains(line, "EventID") {
+		t.Errorf("failed migrate --wait: %q, want one line with the root cause", line)
+	}
+	var shown struct {
+		LastOperation *client.Record `json:"last_operation"`
+	}
+	s.jsonOf(&shown, "show", vmA)
+	if r := shown.LastOperation; r == nil || r.Status != "failed" || r.Operation != "live-migration" || r.Reason == "" || strings.Contains(r.Reason, "\n") {
+		t.Errorf("show: last operation %+v, want the failed live-migration with a one-line reason", r)
+	}
+	if out := s.ok("show", vmA); !strings.Contains(out, "last operation: live-migration failed") {
+		t.Errorf("show: %q, want its last operation", out)
+	}
+	// Visibility lags behind the runs: wait for both to be listed.
+	var recs []client.Record
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s.jsonOf(&recs, "ops", vmA)
+		if len(recs) >= 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(recs) < 3 || recs[0].Status != "failed" || recs[0].Reason == "" || recs[1].Status != "completed" || recs[1].Dest != "b" || recs[2].Operation != "boot" {
+		t.Fatalf("ops %s: %+v; want the failed migration, the one onto b, then the boot, newest first", vmA, recs)
+	}
+	if out := s.ok("ops", "--host", "b"); !strings.Contains(out, "live-migration") || !strings.Contains(out, "completed") {
+		t.Errorf("ops --host b: %q, want the migration onto b", out)
+	}
+	s.refused(`unknown host "nowhere"`, "ops", "--host", "nowhere")
+	s.refused("--limit 0: allowed are 1 to 1000", "ops", "--limit", "0")
+}
