@@ -3,32 +3,8 @@
 // to where the operator's next decision is, and reads guests, hosts and
 // the history of operations. The CLI is built on it.
 //
-// A control plane that boots a guest and live-migrates it:
-//
-//	cfg, err := config.Load() // the PINFLOW_* variables
-//	if err != nil {
-//		return err
-//	}
-//	c, err := client.Dial(ctx, cfg)
-//	if err != nil {
-//		return err
-//	}
-//	defer c.Close()
-//	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
-//	op, err := c.Boot(ctx, client.BootRequest{Name: "web-1", Flavor: flavor})
-//	if err != nil {
-//		return err
-//	}
-//	booted, err := op.Wait(ctx, nil)
-//	if err != nil {
-//		return err // one line: what failed and why
-//	}
-//	op, err = c.Migrate(ctx, booted.UUID, client.MigrateRequest{})
-//	if err != nil {
-//		return err
-//	}
-//	moved, err := op.Wait(ctx, nil)
-//	fmt.Println(moved.Host, moved.Placement) // where it runs now
+// The package example is a control plane that boots a pinned guest and
+// live-migrates it.
 //
 // Every guest is named by its UUID, a unique prefix of it, or its unique
 // name. Every refusal is an error of one line naming what was wrong;

@@ -1,0 +1,113 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/operatorservice/v1"
+
+	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// TestExample runs the package's example against a real Redis, a real
+// Temporal dev server and a pinflow worker on simulated hosts.
+func TestExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis, Temporal and a worker")
+	}
+	rds := testenv.StartRedis(t)
+	tmp := testenv.StartTemporal(t)
+	env := map[string]string{
+		"PINFLOW_REDIS_URL":           rds.URL(),
+		"PINFLOW_TEMPORAL_ADDRESS":    tmp.Address,
+		"PINFLOW_TEMPORAL_NAMESPACE":  tmp.Namespace,
+		"PINFLOW_TEMPORAL_TASK_QUEUE": "example",
+		"PINFLOW_RECONCILE_SCHEDULE":  "off",
+		"PINFLOW_DRIVER":              config.DriverSim,
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	cfg, err := config.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	led, rdb, err := cfg.Redis(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	drv, err := cfg.Simulator(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		host, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 4, Threads: 1, MemoryMB: 8192})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := drv.AddHost(ctx, name, host); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := led.RegisterHost(ctx, name, host); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startWorker(t)
+	// The worker registers pinflow's search attributes, which a start
+	// carries, as it starts.
+	for {
+		sa, err := tmp.Client.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: tmp.Namespace})
+		if err == nil && sa.GetCustomAttributes()[workflows.AttrInstance.GetName()] != 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the worker registered no search attributes: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var out bytes.Buffer
+	if err := bootAndMigrate(ctx, cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	if got != "web-1 booted on a, now runs on b pinned to 2 pCPUs\n" && got != "web-1 booted on b, now runs on a pinned to 2 pCPUs\n" {
+		t.Errorf("the example printed %q, want web-1 moved between a and b with its 2 pCPUs", got)
+	}
+}
+
+// startWorker builds the worker and runs it with the test's environment
+// until the test ends.
+func startWorker(t *testing.T) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "pinflow-worker")
+	build := exec.Command("go", "build", "-race", "-o", bin, "./worker")
+	build.Dir = testenv.ModuleRoot(t)
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./worker: %v\n%s", err, b)
+	}
+	w := exec.Command(bin)
+	var log bytes.Buffer
+	w.Stdout, w.Stderr = &log, &log
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = w.Process.Kill()
+		_ = w.Wait()
+		if t.Failed() {
+			t.Logf("worker log:\n%s", strings.TrimSpace(log.String()))
+		}
+	})
+}
