@@ -61,7 +61,7 @@ func TestChooseHost(t *testing.T) {
 			if !errors.As(err, &app) || app.Type() != activities.ErrTypeNoFit || !app.NonRetryable() {
 				t.Fatalf("ChooseHost(9 vCPUs on hosts of 8) error %v, want a non-retryable %s", err, activities.ErrTypeNoFit)
 			}
-			for _, want := range []string{"no host can take instance " + simcloud.UUID(9), "a: no fit", "c: the host is down"} {
+			for _, want := range []string{"no host can take instance " + simcloud.UUID(9), "no NUMA cell with enough free pCPUs: a (no fit", "host down (takes no new guests): c (psu)"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("ChooseHost(9 vCPUs) error %q lacks %q", err, want)
 				}

@@ -3,6 +3,7 @@ package numa
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"strings"
 )
 
@@ -16,6 +17,13 @@ const (
 	ResourceMemory  Resource = "memory"  // MiB
 	ResourcePages   Resource = "pages"   // pages of the requested size
 	ResourceThreads Resource = "threads" // SMT layout for the thread policy
+	// The host as a whole: memory and shared vCPUs under its allocation
+	// ratios (FitsHost).
+	ResourceHostMemory Resource = "host-memory"
+	ResourceHostVCPUs  Resource = "host-vcpus"
+	// ResourceCells is a guest of more NUMA cells than the host has, or
+	// whose cells each fit but not on distinct host cells.
+	ResourceCells Resource = "cells"
 )
 
 // CellMiss says why one guest cell does not fit one host cell.
@@ -33,6 +41,24 @@ type NoFitError struct {
 	// can share a host cell, Misses is empty and Reason says so.
 	Misses []CellMiss
 	Reason string
+	// Resource is what the host as a whole lacks, when Misses is empty.
+	Resource Resource
+}
+
+// Lacks is what the host lacks for the guest: each resource that some
+// host cell lacked for a guest cell fitting none, or the host's own.
+func (e *NoFitError) Lacks() []Resource {
+	if len(e.Misses) == 0 {
+		return []Resource{e.Resource}
+	}
+	var out []Resource
+	for _, m := range e.Misses {
+		if !slices.Contains(out, m.Resource) {
+			out = append(out, m.Resource)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (e *NoFitError) Error() string {
@@ -69,7 +95,7 @@ func Fit(h *Host, r *Request) (*Placement, error) {
 	}
 	k, n := len(r.Cells), len(h.Cells)
 	if n < k {
-		return nil, &NoFitError{Reason: fmt.Sprintf("the guest has %d NUMA cells but the host only %d", k, n)}
+		return nil, &NoFitError{Reason: fmt.Sprintf("the guest has %d NUMA cells but the host only %d", k, n), Resource: ResourceCells}
 	}
 	var order []int
 	if n > k {
@@ -553,7 +579,7 @@ func (m *matcher) noFit() error {
 	if len(misses) > 0 {
 		return &NoFitError{Reason: "a guest cell fits no host cell", Misses: misses}
 	}
-	return &NoFitError{Reason: fmt.Sprintf("each of the %d guest cells fits some host cell, but no %d distinct host cells take them all", k, k)}
+	return &NoFitError{Reason: fmt.Sprintf("each of the %d guest cells fits some host cell, but no %d distinct host cells take them all", k, k), Resource: ResourceCells}
 }
 
 // place builds guest cell i's placement on the host cell at position pos.

@@ -69,10 +69,10 @@ func floorLimit(limit float64) int64 {
 func (h *Host) FitsHost(u HostUsage) error {
 	mem, vcpus := h.HostLimits()
 	if u.MemoryMB > 0 && h.MemoryUsedMB+u.MemoryMB > mem {
-		return &NoFitError{Reason: fmt.Sprintf("host memory usage would be %d MiB, above the limit %d MiB", h.MemoryUsedMB+u.MemoryMB, mem)}
+		return &NoFitError{Reason: fmt.Sprintf("host memory usage would be %d MiB, above the limit %d MiB", h.MemoryUsedMB+u.MemoryMB, mem), Resource: ResourceHostMemory}
 	}
 	if u.VCPUs > 0 && int64(h.VCPUUsage+u.VCPUs) > vcpus {
-		return &NoFitError{Reason: fmt.Sprintf("host shared vCPU usage would be %d, above the limit %d", h.VCPUUsage+u.VCPUs, vcpus)}
+		return &NoFitError{Reason: fmt.Sprintf("host shared vCPU usage would be %d, above the limit %d", h.VCPUUsage+u.VCPUs, vcpus), Resource: ResourceHostVCPUs}
 	}
 	return nil
 }

@@ -266,11 +266,11 @@ func (ix *Index) explain(ctx context.Context, q *query) (choice, *misses, error)
 		switch {
 		case !ok || views[i].Host == nil:
 		case !Usable(st):
-			m.add(n, downMiss(st))
+			m.addState(n, st)
 		default:
 			p, err := numa.Fit(views[i].Host, q.Request.Request)
 			if err != nil {
-				m.add(n, fitMiss(err))
+				m.addFit(n, err)
 			} else if free := FreeAfter(views[i].Host, p); found.beats(n, free) {
 				found = choice{n, free}
 			}

@@ -34,7 +34,7 @@ func Exhaustive(ctx context.Context, led *ledger.Ledger, r Request) (string, err
 		switch {
 		case q.exclude[name] || !registered:
 		case !Usable(st):
-			m.add(name, downMiss(st))
+			m.addState(name, st)
 		default:
 			up = append(up, name)
 		}
@@ -54,7 +54,7 @@ func Exhaustive(ctx context.Context, led *ledger.Ledger, r Request) (string, err
 		}
 		p, err := numa.Fit(v.Host, r.Request)
 		if err != nil {
-			m.add(v.Name, fitMiss(err))
+			m.addFit(v.Name, err)
 			continue
 		}
 		if free := FreeAfter(v.Host, p); best.beats(v.Name, free) {

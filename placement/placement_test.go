@@ -371,12 +371,12 @@ func TestNoFitErrors(t *testing.T) {
 		counted string
 	}{
 		{"too big", Request{UUID: "g1", Request: dedicated(t, 6, 1024)},
-			"no host can take instance g1: h00: no fit: a guest cell fits no host cell: guest cell 0 on host cell 0: needs 6 pCPUs, the cell has 4; h01: the host is down; h02: no fit",
-			5, "; 7 more hosts cannot take it either"},
+			"no host can take instance g1: no NUMA cell with enough free pCPUs: h00 (no fit: a guest cell fits no host cell: guest cell 0 on host cell 0: needs 6 pCPUs, the cell has 4), h02, h03, h04; host down (takes no new guests): h01 (psu)",
+			5, "; 7 more hosts cannot take it either ('pinflow explain' lists every host)"},
 		{"all excluded", Request{UUID: "g2", Request: dedicated(t, 2, 1024), Exclude: all},
 			"no host can take instance g2: there are no other hosts", 0, ""},
 		{"few left", Request{UUID: "g3", Request: dedicated(t, 6, 1024), Exclude: all[2:]},
-			"no host can take instance g3: h00: no fit", 2, ""},
+			"no host can take instance g3: no NUMA cell with enough free pCPUs: h00 (no fit", 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, want := Exhaustive(ctx, mine, tc.r)
@@ -403,7 +403,7 @@ func TestNoFitErrors(t *testing.T) {
 }
 
 // hostNamed matches a host named in a no-fit error.
-var hostNamed = regexp.MustCompile(`h\d\d: `)
+var hostNamed = regexp.MustCompile(`h\d\d\b`)
 
 // TestRunKeepsTheIndexCurrent: Run polls and sweeps on its own, and
 // returns when its context ends.

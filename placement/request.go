@@ -64,11 +64,13 @@ type misses struct {
 	more  int
 }
 
+// miss is why one host cannot take the guest: its group (Group) and the
+// particulars.
 type miss struct {
-	host, why string
+	host, group, why string
 }
 
-func (m *misses) add(host, why string) {
+func (m *misses) add(host, group, why string) {
 	i := len(m.first)
 	for i > 0 && m.first[i-1].host > host {
 		i--
@@ -79,32 +81,58 @@ func (m *misses) add(host, why string) {
 	}
 	m.first = append(m.first, miss{})
 	copy(m.first[i+1:], m.first[i:])
-	m.first[i] = miss{host, why}
+	m.first[i] = miss{host, group, why}
 	if len(m.first) > maxReasons {
 		m.first = m.first[:maxReasons]
 		m.more++
 	}
 }
 
+// addFit records why Fit refused a host.
+func (m *misses) addFit(host string, err error) { m.add(host, FitGroup(err), fitMiss(err)) }
+
+// addState records a host whose state takes no claims.
+func (m *misses) addState(host string, st ledger.HostStatus) { m.add(host, StateGroup(st), downMiss(st)) }
+
 // fitMiss is why Fit refused a host, without the package prefix.
 func fitMiss(err error) string { return strings.TrimPrefix(err.Error(), "numa: ") }
 
-func downMiss(st ledger.HostStatus) string { return fmt.Sprintf("the host is %s", st.State) }
+// downMiss is the particulars of a host whose state takes no claims: why
+// an operator put it there.
+func downMiss(st ledger.HostStatus) string {
+	if st.Reason == "" {
+		return "no reason recorded"
+	}
+	return st.Reason
+}
 
-// err is the no-fit error of a guest no host can take.
+// err is the no-fit error of a guest no host can take: the hosts grouped
+// by why, with the particulars of the first of each group.
 func (m *misses) err(uuid string) error {
 	msg := fmt.Sprintf("no host can take instance %s", uuid)
 	if len(m.first) == 0 {
-		msg += ": there are no other hosts"
-	} else {
-		parts := make([]string, len(m.first))
-		for i, x := range m.first {
-			parts[i] = x.host + ": " + x.why
+		return &numa.NoFitError{Reason: msg + ": there are no other hosts"}
+	}
+	var order []string
+	byGroup := map[string][]miss{}
+	for _, x := range m.first {
+		if byGroup[x.group] == nil {
+			order = append(order, x.group)
 		}
-		msg += ": " + strings.Join(parts, "; ")
-		if m.more > 0 {
-			msg += fmt.Sprintf("; %d more hosts cannot take it either", m.more)
+		byGroup[x.group] = append(byGroup[x.group], x)
+	}
+	parts := make([]string, len(order))
+	for i, g := range order {
+		xs := byGroup[g]
+		hosts := xs[0].host + " (" + xs[0].why + ")"
+		for _, x := range xs[1:] {
+			hosts += ", " + x.host
 		}
+		parts[i] = g + ": " + hosts
+	}
+	msg += ": " + strings.Join(parts, "; ")
+	if m.more > 0 {
+		msg += fmt.Sprintf("; %d more hosts cannot take it either ('pinflow explain' lists every host)", m.more)
 	}
 	return &numa.NoFitError{Reason: msg}
 }
