@@ -2,11 +2,13 @@ package e2e
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pinflow/pinflow/client"
+	"github.com/pinflow/pinflow/placement"
 )
 
 // TestOperatorFollows: --wait ends where the operator's next decision is
@@ -119,4 +121,52 @@ func TestHistoryAndFaults(t *testing.T) {
 	}
 	s.refused(`unknown host "nowhere"`, "ops", "--host", "nowhere")
 	s.refused("--limit 0: allowed are 1 to 1000", "ops", "--limit", "0")
+}
+
+// TestExplain: explain says per host, grouped, why a guest fits or not,
+// changing nothing, and a boot that finds no host says the same groups.
+func TestExplain(t *testing.T) {
+	t.Parallel()
+	s, vmA, _ := twoHosts(t)
+	s.ok("host", "disable", "b", "--reason", "firmware")
+	before := s.ok("host", "list", "--json")
+
+	explain := func(args ...string) (ex placement.Explanation) {
+		t.Helper()
+		s.jsonOf(&ex, append([]string{"explain"}, args...)...)
+		return ex
+	}
+	ex := explain("--vcpus", "4", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated")
+	want := []placement.Group{{Group: "no NUMA cell with enough free pCPUs", Hosts: []string{"a"}}, {Group: "host disabled (takes no new guests)", Hosts: []string{"b"}}}
+	if ex.Choice != "" || !reflect.DeepEqual(ex.Groups, want) {
+		t.Errorf("explain 4 pinned vCPUs: choice %q, groups %+v; want none, and %+v", ex.Choice, ex.Groups, want)
+	}
+	ex = explain("--vcpus", "2", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated")
+	if ex.Choice != "a" {
+		t.Errorf("explain 2 pinned vCPUs: choice %q, want a (b is disabled)", ex.Choice)
+	}
+	ex = explain("--vcpus", "2", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated", "--host", "b")
+	if ex.Choice != "b" {
+		t.Errorf("explain --host b: choice %q, want b, which takes a guest that names it", ex.Choice)
+	}
+	ex = explain("A")
+	if ex.Choice != "" || len(ex.Groups) != 2 || ex.Groups[0].Group != "excluded: the guest runs there" {
+		t.Errorf("explain A: %+v; want a excluded and b disabled", ex)
+	}
+	if out := s.ok("explain", "--vcpus", "4", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated"); !strings.Contains(out, "e.g. a: no fit") || !strings.Contains(out, "no host takes it now") {
+		t.Errorf("explain: %q", out)
+	}
+	s.refused("give a guest or a flavor, not both", "explain", vmA, "--vcpus", "1")
+	s.refused("name a guest, or give a flavor", "explain")
+	s.refused(`unknown host "nowhere"`, "explain", "--vcpus", "1", "--memory-mb", "1", "--host", "nowhere")
+	if after := s.ok("host", "list", "--json"); after != before {
+		t.Errorf("explain changed the hosts:\nbefore %s\nafter %s", before, after)
+	}
+
+	line := s.refused("no host can take", "boot", "--name", "big", "--vcpus", "4", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated", "--wait")
+	for _, want := range []string{"no NUMA cell with enough free pCPUs: a (no fit", "host disabled (takes no new guests): b (firmware)"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("boot that fits nowhere: %q, want it to say %q", line, want)
+		}
+	}
 }

@@ -1,0 +1,48 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/placement"
+)
+
+// ExplainRequest asks which hosts would take a guest, changing nothing:
+// a new guest of Flavor, or the existing guest Guest names (its flavor,
+// its own host excluded, as a migration asks).
+type ExplainRequest struct {
+	Flavor guest.Flavor
+	Guest  string
+	// Host, when set, asks about that host alone; a disabled host is a
+	// candidate then, as it is for an operation that names it.
+	Host string
+}
+
+// Explain says, for every host, whether it takes the guest and why not,
+// grouped, and which host pinflow would choose now. It reads every host,
+// so it costs as much as the fleet is large; it is for operators.
+func (c *Client) Explain(ctx context.Context, r ExplainRequest) (*placement.Explanation, error) {
+	flavor, name := r.Flavor, "the new guest"
+	var exclude []string
+	if r.Guest != "" {
+		inst, err := c.Instance(ctx, r.Guest)
+		if err != nil {
+			return nil, err
+		}
+		flavor, name = inst.Request, inst.UUID
+		if inst.Host != "" {
+			exclude = []string{inst.Host}
+		}
+	}
+	req, err := flavor.Request()
+	if err != nil {
+		return nil, fmt.Errorf("explain %s: %w: %w", name, err, ErrInvalid)
+	}
+	if r.Host != "" {
+		if _, err := c.HostStatus(ctx, r.Host); err != nil {
+			return nil, err
+		}
+	}
+	return placement.Explain(ctx, c.led, placement.Request{UUID: name, Request: req, Exclude: exclude}, r.Host)
+}
