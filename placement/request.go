@@ -92,7 +92,9 @@ func (m *misses) add(host, group, why string) {
 func (m *misses) addFit(host string, err error) { m.add(host, FitGroup(err), fitMiss(err)) }
 
 // addState records a host whose state takes no claims.
-func (m *misses) addState(host string, st ledger.HostStatus) { m.add(host, StateGroup(st), downMiss(st)) }
+func (m *misses) addState(host string, st ledger.HostStatus) {
+	m.add(host, StateGroup(st), downMiss(st))
+}
 
 // fitMiss is why Fit refused a host, without the package prefix.
 func fitMiss(err error) string { return strings.TrimPrefix(err.Error(), "numa: ") }
