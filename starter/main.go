@@ -223,6 +223,9 @@ func prepare(c *cobra.Command, _ []string) error {
 	default:
 		return fmt.Errorf("%s: %s and %s are required: %w", invoked, strings.Join(missing[:len(missing)-1], ", "), missing[len(missing)-1], errUsage)
 	}
+	if c.Flags().Changed("json") && c.Flags().Changed("output") {
+		return fmt.Errorf("%s: --json is --output json; give one of them: %w", invoked, errUsage)
+	}
 	return checkNameFlags(invoked, c.Flags())
 }
 
