@@ -66,8 +66,7 @@ func (c *Client) History(ctx context.Context, f HistoryFilter) ([]Record, error)
 			workflows.AttrDestHost.GetName(), quote(f.Host)))
 	}
 	if !f.Audits {
-		where = append(where, fmt.Sprintf("%s NOT IN (%s, %s)", workflows.AttrOperation.GetName(),
-			quote(string(workflows.OpReconcile)), quote(string(workflows.OpSettle))))
+		where = append(where, workflows.OperatorsView)
 	}
 	limit := f.Limit
 	if limit <= 0 {

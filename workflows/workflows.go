@@ -109,6 +109,12 @@ func StartAttributes(op Operation, uuid string) []temporal.SearchAttributeUpdate
 	return attrs
 }
 
+// OperatorsView is the visibility query of the operators' runs: every
+// operation but the audit's own (the scheduled Reconcile every minute and
+// the Settle runs it starts), which would crowd the Web UI's list. Saved
+// as a view in the Web UI, it is the list operators start from.
+var OperatorsView = fmt.Sprintf("%[1]s != '%[2]s' AND %[1]s != '%[3]s'", AttrOperation.GetName(), OpReconcile, OpSettle)
+
 // SearchAttributes lists pinflow's custom search attributes and their
 // types, for registering them with a namespace.
 func SearchAttributes() map[string]enumspb.IndexedValueType {

@@ -66,6 +66,8 @@ func TestWebUI(t *testing.T) {
 	cache := s.boot("cache-1", "compute-1", 2)
 	s.ok("host", "drain", "compute-1", "--wait")
 	drainID := workflows.DrainWorkflowID("compute-1")
+	// An audit run, which the operators' view leaves out.
+	s.ok("reconcile", "--wait")
 
 	// Visibility is eventually consistent: wait until the list the UI
 	// shows has the completed migration.
@@ -79,6 +81,17 @@ func TestWebUI(t *testing.T) {
 		e := resp.GetExecutions()[0]
 		runID = e.GetExecution().GetRunId()
 		return e.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	})
+
+	var auditID string
+	s.eventually("the audit in visibility", time.Minute, func() bool {
+		q := fmt.Sprintf("PinflowOperation = %q", workflows.OpReconcile)
+		resp, err := temporal.Client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: temporal.Namespace, Query: q})
+		if err != nil || len(resp.GetExecutions()) == 0 {
+			return false
+		}
+		auditID = resp.GetExecutions()[0].GetExecution().GetWorkflowId()
+		return true
 	})
 
 	var drainRun string
@@ -109,18 +122,21 @@ func TestWebUI(t *testing.T) {
 	pages := []struct {
 		name, url string
 		want      []string
+		lacks     string
 	}{
 		// The list the UI shows for a visibility query on pinflow's search
 		// attributes: this migration only.
-		{"ui-list", base + "/workflows?query=" + url.QueryEscape(query), []string{id, runID, "PinflowInstance"}},
+		{name: "ui-list", url: base + "/workflows?query=" + url.QueryEscape(query), want: []string{id, runID, "PinflowInstance"}},
+		// The operators' view: the migration and the drain, not the audit.
+		{name: "ui-operators", url: base + "/workflows?query=" + url.QueryEscape(workflows.OperatorsView), want: []string{id, drainID}, lacks: auditID},
 		// The run's search attributes: instance, operation, hosts, phase.
-		{"ui-migration", run + "/search-attributes", []string{id, "PinflowInstance", uuid, "PinflowOperation", "live-migration",
+		{name: "ui-migration", url: run + "/search-attributes", want: []string{id, "PinflowInstance", uuid, "PinflowOperation", "live-migration",
 			"PinflowSourceHost", "compute-1", "PinflowDestHost", "compute-2", "PinflowPhase", "completed"}},
 		// The static summary and the last current details.
-		{"ui-summary", run + "/user-metadata", []string{id, summary, "completed"}},
+		{name: "ui-summary", url: run + "/user-metadata", want: []string{id, summary, "completed"}},
 		// A drain's details: a row per guest with where it went.
-		{"ui-drain", base + "/workflows/" + url.PathEscape(drainID) + "/" + drainRun + "/user-metadata",
-			[]string{"drain host compute-1", cache, "cache-1", "moved", "compute-2"}},
+		{name: "ui-drain", url: base + "/workflows/" + url.PathEscape(drainID) + "/" + drainRun + "/user-metadata",
+			want: []string{"drain host compute-1", cache, "cache-1", "moved", "compute-2"}},
 	}
 	for _, p := range pages {
 		dom := render(t, chromium, p.url, filepath.Join(dir, p.name+".png"))
@@ -132,6 +148,9 @@ func TestWebUI(t *testing.T) {
 			if !strings.Contains(text, w) {
 				t.Errorf("%s (%s): the rendered page lacks %q; see %s", p.name, p.url, w, filepath.Join(dir, p.name+".html"))
 			}
+		}
+		if p.lacks != "" && strings.Contains(text, p.lacks) {
+			t.Errorf("%s (%s): the rendered page shows %q; see %s", p.name, p.url, p.lacks, filepath.Join(dir, p.name+".html"))
 		}
 	}
 }
