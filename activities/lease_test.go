@@ -62,11 +62,18 @@ func TestSpawnWaitsOutALedgerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := w.Claim(t, "a", "boot-run-1", u, ledger.KindBoot, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-1"})
+	failed := &failedCalls{}
+	w.RDB.AddHook(failed)
 	led.Stop(t)
 	done := result(func() error {
 		return w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
 	})
-	time.Sleep(3 * time.Second)
+	// The fence found the ledger down and tried again: it waits.
+	for deadline := time.Now().Add(time.Minute); failed.n.Load() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the spawn's fence did not call the ledger within a minute")
+		}
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("Spawn with the ledger down returned %v, want it to wait", err)
