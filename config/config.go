@@ -145,7 +145,7 @@ type Placement struct {
 func Load() (*Config, error) {
 	c := defaults()
 	if err := envconfig.Process(Prefix, &c); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
+		return nil, envError(err)
 	}
 	if c.Driver != DriverSim && c.Driver != DriverLibvirt {
 		return nil, errDriver(c.Driver)
@@ -171,6 +171,26 @@ func Load() (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// envError says which variable has a value of the wrong kind, and what
+// it takes, in the words of the variable and not of the Go field.
+func envError(err error) error {
+	var pe *envconfig.ParseError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("config: %w", err)
+	}
+	allowed := map[string]string{
+		"time.Duration": "a duration such as 0, 90s, 2m or 1h30m",
+		"bool":          "true or false",
+		"int":           "a whole number", "int64": "a whole number", "uint": "a whole number",
+		"float64": "a number",
+	}
+	what, ok := allowed[pe.TypeName]
+	if !ok {
+		what = "a " + pe.TypeName
+	}
+	return fmt.Errorf("config: %s %q: allowed is %s", pe.KeyName, pe.Value, what)
 }
 
 // Logger is the structured logger pinflow's programs log with.

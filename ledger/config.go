@@ -93,12 +93,15 @@ func (c Config) Endpoint() string {
 			return "unix://" + u.Path
 		}
 		if err != nil || u.Host == "" {
-			return "(unparsable REDIS_URL)"
+			return unparsable
 		}
 		return u.Scheme + "://" + u.Host + u.EscapedPath()
 	}
 	return defaultAddr
 }
+
+// unparsable is the endpoint of a REDIS_URL that is no URL.
+const unparsable = "(unparsable REDIS_URL)"
 
 // NewClient builds a client for the config (a cluster client when Addrs is
 // set) and checks it with a PING. Its error is one line naming the
@@ -106,7 +109,11 @@ func (c Config) Endpoint() string {
 func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
 	opts, err := c.options()
 	if err != nil {
-		return nil, fmt.Errorf("ledger: redis %s: %s", c.Endpoint(), c.redact(err))
+		where := "the ledger's Redis"
+		if ep := c.Endpoint(); ep != unparsable {
+			where += " at " + ep
+		}
+		return nil, fmt.Errorf("%s: %s", where, c.redact(err))
 	}
 	client := redis.NewUniversalClient(opts)
 	timeout := c.DialTimeout
@@ -122,7 +129,7 @@ func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
 			// A TLS port closes on a plain client's first command.
 			hint = " (if the server only speaks TLS, use a rediss:// URL or REDIS_TLS=true)"
 		}
-		return nil, fmt.Errorf("ledger: redis %s: cannot connect: %s%s", c.Endpoint(), c.redact(err), hint)
+		return nil, fmt.Errorf("the ledger's Redis at %s: cannot connect: %s%s", c.Endpoint(), c.redact(err), hint)
 	}
 	return client, nil
 }
@@ -145,7 +152,7 @@ func (c Config) options() (*redis.UniversalOptions, error) {
 				// url.Error repeats the whole URL, password included.
 				err = uerr.Err
 			}
-			return nil, fmt.Errorf("REDIS_URL is not a redis://, rediss:// or unix:// URL: %v", err)
+			return nil, fmt.Errorf("REDIS_URL is not a redis://, rediss:// or unix:// URL (%v)", err)
 		}
 		opts.Addrs = []string{single.Addr}
 		opts.DB, opts.Username, opts.Password, opts.TLSConfig = single.DB, single.Username, single.Password, single.TLSConfig

@@ -55,11 +55,11 @@ func TestNewClientErrors(t *testing.T) {
 		cfg  Config
 		in   string // the error names this
 	}{
-		{"nothing listening", Config{URL: "redis://:hunter2@" + dead + "/0", DialTimeout: time.Second}, "ledger: redis redis://" + dead + "/0: cannot connect"},
-		{"nothing listening on the cluster", Config{Addrs: []string{dead}, Password: "hunter2", DialTimeout: time.Second}, "ledger: redis cluster " + dead + ": cannot connect"},
+		{"nothing listening", Config{URL: "redis://:hunter2@" + dead + "/0", DialTimeout: time.Second}, "the ledger's Redis at redis://" + dead + "/0: cannot connect"},
+		{"nothing listening on the cluster", Config{Addrs: []string{dead}, Password: "hunter2", DialTimeout: time.Second}, "the ledger's Redis at cluster " + dead + ": cannot connect"},
 		{"both url and addrs", Config{URL: "redis://" + dead, Addrs: []string{dead}}, "set REDIS_URL for one server or REDIS_ADDRS for a cluster"},
 		{"bad scheme", Config{URL: "http://u:hunter2@" + dead}, "invalid URL scheme: http"},
-		{"unparsable url", Config{URL: "redis://u:hunter2@host:port:x"}, "(unparsable REDIS_URL)"},
+		{"unparsable url", Config{URL: "redis://u:hunter2@host:port:x"}, "the ledger's Redis: REDIS_URL is not a redis://, rediss:// or unix:// URL"},
 		{"bad addr", Config{Addrs: []string{"nohostport"}}, `REDIS_ADDRS entry "nohostport" is not host:port`},
 		{"missing CA file", Config{URL: "redis://" + dead, TLSCA: "/nonexistent/ca.pem"}, "REDIS_TLS_CA /nonexistent/ca.pem: no such file or directory"},
 		{"cert without key", Config{URL: "redis://" + dead, TLSCert: "/nonexistent/cert.pem"}, `REDIS_TLS_CERT "/nonexistent/cert.pem" and REDIS_TLS_KEY "": a client certificate and its key must be set together`},
