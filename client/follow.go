@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/converter"
@@ -188,8 +189,11 @@ func PinnedPCPUs(p *numa.Placement) numa.CPUSet {
 	return out
 }
 
-// RootMessage is the innermost application error's message: what went
-// wrong, without the workflow and activity wrappers around it.
+// RootMessage says in one line why an operation failed: the message of
+// the error the failed step itself returned (which names what it did and
+// why it could not), without the workflow and activity wrappers around
+// it, nor the pieces of that same message Temporal's conversion repeats
+// below it.
 func RootMessage(err error) string {
 	var canceled *temporal.CanceledError
 	if errors.As(err, &canceled) {
@@ -199,11 +203,16 @@ func RootMessage(err error) string {
 	if errors.As(err, &terminated) {
 		return "terminated; the audit frees what it left pending"
 	}
-	msg := err.Error()
+	start := err
 	for e := err; e != nil; e = errors.Unwrap(e) {
-		if appErr, ok := e.(*temporal.ApplicationError); ok {
-			msg = appErr.Message()
+		if act, ok := e.(*temporal.ActivityError); ok {
+			start = act.Unwrap()
 		}
 	}
-	return msg
+	for e := start; e != nil; e = errors.Unwrap(e) {
+		if app, ok := e.(*temporal.ApplicationError); ok {
+			return strings.ReplaceAll(app.Message(), "\n", "; ")
+		}
+	}
+	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }

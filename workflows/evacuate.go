@@ -75,6 +75,12 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	})
 	spawn := activities.SpawnInput{UUID: in.UUID, Host: dst, Placement: claim.Placement, ClaimID: claim.ClaimID, Token: claim.Token}
 	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "rebuild on "+dst), a.Spawn, spawn).Get(ctx, nil); err != nil {
+		if isType(err, activities.ErrTypeRejected) {
+			// The usual cause: the host was fenced while the guest still
+			// runs there, and its disks cannot take a second copy.
+			err = activities.BadState(fmt.Sprintf("instance %s may still run on %s, which is fenced as down: power it off there, then evacuate again (the hypervisor refused a second copy: %s)",
+				in.UUID, src, appMessage(err)))
+		}
 		return nil, s.fail(err)
 	}
 	s.step()

@@ -170,3 +170,19 @@ func TestExplain(t *testing.T) {
 		}
 	}
 }
+
+// TestEvacuateAGuestThatStillRuns: an operator fenced a host whose guest
+// still runs there; the evacuation is refused, and says so in words the
+// operator acts on.
+func TestEvacuateAGuestThatStillRuns(t *testing.T) {
+	t.Parallel()
+	s, vmA, _ := twoHosts(t)
+	s.ok("host", "down", "a", "--fence", "--reason", "unreachable")
+	line := s.refused("failed", "evacuate", vmA, "--wait")
+	if !strings.Contains(line, "may still run on a, which is fenced as down: power it off there, then evacuate again") {
+		t.Errorf("evacuate of a guest still running on its fenced host: %q, want it to say the guest still runs on a", line)
+	}
+	if g := s.guest(vmA); hostOf(g) != "a" {
+		t.Errorf("the refused evacuation moved A to %q", hostOf(g))
+	}
+}
