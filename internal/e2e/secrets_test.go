@@ -109,7 +109,7 @@ func TestWorkerBadCredentials(t *testing.T) {
 		want []string
 	}{
 		{"wrong Redis password", []string{"PINFLOW_REDIS_URL=redis://" + redis.Addr + "/0", "PINFLOW_REDIS_PASSWORD=" + workerSecret},
-			[]string{"redis redis://" + redis.Addr + "/0", "WRONGPASS"}},
+			[]string{"the ledger's Redis at redis://" + redis.Addr + "/0: cannot connect", "WRONGPASS"}},
 		{"API key on a plain Temporal", []string{"PINFLOW_REDIS_URL=redis://" + redis.Addr + "/0", "PINFLOW_REDIS_PASSWORD=right-" + workerSecret,
 			"PINFLOW_TEMPORAL_API_KEY=" + workerSecret}, []string{"temporal " + temporal.Address, "cannot connect", "tls"}},
 		{"bad exporter", []string{"PINFLOW_OTEL_TRACES=jaeger"}, []string{"PINFLOW_OTEL_TRACES", "otlp, stdout or none"}},
