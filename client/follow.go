@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -188,22 +187,8 @@ func PinnedPCPUs(p *numa.Placement) numa.CPUSet {
 	return out
 }
 
-// RootMessage is the innermost application error's message: what went
-// wrong, without the workflow and activity wrappers around it.
-func RootMessage(err error) string {
-	var canceled *temporal.CanceledError
-	if errors.As(err, &canceled) {
-		return "cancelled; its steps were compensated"
-	}
-	var terminated *temporal.TerminatedError
-	if errors.As(err, &terminated) {
-		return "terminated; the audit frees what it left pending"
-	}
-	msg := err.Error()
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if appErr, ok := e.(*temporal.ApplicationError); ok {
-			msg = appErr.Message()
-		}
-	}
-	return msg
-}
+// RootMessage says in one line why an operation failed: the innermost
+// application error's message, without the workflow and activity
+// wrappers around it (workflows.RootCause, the rule a drain records its
+// guests' failures with too).
+func RootMessage(err error) string { return workflows.RootCause(err) }
