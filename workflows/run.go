@@ -73,6 +73,9 @@ type saga struct {
 	compensations []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []audit.HeldClaim
+	// about is a line the UI's details show under the hosts, such as a
+	// drain's limits.
+	about string
 }
 
 type compensation struct {
@@ -306,6 +309,9 @@ func (s *saga) details() string {
 		md += fmt.Sprintf("\n\nhost `%s`", st.Source)
 	case st.Dest != "":
 		md += fmt.Sprintf("\n\nhost `%s`", st.Dest)
+	}
+	if s.about != "" {
+		md += "\n\n" + s.about
 	}
 	if st.Detail != "" {
 		md += "\n\n" + st.Detail
