@@ -319,8 +319,14 @@ func (s *saga) details() string {
 	if st.Error != "" {
 		md += "\n\nerror: " + st.Error
 	}
-	return md
+	return md + uiFrameSlack
 }
+
+// uiFrameSlack ends the details with a blank line. The Web UI sizes the
+// frame it renders them in to the body's scrollHeight, which leaves out
+// the first paragraph's top margin: the last 14 pixels or so are cut,
+// half of a drain's last table row, unless a blank line takes the cut.
+const uiFrameSlack = "\n\n\u00a0"
 
 // step counts a finished step towards Progress.
 func (s *saga) step() {
