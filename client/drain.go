@@ -133,11 +133,11 @@ type DrainState struct {
 }
 
 // Running says whether the drain still runs.
-func (s *DrainState) Running() bool { return s.Status == "running" }
+func (s DrainState) Running() bool { return s.Status == "running" }
 
 // Completed says whether the drain ran to its end: every guest moved or
 // left on the host with its reason.
-func (s *DrainState) Completed() bool { return s.Status == "completed" }
+func (s DrainState) Completed() bool { return s.Status == "completed" }
 
 // DrainStatus is the host's last drain: its progress while it runs, its
 // guests once it completed, or why it failed or was cancelled.

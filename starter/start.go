@@ -59,18 +59,6 @@ func startWorkflow(a *app, c tclient.Client, id, uuid string, p opPlan, details 
 	}, p.wf, p.input)
 }
 
-// update runs the Update name with args on the workflow id's running run
-// and waits until the workflow has completed it. A refusal of its
-// validator is the error, which rootMessage says in one line.
-func update(a *app, c tclient.Client, id, name string, args ...any) (tclient.WorkflowUpdateHandle, error) {
-	h, err := c.UpdateWorkflow(a.ctx, tclient.UpdateWorkflowOptions{WorkflowID: id, UpdateName: name,
-		Args: args, WaitForStage: tclient.WorkflowUpdateStageCompleted})
-	if err == nil {
-		err = h.Get(a.ctx, nil)
-	}
-	return h, err
-}
-
 // alreadyRunning says whether a start failed because a workflow runs under
 // its id already.
 func alreadyRunning(err error) bool {
