@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -189,30 +187,7 @@ func PinnedPCPUs(p *numa.Placement) numa.CPUSet {
 	return out
 }
 
-// RootMessage says in one line why an operation failed: the message of
-// the error the failed step itself returned (which names what it did and
-// why it could not), without the workflow and activity wrappers around
-// it, nor the pieces of that same message Temporal's conversion repeats
-// below it.
-func RootMessage(err error) string {
-	var canceled *temporal.CanceledError
-	if errors.As(err, &canceled) {
-		return "cancelled; its steps were compensated"
-	}
-	var terminated *temporal.TerminatedError
-	if errors.As(err, &terminated) {
-		return "terminated; the audit frees what it left pending"
-	}
-	start := err
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if act, ok := e.(*temporal.ActivityError); ok {
-			start = act.Unwrap()
-		}
-	}
-	for e := start; e != nil; e = errors.Unwrap(e) {
-		if app, ok := e.(*temporal.ApplicationError); ok {
-			return strings.ReplaceAll(app.Message(), "\n", "; ")
-		}
-	}
-	return strings.ReplaceAll(err.Error(), "\n", "; ")
-}
+// RootMessage says in one line why an operation failed
+// (workflows.RootCause, the rule a drain records its guests' failures
+// with too).
+func RootMessage(err error) string { return workflows.RootCause(err) }

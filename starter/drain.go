@@ -8,15 +8,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	tclient "go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/guest"
-	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -37,11 +32,11 @@ when the drain could not complete.`)
 
 func hostPlanDrain(host string, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
-		led, _, err := hostStatus(a, host)
+		api, err := a.ledgerClient()
 		if err != nil {
 			return err
 		}
-		plan, err := (&activities.Activities{Ledger: led}).PlanDrain(a.ctx, activities.PlanDrainInput{Host: host})
+		plan, err := api.PlanDrain(a.ctx, host)
 		if err != nil {
 			return err
 		}
@@ -90,7 +85,7 @@ it and moves the guests back.`)
 	c.AddCommand(hostDrainControlCommand("pause", "stop starting new moves of a running drain"),
 		hostDrainControlCommand("resume", "start new moves of a paused drain again"),
 		hostDrainControlCommand("cancel", "cancel a drain: running moves roll back, reservations are freed"),
-		hostDrainControlCommand("status", "show a running drain's progress, guest by guest"))
+		hostDrainStatusCommand())
 	fs := c.Flags()
 	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing (as host plan-drain)")
 	policy := fs.String("policy", string(workflows.DrainLive), "how each guest moves: live, cold or live-then-cold")
@@ -109,81 +104,42 @@ it and moves the guests back.`)
 }
 
 func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, stdout io.Writer) error {
+	// Every limit comes from a flag: a zero is given, not left out.
 	if err := in.Check(); err != nil {
 		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
 	}
 	if dryRun {
 		return hostPlanDrain(host, of.json, stdout)
 	}
-	return withApp(func(a *app) error {
-		_, st, err := hostStatus(a, host)
+	return withClient(func(a *app, api *client.Client) error {
+		run, err := api.Drain(a.ctx, in)
 		if err != nil {
 			return err
-		}
-		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-			return fmt.Errorf("host drain %s: the host is %s; a drain moves guests off a running host (evacuate a fenced one)", host, st.State)
-		}
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		id := workflows.DrainWorkflowID(host)
-		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
-		switch {
-		case alreadyRunning(err):
-			return fmt.Errorf("host drain %s: the host is being drained already (workflow %s); 'pinflow host drain status %s' follows it", host, id, host)
-		case err != nil:
-			return fmt.Errorf("host drain %s: %w", host, err)
 		}
 		if !*of.wait {
-			return hostOpStarted(stdout, *of.json, host, "drain of "+host, run)
+			if *of.json {
+				return writeJSON(stdout, map[string]string{"host": host, "workflow_id": run.WorkflowID, "run_id": run.RunID})
+			}
+			fmt.Fprintf(stdout, "drain of %s started: workflow %s run %s\n", host, run.WorkflowID, run.RunID)
+			return nil
 		}
-		return followDrain(a, c, stdout, *of.json, run, host)
+		return followDrain(a, stdout, *of.json, run)
 	})
 }
 
-// followDrain prints the drain's progress line whenever it changes, then
-// its result; guests left on the host make the exit non-zero.
-func followDrain(a *app, c tclient.Client, stdout io.Writer, asJSON bool, run tclient.WorkflowRun, host string) error {
-	done := make(chan error, 1)
-	var res workflows.DrainResult
-	go func() { done <- run.Get(a.ctx, &res) }()
-	last, seen := "", map[string]string{}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("host drain %s failed: %s", host, client.RootMessage(err))
-			}
-			if asJSON {
-				if err := writeJSON(stdout, res); err != nil {
-					return err
-				}
-			} else {
-				for i := range res.Guests {
-					fmt.Fprintln(stdout, guestLine(host, &res.Guests[i]))
-				}
-				fmt.Fprintf(stdout, "drain of %s: %d guests moved, %d left; the host stays disabled until 'pinflow host enable %s'\n", host, res.Moved, res.Failed, host)
-			}
-			if res.Failed > 0 {
-				return fmt.Errorf("host drain %s: %w: %d guests left on the host", host, errIncomplete, res.Failed)
-			}
-			return nil
-		case <-tick.C:
-			if asJSON {
-				continue
-			}
-			st, err := drainStatus(a, c, host)
-			if err != nil {
-				continue
-			}
+// followDrain prints the drain's progress line whenever it changes, and
+// each guest's step as it happens, then its result; guests left on the
+// host make the exit non-zero.
+func followDrain(a *app, stdout io.Writer, asJSON bool, run *client.DrainRun) error {
+	host := run.Host
+	var progress func(workflows.DrainStatus)
+	if !asJSON {
+		last, seen := "", map[string]string{}
+		progress = func(st workflows.DrainStatus) {
 			if line := drainLine(&st); line != last {
 				fmt.Fprintln(os.Stderr, line)
 				last = line
 			}
-			// Each guest's step as it happens.
 			for i := range st.Guests {
 				g := &st.Guests[i]
 				if line := guestLine(host, g); seen[g.UUID] != line {
@@ -193,15 +149,24 @@ func followDrain(a *app, c tclient.Client, stdout io.Writer, asJSON bool, run tc
 			}
 		}
 	}
-}
-
-func drainStatus(a *app, c tclient.Client, host string) (workflows.DrainStatus, error) {
-	var st workflows.DrainStatus
-	v, err := c.QueryWorkflow(a.ctx, workflows.DrainWorkflowID(host), "", workflows.DrainStatusQuery)
+	res, err := run.Wait(a.ctx, progress)
 	if err != nil {
-		return st, err
+		return err
 	}
-	return st, v.Get(&st)
+	if asJSON {
+		if err := writeJSON(stdout, res); err != nil {
+			return err
+		}
+	} else {
+		for i := range res.Guests {
+			fmt.Fprintln(stdout, guestLine(host, &res.Guests[i]))
+		}
+		fmt.Fprintf(stdout, "drain of %s: %d guests moved, %d left; the host stays disabled until 'pinflow host enable %s'\n", host, res.Moved, res.Failed, host)
+	}
+	if res.Failed > 0 {
+		return fmt.Errorf("host drain %s: %w: %d guests left on the host", host, errIncomplete, res.Failed)
+	}
+	return nil
 }
 
 // drainLine is one line of a drain's progress.
@@ -240,60 +205,34 @@ func hostDrainControlCommand(verb, short string) *cobra.Command {
 	return c
 }
 
-// hostDrainControl pauses, resumes, cancels or shows a running drain.
+func hostDrainStatusCommand() *cobra.Command {
+	c := hostCommandOf("status NAME", "show a drain's progress guest by guest, or how the last one ended",
+		`Show the host's drain guest by guest while it runs. Once it has ended, show
+how: a completed drain's guests, each moved or left on the host with its
+reason (exit 0), or why the drain failed or was cancelled (exit 1).`)
+	asJSON := outputFlags(c.Flags())
+	c.RunE = func(c *cobra.Command, args []string) error { return hostDrainStatus(args[0], asJSON, c.OutOrStdout()) }
+	return c
+}
+
+// hostDrainControl pauses, resumes or cancels a running drain.
 func hostDrainControl(verb, host string, asJSON *bool, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		if err := checkHost(a, host); err != nil {
-			return err
-		}
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		id := workflows.DrainWorkflowID(host)
-		d, err := c.DescribeWorkflow(a.ctx, id, "")
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) || err == nil && d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			return fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
-		}
-		if err != nil {
-			return fmt.Errorf("host drain %s %s: %w", verb, host, err)
-		}
-		st, err := drainStatus(a, c, host)
-		if err != nil {
-			return fmt.Errorf("host drain %s %s: %w", verb, host, err)
-		}
+	return withClient(func(a *app, api *client.Client) error {
+		control := api.CancelDrain
 		switch verb {
-		case "pause", "resume":
-			name := workflows.DrainPauseUpdate
-			if verb == "resume" {
-				name = workflows.DrainResumeUpdate
-			}
-			_, err = update(a, c, id, name)
-			switch {
-			case errors.As(err, &nf):
-				return fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
-			case err != nil:
-				return fmt.Errorf("host drain %s %s: %s", verb, host, client.RootMessage(err))
-			}
-			// The drain took it: its status says so now.
-			if after, err := drainStatus(a, c, host); err == nil {
-				st = after
-			}
-		case "cancel":
-			if err := c.CancelWorkflow(a.ctx, id, ""); err != nil {
-				return fmt.Errorf("host drain %s %s: %w", verb, host, err)
-			}
+		case "pause":
+			control = api.PauseDrain
+		case "resume":
+			control = api.ResumeDrain
+		}
+		st, err := control(a.ctx, host)
+		if err != nil {
+			return err
 		}
 		if *asJSON {
 			return writeJSON(stdout, st)
 		}
 		switch verb {
-		case "status":
-			fmt.Fprintln(stdout, drainLine(&st))
-			for i := range st.Guests {
-				fmt.Fprintln(stdout, guestLine(host, &st.Guests[i]))
-			}
 		case "cancel":
 			fmt.Fprintf(stdout, "drain of %s cancelled: running moves roll back, reservations are released; the host stays disabled\n", host)
 		case "pause":
@@ -303,6 +242,54 @@ func hostDrainControl(verb, host string, asJSON *bool, stdout io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// hostDrainStatus shows the host's last drain: guest by guest while it
+// runs and once it completed (exit 0); why it failed or was cancelled
+// otherwise (exit 1).
+func hostDrainStatus(host string, asJSON *bool, stdout io.Writer) error {
+	return withClient(func(a *app, api *client.Client) error {
+		st, err := api.DrainStatus(a.ctx, host)
+		if err != nil {
+			return err
+		}
+		ended := fmt.Errorf("host drain status %s: the last drain of %s %s at %s: %s", host, host, endedHow(st.Status), st.Close.Local().Format(time.RFC3339), st.Reason)
+		if *asJSON {
+			if err := writeJSON(stdout, st); err != nil {
+				return err
+			}
+		} else {
+			switch {
+			case st.Running():
+				fmt.Fprintln(stdout, drainLine(&st.DrainStatus))
+			case st.Completed():
+				fmt.Fprintf(stdout, "drain of %s completed at %s: %d of %d guests moved, %d left on %s\n",
+					host, st.Close.Local().Format(time.RFC3339), st.Moved, len(st.Guests), st.Failed, host)
+			default:
+				return ended
+			}
+			for i := range st.Guests {
+				fmt.Fprintln(stdout, guestLine(host, &st.Guests[i]))
+			}
+		}
+		if !st.Running() && !st.Completed() {
+			return ended
+		}
+		return nil
+	})
+}
+
+// endedHow says how a run that did not complete ended, from its status.
+func endedHow(status string) string {
+	switch status {
+	case "canceled":
+		return "was cancelled"
+	case "terminated":
+		return "was terminated"
+	case "timed_out":
+		return "timed out"
+	}
+	return status
 }
 
 func hostUndrainCommand() *cobra.Command {
@@ -319,87 +306,23 @@ runs where the drain put it.`)
 // its own instance workflow id, every guest its last drain moved that is
 // still where the drain put it.
 func hostUndrain(host string, of opFlags, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		led, st, err := hostStatus(a, host)
+	return withClient(func(a *app, api *client.Client) error {
+		u, err := api.Undrain(a.ctx, host)
 		if err != nil {
 			return err
 		}
-		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-			return fmt.Errorf("host undrain %s: the host is %s; bring it back with 'pinflow host up %s --wait' first", host, st.State, host)
-		}
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		id := workflows.DrainWorkflowID(host)
-		d, err := c.DescribeWorkflow(a.ctx, id, "")
-		var nf *serviceerror.NotFound
-		switch {
-		case errors.As(err, &nf):
-			return fmt.Errorf("host undrain %s: the host was never drained (or its drain is past the namespace's retention)", host)
-		case err != nil:
-			return fmt.Errorf("host undrain %s: %w", host, err)
-		case d.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-			return fmt.Errorf("host undrain %s: the host is being drained; 'pinflow host drain cancel %s' first", host, host)
-		}
-		var res workflows.DrainResult
-		if err := c.GetWorkflow(a.ctx, id, "").Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("host undrain %s: its last drain did not complete (%s), so pinflow does not know what it moved; move guests back one by one", host, client.RootMessage(err))
-		}
-		if _, err := led.SetHostEnabled(a.ctx, host); err != nil {
-			return err
-		}
-		type back struct {
-			UUID  string `json:"uuid"`
-			From  string `json:"from"`
-			Error string `json:"error,omitempty"`
-			Done  bool   `json:"done,omitempty"`
-		}
-		var out []back
-		api, err := a.api()
-		if err != nil {
-			return err
-		}
-		var ops []*client.Operation
-		var idx []int
-		for _, g := range res.Guests {
-			if g.State != workflows.GuestMoved {
-				continue
-			}
-			inst, err := led.Instance(a.ctx, g.UUID)
-			if err != nil || inst.Host != g.Target {
-				continue // gone, or moved again since
-			}
-			op, err := api.Migrate(a.ctx, g.UUID, client.MigrateRequest{Dest: host})
-			out = append(out, back{UUID: g.UUID, From: g.Target})
-			if err != nil {
-				out[len(out)-1].Error = err.Error()
-				continue
-			}
-			ops, idx = append(ops, op), append(idx, len(out)-1)
-		}
-		failed := 0
-		for i, op := range ops {
-			if !*of.wait {
-				break
-			}
-			if _, err := op.Wait(a.ctx, nil); err != nil {
-				out[idx[i]].Error = client.RootMessage(err)
-				continue
-			}
-			out[idx[i]].Done = true
-		}
-		for _, b := range out {
-			if b.Error != "" {
-				failed++
+		if *of.wait {
+			if err := u.Wait(a.ctx); err != nil {
+				return err
 			}
 		}
+		failed := u.Failed()
 		if *of.json {
-			if err := writeJSON(stdout, out); err != nil {
+			if err := writeJSON(stdout, u.Moves); err != nil {
 				return err
 			}
 		} else {
-			for _, b := range out {
+			for _, b := range u.Moves {
 				switch {
 				case b.Error != "":
 					fmt.Fprintf(stdout, "%s: not moved back from %s: %s\n", b.UUID, b.From, b.Error)
@@ -409,10 +332,10 @@ func hostUndrain(host string, of opFlags, stdout io.Writer) error {
 					fmt.Fprintf(stdout, "%s: moving back from %s (workflow %s)\n", b.UUID, b.From, guest.InstanceWorkflowID(b.UUID))
 				}
 			}
-			fmt.Fprintf(stdout, "host %s is enabled; %d guests of its last drain moving back, %d failed\n", host, len(out), failed)
+			fmt.Fprintf(stdout, "host %s is enabled; %d guests of its last drain moving back, %d failed\n", host, len(u.Moves), failed)
 		}
 		if failed > 0 {
-			return fmt.Errorf("host undrain %s: %d of %d moves back failed", host, failed, len(out))
+			return fmt.Errorf("host undrain %s: %d of %d moves back failed", host, failed, len(u.Moves))
 		}
 		return nil
 	})

@@ -32,9 +32,13 @@ func (quietRedis) Printf(context.Context, string, ...any) {}
 func main() {
 	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
 		// These marks only set the exit status; the message says the rest.
+		// A message that merely ends in a mark's words (a failure whose
+		// reason is "unknown host") keeps them.
 		msg := strings.TrimPrefix(err.Error(), "pinflow: ")
 		for _, mark := range []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost, errInterrupted} {
-			msg = strings.TrimSuffix(msg, ": "+mark.Error())
+			if errors.Is(err, mark) {
+				msg = strings.TrimSuffix(msg, ": "+mark.Error())
+			}
 		}
 		fmt.Fprintln(os.Stderr, "pinflow: "+msg)
 		switch {

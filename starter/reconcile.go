@@ -1,16 +1,12 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"strings"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	tclient "go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/workflows"
@@ -40,44 +36,26 @@ func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout i
 		}
 		in.Grace = &d
 	}
-	return withApp(func(a *app) error {
-		for _, h := range hosts {
-			if err := checkHost(a, h); err != nil {
-				return fmt.Errorf("reconcile: %w", err)
-			}
-		}
-		c, err := a.client()
+	return withClient(func(a *app, api *client.Client) error {
+		in.Concurrency = a.cfg.Reconcile.Concurrency
+		run, err := api.Reconcile(a.ctx, in)
 		if err != nil {
 			return err
 		}
-		in.Concurrency = a.cfg.Reconcile.Concurrency
-		id := reconcileWorkflowID(time.Now())
-		summary := "ledger audit of every host"
-		if len(hosts) > 0 {
-			summary = "ledger audit of " + strings.Join(hosts, ", ")
-		}
-		if *dryRun {
-			summary += " (dry run)"
-		}
-		run, err := c.ExecuteWorkflow(a.ctx, tclient.StartWorkflowOptions{
-			ID:                    id,
-			TaskQueue:             a.cfg.TaskQueue,
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpReconcile, "")...),
-			StaticSummary:         summary,
-		}, workflows.Reconcile, in)
-		if err != nil {
-			return fmt.Errorf("reconcile: %w", err)
-		}
 		if !*of.wait {
 			if *of.json {
-				return writeJSON(stdout, map[string]string{"workflow_id": id, "run_id": run.GetRunID(), "operation": string(workflows.OpReconcile)})
+				return writeJSON(stdout, map[string]string{"workflow_id": run.WorkflowID, "run_id": run.RunID, "operation": string(workflows.OpReconcile)})
 			}
-			fmt.Fprintf(stdout, "reconcile started: workflow %s run %s; 'pinflow reconcile --wait' prints what it finds\n", id, run.GetRunID())
+			fmt.Fprintf(stdout, "reconcile started: workflow %s run %s; 'pinflow reconcile --wait' prints what it finds\n", run.WorkflowID, run.RunID)
 			return nil
 		}
-		res, err := followReconcile(a, c, run)
+		pr := newProgressPrinter(os.Stderr)
+		res, err := run.Wait(a.ctx, func(st workflows.Status) {
+			pr.show(fmt.Sprintf("reconcile: %s %d%%: %s", st.Phase, st.Progress, st.Detail))
+		})
+		pr.end()
 		if err != nil {
-			return fmt.Errorf("reconcile %s failed: %s", id, client.RootMessage(err))
+			return err
 		}
 		if *of.json {
 			return writeJSON(stdout, res)
@@ -85,31 +63,4 @@ func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout i
 		fmt.Fprint(stdout, workflows.ReconcileReport(res))
 		return nil
 	})
-}
-
-// reconcileWorkflowID names an audit run started now: its time, and a
-// random suffix so two started in one millisecond do not collide.
-func reconcileWorkflowID(now time.Time) string {
-	b := make([]byte, 3)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	return fmt.Sprintf("%s-%s-%s", workflows.ReconcileWorkflowIDPrefix, now.UTC().Format("20060102T150405.000Z"), hex.EncodeToString(b))
-}
-
-// followReconcile prints the audit's progress to stderr while it runs and
-// returns its result.
-func followReconcile(a *app, c tclient.Client, run tclient.WorkflowRun) (*workflows.ReconcileResult, error) {
-	var res workflows.ReconcileResult
-	err := waitShowingProgress(a.ctx, run, &res, func() string {
-		st, ok := queryStatus(a.ctx, c, run)
-		if !ok {
-			return ""
-		}
-		return fmt.Sprintf("reconcile: %s %d%%: %s", st.Phase, st.Progress, st.Detail)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &res, nil
 }

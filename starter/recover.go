@@ -3,13 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/spf13/cobra"
-	tclient "go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -30,35 +26,21 @@ one. A host that is fine is reported so, and changes nothing.`}
 }
 
 func recoverHosts(hosts []string, dryRun, asJSON *bool, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		c, err := a.client()
+	return withClient(func(a *app, api *client.Client) error {
+		res, err := api.Recover(a.ctx, workflows.RecoverInput{Hosts: hosts, DryRun: *dryRun})
 		if err != nil {
 			return err
-		}
-		in := workflows.RecoverInput{Hosts: hosts, DryRun: *dryRun}
-		id := fmt.Sprintf("recover-%s", time.Now().UTC().Format("20060102T150405.000Z"))
-		run, err := c.ExecuteWorkflow(a.ctx, tclient.StartWorkflowOptions{
-			ID: id, TaskQueue: a.cfg.TaskQueue,
-			TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpRecover, "")...),
-			StaticSummary:         "ledger recovery from the hypervisors",
-		}, workflows.Recover, in)
-		if err != nil {
-			return fmt.Errorf("recover: %w", err)
-		}
-		var res workflows.RecoverResult
-		if err := run.Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("recover failed: %s", client.RootMessage(err))
 		}
 		if *asJSON {
 			return writeJSON(stdout, res)
 		}
-		fmt.Fprint(stdout, workflows.RecoverReport(&res))
+		fmt.Fprint(stdout, workflows.RecoverReport(res))
 		for _, h := range res.Hosts {
 			if h.Changed() || len(h.Unresolved) > 0 {
 				return nil
 			}
 		}
-		fmt.Fprintf(stdout, "%s fine: every running domain agrees with its claims; nothing changed\n", hostWord(res))
+		fmt.Fprintf(stdout, "%s fine: every running domain agrees with its claims; nothing changed\n", hostWord(*res))
 		return nil
 	})
 }
@@ -88,24 +70,10 @@ naming the domain, while a running or paused domain uses any of them.`,
 // and refuses while a domain still runs on those pCPUs; any other kind of
 // claim is refused too.
 func quarantine(host *string, pos []string, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		c, err := a.client()
+	return withClient(func(a *app, api *client.Client) error {
+		res, err := api.ReleaseQuarantine(a.ctx, *host, pos[0])
 		if err != nil {
 			return err
-		}
-		id := workflows.QuarantineReleaseWorkflowID(*host, pos[0])
-		in := audit.ReleaseQuarantineInput{Host: *host, ClaimID: pos[0]}
-		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpUnquarantine, wf: workflows.ReleaseQuarantine, input: in,
-			summary: "release quarantine " + pos[0] + " on " + *host, source: *host}, "")
-		switch {
-		case alreadyRunning(err):
-			return fmt.Errorf("quarantine release: claim %s on %s is being released already (workflow %s)", pos[0], *host, id)
-		case err != nil:
-			return fmt.Errorf("quarantine release: %w", err)
-		}
-		var res audit.ReleasedQuarantine
-		if err := run.Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("quarantine release: %s", client.RootMessage(err))
 		}
 		fmt.Fprintf(stdout, "quarantine %s on %s released: pCPUs %s are free\n", res.ClaimID, res.Host, res.CPUs)
 		return nil

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"os"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -59,65 +55,9 @@ func startWorkflow(a *app, c tclient.Client, id, uuid string, p opPlan, details 
 	}, p.wf, p.input)
 }
 
-// update runs the Update name with args on the workflow id's running run
-// and waits until the workflow has completed it. A refusal of its
-// validator is the error, which rootMessage says in one line.
-func update(a *app, c tclient.Client, id, name string, args ...any) (tclient.WorkflowUpdateHandle, error) {
-	h, err := c.UpdateWorkflow(a.ctx, tclient.UpdateWorkflowOptions{WorkflowID: id, UpdateName: name,
-		Args: args, WaitForStage: tclient.WorkflowUpdateStageCompleted})
-	if err == nil {
-		err = h.Get(a.ctx, nil)
-	}
-	return h, err
-}
-
 // alreadyRunning says whether a start failed because a workflow runs under
 // its id already.
 func alreadyRunning(err error) bool {
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	return errors.As(err, &started)
-}
-
-// waitShowingProgress waits for run's result into result and meanwhile
-// prints line() to stderr whenever it changes: rewritten in place on a
-// terminal, a line each otherwise. An empty line is not shown.
-func waitShowingProgress(ctx context.Context, run tclient.WorkflowRun, result any, line func() string) error {
-	done := make(chan error, 1)
-	go func() { done <- run.Get(ctx, result) }()
-	tty := isTerminal(os.Stderr)
-	last := ""
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			if tty && last != "" {
-				fmt.Fprintln(os.Stderr)
-			}
-			return err
-		case <-tick.C:
-			l := line()
-			if l == "" || l == last {
-				continue
-			}
-			if tty {
-				fmt.Fprintf(os.Stderr, "\r\033[K%s", l)
-			} else {
-				fmt.Fprintln(os.Stderr, l)
-			}
-			last = l
-		}
-	}
-}
-
-// queryStatus asks a running operation for its status.
-func queryStatus(ctx context.Context, c tclient.Client, run tclient.WorkflowRun) (workflows.Status, bool) {
-	qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var st workflows.Status
-	v, err := c.QueryWorkflow(qctx, run.GetID(), run.GetRunID(), workflows.StatusQuery)
-	if err != nil || v.Get(&st) != nil {
-		return st, false
-	}
-	return st, true
 }

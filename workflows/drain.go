@@ -121,6 +121,26 @@ func (in DrainInput) Check() error {
 	return nil
 }
 
+// Limits says how the drain moves its guests, for people: its input
+// holds the settle in nanoseconds.
+func (in DrainInput) Limits() string {
+	return fmt.Sprintf("%s moves, at most %d at once and %d onto one target, up to %d targets a guest; operations in flight may hold the plan up for %s",
+		in.Policy, in.Parallel, in.PerTarget, in.Attempts, readable(in.Settle))
+}
+
+// readable is a duration without the zero minutes and seconds
+// time.Duration.String ends in: 2m, 1h, 1h30m, 1m30s.
+func readable(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
 // DrainGuestState is where one guest of a drain is.
 type DrainGuestState string
 
@@ -232,6 +252,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 		return nil, err
 	}
 	s.setHosts(in.Host, "")
+	s.about = in.Limits()
 	workflow.Go(ctx, d.renewSlots)
 
 	plan, err := d.plan(ctx)
@@ -307,7 +328,7 @@ func (d *drainRun) plan(ctx workflow.Context) (drain.Plan, error) {
 		if plan.Complete() || len(plan.Unplaceable) > 0 || !workflow.Now(ctx).Before(deadline) {
 			return plan, nil
 		}
-		d.s.phase(PhaseScheduling, fmt.Sprintf("waiting up to %v for %d claims in flight on %s to settle: %s", d.in.Settle, len(plan.Blocked), d.in.Host, plan.Blocked[0].Reason))
+		d.s.phase(PhaseScheduling, fmt.Sprintf("waiting up to %s for %d claims in flight on %s to settle: %s", readable(d.in.Settle), len(plan.Blocked), d.in.Host, plan.Blocked[0].Reason))
 		if err := workflow.Sleep(ctx, settleRetry); err != nil {
 			return plan, err
 		}
@@ -459,7 +480,7 @@ func (st *DrainStatus) Table() string {
 
 // cell keeps a value from breaking its markdown table row.
 func cell(v string) string {
-	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(v)
+	return strings.NewReplacer("|", "\\|", "\r", " ", "\n", " ").Replace(v)
 }
 
 // progress is the detail the UI shows: the summary and each guest.
@@ -485,7 +506,7 @@ func (d *drainRun) reserve(ctx workflow.Context, g *DrainGuest) error {
 		if !isConflict(err) {
 			return err
 		}
-		if err := d.replan(ctx, g, "its reservation on "+g.Target+" lost a race: "+err.Error()); err != nil {
+		if err := d.replan(ctx, g, "its reservation on "+g.Target+" lost a race: "+RootCause(err)); err != nil {
 			return err
 		}
 	}
@@ -598,16 +619,16 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 	// reservation it never adopted is still the drain's to release.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if rerr := d.s.ledger(dctx, "release the reservation on "+target, a.ReleaseReservation, *g.Reservation).Get(dctx, nil); rerr != nil {
-		g.State, g.Error = GuestFailed, fmt.Sprintf("its move failed (%v) and its reservation could not be released: %v", err, rerr)
+		g.State, g.Error = GuestFailed, fmt.Sprintf("its move failed (%s) and its reservation could not be released: %s", RootCause(err), RootCause(rerr))
 		return
 	}
-	if rerr := d.replan(ctx, g, fmt.Sprintf("its move to %s failed: %v", target, err)); rerr != nil {
-		g.State, g.Error = GuestFailed, fmt.Sprintf("%v; planning it again failed: %v", err, rerr)
+	if rerr := d.replan(ctx, g, fmt.Sprintf("its move to %s failed: %s", target, RootCause(err))); rerr != nil {
+		g.State, g.Error = GuestFailed, fmt.Sprintf("%s; planning it again failed: %s", RootCause(err), RootCause(rerr))
 		return
 	}
 	if g.State != GuestFailed {
 		if rerr := d.reserve(ctx, g); rerr != nil {
-			g.State, g.Error = GuestFailed, fmt.Sprintf("%v; reserving a new target failed: %v", err, rerr)
+			g.State, g.Error = GuestFailed, fmt.Sprintf("%s; reserving a new target failed: %s", RootCause(err), RootCause(rerr))
 		}
 	}
 	if g.State == GuestFailed {

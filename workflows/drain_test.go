@@ -1,11 +1,14 @@
 package workflows
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/pinflow/pinflow/activities"
@@ -188,6 +191,70 @@ func TestDrainEndingRefusesPauseAndResume(t *testing.T) {
 	for name, u := range map[string]updated{"pause": pause, "resume": resume} {
 		if want := "the drain of src is ending (every guest has moved or failed)"; u.rejected == nil || !strings.Contains(u.rejected.Error(), want) {
 			t.Errorf("a %s while the last slot goes back: refusal %v, want one saying %q", name, u.rejected, want)
+		}
+	}
+}
+
+// TestDrainRecordsFailedMovesInOneLine: a move that fails records its
+// root cause in one line, not the child and activity errors around it,
+// and the drain's details in the UI show every guest's row and its
+// limits, the settle readable.
+func TestDrainRecordsFailedMovesInOneLine(t *testing.T) {
+	h := newHarness(t)
+	other := "1c4d0e7f-2a3b-4c5d-9e8f-0a1b2c3d4e5f"
+	plan := drain.Plan{Source: "src"}
+	for _, u := range []string{uuid, other} {
+		plan.Moves = append(plan.Moves, drain.Move{UUID: u, Name: "vm", Target: "dst", Placement: &placement})
+	}
+	h.on("plan", a.PlanDrain, plan, nil)
+	h.on("disable", a.DisableHost, nil)
+	h.on("reserve", a.Reserve, activities.Reservation{Host: "dst", ClaimID: "r", Owner: DrainWorkflowID("src"), Token: "t"}, nil)
+	h.on("slot", a.TakeMoveSlot, activities.MoveSlotResult{Taken: true}, nil)
+	h.on("give", a.GiveMoveSlots, nil)
+	h.on("release", a.ReleaseReservation, nil)
+	h.on("renew", a.RenewMoveSlots, nil).Maybe()
+	h.env.RegisterWorkflow(LiveMigration)
+	// The hypervisor's error as an activity wraps it: twice with %w.
+	injected := fmt.Errorf("sim: prepare migration to dst: %w", fmt.Errorf("%w (one of the counted failures)", errors.New("injected fault")))
+	h.env.OnWorkflow(LiveMigration, mock.Anything, mock.Anything).Return(nil, injected)
+	h.env.ExecuteWorkflow(Drain, DrainInput{Host: "src", Attempts: 1, Settle: 90 * time.Second})
+	var res DrainResult
+	if err := h.env.GetWorkflowResult(&res); err != nil || res.Failed != 2 {
+		t.Fatalf("Drain = %+v, %v; want both guests left", res, err)
+	}
+	want := "tried 1 targets (dst); last: its move to dst failed: sim: prepare migration to dst: injected fault (one of the counted failures)"
+	for _, g := range res.Guests {
+		if g.Error != want {
+			t.Errorf("guest %s left with error %q, want %q", g.UUID, g.Error, want)
+		}
+	}
+	v, err := h.env.QueryWorkflow("__temporal_workflow_metadata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md sdkpb.WorkflowMetadata
+	if err := v.Get(&md); err != nil {
+		t.Fatal(err)
+	}
+	details := md.GetCurrentDetails()
+	for _, w := range []string{
+		"live moves, at most 2 at once and 2 onto one target, up to 1 targets a guest; operations in flight may hold the plan up for 1m30s",
+		"| `" + uuid + "` | vm | failed |  | 1 | " + want + " |\n",
+		"| `" + other + "` | vm | failed |  | 1 | " + want + " |\n",
+	} {
+		if !strings.Contains(details, w) {
+			t.Errorf("the drain's details lack %q:\n%s", w, details)
+		}
+	}
+}
+
+func TestReadableDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		2 * time.Minute: "2m", 90 * time.Second: "1m30s", time.Hour: "1h", 24 * time.Hour: "24h",
+		90 * time.Minute: "1h30m", 3*time.Hour + 5*time.Second: "3h0m5s", 1500 * time.Millisecond: "1.5s", 0: "0s",
+	} {
+		if got := readable(d); got != want {
+			t.Errorf("readable(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -73,6 +73,9 @@ type saga struct {
 	compensations []compensation
 	// held are the claims the operation made, for HeldClaimsQuery.
 	held []audit.HeldClaim
+	// about is a line the UI's details show under the hosts, such as a
+	// drain's limits.
+	about string
 }
 
 type compensation struct {
@@ -307,14 +310,23 @@ func (s *saga) details() string {
 	case st.Dest != "":
 		md += fmt.Sprintf("\n\nhost `%s`", st.Dest)
 	}
+	if s.about != "" {
+		md += "\n\n" + s.about
+	}
 	if st.Detail != "" {
 		md += "\n\n" + st.Detail
 	}
 	if st.Error != "" {
 		md += "\n\nerror: " + st.Error
 	}
-	return md
+	return md + uiFrameSlack
 }
+
+// uiFrameSlack ends the details with a blank line. The Web UI sizes the
+// frame it renders them in to the body's scrollHeight, which leaves out
+// the first paragraph's top margin: the last 14 pixels or so are cut,
+// half of a drain's last table row, unless a blank line takes the cut.
+const uiFrameSlack = "\n\n\u00a0"
 
 // step counts a finished step towards Progress.
 func (s *saga) step() {

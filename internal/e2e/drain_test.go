@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -78,10 +79,22 @@ func TestPlanDrain(t *testing.T) {
 // drainDone waits until no drain of host runs.
 func (s *stack) drainDone(host string) {
 	s.t.Helper()
-	s.eventually("the drain of "+host+" ends", 3*time.Minute, func() bool {
-		_, _, code := s.run("host", "drain", "status", host)
-		return code != 0
-	})
+	s.eventually("the drain of "+host+" ends", 3*time.Minute, func() bool { return !s.drainState(host).Running() })
+}
+
+// drainState is `host drain status HOST --json`: printed whether the last
+// drain runs, completed (exit 0), or failed or was cancelled (exit 1).
+func (s *stack) drainState(host string) client.DrainState {
+	s.t.Helper()
+	out, errOut, code := s.run("host", "drain", "status", host, "--json")
+	var st client.DrainState
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		s.t.Fatalf("host drain status %s --json: exit %d: %v\n%s%s", host, code, err, out, errOut)
+	}
+	if want := map[bool]int{true: 0, false: 1}[st.Running() || st.Completed()]; code != want {
+		s.t.Errorf("host drain status %s --json of a drain %s: exit %d, want %d: %s", host, st.Status, code, want, errOut)
+	}
+	return st
 }
 
 // claimsOfKind counts host's claims of kind.
@@ -139,19 +152,17 @@ func TestDrain(t *testing.T) {
 	s.ok("sim", "gate", "--at", "switchover", "--release")
 	// Sampled until it ends: never more than one move at a time.
 	s.eventually("the drain of a ends", 3*time.Minute, func() bool {
-		out, _, code := s.run("host", "drain", "status", "a", "--json")
-		if code != 0 {
-			return true
-		}
-		var st workflows.DrainStatus
-		if err := json.Unmarshal([]byte(out), &st); err != nil {
-			t.Fatalf("drain status --json printed %q: %v", out, err)
-		}
+		st := s.drainState("a")
 		if st.Moving > 1 || st.MaxMoving > 1 {
 			t.Errorf("drain with --parallel 1 ran %d moves at once (at most %d)", st.Moving, st.MaxMoving)
 		}
-		return false
+		return !st.Running()
 	})
+	// Its status after its end is how it ended, guest by guest.
+	if out := s.ok("host", "drain", "status", "a"); !strings.Contains(out, "drain of a completed at ") ||
+		!strings.Contains(out, "2 of 2 guests moved, 0 left on a") || !strings.Contains(out, vmA+" (A) moved to ") {
+		t.Errorf("host drain status a after the drain:\n%s", out)
+	}
 
 	for _, g := range []string{vmA, vmB} {
 		h := hostOf(s.guest(g))
@@ -207,6 +218,11 @@ func TestDrainRefusals(t *testing.T) {
 	s.refused("fits nowhere", "host", "drain", "a", "--wait")
 	if after := s.ok("host", "list", "--json"); after != before {
 		t.Errorf("a refused drain changed the ledger:\nbefore %s\nafter  %s", before, after)
+	}
+	// Its status says why it failed, in one line, and exits 1.
+	s.refused("the last drain of a failed at ", "host", "drain", "status", "a")
+	if st := s.drainState("a"); st.Status != "failed" || !strings.Contains(st.Reason, "fits nowhere") || strings.Contains(st.Reason, "\n") {
+		t.Errorf("host drain status a --json of the failed drain: status %s, reason %q; want failed, saying what fits nowhere in one line", st.Status, st.Reason)
 	}
 	s.refused("drain parallel 0: it must be 1 to 64", "host", "drain", "a", "--parallel", "0")
 	s.refused("drain parallel 1000000: it must be 1 to 64", "host", "drain", "a", "--parallel", "1000000")
@@ -299,6 +315,7 @@ func TestDrainCancel(t *testing.T) {
 	s.ok("sim", "gate", "--at", "switchover", "--wait-cancelled", "1")
 	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.drainDone("a")
+	s.refused("the last drain of a was cancelled at ", "host", "drain", "status", "a")
 	for _, h := range []string{"b", "c"} {
 		if n := s.claimsOfKind(h, "reservation") + s.claimsOfKind(h, "migration-dest"); n != 0 {
 			t.Errorf("host %s holds %d reservations or destination claims after the cancel: %+v", h, n, s.host(h).Claims)
@@ -503,7 +520,7 @@ func TestDrainsShareCloudLimits(t *testing.T) {
 		}
 		running := false
 		for _, h := range []string{"a1", "a2"} {
-			if _, _, code := s.run("host", "drain", "status", h, "--json"); code == 0 {
+			if s.drainState(h).Running() {
 				running = true
 			}
 		}
@@ -566,4 +583,55 @@ func TestDrainRetriesFailedMoves(t *testing.T) {
 	}
 	s.noDoublePins("a", "b", "c", "d")
 	s.ok("check")
+}
+
+// TestDrainFailedMoveInOneLine: a move that fails on the hypervisor is
+// recorded with its root cause in one line, in the drain's status (JSON
+// and text) and its result, without the child and activity errors around
+// it; once the drain completed, its status is how it ended (exit 0).
+func TestDrainFailedMoveInOneLine(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	for _, h := range []string{"a", "b"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	vms := []string{s.boot("A", "a", 1), s.boot("B", "a", 1)}
+	// One move at a time, and one target each: the first move's prepare
+	// on b fails all its three tries and leaves its guest on a; the
+	// second moves.
+	s.ok("sim", "fault", "--host", "b", "--op", "prepare", "--times", "3")
+	out, errOut, code := s.run("host", "drain", "a", "--parallel", "1", "--attempts", "1", "--wait")
+	if code != 1 || !strings.Contains(errOut, "1 guests left on the host") {
+		t.Fatalf("host drain a --wait with a failing move: exit %d, want 1 with a guest left:\n%s%s", code, out, errOut)
+	}
+	const why = "tried 1 targets (b); last: its move to b failed: injected fault"
+	st := s.drainState("a")
+	if !st.Completed() || st.Moved != 1 || st.Failed != 1 || len(st.Guests) != 2 {
+		t.Fatalf("host drain status a --json after the drain: %s, %d moved, %d failed, %d guests; want completed, 1 moved, 1 failed of 2", st.Status, st.Moved, st.Failed, len(st.Guests))
+	}
+	var left workflows.DrainGuest
+	for _, g := range st.Guests {
+		if g.State == workflows.GuestFailed {
+			left = g
+		}
+	}
+	if left.Error != why || !slices.Contains(vms, left.UUID) {
+		t.Errorf("the guest left on a has error %q, want %q", left.Error, why)
+	}
+	text := s.ok("host", "drain", "status", "a")
+	for _, w := range []string{"drain of a completed at ", "1 of 2 guests moved, 1 left on a",
+		left.UUID + " (" + left.Name + ") failed, left on a, 1 failed attempts: " + why + "\n"} {
+		if !strings.Contains(text, w) {
+			t.Errorf("host drain status a after the drain lacks %q:\n%s", w, text)
+		}
+	}
+	for _, raw := range []string{"child workflow execution error", "EventID", "wrapError"} {
+		if strings.Contains(out+errOut+text, raw) {
+			t.Errorf("the drain's output holds the raw error chain (%q):\n%s%s\n%s", raw, out, errOut, text)
+		}
+	}
+	for _, g := range vms {
+		s.checkAgreement(g, hostOf(s.guest(g)))
+	}
+	s.noDoublePins("a", "b")
 }

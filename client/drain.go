@@ -1,0 +1,357 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// PlanDrain plans where every guest of host would go, as a drain started
+// now would plan it, with the guests that fit nowhere and the claims of
+// operations in flight that block it. It changes nothing, and needs only
+// the ledger.
+func (c *Client) PlanDrain(ctx context.Context, host string) (drain.Plan, error) {
+	if _, err := c.HostStatus(ctx, host); err != nil {
+		return drain.Plan{}, err
+	}
+	return (&activities.Activities{Ledger: c.led}).PlanDrain(ctx, activities.PlanDrainInput{Host: host})
+}
+
+// DrainRun is a run of a host's drain, to follow.
+type DrainRun struct {
+	c          *Client
+	Host       string
+	WorkflowID string
+	RunID      string
+}
+
+// Drain starts emptying in.Host for maintenance (workflows.Drain). Zero
+// limits and policy take the defaults; the limits are checked with
+// DrainInput.Check. A host that is unknown, down or returning, or that a
+// drain empties already, is refused.
+func (c *Client) Drain(ctx context.Context, in workflows.DrainInput) (*DrainRun, error) {
+	host := in.Host
+	if err := ledger.CheckHostName(host); err != nil {
+		return nil, fmt.Errorf("host drain: %v: %w", err, ErrInvalid)
+	}
+	in = in.WithDefaults()
+	if err := in.Check(); err != nil {
+		return nil, fmt.Errorf("host drain %s: %v: %w", host, err, ErrInvalid)
+	}
+	st, err := c.HostStatus(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+		return nil, fmt.Errorf("host drain %s: the host is %s; a drain moves guests off a running host (evacuate a fenced one)", host, st.State)
+	}
+	id := workflows.DrainWorkflowID(host)
+	run, err := c.startWorkflow(ctx, id, plan{op: workflows.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
+	switch {
+	case alreadyRunning(err):
+		return nil, fmt.Errorf("host drain %s: the host is being drained already (workflow %s); 'pinflow host drain status %s' follows it", host, id, host)
+	case err != nil:
+		return nil, fmt.Errorf("host drain %s: %w", host, err)
+	}
+	return &DrainRun{c: c, Host: host, WorkflowID: id, RunID: run.GetRunID()}, nil
+}
+
+// Status asks the running drain where it stands.
+func (d *DrainRun) Status(ctx context.Context) (workflows.DrainStatus, error) {
+	var st workflows.DrainStatus
+	err := d.c.query(ctx, d.WorkflowID, d.RunID, workflows.DrainStatusQuery, &st)
+	return st, err
+}
+
+// Wait follows the drain to its end. progress, when not nil, is called
+// whenever the drain's status changes. A drain that failed or was
+// cancelled is an error of one line; the guests a completed drain left
+// on the host are in its result. When ctx ends first, the drain goes on.
+func (d *DrainRun) Wait(ctx context.Context, progress func(workflows.DrainStatus)) (*workflows.DrainResult, error) {
+	var res workflows.DrainResult
+	var last *workflows.DrainStatus
+	err := d.c.follow(ctx, d.WorkflowID, d.RunID, &res, 500*time.Millisecond, func() {
+		if progress == nil {
+			return
+		}
+		st, err := d.Status(ctx)
+		if err != nil || last != nil && reflect.DeepEqual(*last, st) {
+			return // closed meanwhile, or nothing new
+		}
+		progress(st)
+		last = &st
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("host drain %s failed: %s", d.Host, RootMessage(err))
+	}
+	return &res, nil
+}
+
+// FollowDrain is the host's last drain, to follow: the running one, or
+// the one that ended last, whose Wait says how it ended.
+func (c *Client) FollowDrain(ctx context.Context, host string) (*DrainRun, error) {
+	st, err := c.DrainStatus(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	return &DrainRun{c: c, Host: host, WorkflowID: st.WorkflowID, RunID: st.RunID}, nil
+}
+
+// DrainState is a host's last drain: where it stands while it runs, and
+// how it ended once it has.
+type DrainState struct {
+	// DrainStatus is the drain's own status while it runs; once it
+	// completed, its result's guests; once it failed or was cancelled,
+	// no guests.
+	workflows.DrainStatus
+	WorkflowID string `json:"workflow_id"`
+	RunID      string `json:"run_id"`
+	// Status is running, completed, failed, canceled, terminated or
+	// timed_out.
+	Status string    `json:"status"`
+	Start  time.Time `json:"start"`
+	Close  time.Time `json:"close,omitzero"`
+	// Moved and Failed count the guests moved off the host and left on
+	// it.
+	Moved  int `json:"moved"`
+	Failed int `json:"failed"`
+	// Reason is why a drain that did not complete ended, in one line.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Running says whether the drain still runs.
+func (s DrainState) Running() bool { return s.Status == "running" }
+
+// Completed says whether the drain ran to its end: every guest moved or
+// left on the host with its reason.
+func (s DrainState) Completed() bool { return s.Status == "completed" }
+
+// DrainStatus is the host's last drain: its progress while it runs, its
+// guests once it completed, or why it failed or was cancelled.
+func (c *Client) DrainStatus(ctx context.Context, host string) (*DrainState, error) {
+	if _, err := c.HostStatus(ctx, host); err != nil {
+		return nil, err
+	}
+	id := workflows.DrainWorkflowID(host)
+	// A drain that ends between the describe and its query is described
+	// again.
+	for try := 0; ; try++ {
+		d, err := c.temporal.DescribeWorkflow(ctx, id, "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			return nil, fmt.Errorf("host drain status %s: no drain of %s has run (or its last one is past the namespace's retention)", host, host)
+		case err != nil:
+			return nil, fmt.Errorf("host drain status %s: %w", host, err)
+		}
+		rec := c.record(ctx, d.RawResponse.GetWorkflowExecutionInfo())
+		st := &DrainState{DrainStatus: workflows.DrainStatus{Host: host, Guests: []workflows.DrainGuest{}},
+			WorkflowID: rec.WorkflowID, RunID: rec.RunID, Status: rec.Status, Start: rec.Start, Close: rec.Close, Reason: rec.Reason}
+		switch d.Status {
+		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			run := &DrainRun{c: c, Host: host, WorkflowID: rec.WorkflowID, RunID: rec.RunID}
+			if st.DrainStatus, err = run.Status(ctx); err != nil {
+				if try == 0 {
+					continue
+				}
+				return nil, fmt.Errorf("host drain status %s: %w", host, err)
+			}
+		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
+			var res workflows.DrainResult
+			if err := c.temporal.GetWorkflow(ctx, id, rec.RunID).Get(ctx, &res); err != nil {
+				return nil, fmt.Errorf("host drain status %s: %w", host, err)
+			}
+			st.Guests, st.Done = res.Guests, true
+		}
+		for _, g := range st.Guests {
+			switch g.State {
+			case workflows.GuestMoved:
+				st.Moved++
+			case workflows.GuestFailed:
+				st.Failed++
+			}
+		}
+		return st, nil
+	}
+}
+
+// PauseDrain stops the host's running drain from starting new moves; the
+// running ones finish. The status is the drain's once it took the pause.
+func (c *Client) PauseDrain(ctx context.Context, host string) (workflows.DrainStatus, error) {
+	return c.controlDrain(ctx, host, "pause", workflows.DrainPauseUpdate)
+}
+
+// ResumeDrain lets the host's paused drain start new moves again.
+func (c *Client) ResumeDrain(ctx context.Context, host string) (workflows.DrainStatus, error) {
+	return c.controlDrain(ctx, host, "resume", workflows.DrainResumeUpdate)
+}
+
+// CancelDrain cancels the host's running drain: its running moves roll
+// back and the reservations no move adopted are released; the host stays
+// disabled. The status is the drain's when the cancel was asked.
+func (c *Client) CancelDrain(ctx context.Context, host string) (workflows.DrainStatus, error) {
+	run, st, err := c.runningDrain(ctx, host, "cancel")
+	if err != nil {
+		return st, err
+	}
+	if err := c.temporal.CancelWorkflow(ctx, run.WorkflowID, run.RunID); err != nil {
+		return st, fmt.Errorf("host drain cancel %s: %w", host, err)
+	}
+	return st, nil
+}
+
+// controlDrain sends the running drain the Update name, which the drain
+// refuses where it does not apply, naming why.
+func (c *Client) controlDrain(ctx context.Context, host, verb, name string) (workflows.DrainStatus, error) {
+	run, st, err := c.runningDrain(ctx, host, verb)
+	if err != nil {
+		return st, err
+	}
+	_, err = c.update(ctx, run.WorkflowID, name)
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return st, fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
+	case err != nil:
+		return st, fmt.Errorf("host drain %s %s: %s", verb, host, RootMessage(err))
+	}
+	// The drain took it: its status says so now.
+	if after, err := run.Status(ctx); err == nil {
+		st = after
+	}
+	return st, nil
+}
+
+// runningDrain is the host's running drain and its status, or a refusal
+// saying that none runs.
+func (c *Client) runningDrain(ctx context.Context, host, verb string) (*DrainRun, workflows.DrainStatus, error) {
+	var st workflows.DrainStatus
+	if _, err := c.HostStatus(ctx, host); err != nil {
+		return nil, st, err
+	}
+	id := workflows.DrainWorkflowID(host)
+	d, err := c.temporal.DescribeWorkflow(ctx, id, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) || err == nil && d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return nil, st, fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
+	}
+	if err != nil {
+		return nil, st, fmt.Errorf("host drain %s %s: %w", verb, host, err)
+	}
+	run := &DrainRun{c: c, Host: host, WorkflowID: id, RunID: d.WorkflowExecution.RunID}
+	if st, err = run.Status(ctx); err != nil {
+		return nil, st, fmt.Errorf("host drain %s %s: %w", verb, host, err)
+	}
+	return run, st, nil
+}
+
+// MoveBack is one guest an undrain moves back to its host.
+type MoveBack struct {
+	UUID string `json:"uuid"`
+	// From is where the drain moved it.
+	From string `json:"from"`
+	// Error says why it was not moved back; Done that it was.
+	Error string `json:"error,omitempty"`
+	Done  bool   `json:"done,omitempty"`
+	// Op is its live migration back; nil when it did not start.
+	Op *Operation `json:"-"`
+}
+
+// Undrain is an undrain of a host: its guests moving back.
+type Undrain struct {
+	Host  string
+	Moves []MoveBack
+}
+
+// Undrain enables a host its last drain left disabled and live-migrates
+// back, each under its own instance workflow id, every guest that drain
+// moved and that still runs where the drain put it. A host that is down
+// or returning, or whose drain runs, did not complete or never ran, is
+// refused.
+func (c *Client) Undrain(ctx context.Context, host string) (*Undrain, error) {
+	st, err := c.HostStatus(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+		return nil, fmt.Errorf("host undrain %s: the host is %s; bring it back with 'pinflow host up %s --wait' first", host, st.State, host)
+	}
+	id := workflows.DrainWorkflowID(host)
+	d, err := c.temporal.DescribeWorkflow(ctx, id, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return nil, fmt.Errorf("host undrain %s: the host was never drained (or its drain is past the namespace's retention)", host)
+	case err != nil:
+		return nil, fmt.Errorf("host undrain %s: %w", host, err)
+	case d.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		return nil, fmt.Errorf("host undrain %s: the host is being drained; 'pinflow host drain cancel %s' first", host, host)
+	}
+	var res workflows.DrainResult
+	if err := c.temporal.GetWorkflow(ctx, id, d.WorkflowExecution.RunID).Get(ctx, &res); err != nil {
+		return nil, fmt.Errorf("host undrain %s: its last drain did not complete (%s), so pinflow does not know what it moved; move guests back one by one", host, RootMessage(err))
+	}
+	if _, err := c.led.SetHostEnabled(ctx, host); err != nil {
+		return nil, err
+	}
+	u := &Undrain{Host: host, Moves: []MoveBack{}}
+	for _, g := range res.Guests {
+		if g.State != workflows.GuestMoved {
+			continue
+		}
+		inst, err := c.led.Instance(ctx, g.UUID)
+		if err != nil || inst.Host != g.Target {
+			continue // gone, or moved again since
+		}
+		b := MoveBack{UUID: g.UUID, From: g.Target}
+		if b.Op, err = c.Migrate(ctx, g.UUID, MigrateRequest{Dest: host}); err != nil {
+			b.Error = err.Error()
+		}
+		u.Moves = append(u.Moves, b)
+	}
+	return u, nil
+}
+
+// Wait follows every move back that started to its end: each ends Done,
+// or with its Error. Only ctx ending first is an error; the moves go on.
+func (u *Undrain) Wait(ctx context.Context) error {
+	for i := range u.Moves {
+		b := &u.Moves[i]
+		if b.Op == nil || b.Done || b.Error != "" {
+			continue
+		}
+		if _, err := b.Op.Wait(ctx, nil); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.Error = RootMessage(err)
+			continue
+		}
+		b.Done = true
+	}
+	return nil
+}
+
+// Failed counts the moves back that failed or did not start.
+func (u *Undrain) Failed() int {
+	n := 0
+	for _, b := range u.Moves {
+		if b.Error != "" {
+			n++
+		}
+	}
+	return n
+}
