@@ -52,6 +52,11 @@ type LibvirtHostInput struct {
 	Config LibvirtHostConfig `json:"config"`
 }
 
+// HostInput names a host.
+type HostInput struct {
+	Host string `json:"host"`
+}
+
 // HostReasonInput is a change of a host's state with the operator's
 // reason.
 type HostReasonInput struct {
@@ -149,8 +154,8 @@ func (a *Activities) SetHostDisabled(ctx context.Context, in HostReasonInput) (H
 
 // SetHostEnabled lets pinflow choose a disabled host again; an up host
 // stays up. A host that is down or returning is refused.
-func (a *Activities) SetHostEnabled(ctx context.Context, host string) (HostStatus, error) {
-	st, err := a.Ledger.SetHostEnabled(ctx, host)
+func (a *Activities) SetHostEnabled(ctx context.Context, in HostInput) (HostStatus, error) {
+	st, err := a.Ledger.SetHostEnabled(ctx, in.Host)
 	return st, forbidden(err)
 }
 
@@ -167,8 +172,8 @@ func (a *Activities) SetHostDown(ctx context.Context, in HostReasonInput) (HostS
 // holds any other claim is refused. The workflow checks that the host is
 // registered first, so an unknown host here is one an earlier attempt
 // removed: that is a success, of tombstones no longer counted.
-func (a *Activities) RemoveHost(ctx context.Context, host string) (int, error) {
-	n, err := a.Ledger.RemoveHost(ctx, host)
+func (a *Activities) RemoveHost(ctx context.Context, in HostInput) (int, error) {
+	n, err := a.Ledger.RemoveHost(ctx, in.Host)
 	if errors.Is(err, ledger.ErrUnknownHost) {
 		return 0, nil
 	}
@@ -179,11 +184,11 @@ func (a *Activities) RemoveHost(ctx context.Context, host string) (int, error) {
 // ledger has let the host go. A machine that still holds domains is kept,
 // as a dead machine keeps its guests: the result says so, and it is no
 // failure.
-func (a *Activities) RemoveSimulatedHost(ctx context.Context, host string) (string, error) {
+func (a *Activities) RemoveSimulatedHost(ctx context.Context, in HostInput) (string, error) {
 	if a.Simulated == nil {
 		return "", nil
 	}
-	err := a.Simulated.RemoveHost(ctx, host)
+	err := a.Simulated.RemoveHost(ctx, in.Host)
 	if errors.Is(err, hypervisor.ErrRejected) {
 		return err.Error(), nil
 	}

@@ -110,7 +110,9 @@ func TestHostStateStepsRetried(t *testing.T) {
 	if st.State != ledger.HostDisabled || st.Reason != "bios" {
 		t.Errorf("SetHostDisabled(a) = %+v, want disabled for bios", st)
 	}
-	if st = twice("SetHostEnabled(a)", func() (activities.HostStatus, error) { return w.Acts.SetHostEnabled(ctx, "a") }); st.State != ledger.HostUp {
+	if st = twice("SetHostEnabled(a)", func() (activities.HostStatus, error) {
+		return w.Acts.SetHostEnabled(ctx, activities.HostInput{Host: "a"})
+	}); st.State != ledger.HostUp {
 		t.Errorf("SetHostEnabled(a) = %+v, want up", st)
 	}
 	st = twice("SetHostDown(b)", func() (activities.HostStatus, error) {
@@ -126,7 +128,7 @@ func TestHostStateStepsRetried(t *testing.T) {
 	}
 	_, err = w.Acts.SetHostDisabled(ctx, activities.HostReasonInput{Host: "b", Reason: "bios"})
 	refusedForGood(t, "SetHostDisabled(b) down", err, activities.ErrTypeBadState, "the host is down; only an up or disabled host is disabled or enabled")
-	_, err = w.Acts.SetHostEnabled(ctx, "b")
+	_, err = w.Acts.SetHostEnabled(ctx, activities.HostInput{Host: "b"})
 	refusedForGood(t, "SetHostEnabled(b) down", err, activities.ErrTypeBadState, "the host is down")
 	if after, err := w.Ledger.HostStatus(ctx, "b"); err != nil || after != before {
 		t.Errorf("b after the refusals = %+v, %v; want it as before, %+v", after, err, before)
@@ -152,17 +154,17 @@ func TestRemoveHostRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = w.Acts.RemoveHost(ctx, "a")
+	_, err = w.Acts.RemoveHost(ctx, activities.HostInput{Host: "a"})
 	refusedForGood(t, "RemoveHost(a) with a guest", err, activities.ErrTypeBadState, "evacuate, migrate or delete its guests first")
 	if after, err := w.Ledger.Claims(ctx, "a"); err != nil || !cmp.Equal(after, claims) {
 		t.Errorf("a's claims after the refused removal = %+v, %v; want them as before", after, err)
 	}
 
 	for i := range 2 {
-		if n, err := w.Acts.RemoveHost(ctx, "b"); err != nil || n != 0 {
+		if n, err := w.Acts.RemoveHost(ctx, activities.HostInput{Host: "b"}); err != nil || n != 0 {
 			t.Errorf("RemoveHost(b) #%d = %d, %v; want 0 tombstones, nil", i+1, n, err)
 		}
-		if kept, err := w.Acts.RemoveSimulatedHost(ctx, "b"); err != nil || kept != "" {
+		if kept, err := w.Acts.RemoveSimulatedHost(ctx, activities.HostInput{Host: "b"}); err != nil || kept != "" {
 			t.Errorf("RemoveSimulatedHost(b) #%d = %q, %v; want the machine gone", i+1, kept, err)
 		}
 	}
@@ -172,7 +174,7 @@ func TestRemoveHostRetried(t *testing.T) {
 	if _, err := w.Driver.Capabilities(ctx, "b"); !errors.Is(err, hypervisor.ErrUnknownHost) {
 		t.Errorf("the simulator's b after its removal: %v, want it unknown", err)
 	}
-	kept, err := w.Acts.RemoveSimulatedHost(ctx, "a")
+	kept, err := w.Acts.RemoveSimulatedHost(ctx, activities.HostInput{Host: "a"})
 	if err != nil || !strings.Contains(kept, "holds 1 domains") {
 		t.Errorf("RemoveSimulatedHost(a) holding A = %q, %v; want the machine kept, saying why", kept, err)
 	}

@@ -96,7 +96,7 @@ func HostDisable(ctx workflow.Context, in HostStateInput) (*activities.HostStatu
 
 // HostEnable lets pinflow choose a disabled host for new guests again.
 func HostEnable(ctx workflow.Context, in HostStateInput) (*activities.HostStatus, error) {
-	return setHostState(ctx, OpHostEnable, in.Host, "enable "+in.Host, a.SetHostEnabled, in.Host)
+	return setHostState(ctx, OpHostEnable, in.Host, "enable "+in.Host, a.SetHostEnabled, activities.HostInput{Host: in.Host})
 }
 
 // HostDown records an operator's statement that the host is fenced: it
@@ -156,13 +156,13 @@ func HostRemove(ctx workflow.Context, in HostRemoveInput) (*HostRemoveResult, er
 	}
 	s.step()
 	res := HostRemoveResult{Host: in.Host}
-	if err := s.ledger(ctx, "remove "+in.Host+" from the ledger", a.RemoveHost, in.Host).Get(ctx, &res.Tombstones); err != nil {
+	if err := s.ledger(ctx, "remove "+in.Host+" from the ledger", a.RemoveHost, activities.HostInput{Host: in.Host}).Get(ctx, &res.Tombstones); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
 	// Gone from the ledger: the simulated machine follows whatever happens.
 	ctx = s.commit(ctx)
-	if err := s.ledger(ctx, "remove the simulated host "+in.Host, a.RemoveSimulatedHost, in.Host).Get(ctx, &res.Kept); err != nil {
+	if err := s.ledger(ctx, "remove the simulated host "+in.Host, a.RemoveSimulatedHost, activities.HostInput{Host: in.Host}).Get(ctx, &res.Kept); err != nil {
 		return nil, s.fail(err)
 	}
 	s.phase(PhaseCompleted, "")
