@@ -188,8 +188,10 @@ func PinnedPCPUs(p *numa.Placement) numa.CPUSet {
 	return out
 }
 
-// RootMessage is the innermost application error's message: what went
-// wrong, without the workflow and activity wrappers around it.
+// RootMessage is the message of the error the failed step raised: what
+// went wrong, without the workflow and activity wrappers around it. The
+// Go errors that error wraps, which Temporal carries as its causes, say
+// less ("unknown host", of a step that named the host).
 func RootMessage(err error) string {
 	var canceled *temporal.CanceledError
 	if errors.As(err, &canceled) {
@@ -199,11 +201,9 @@ func RootMessage(err error) string {
 	if errors.As(err, &terminated) {
 		return "terminated; the audit frees what it left pending"
 	}
-	msg := err.Error()
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if appErr, ok := e.(*temporal.ApplicationError); ok {
-			msg = appErr.Message()
-		}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
 	}
-	return msg
+	return err.Error()
 }
