@@ -47,6 +47,11 @@ type Activities struct {
 	// Placement chooses hosts (ChooseHost); nil fits every host for each
 	// choice.
 	Placement *placement.Index
+	// Simulated makes and forgets simulated hosts when the worker drives
+	// the simulator; nil otherwise.
+	Simulated SimulatedHosts
+	// Libvirt reads and records the libvirt hosts operators register.
+	Libvirt LibvirtHosts
 }
 
 // LoadInstance returns the instance record.

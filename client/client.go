@@ -1,7 +1,8 @@
 // Package client is the way into pinflow for a program: it starts each
 // operation on a guest with the checks the pinflow CLI makes, follows it
-// to where the operator's next decision is, and reads guests, hosts and
-// the history of operations. The CLI is built on it.
+// to where the operator's next decision is, runs each change of a host
+// (register, disable, enable, down, up, remove, evacuate), and reads
+// guests, hosts and the history of operations. The CLI is built on it.
 //
 // The package example is a control plane that boots a pinned guest and
 // live-migrates it.

@@ -34,9 +34,9 @@ type Limits struct {
 	ReservedHostMemoryMB int64 `json:"reserved_host_memory_mb,omitempty"`
 }
 
-// validate checks that the ratios are positive numbers and the reserved
+// Validate checks that the ratios are positive numbers and the reserved
 // memory is not negative; nil limits are valid.
-func (l *Limits) validate() error {
+func (l *Limits) Validate() error {
 	if l == nil {
 		return nil
 	}
@@ -174,7 +174,7 @@ func (h *Host) Validate() error {
 	if len(h.Cells) == 0 || len(h.Cells) > MaxCells {
 		return fmt.Errorf("numa: host has %d cells; allowed are 1-%d", len(h.Cells), MaxCells)
 	}
-	if err := h.Limits.validate(); err != nil {
+	if err := h.Limits.Validate(); err != nil {
 		return err
 	}
 	if h.MemoryUsedMB < 0 || h.VCPUUsage < 0 {

@@ -15,9 +15,10 @@ func opsCommand() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ops [GUEST]",
 		Short: "list the operations that ran, newest first, with how each ended and why",
-		Long: `List the operations on a guest, on a host (--host: as source or destination),
-or on every guest, newest first, with their status and, for those that did
-not complete, why in one line. The list comes from Temporal's visibility,
+		Long: `List the operations on a guest, on a host (--host: as source or destination,
+and every change of the host itself, a removed host's too), or on every
+guest, newest first, with their status and, for those that did not
+complete, why in one line. The list comes from Temporal's visibility,
 which may lag a second behind; the audit's runs show with --audits.`,
 		Args:              takes(cobra.MaximumNArgs(1), "at most one guest"),
 		ValidArgsFunction: guestUUIDs,
@@ -35,14 +36,16 @@ which may lag a second behind; the audit's runs show with --audits.`,
 			f.UUID = args[0]
 		}
 		return withClient(func(a *app, api *client.Client) error {
-			if *host != "" {
-				if _, err := api.HostStatus(a.ctx, *host); err != nil {
-					return err
-				}
-			}
 			recs, err := api.History(a.ctx, f)
 			if err != nil {
 				return err
+			}
+			// A removed host keeps its history; a host with neither a
+			// registration nor a history is refused as unknown.
+			if *host != "" && len(recs) == 0 {
+				if _, err := api.HostStatus(a.ctx, *host); err != nil {
+					return err
+				}
 			}
 			if *asJSON {
 				if recs == nil {

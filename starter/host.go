@@ -13,10 +13,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/workflows"
 )
 
 func hostCommand() *cobra.Command {
@@ -73,113 +74,73 @@ defaults.`,
 		if err != nil {
 			return err
 		}
+		req := client.AddHostRequest{Name: name}
 		if *libvirtURI != "" {
 			if *topology != "" || *cells != 0 || *cores != 0 {
 				return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
 			}
-			hc := libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared}
-			return addLibvirtHost(stdout, name, hc, limits, *asJSON)
+			req.Libvirt = &libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared}
+			req.Limits = limits
+		} else {
+			var host *numa.Host
+			switch {
+			case *topology != "" && *cells != 0:
+				return fmt.Errorf("host add: give --topology or --cells/--cores/--threads, not both: %w", errUsage)
+			case *topology != "":
+				if host, err = readTopology(*topology); err != nil {
+					return err
+				}
+			case *cells != 0 || *cores != 0:
+				spec := numa.UniformSpec{Cells: *cells, Cores: *cores, Threads: *threads, MemoryMB: *memory}
+				if spec.Dedicated, err = numa.Parse(*dedicated); err != nil {
+					return fmt.Errorf("host add: --dedicated: %w", err)
+				}
+				if spec.Shared, err = numa.Parse(*shared); err != nil {
+					return fmt.Errorf("host add: --shared: %w", err)
+				}
+				if spec.HugePages, err = parseHugePages(*huge); err != nil {
+					return err
+				}
+				if host, err = numa.Uniform(spec); err != nil {
+					return fmt.Errorf("host add: %w", err)
+				}
+			default:
+				return fmt.Errorf("host add %s: give --topology FILE or --cells N --cores N: %w", name, errUsage)
+			}
+			host.Limits = limits
+			req.Topology = host
 		}
-		var host *numa.Host
-		switch {
-		case *topology != "" && *cells != 0:
-			return fmt.Errorf("host add: give --topology or --cells/--cores/--threads, not both: %w", errUsage)
-		case *topology != "":
-			if host, err = readTopology(*topology); err != nil {
-				return err
-			}
-		case *cells != 0 || *cores != 0:
-			spec := numa.UniformSpec{Cells: *cells, Cores: *cores, Threads: *threads, MemoryMB: *memory}
-			if spec.Dedicated, err = numa.Parse(*dedicated); err != nil {
-				return fmt.Errorf("host add: --dedicated: %w", err)
-			}
-			if spec.Shared, err = numa.Parse(*shared); err != nil {
-				return fmt.Errorf("host add: --shared: %w", err)
-			}
-			if spec.HugePages, err = parseHugePages(*huge); err != nil {
-				return err
-			}
-			if host, err = numa.Uniform(spec); err != nil {
-				return fmt.Errorf("host add: %w", err)
-			}
-		default:
-			return fmt.Errorf("host add %s: give --topology FILE or --cells N --cores N: %w", name, errUsage)
-		}
-		host.Limits = limits
-		return withApp(func(a *app) error {
-			led, err := a.ledger()
+		return withClient(func(a *app, api *client.Client) error {
+			res, err := api.AddHost(a.ctx, req)
 			if err != nil {
 				return err
 			}
-			if a.cfg.Driver == config.DriverSim {
-				drv, err := a.cfg.Simulator(a.rdb)
-				if err != nil {
-					return err
-				}
-				if err := drv.AddHost(a.ctx, name, host); err != nil {
-					return err
-				}
-			}
-			gen, err := led.RegisterHost(a.ctx, name, host)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return writeJSON(stdout, map[string]any{"host": name, "generation": gen, "topology": numa.SpecOf(host)})
-			}
-			pcpus := 0
-			for _, c := range host.Cells {
-				pcpus += c.PCPUs.Len()
-			}
-			fmt.Fprintf(stdout, "host %s registered: %d cells, %d pinnable CPUs (generation %d)\n", name, len(host.Cells), pcpus, gen)
-			return nil
+			return printRegistered(stdout, req, res, *asJSON)
 		})
 	}
 	return c
 }
 
-// addLibvirtHost reads a libvirt host's NUMA topology from libvirt,
-// registers it in the ledger, and only then records how to reach it, so
-// that a host that cannot be reached or registered leaves the registry as
-// it was: no entry for a new host, its old URI for one already there.
-func addLibvirtHost(stdout io.Writer, name string, hc libvirt.HostConfig, limits *numa.Limits, asJSON bool) error {
-	return withApp(func(a *app) error {
-		led, err := a.ledger()
-		if err != nil {
-			return err
+// printRegistered says that a host was registered, and with what.
+func printRegistered(stdout io.Writer, req client.AddHostRequest, res *workflows.HostAddResult, asJSON bool) error {
+	if asJSON {
+		out := map[string]any{"host": res.Host, "generation": res.Generation, "topology": numa.SpecOf(res.Topology)}
+		if req.Libvirt != nil {
+			out["uri"] = req.Libvirt.URI
 		}
-		drv, err := a.cfg.Libvirt(a.rdb)
-		if err != nil {
-			return err
-		}
-		defer drv.Close()
-		// Known to this driver only, ahead of the registry, until it is
-		// recorded below.
-		if err := drv.RegisterHost(name, hc); err != nil {
-			return err
-		}
-		host, err := drv.Capabilities(a.ctx, name)
-		if err != nil {
-			return err
-		}
-		host.Limits = limits
-		gen, err := led.RegisterHost(a.ctx, name, host)
-		if err != nil {
-			return err
-		}
-		if err := a.cfg.LibvirtRegistry(a.rdb).Put(a.ctx, name, hc); err != nil {
-			return err
-		}
-		if asJSON {
-			return writeJSON(stdout, map[string]any{"host": name, "generation": gen, "uri": hc.URI, "topology": numa.SpecOf(host)})
-		}
-		pcpus := 0
-		for _, c := range host.Cells {
-			pcpus += c.PCPUs.Len()
-		}
-		fmt.Fprintf(stdout, "libvirt host %s registered from %s: %d cells, %d pinnable CPUs (generation %d)\n", name, hc.URI, len(host.Cells), pcpus, gen)
+		return writeJSON(stdout, out)
+	}
+	pcpus := 0
+	for _, c := range res.Topology.Cells {
+		pcpus += c.PCPUs.Len()
+	}
+	if req.Libvirt != nil {
+		fmt.Fprintf(stdout, "libvirt host %s registered from %s: %d cells, %d pinnable CPUs (generation %d)\n",
+			res.Host, req.Libvirt.URI, len(res.Topology.Cells), pcpus, res.Generation)
 		return nil
-	})
+	}
+	fmt.Fprintf(stdout, "host %s registered: %d cells, %d pinnable CPUs (generation %d)\n", res.Host, len(res.Topology.Cells), pcpus, res.Generation)
+	return nil
 }
 
 // readTopology reads a host object of the reference case format; usage in

@@ -9,10 +9,8 @@ import (
 	tclient "go.temporal.io/sdk/client"
 
 	"github.com/pinflow/pinflow/client"
-	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 func hostRemoveCommand() *cobra.Command {
@@ -24,36 +22,20 @@ the tombstones of the guests evacuated from it.`)
 }
 
 func hostRemove(host string, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		if err := checkHost(a, host); err != nil {
-			return err
-		}
-		led, err := a.ledger()
+	return withClient(func(a *app, api *client.Client) error {
+		res, err := api.RemoveHost(a.ctx, host)
 		if err != nil {
 			return err
 		}
-		n, err := led.RemoveHost(a.ctx, host)
-		if err != nil {
-			return err
+		if res.Kept != "" {
+			// The ledger has let the host go; the simulated machine
+			// keeps its leftovers, as a dead machine would.
+			fmt.Fprintf(stdout, "the simulator keeps host %s: %s\n", host, res.Kept)
 		}
-		if a.cfg.Driver == config.DriverSim {
-			drv, err := a.cfg.Simulator(a.rdb)
-			if err != nil {
-				return err
-			}
-			if err := drv.RemoveHost(a.ctx, host); err != nil {
-				// The ledger has let the host go; the simulated machine
-				// keeps its leftovers, as a dead machine would.
-				fmt.Fprintf(stdout, "the simulator keeps host %s: %v\n", host, err)
-			}
-		}
-		fmt.Fprintf(stdout, "host %s removed, with %d tombstones of guests evacuated from it\n", host, n)
+		fmt.Fprintf(stdout, "host %s removed, with %d tombstones of guests evacuated from it\n", host, res.Tombstones)
 		return nil
 	})
 }
-
-// hostWorkflowID is the workflow id of operations on a whole host.
-func hostWorkflowID(host string) string { return "host-" + host }
 
 // hostOpStarted says that run, the operation on a whole host that what
 // names, has started; a command without --wait ends with it.
@@ -88,15 +70,8 @@ func hostDown(host string, fence *bool, reason *string, asJSON *bool, stdout io.
 	if strings.TrimSpace(*reason) == "" {
 		return fmt.Errorf("host down %s: --reason is required (what happened, for the record): %w", host, errUsage)
 	}
-	return withApp(func(a *app) error {
-		if err := checkHost(a, host); err != nil {
-			return err
-		}
-		led, err := a.ledger()
-		if err != nil {
-			return err
-		}
-		st, err := led.SetHostDown(a.ctx, host, *reason)
+	return withClient(func(a *app, api *client.Client) error {
+		st, err := api.DownHost(a.ctx, host, *reason)
 		if err != nil {
 			return err
 		}
@@ -125,15 +100,9 @@ func hostDisable(host string, reason *string, asJSON *bool, stdout io.Writer) er
 	if strings.TrimSpace(*reason) == "" {
 		return fmt.Errorf("host disable %s: --reason is required (why no new guests should land there, for the record): %w", host, errUsage)
 	}
-	return withApp(func(a *app) error {
-		led, st, err := hostStatus(a, host)
+	return withClient(func(a *app, api *client.Client) error {
+		st, err := api.DisableHost(a.ctx, host, *reason)
 		if err != nil {
-			return err
-		}
-		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-			return fmt.Errorf("host disable %s: the host is %s; only an up host is disabled: bring it back with 'pinflow host up %s --wait' first", host, st.State, host)
-		}
-		if st, err = led.SetHostDisabled(a.ctx, host, *reason); err != nil {
 			return err
 		}
 		if *asJSON {
@@ -153,22 +122,20 @@ func hostEnableCommand() *cobra.Command {
 }
 
 func hostEnable(host string, asJSON *bool, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		led, st, err := hostStatus(a, host)
+	return withClient(func(a *app, api *client.Client) error {
+		// Read first only to say whether there was anything to enable.
+		was, err := api.HostStatus(a.ctx, host)
 		if err != nil {
 			return err
 		}
-		if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-			return fmt.Errorf("host enable %s: the host is %s, not disabled; bring it back with 'pinflow host up %s --wait'", host, st.State, host)
-		}
-		was := st.State
-		if st, err = led.SetHostEnabled(a.ctx, host); err != nil {
+		st, err := api.EnableHost(a.ctx, host)
+		if err != nil {
 			return err
 		}
 		if *asJSON {
 			return writeJSON(stdout, st)
 		}
-		if was == ledger.HostUp {
+		if was.State == ledger.HostUp {
 			fmt.Fprintf(stdout, "host %s is up (it was not disabled)\n", host)
 			return nil
 		}
@@ -202,36 +169,17 @@ refuses while operations on its guests run.`)
 }
 
 func hostUp(host string, of opFlags, stdout io.Writer) error {
-	return withApp(func(a *app) error {
-		_, st, err := hostStatus(a, host)
+	return withClient(func(a *app, api *client.Client) error {
+		run, err := api.UpHost(a.ctx, host)
 		if err != nil {
 			return err
-		}
-		if st.State == ledger.HostUp {
-			return fmt.Errorf("host up %s: the host is up already; host up brings back a host marked down with 'pinflow host down'", host)
-		}
-		if st.State == ledger.HostDisabled {
-			return fmt.Errorf("host up %s: the host is disabled, not down; 'pinflow host enable %s' lets pinflow choose it again", host, host)
-		}
-		c, err := a.client()
-		if err != nil {
-			return err
-		}
-		id := hostWorkflowID(host)
-		run, err := startWorkflow(a, c, id, "", opPlan{op: workflows.OpHostUp, wf: workflows.HostUp, input: workflows.HostUpInput{Host: host},
-			summary: "bring host " + host + " back", source: host}, "")
-		switch {
-		case alreadyRunning(err):
-			return fmt.Errorf("host up %s: it is coming back already (workflow %s)", host, id)
-		case err != nil:
-			return fmt.Errorf("host up %s: %w", host, err)
 		}
 		if !*of.wait {
-			return hostOpStarted(stdout, *of.json, host, "host up "+host, run)
+			return hostOpStarted(stdout, *of.json, host, "host up "+host, api.Temporal().GetWorkflow(a.ctx, run.WorkflowID, run.RunID))
 		}
-		var res workflows.HostUpResult
-		if err := run.Get(a.ctx, &res); err != nil {
-			return fmt.Errorf("host up %s failed: %s", host, client.RootMessage(err))
+		res, err := run.Wait(a.ctx)
+		if err != nil {
+			return err
 		}
 		if *of.json {
 			return writeJSON(stdout, res)
@@ -253,16 +201,8 @@ func hostEvacuateCommand() *cobra.Command {
 // hostEvacuate starts an evacuation of every guest whose record names the
 // fenced host, each under its own instance workflow id.
 func hostEvacuate(host string, of opFlags, stdout io.Writer) error {
-	asJSON := of.json
-	return withApp(func(a *app) error {
-		led, st, err := hostStatus(a, host)
-		if err != nil {
-			return err
-		}
-		if st.State != ledger.HostDown {
-			return fmt.Errorf("host evacuate %s: the host is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'", host, st.State, host)
-		}
-		claims, err := led.Claims(a.ctx, host)
+	return withClient(func(a *app, api *client.Client) error {
+		evacuations, err := api.EvacuateHost(a.ctx, host)
 		if err != nil {
 			return err
 		}
@@ -272,42 +212,34 @@ func hostEvacuate(host string, of opFlags, stdout io.Writer) error {
 			Host  string `json:"host,omitempty"`
 			Error string `json:"error,omitempty"`
 		}
-		var out []started
-		api, err := a.api()
-		if err != nil {
-			return err
-		}
-		var ops []*client.Operation
-		var opOf []int // ops[i] is the evacuation of out[opOf[i]]
+		out := make([]started, len(evacuations))
 		failed := 0
-		for _, cl := range claims {
-			inst, err := led.Instance(a.ctx, cl.InstanceUUID)
-			if err != nil || inst.Host != host || inst.ClaimID != cl.ID {
-				continue // not a guest that lives here
-			}
-			op, err := api.Evacuate(a.ctx, inst.UUID, "")
-			if err != nil {
+		for i, e := range evacuations {
+			out[i].UUID = e.UUID
+			if e.Err != nil {
 				failed++
-				out = append(out, started{UUID: inst.UUID, Error: err.Error()})
+				out[i].Error = e.Err.Error()
 				continue
 			}
-			out = append(out, started{UUID: inst.UUID, RunID: op.RunID})
-			ops, opOf = append(ops, op), append(opOf, len(out)-1)
+			out[i].RunID = e.Op.RunID
 		}
 		if *of.wait {
 			// Every evacuation runs under its own instance id; wait for
 			// each and say how it ended.
-			for i, op := range ops {
-				res, err := op.Wait(a.ctx, nil)
-				if err != nil {
-					failed++
-					out[opOf[i]].Error = client.RootMessage(err)
+			for i, e := range evacuations {
+				if e.Op == nil {
 					continue
 				}
-				out[opOf[i]].Host = res.Host
+				res, err := e.Op.Wait(a.ctx, nil)
+				if err != nil {
+					failed++
+					out[i].Error = client.RootMessage(err)
+					continue
+				}
+				out[i].Host = res.Host
 			}
 		}
-		if *asJSON {
+		if *of.json {
 			if err := writeJSON(stdout, out); err != nil {
 				return err
 			}

@@ -18,6 +18,8 @@ import (
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/placement"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -55,6 +57,14 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// Host add and remove make and forget the simulator's machines.
+	var simulated activities.SimulatedHosts
+	if s, ok := driver.(*sim.Driver); ok {
+		simulated = s
+	}
+	// Any worker registers libvirt hosts, whatever it drives: each read
+	// makes a driver of its own.
+	libvirtHosts := libvirt.Registrar{New: func() (*libvirt.Driver, error) { return cfg.Libvirt(rdb) }, Registry: cfg.LibvirtRegistry(rdb)}
 	policy, err := cfg.Migration.Policy()
 	if err != nil {
 		return err
@@ -89,7 +99,8 @@ func run() error {
 	auditor := &audit.Auditor{Ledger: led, Driver: driver, Owners: owners, Holders: owners,
 		Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace, Settler: workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue}}
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions, Placement: hosts, Audit: auditor,
-		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, DrainMaxMoves: cfg.DrainMaxMoves, MigrationPolicy: policy})
+		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, DrainMaxMoves: cfg.DrainMaxMoves, MigrationPolicy: policy,
+		Simulated: simulated, Libvirt: libvirtHosts})
 	logger.Info("pinflow worker starting", "temporal", cfg.Address, "namespace", cfg.Namespace,
 		"task_queue", cfg.TaskQueue, "redis", cfg.RedisConfig.Endpoint(), "driver", cfg.Driver,
 		"traces", cfg.Traces, "metrics", cfg.Metrics, "health", cfg.HealthAddr)

@@ -81,7 +81,7 @@ import (
 // them: the worker and the replay tests register the same list.
 func All() []any {
 	return []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Reconcile, Settle, Recover, ReleaseQuarantine,
-		Resize, Evacuate, HostUp, Drain}
+		Resize, Evacuate, HostUp, Drain, HostAdd, HostDisable, HostEnable, HostDown, HostRemove}
 }
 
 // Typed search attributes that make each run findable in the Web UI and
@@ -147,6 +147,11 @@ const (
 	OpEvacuation    Operation = "evacuation"
 	OpHostUp        Operation = "host-up"
 	OpDrain         Operation = "drain"
+	OpHostAdd       Operation = "host-add"
+	OpHostDisable   Operation = "host-disable"
+	OpHostEnable    Operation = "host-enable"
+	OpHostDown      Operation = "host-down"
+	OpHostRemove    Operation = "host-remove"
 )
 
 // Phase is where an operation stands, as shown in PinflowPhase and the

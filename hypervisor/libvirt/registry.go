@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/numa"
 )
 
 // Registry keeps each host's HostConfig in Redis, so a host registered once
@@ -57,4 +58,33 @@ func (r *Registry) Resolve(ctx context.Context, name string) (HostConfig, error)
 		return HostConfig{}, fmt.Errorf("libvirt: host %s: stored configuration is not valid JSON: %w", name, err)
 	}
 	return hc, nil
+}
+
+// Registrar registers libvirt hosts for every worker: it reads a host's
+// topology through a driver of its own and records how to reach the host
+// in the registry.
+type Registrar struct {
+	// New makes the driver each read uses; the read closes it.
+	New      func() (*Driver, error)
+	Registry *Registry
+}
+
+// Capabilities reads the NUMA topology of the host hc reaches. The host is
+// registered with a driver made for this read alone, so a host that
+// cannot be reached leaves no URI in any driver the workers use.
+func (r Registrar) Capabilities(ctx context.Context, name string, hc HostConfig) (*numa.Host, error) {
+	d, err := r.New()
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	if err := d.RegisterHost(name, hc); err != nil {
+		return nil, err
+	}
+	return d.Capabilities(ctx, name)
+}
+
+// Record records how to reach the host, for every worker.
+func (r Registrar) Record(ctx context.Context, name string, hc HostConfig) error {
+	return r.Registry.Put(ctx, name, hc)
 }

@@ -16,7 +16,7 @@ import (
 // AddHost makes host known with the topology topo; its usage (pinned CPUs,
 // used memory and pages) is not stored, since the ledger owns usage. Adding
 // a host again with the same topology succeeds; with a different one it is
-// an error (remove the host first).
+// an error wrapping hypervisor.ErrRejected (remove the host first).
 func (d *Driver) AddHost(ctx context.Context, host string, topo *numa.Host) error {
 	if !hostNameRE.MatchString(host) {
 		return fmt.Errorf("sim: add host %q: a host name is 1-253 letters, digits, '.', '_' or '-', starting with a letter or digit", host)
@@ -36,7 +36,7 @@ func (d *Driver) AddHost(ctx context.Context, host string, topo *numa.Host) erro
 		return fmt.Errorf("sim: add host %s: %w", host, err)
 	}
 	if code == "EXISTS" {
-		return fmt.Errorf("sim: add host %s: the host exists with a different topology; remove it first", host)
+		return fmt.Errorf("sim: add host %s: the host exists with a different topology; remove it first: %w", host, hypervisor.ErrRejected)
 	}
 	// The set comes second: a crash in between leaves a host that a
 	// retried AddHost completes.
@@ -48,7 +48,8 @@ func (d *Driver) AddHost(ctx context.Context, host string, topo *numa.Host) erro
 
 // RemoveHost forgets host, its latencies and faults and its power
 // state (a host added again is on). A host that still holds domains is not
-// removed (undefine them first); removing an unknown host succeeds.
+// removed (an error wrapping hypervisor.ErrRejected: undefine them first);
+// removing an unknown host succeeds.
 func (d *Driver) RemoveHost(ctx context.Context, host string) error {
 	keys := []string{d.topoKey(host), d.domainsKey(host), d.latencyKey(host), d.faultsKey(host), d.powerKey(host)}
 	code, rest, err := d.run(ctx, removeHostScript, keys)
@@ -56,7 +57,7 @@ func (d *Driver) RemoveHost(ctx context.Context, host string) error {
 		return fmt.Errorf("sim: remove host %s: %w", host, err)
 	}
 	if code == "BUSY" {
-		return fmt.Errorf("sim: remove host %s: it holds %s domains; undefine them first", host, rest[0])
+		return fmt.Errorf("sim: remove host %s: it holds %s domains; undefine them first: %w", host, rest[0], hypervisor.ErrRejected)
 	}
 	if err := d.rdb.SRem(ctx, d.hostsKey(), host).Err(); err != nil {
 		return fmt.Errorf("sim: remove host %s: %w", host, err)

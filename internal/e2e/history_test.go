@@ -23,8 +23,9 @@ import (
 // TestHistoriesReplay runs every workflow through its main paths on a real
 // server and replays each recorded history against the current workflow
 // code. With PINFLOW_RECORD_HISTORIES=1 it also stores them as the golden
-// histories that workflows' replay test uses, in
-// workflows/testdata/history/v0.1.0.
+// histories of the release in the making, which workflows' replay test
+// uses, in workflows/testdata/history/unreleased; a release's own are
+// never recorded again (docs/versioning.md).
 func TestHistoriesReplay(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
@@ -35,7 +36,21 @@ func TestHistoriesReplay(t *testing.T) {
 		h := s.history(uuid)
 		recorded, names = append(recorded, h), append(names, name)
 	}
+	recordHost := func(host, name string) {
+		t.Helper()
+		recorded, names = append(recorded, s.historyOf(workflows.HostWorkflowID(host))), append(names, name)
+	}
+	recordHost("a", "host-add")
 	record(vmA, "boot")
+	s.refused("evacuate, migrate or delete", "host", "remove", "a")
+	recordHost("a", "host-remove-refused")
+	s.ok("host", "disable", "b", "--reason", "firmware update")
+	recordHost("b", "host-disable")
+	s.ok("host", "enable", "b")
+	recordHost("b", "host-enable")
+	s.ok("host", "add", "c", "--cells", "1", "--cores", "2", "--memory-mb", "4096")
+	s.ok("host", "remove", "c")
+	recordHost("c", "host-remove")
 	s.ok("migrate", vmA, "--dest", "b", "--wait")
 	record(vmA, "live-migration")
 	// An audit of every registered host, so the history holds the host
@@ -78,11 +93,12 @@ func TestHistoriesReplay(t *testing.T) {
 	record(vmA, "resize-reverted")
 	s.ok("sim", "power", "--host", "a", "--off")
 	s.ok("host", "down", "a", "--fence", "--reason", "test")
+	recordHost("a", "host-down")
 	s.ok("evacuate", vmA, "--wait")
 	record(vmA, "evacuation")
 	s.ok("sim", "power", "--host", "a", "--on")
 	s.ok("host", "up", "a", "--wait")
-	recorded, names = append(recorded, s.historyOf("host-a")), append(names, "host-up")
+	recordHost("a", "host-up")
 	s.ok("delete", vmA, "--wait")
 	record(vmA, "delete")
 
@@ -130,7 +146,7 @@ func TestHistoriesReplay(t *testing.T) {
 	for _, wf := range workflows.All() {
 		replayer.RegisterWorkflow(wf)
 	}
-	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "v0.1.0")
+	dir := filepath.Join(testenv.ModuleRoot(t), "workflows", "testdata", "history", "unreleased")
 	if os.Getenv("PINFLOW_RECORD_HISTORIES") == "1" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)

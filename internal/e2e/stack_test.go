@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -112,7 +113,30 @@ func newStackWith(t *testing.T, redisOpts []testenv.RedisOption, env ...string) 
 	s.env = append(s.env, env...)
 	s.stopWorkersAtEnd()
 	s.startWorker()
+	s.waitSearchAttributes()
 	return s
+}
+
+// waitSearchAttributes waits until the worker registered pinflow's search
+// attributes with the dev server (the cluster's script registers them
+// itself): every command that starts a workflow, a host's registration
+// among them, sets them and is refused without them.
+func (s *stack) waitSearchAttributes() {
+	s.t.Helper()
+	s.eventually("the worker to register the search attributes", 2*time.Minute, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := s.tc.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: s.temporal.Namespace})
+		if err != nil {
+			return false
+		}
+		for name := range workflows.SearchAttributes() {
+			if _, ok := resp.GetCustomAttributes()[name]; !ok {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // newClusterStack starts the cluster and three workers on it; every

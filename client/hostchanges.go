@@ -1,0 +1,300 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	tclient "go.temporal.io/sdk/client"
+
+	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/workflows"
+)
+
+// Every change of a host (its registration, its state, its return and
+// its removal) is a workflow run under workflows.HostWorkflowID: two
+// changes of one host never interleave, and each is on record with the
+// host and the operation as search attributes (History).
+
+// AddHostRequest is a host to register: by its NUMA topology (a simulated
+// host, or one the hypervisor driver reaches by its own configuration),
+// or through libvirt, which reports the topology.
+type AddHostRequest struct {
+	Name string
+	// Topology is the host's NUMA topology with its limits
+	// (Topology.Limits: allocation ratios and reserved memory; nil takes
+	// Nova's defaults). Usage in it is ignored: the ledger's claims are
+	// the usage.
+	Topology *numa.Host
+	// Libvirt is how libvirt reaches the host.
+	Libvirt *libvirt.HostConfig
+	// Limits are a libvirt host's limits; nil takes Nova's defaults.
+	Limits *numa.Limits
+}
+
+// AddHost registers a host, or an existing host's topology again (its
+// generation grows when the topology changed), and returns the
+// registration once it is done.
+func (c *Client) AddHost(ctx context.Context, r AddHostRequest) (*workflows.HostAddResult, error) {
+	const verb = "host add"
+	if err := ledger.CheckHostName(r.Name); err != nil {
+		return nil, fmt.Errorf("%s: %v: %w", verb, err, ErrInvalid)
+	}
+	in := workflows.HostAddInput{Host: r.Name}
+	summary := "register host " + r.Name
+	switch {
+	case r.Topology != nil && r.Libvirt != nil:
+		return nil, fmt.Errorf("%s %s: give a topology or a libvirt configuration, not both: libvirt reports the topology: %w", verb, r.Name, ErrInvalid)
+	case r.Libvirt != nil:
+		if err := r.Libvirt.Validate(); err != nil {
+			return nil, fmt.Errorf("%s %s: %v: %w", verb, r.Name, err, ErrInvalid)
+		}
+		if err := r.Limits.Validate(); err != nil {
+			return nil, fmt.Errorf("%s %s: %v: %w", verb, r.Name, err, ErrInvalid)
+		}
+		in.Libvirt, in.Limits = r.Libvirt, r.Limits
+		summary += " through libvirt"
+	case r.Topology != nil:
+		if r.Limits != nil {
+			return nil, fmt.Errorf("%s %s: a topology carries its own limits (Topology.Limits); Limits are a libvirt host's: %w", verb, r.Name, ErrInvalid)
+		}
+		in.Topology = r.Topology.WithoutUsage()
+		if err := in.Topology.Validate(); err != nil {
+			return nil, fmt.Errorf("%s %s: %v: %w", verb, r.Name, err, ErrInvalid)
+		}
+	default:
+		return nil, fmt.Errorf("%s %s: give a topology or a libvirt configuration: %w", verb, r.Name, ErrInvalid)
+	}
+	var res workflows.HostAddResult
+	p := plan{op: workflows.OpHostAdd, wf: workflows.HostAdd, input: in, summary: summary, source: r.Name}
+	if err := c.changeHost(ctx, verb, p, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// DisableHost keeps new guests off an up host for maintenance, for the
+// operator's reason (1 to ledger.MaxReason printable characters): its
+// guests stay, and it takes only operations that name it. A disabled host
+// takes the new reason. It returns the host's new status.
+func (c *Client) DisableHost(ctx context.Context, host, reason string) (ledger.HostStatus, error) {
+	const verb = "host disable"
+	st, err := c.hostToChange(ctx, verb, host, &reason)
+	if err != nil {
+		return st, err
+	}
+	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+		return st, fmt.Errorf("%s %s: the host is %s; only an up host is disabled: bring it back with 'pinflow host up %s --wait' first", verb, host, st.State, host)
+	}
+	p := plan{op: workflows.OpHostDisable, wf: workflows.HostDisable, input: workflows.HostStateInput{Host: host, Reason: reason},
+		summary: fmt.Sprintf("disable host %s: %s", host, reason), source: host}
+	return c.changeHostState(ctx, verb, p)
+}
+
+// EnableHost lets pinflow choose a disabled host for new guests again; an
+// up host stays up. It returns the host's new status.
+func (c *Client) EnableHost(ctx context.Context, host string) (ledger.HostStatus, error) {
+	const verb = "host enable"
+	st, err := c.hostToChange(ctx, verb, host, nil)
+	if err != nil {
+		return st, err
+	}
+	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
+		return st, fmt.Errorf("%s %s: the host is %s, not disabled; bring it back with 'pinflow host up %s --wait'", verb, host, st.State, host)
+	}
+	p := plan{op: workflows.OpHostEnable, wf: workflows.HostEnable, input: workflows.HostStateInput{Host: host},
+		summary: "enable host " + host, source: host}
+	return c.changeHostState(ctx, verb, p)
+}
+
+// DownHost records the caller's statement that the host is fenced:
+// powered off, or cut off from its guests' storage and network. A down
+// host takes no claims, and only then may its guests be evacuated
+// (EvacuateHost); UpHost brings it back. A host down already keeps its
+// fencing token and reason. It returns the host's new status, with the
+// token.
+func (c *Client) DownHost(ctx context.Context, host, reason string) (ledger.HostStatus, error) {
+	const verb = "host down"
+	if _, err := c.hostToChange(ctx, verb, host, &reason); err != nil {
+		return ledger.HostStatus{}, err
+	}
+	p := plan{op: workflows.OpHostDown, wf: workflows.HostDown, input: workflows.HostStateInput{Host: host, Reason: reason},
+		summary: fmt.Sprintf("mark host %s down (fenced): %s", host, reason), source: host}
+	return c.changeHostState(ctx, verb, p)
+}
+
+// HostUpRun is a running host up: the host takes guests again once the
+// leftovers of its evacuated guests are destroyed.
+type HostUpRun struct {
+	c          *Client
+	Host       string
+	WorkflowID string
+	RunID      string
+}
+
+// UpHost starts bringing back a host marked down: the leftovers of the
+// guests evacuated from it are destroyed and their tombstones cleared,
+// then it takes guests again. It refuses while operations on its guests
+// run.
+func (c *Client) UpHost(ctx context.Context, host string) (*HostUpRun, error) {
+	const verb = "host up"
+	st, err := c.hostToChange(ctx, verb, host, nil)
+	if err != nil {
+		return nil, err
+	}
+	switch st.State {
+	case ledger.HostUp:
+		return nil, fmt.Errorf("%s %s: the host is up already; host up brings back a host marked down with 'pinflow host down'", verb, host)
+	case ledger.HostDisabled:
+		return nil, fmt.Errorf("%s %s: the host is disabled, not down; 'pinflow host enable %s' lets pinflow choose it again", verb, host, host)
+	}
+	run, err := c.startHostChange(ctx, verb, plan{op: workflows.OpHostUp, wf: workflows.HostUp, input: workflows.HostUpInput{Host: host},
+		summary: "bring host " + host + " back", source: host})
+	if err != nil {
+		return nil, err
+	}
+	return &HostUpRun{c: c, Host: host, WorkflowID: run.GetID(), RunID: run.GetRunID()}, nil
+}
+
+// Wait waits until the host is up and says which leftovers were
+// destroyed. A failure is an error of one line; when ctx ends first, the
+// host up goes on.
+func (r *HostUpRun) Wait(ctx context.Context) (*workflows.HostUpResult, error) {
+	var res workflows.HostUpResult
+	if err := r.c.temporal.GetWorkflow(ctx, r.WorkflowID, r.RunID).Get(ctx, &res); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("host up %s failed: %s", r.Host, RootMessage(err))
+	}
+	return &res, nil
+}
+
+// RemoveHost removes a host that holds no guest: a fenced host that never
+// comes back goes with the tombstones of the guests evacuated from it. It
+// returns what went with the host.
+func (c *Client) RemoveHost(ctx context.Context, host string) (*workflows.HostRemoveResult, error) {
+	const verb = "host remove"
+	if _, err := c.hostToChange(ctx, verb, host, nil); err != nil {
+		return nil, err
+	}
+	var res workflows.HostRemoveResult
+	p := plan{op: workflows.OpHostRemove, wf: workflows.HostRemove, input: workflows.HostRemoveInput{Host: host},
+		summary: "remove host " + host, source: host}
+	if err := c.changeHost(ctx, verb, p, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// HostEvacuation is the evacuation of one guest of a fenced host: Op once
+// it started, or Err when it was refused.
+type HostEvacuation struct {
+	UUID string
+	Op   *Operation
+	Err  error
+}
+
+// EvacuateHost starts an evacuation of every guest whose record names the
+// fenced host, each under its own instance workflow id, onto a host
+// pinflow chooses. A guest refused does not stop the others.
+func (c *Client) EvacuateHost(ctx context.Context, host string) ([]HostEvacuation, error) {
+	const verb = "host evacuate"
+	st, err := c.hostToChange(ctx, verb, host, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.State != ledger.HostDown {
+		return nil, fmt.Errorf("%s %s: the host is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'", verb, host, st.State, host)
+	}
+	claims, err := c.led.Claims(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	var out []HostEvacuation
+	for _, cl := range claims {
+		inst, err := c.led.Instance(ctx, cl.InstanceUUID)
+		if errors.Is(err, ledger.ErrUnknownInstance) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		if inst.Host != host || inst.ClaimID != cl.ID {
+			continue // not a guest that lives here
+		}
+		op, err := c.Evacuate(ctx, inst.UUID, "")
+		out = append(out, HostEvacuation{UUID: inst.UUID, Op: op, Err: err})
+	}
+	return out, nil
+}
+
+// hostToChange checks the host's name and, when reason is not nil, the
+// operator's reason, and returns the host's status: an unknown host is
+// refused naming a few registered ones.
+func (c *Client) hostToChange(ctx context.Context, verb, host string, reason *string) (ledger.HostStatus, error) {
+	if err := ledger.CheckHostName(host); err != nil {
+		return ledger.HostStatus{}, fmt.Errorf("%s: %v: %w", verb, err, ErrInvalid)
+	}
+	if reason != nil {
+		if err := ledger.CheckReason(*reason); err != nil {
+			return ledger.HostStatus{}, fmt.Errorf("%s %s: %v: %w", verb, host, err, ErrInvalid)
+		}
+	}
+	return c.HostStatus(ctx, host)
+}
+
+// changeHostState runs p, a change of a host's state, and returns the
+// host's new status.
+func (c *Client) changeHostState(ctx context.Context, verb string, p plan) (ledger.HostStatus, error) {
+	var st ledger.HostStatus
+	err := c.changeHost(ctx, verb, p, &st)
+	return st, err
+}
+
+// changeHost runs p, a change of the host p.source, and waits for its
+// result: the changes of state are short, and their callers want the
+// outcome, not a run to follow.
+func (c *Client) changeHost(ctx context.Context, verb string, p plan, result any) error {
+	run, err := c.startHostChange(ctx, verb, p)
+	if err != nil {
+		return err
+	}
+	if err := run.Get(ctx, result); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%s %s: %s", verb, p.source, RootMessage(err))
+	}
+	return nil
+}
+
+// startHostChange starts p under the workflow id of its host, p.source.
+// While another change of the host runs, the start is refused naming it.
+func (c *Client) startHostChange(ctx context.Context, verb string, p plan) (tclient.WorkflowRun, error) {
+	id := workflows.HostWorkflowID(p.source)
+	run, err := c.startWorkflow(ctx, id, p, fmt.Sprintf("host `%s`, operation **%s**", p.source, p.op))
+	if alreadyRunning(err) {
+		return nil, c.hostBusy(ctx, verb, p.source)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", verb, p.source, err)
+	}
+	return run, nil
+}
+
+// hostBusy explains that another change holds the host's workflow id.
+func (c *Client) hostBusy(ctx context.Context, verb, host string) error {
+	id := workflows.HostWorkflowID(host)
+	what := "another change of it"
+	if d, err := c.temporal.DescribeWorkflow(ctx, id, ""); err == nil {
+		kind := c.operation(d, "").Kind
+		if kind == workflows.OpHostUp {
+			return fmt.Errorf("%s %s: it is coming back already (workflow %s)", verb, host, id)
+		}
+		what = "a " + string(kind)
+	}
+	return fmt.Errorf("%s %s: %s is running as workflow %s; wait for it to end", verb, host, what, id)
+}
