@@ -144,20 +144,6 @@ func hostEnable(host string, asJSON *bool, stdout io.Writer) error {
 	})
 }
 
-// hostStatus checks that host is registered and returns the ledger and
-// the host's state.
-func hostStatus(a *app, host string) (*ledger.Ledger, ledger.HostStatus, error) {
-	if err := checkHost(a, host); err != nil {
-		return nil, ledger.HostStatus{}, err
-	}
-	led, err := a.ledger()
-	if err != nil {
-		return nil, ledger.HostStatus{}, err
-	}
-	st, err := led.HostStatus(a.ctx, host)
-	return led, st, err
-}
-
 func hostUpCommand() *cobra.Command {
 	c := hostCommandOf("up NAME", "bring a fenced host back once its leftovers are destroyed",
 		`Bring back a host marked down: destroy the leftovers of the guests evacuated

@@ -52,7 +52,11 @@ func list(host, state *string, asJSON *bool, stdout io.Writer) error {
 			return err
 		}
 		if *host != "" {
-			if err := checkHost(a, *host); err != nil {
+			api, err := a.ledgerClient()
+			if err != nil {
+				return err
+			}
+			if _, err := api.HostStatus(a.ctx, *host); err != nil {
 				return err
 			}
 		}
