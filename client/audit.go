@@ -81,14 +81,15 @@ func (a *Audit) Status(ctx context.Context) (workflows.Status, error) {
 func (a *Audit) Wait(ctx context.Context, progress func(workflows.Status)) (*workflows.ReconcileResult, error) {
 	var res workflows.ReconcileResult
 	var last workflows.Status
-	err := a.c.follow(ctx, a.WorkflowID, a.RunID, &res, 300*time.Millisecond, func() {
+	err := a.c.follow(ctx, a.WorkflowID, a.RunID, &res, 300*time.Millisecond, func() bool {
 		if progress == nil {
-			return
+			return false
 		}
 		if st, err := a.Status(ctx); err == nil && st != last {
 			progress(st)
 			last = st
 		}
+		return false
 	})
 	if err != nil {
 		if ctx.Err() != nil {

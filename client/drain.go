@@ -80,16 +80,17 @@ func (d *DrainRun) Status(ctx context.Context) (workflows.DrainStatus, error) {
 func (d *DrainRun) Wait(ctx context.Context, progress func(workflows.DrainStatus)) (*workflows.DrainResult, error) {
 	var res workflows.DrainResult
 	var last *workflows.DrainStatus
-	err := d.c.follow(ctx, d.WorkflowID, d.RunID, &res, 500*time.Millisecond, func() {
+	err := d.c.follow(ctx, d.WorkflowID, d.RunID, &res, 500*time.Millisecond, func() bool {
 		if progress == nil {
-			return
+			return false
 		}
 		st, err := d.Status(ctx)
 		if err != nil || last != nil && reflect.DeepEqual(*last, st) {
-			return // closed meanwhile, or nothing new
+			return false // closed meanwhile, or nothing new
 		}
 		progress(st)
 		last = &st
+		return false
 	})
 	if err != nil {
 		if ctx.Err() != nil {

@@ -31,14 +31,8 @@ type Operation struct {
 
 // Status asks the running operation where it stands.
 func (o *Operation) Status(ctx context.Context) (workflows.Status, error) {
-	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	var st workflows.Status
-	v, err := o.c.temporal.QueryWorkflow(qctx, o.WorkflowID, o.RunID, workflows.StatusQuery)
-	if err != nil {
-		return st, err
-	}
-	err = v.Get(&st)
+	err := o.c.query(ctx, o.WorkflowID, o.RunID, workflows.StatusQuery, &st)
 	if st.Operation != "" {
 		o.Kind = st.Operation
 	}
@@ -92,53 +86,45 @@ func (o *Operation) WaitEnd(ctx context.Context, progress func(Progress)) (*Outc
 }
 
 func (o *Operation) wait(ctx context.Context, progress func(Progress), stopAtVerify bool) (*Outcome, error) {
-	run := o.c.temporal.GetWorkflow(ctx, o.WorkflowID, o.RunID)
-	done := make(chan error, 1)
 	var raw json.RawMessage
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() { done <- run.Get(wctx, &raw) }()
-	tick := time.NewTicker(300 * time.Millisecond)
-	defer tick.Stop()
 	var last Progress
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, fmt.Errorf("%s %s failed: %s", o.Kind, o.UUID, RootMessage(err))
-			}
-			out, err := o.outcome(ctx, workflows.PhaseCompleted)
-			if out != nil {
-				out.Result = raw
-			}
-			return out, err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-tick.C:
-			st, err := o.Status(ctx)
-			if err != nil {
-				continue // closed meanwhile, or not yet at its first task
-			}
-			if stopAtVerify && st.Phase == workflows.PhaseVerifyResize {
-				out, err := o.outcome(ctx, workflows.PhaseVerifyResize)
-				if out != nil {
-					out.Source, out.ConfirmBy = st.Source, st.ConfirmBy
-				}
-				return out, err
-			}
-			p := Progress{Status: st, Migrated: -1}
-			if st.Phase == workflows.PhaseRunning {
-				p.Migrated = o.migrated(ctx)
-			}
-			if progress != nil && p != last {
-				progress(p)
-			}
-			last = p
+	var paused *Outcome // where it waits in VERIFY_RESIZE
+	var pausedErr error
+	err := o.c.follow(ctx, o.WorkflowID, o.RunID, &raw, 300*time.Millisecond, func() bool {
+		st, err := o.Status(ctx)
+		if err != nil {
+			return false // closed meanwhile, or not yet at its first task
 		}
+		if stopAtVerify && st.Phase == workflows.PhaseVerifyResize {
+			paused, pausedErr = o.outcome(ctx, workflows.PhaseVerifyResize)
+			if paused != nil {
+				paused.Source, paused.ConfirmBy = st.Source, st.ConfirmBy
+			}
+			return true
+		}
+		p := Progress{Status: st, Migrated: -1}
+		if st.Phase == workflows.PhaseRunning {
+			p.Migrated = o.migrated(ctx)
+		}
+		if progress != nil && p != last {
+			progress(p)
+		}
+		last = p
+		return false
+	})
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil:
+		return nil, fmt.Errorf("%s %s failed: %s", o.Kind, o.UUID, RootMessage(err))
+	case paused != nil || pausedErr != nil:
+		return paused, pausedErr
 	}
+	out, err := o.outcome(ctx, workflows.PhaseCompleted)
+	if out != nil {
+		out.Result = raw
+	}
+	return out, err
 }
 
 // migrated reads a running migration's heartbeat progress, or -1.

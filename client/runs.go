@@ -19,8 +19,9 @@ func (c *Client) query(ctx context.Context, id, runID, name string, v any) error
 }
 
 // follow waits for the run's result into result, calling poll every
-// interval until the run ends. The error is the run's failure, or ctx's.
-func (c *Client) follow(ctx context.Context, id, runID string, result any, every time.Duration, poll func()) error {
+// interval until the run ends or poll says to stop following (the run
+// goes on). The error is the run's failure, or ctx's.
+func (c *Client) follow(ctx context.Context, id, runID string, result any, every time.Duration, poll func() (stop bool)) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -34,7 +35,9 @@ func (c *Client) follow(ctx context.Context, id, runID string, result any, every
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
-			poll()
+			if poll() {
+				return nil
+			}
 		}
 	}
 }

@@ -105,14 +105,11 @@ func TestHistoryAndFaults(t *testing.T) {
 	}
 	// Visibility lags behind the runs: wait for both to be listed.
 	var recs []client.Record
-	deadline := time.Now().Add(time.Minute)
-	for {
+	s.eventually("the three runs in visibility", time.Minute, func() bool {
+		recs = nil
 		s.jsonOf(&recs, "ops", vmA)
-		if len(recs) >= 3 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(recs) >= 3
+	})
 	if len(recs) < 3 || recs[0].Status != "failed" || recs[0].Reason == "" || recs[1].Status != "completed" || recs[1].Dest != "b" || recs[2].Operation != "boot" {
 		t.Fatalf("ops %s: %+v; want the failed migration, the one onto b, then the boot, newest first", vmA, recs)
 	}
