@@ -3,12 +3,15 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/pinflow/pinflow/activities"
 )
 
 // appFailure is an application failure with message msg and cause.
@@ -65,5 +68,35 @@ func TestRootCause(t *testing.T) {
 		if got := RootCause(c.err); got != c.want {
 			t.Errorf("%s: RootCause(%v) = %q, want %q", c.name, c.err, got, c.want)
 		}
+	}
+}
+
+// TestFailureCrossesTheWire: an operation's failure, converted to the
+// failure a server stores and back (as the client and a drain read it),
+// still carries its parts, its type and its cause, and RootCause says its
+// line, also under a child's and a drain's wrapping.
+func TestFailureCrossesTheWire(t *testing.T) {
+	conv := temporal.GetDefaultFailureConverter()
+	step := temporal.NewNonRetryableApplicationError("sim: prepare migration of x to b: injected fault", activities.ErrTypeRejected, nil)
+	f := Failure{Step: "prepare the destination b", Attempts: 3, Reason: "sim: prepare migration of x to b: injected fault", Guest: "instance x stays on a"}
+	sent := f.asError(step)
+	got := conv.FailureToError(childFailure(conv.ErrorToFailure(sent)))
+	const line = "prepare the destination b failed after 3 attempts: sim: prepare migration of x to b: injected fault; instance x stays on a"
+	if RootCause(got) != line {
+		t.Errorf("RootCause after the wire = %q, want %q", RootCause(got), line)
+	}
+	if back, ok := FailureOf(got); !ok || back != f {
+		t.Errorf("FailureOf after the wire = %+v, %v; want %+v", back, ok, f)
+	}
+	if !isType(got, activities.ErrTypeRejected) {
+		t.Errorf("the failure after the wire is not of its step's type %s: %v", activities.ErrTypeRejected, got)
+	}
+	if !strings.Contains(got.Error(), "injected fault (type: Rejected") {
+		t.Errorf("the failure after the wire lost its cause: %v", got)
+	}
+	// An application error with other details is not a failure.
+	other := conv.FailureToError(conv.ErrorToFailure(temporal.NewApplicationError("x", "T", "details")))
+	if _, ok := FailureOf(other); ok {
+		t.Errorf("FailureOf(%v) found a failure in other details", other)
 	}
 }

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"fmt"
+
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
@@ -44,6 +46,7 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 	s.onFailure("mark the instance as failed", func(ctx workflow.Context) error {
 		return s.endTask(ctx, in.UUID, guest.VMError)
 	})
+	s.stays = fmt.Sprintf("instance %s runs nowhere: its record is in error until 'pinflow delete %s'", in.UUID, in.UUID)
 	host, placement, err := placeAndSpawn(ctx, s, inst, in.Host, ledger.KindBoot)
 	if err != nil {
 		return nil, s.fail(err)

@@ -66,7 +66,7 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	}
 	s.status.Operation, s.status.Error, s.steps, s.done = OpColdMigration, "", 9, 0
 	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrOperation.ValueSet(string(OpColdMigration)))
-	s.phase(PhaseScheduling, "the live migration failed ("+fb.cause.Error()+"); cold-migrating instead")
+	s.phase(PhaseScheduling, "the live migration failed ("+RootCause(fb.cause)+"); cold-migrating instead")
 	// A reservation the live attempt adopted was released when it rolled
 	// back: the cold migration claims its host anew.
 	dest := in.Dest
@@ -147,7 +147,7 @@ func (m *migration) chooseDestination(ctx workflow.Context) error {
 func (m *migration) prepareDestination(ctx workflow.Context) error {
 	m.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
 	prep := activities.PrepareMigrationInput{UUID: m.uuid, Source: m.src, Dest: m.dst, Placement: m.claimed.Placement, DestClaimID: m.destClaim}
-	if err := workflow.ExecuteActivity(m.hypervisorTry(ctx, "prepare "+m.dst), a.PrepareMigration, prep).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(m.hypervisorTry(ctx, "prepare the destination "+m.dst), a.PrepareMigration, prep).Get(ctx, nil); err != nil {
 		if err := m.failed(ctx, err); err != nil {
 			return err
 		}
@@ -192,9 +192,10 @@ func (m *migration) switchOver(ctx workflow.Context) error {
 }
 
 func (m *migration) migrate(ctx workflow.Context) error {
+	m.current = fmt.Sprintf("live-migrate %s from %s to %s", m.uuid, m.src, m.dst)
 	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: tries,
-		WaitForCancellation: true, Summary: fmt.Sprintf("live-migrate %s from %s to %s", m.uuid, m.src, m.dst),
+		WaitForCancellation: true, Summary: m.current,
 	}), a.Migrate, m.migrateInput()).Get(ctx, nil)
 }
 
@@ -219,10 +220,10 @@ func (m *migration) rollBack(ctx workflow.Context) error {
 // rollback found the guest on the destination (onDest), which the
 // operation then commits.
 func (m *migration) failed(ctx workflow.Context, cause error) error {
-	err := m.fail(cause)
-	if m.in.ColdFallback && err == cause && ctx.Err() == nil {
+	err, undone := m.abort(cause)
+	if m.in.ColdFallback && undone && ctx.Err() == nil {
 		// Every compensation ran and the guest runs on its source.
-		return errFallBack{cause}
+		return errFallBack{err}
 	}
 	if errors.Is(err, errRolledForward) {
 		m.onDest = true

@@ -76,6 +76,12 @@ type saga struct {
 	// about is a line the UI's details show under the hosts, such as a
 	// drain's limits.
 	about string
+	// current is the hypervisor step running or last run, empty while a
+	// ledger step runs: the step a failure names.
+	current string
+	// stays says where the guest is once every compensation ran: where
+	// the operation found it. A commit clears it.
+	stays string
 }
 
 type compensation struct {
@@ -104,10 +110,16 @@ func (s *saga) loadInstance(ctx workflow.Context, uuid string, can func(activiti
 	if err := s.ledger(ctx, "load instance "+uuid, a.LoadInstance, uuid).Get(ctx, &inst); err != nil {
 		return inst, err
 	}
-	if can == nil {
-		return inst, nil
+	if can != nil {
+		if err := can(inst); err != nil {
+			return inst, err
+		}
 	}
-	return inst, can(inst)
+	s.stays = fmt.Sprintf("instance %s stays on %s", uuid, inst.Host)
+	if inst.Host == "" {
+		s.stays = fmt.Sprintf("instance %s stays %s", uuid, inst.VMState)
+	}
+	return inst, nil
 }
 
 // setTask sets the instance's task state, retried until done.
@@ -343,6 +355,7 @@ func (s *saga) step() {
 // a crash before its result was recorded, which its idempotence makes
 // safe.
 func (s *saga) ledger(ctx workflow.Context, summary string, step any, args ...any) workflow.Future {
+	s.current = ""
 	return workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		StartToCloseTimeout: ledgerTimeout, RetryPolicy: untilDone, Summary: summary,
 	}), step, args...)
@@ -351,6 +364,7 @@ func (s *saga) ledger(ctx workflow.Context, summary string, step any, args ...an
 // hypervisorStep returns a context for a hypervisor step that is retried
 // until it succeeds (a compensation, or a step past the commit point).
 func (s *saga) hypervisorStep(ctx workflow.Context, summary string) workflow.Context {
+	s.current = summary
 	// It heartbeats, so a dead worker's attempt is retried within the
 	// heartbeat timeout instead of the step's.
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -364,6 +378,7 @@ func (s *saga) hypervisorStep(ctx workflow.Context, summary string) workflow.Con
 // compensations that ran while the step still acted would undo a step
 // that then takes effect.
 func (s *saga) hypervisorTry(ctx workflow.Context, summary string) workflow.Context {
+	s.current = summary
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: driverTimeout, HeartbeatTimeout: heartbeatTimeout, WaitForCancellation: true,
 		RetryPolicy: tries, Summary: summary,
@@ -399,7 +414,7 @@ func (s *saga) onFailure(summary string, do func(ctx workflow.Context) error) {
 // the operation: past this point it only goes forwards, so the rest runs
 // in a disconnected context that a cancel cannot stop.
 func (s *saga) commit(ctx workflow.Context) workflow.Context {
-	s.compensations = nil
+	s.compensations, s.stays = nil, ""
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	return ctx
 }
@@ -438,41 +453,58 @@ func (e ended) Unwrap() error { return e.err }
 
 // fail runs the compensations in reverse order in a disconnected context
 // (so a cancelled workflow still compensates), records the error phase and
-// returns cause, joined with any compensation error.
+// returns the operation's error: cause, as one line that says which step
+// failed, after how many attempts, why, and where the guest is now (a
+// Failure, see failure).
 func (s *saga) fail(cause error) error {
-	if len(s.compensations) > 0 {
-		s.phase(PhaseRollingBack, "undoing: "+cause.Error())
+	err, _ := s.abort(cause)
+	return err
+}
+
+// abort is fail, and also says whether every compensation ran: the guest
+// is where the operation found it.
+func (s *saga) abort(cause error) (error, bool) {
+	f, known := FailureOf(cause)
+	if !known {
+		f = s.failure(cause)
+	}
+	compensated := len(s.compensations) > 0
+	if compensated {
+		s.phase(PhaseRollingBack, "undoing: "+f.Line())
 	}
 	ctx, _ := workflow.NewDisconnectedContext(s.ctx)
-	var errs []error
-	for i := len(s.compensations) - 1; i >= 0; i-- {
+	undone := true
+	for i := len(s.compensations) - 1; i >= 0 && undone; i-- {
 		c := s.compensations[i]
 		err := c.do(ctx)
-		if errors.Is(err, errRolledForward) {
-			s.compensations = nil
-			return errRolledForward
-		}
 		var end ended
-		if errors.As(err, &end) {
-			errs = append(errs, end.err)
-			break
-		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errRolledForward):
+			s.compensations = nil
+			return errRolledForward, false
+		case errors.As(err, &end):
+			// It says where the guest is.
+			f.Guest, undone = RootCause(end.err), false
+		case err != nil:
 			// What the failed compensation did not undo may still need
 			// what the earlier steps hold (a guest not rolled back still
 			// runs on the destination claim): keep them.
-			errs = append(errs, fmt.Errorf("compensation %q: %w", c.summary, err),
-				fmt.Errorf("kept for an operator: %s", s.remaining(i)))
-			break
+			f.Guest = fmt.Sprintf("undoing it failed at %q (%s); kept for an operator: %s", c.summary, RootCause(err), s.remaining(i))
+			undone = false
 		}
 	}
-	s.compensations = nil
-	s.status.Error = cause.Error()
-	s.phase(PhaseError, "")
-	if len(errs) > 0 {
-		return errors.Join(append([]error{cause}, errs...)...)
+	if compensated && undone && !known {
+		f.Guest = s.stays
 	}
-	return cause
+	s.compensations = nil
+	s.status.Error = f.Line()
+	s.phase(PhaseError, "")
+	var canceled *temporal.CanceledError
+	if undone && (known || errors.As(cause, &canceled)) {
+		// A cancel that was undone ends the run as cancelled.
+		return cause, true
+	}
+	return f.asError(cause), undone
 }
 
 // remaining names the compensations below index i, which a failed

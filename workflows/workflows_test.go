@@ -94,24 +94,40 @@ func TestLiveMigrationCommits(t *testing.T) {
 	}
 }
 
+// TestLiveMigrationCompensations fails each step of a live migration and
+// checks the compensations that ran and the failure's one line: which
+// step, after how many attempts, why, and where the guest stayed.
 func TestLiveMigrationCompensations(t *testing.T) {
 	boom := errors.New("connection reset")
+	stays := "; instance " + uuid + " stays on a"
 	tests := []struct {
 		name     string
 		failAt   string
 		want     string
 		wantType string
+		line     string
 	}{
-		{"no fit on the destination", "claim", "load,task,claim,release,task", activities.ErrTypeNoFit},
-		{"prepare refused", "prepare", "load,task,claim,prepare,rollback,release,task", activities.ErrTypeRejected},
-		{"migrate fails", "migrate", "load,task,claim,prepare,migrate,rollback,release,task", activities.ErrTypeRejected},
+		{"no fit on the destination", "claim", "load,task,claim,release,task", activities.ErrTypeNoFit,
+			"connection reset" + stays},
+		{"prepare refused", "prepare", "load,task,claim,prepare,rollback,release,task", activities.ErrTypeRejected,
+			"prepare the destination b failed: connection reset" + stays},
+		{"migrate fails", "migrate", "load,task,claim,prepare,migrate,rollback,release,task", activities.ErrTypeRejected,
+			"live-migrate " + uuid + " from a to b failed: connection reset" + stays},
+		{"migrate fails every try", "migrate", "load,task,claim,prepare,migrate,migrate,migrate,rollback,release,task", "",
+			"live-migrate " + uuid + " from a to b failed after 3 attempts: connection reset" + stays},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
+			fault := failed(boom.Error(), tt.wantType)
+			if tt.wantType == "" {
+				// A fault a retry may clear: tried driverAttempts times.
+				tt.wantType = "Transient"
+				fault = temporal.NewApplicationError(boom.Error(), tt.wantType)
+			}
 			fail := func(step string, ok ...any) []any {
 				if step == tt.failAt {
-					return append(append([]any{}, ok[:len(ok)-1]...), failed(boom.Error(), tt.wantType))
+					return append(append([]any{}, ok[:len(ok)-1]...), fault)
 				}
 				return ok
 			}
@@ -128,8 +144,12 @@ func TestLiveMigrationCompensations(t *testing.T) {
 			}
 			h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
 			var appErr *temporal.ApplicationError
-			if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != tt.wantType {
+			err := h.env.GetWorkflowError()
+			if !errors.As(err, &appErr) || appErr.Type() != tt.wantType {
 				t.Fatalf("LiveMigration error = %v, want type %s", err, tt.wantType)
+			}
+			if got := RootCause(err); got != tt.line {
+				t.Errorf("failure line = %q\nwant           %q", got, tt.line)
 			}
 			if got := h.sequence(); got != tt.want {
 				t.Errorf("steps = %s, want %s", got, tt.want)

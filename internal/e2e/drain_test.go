@@ -614,7 +614,8 @@ func TestDrainFailedMoveInOneLine(t *testing.T) {
 			left = g
 		}
 	}
-	why := "tried 1 targets (b); last: its move to b failed: sim: prepare migration of " + left.UUID + " to b: injected fault (one of the counted failures)"
+	why := "tried 1 targets (b); last: its move to b failed: prepare the destination b failed after 3 attempts: sim: prepare migration of " +
+		left.UUID + " to b: injected fault (one of the counted failures); instance " + left.UUID + " stays on a"
 	if left.Error != why || !slices.Contains(vms, left.UUID) {
 		t.Errorf("the guest left on a has error %q, want %q", left.Error, why)
 	}
