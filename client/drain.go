@@ -116,7 +116,8 @@ func (c *Client) FollowDrain(ctx context.Context, host string) (*DrainRun, error
 type DrainState struct {
 	// DrainStatus is the drain's own status while it runs; once it
 	// completed, its result's guests; once it failed or was cancelled,
-	// no guests.
+	// its guests as they were at its end (none when no worker could
+	// replay it).
 	workflows.DrainStatus
 	WorkflowID string `json:"workflow_id"`
 	RunID      string `json:"run_id"`
@@ -146,6 +147,11 @@ func (c *Client) DrainStatus(ctx context.Context, host string) (*DrainState, err
 	if _, err := c.HostStatus(ctx, host); err != nil {
 		return nil, err
 	}
+	return c.lastDrain(ctx, "host drain status", host)
+}
+
+// lastDrain is DrainStatus for the command verb, which its errors name.
+func (c *Client) lastDrain(ctx context.Context, verb, host string) (*DrainState, error) {
 	id := workflows.DrainWorkflowID(host)
 	// A drain that ends between the describe and its query is described
 	// again.
@@ -154,9 +160,9 @@ func (c *Client) DrainStatus(ctx context.Context, host string) (*DrainState, err
 		var nf *serviceerror.NotFound
 		switch {
 		case errors.As(err, &nf):
-			return nil, fmt.Errorf("host drain status %s: no drain of %s has run (or its last one is past the namespace's retention)", host, host)
+			return nil, fmt.Errorf("%s %s: no drain of %s has run (or its last one is past the namespace's retention)", verb, host, host)
 		case err != nil:
-			return nil, fmt.Errorf("host drain status %s: %w", host, err)
+			return nil, fmt.Errorf("%s %s: %w", verb, host, err)
 		}
 		rec := c.record(ctx, d.RawResponse.GetWorkflowExecutionInfo())
 		st := &DrainState{DrainStatus: workflows.DrainStatus{Host: host, Guests: []workflows.DrainGuest{}},
@@ -168,14 +174,21 @@ func (c *Client) DrainStatus(ctx context.Context, host string) (*DrainState, err
 				if try == 0 {
 					continue
 				}
-				return nil, fmt.Errorf("host drain status %s: %w", host, err)
+				return nil, fmt.Errorf("%s %s: %w", verb, host, err)
 			}
 		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 			var res workflows.DrainResult
 			if err := c.temporal.GetWorkflow(ctx, id, rec.RunID).Get(ctx, &res); err != nil {
-				return nil, fmt.Errorf("host drain status %s: %w", host, err)
+				return nil, fmt.Errorf("%s %s: %w", verb, host, err)
 			}
 			st.Guests, st.Done = res.Guests, true
+		default:
+			// A drain that failed or was cancelled returned no result: its
+			// guests are its status at its end, which a worker replays.
+			run := &DrainRun{c: c, Host: host, WorkflowID: rec.WorkflowID, RunID: rec.RunID}
+			if ended, err := run.Status(ctx); err == nil {
+				st.Guests = ended.Guests
+			}
 		}
 		for _, g := range st.Guests {
 			switch g.State {
@@ -279,9 +292,10 @@ type Undrain struct {
 
 // Undrain enables a host its last drain left disabled and live-migrates
 // back, each under its own instance workflow id, every guest that drain
-// moved and that still runs where the drain put it. A host that is down
-// or returning, or whose drain runs, did not complete or never ran, is
-// refused.
+// moved and that still runs where the drain put it: a drain that failed
+// or was cancelled too, for the guests it moved before it ended. A host
+// that is down or returning, whose drain runs, or whose last drain never
+// ran or cannot say what it moved, is refused.
 func (c *Client) Undrain(ctx context.Context, host string) (*Undrain, error) {
 	st, err := c.HostStatus(ctx, host)
 	if err != nil {
@@ -290,26 +304,23 @@ func (c *Client) Undrain(ctx context.Context, host string) (*Undrain, error) {
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
 		return nil, fmt.Errorf("host undrain %s: the host is %s; bring it back with 'pinflow host up %s --wait' first", host, st.State, host)
 	}
-	id := workflows.DrainWorkflowID(host)
-	d, err := c.temporal.DescribeWorkflow(ctx, id, "")
-	var nf *serviceerror.NotFound
-	switch {
-	case errors.As(err, &nf):
-		return nil, fmt.Errorf("host undrain %s: the host was never drained (or its drain is past the namespace's retention)", host)
-	case err != nil:
-		return nil, fmt.Errorf("host undrain %s: %w", host, err)
-	case d.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return nil, fmt.Errorf("host undrain %s: the host is being drained; 'pinflow host drain cancel %s' first", host, host)
-	}
-	var res workflows.DrainResult
-	if err := c.temporal.GetWorkflow(ctx, id, d.WorkflowExecution.RunID).Get(ctx, &res); err != nil {
-		return nil, fmt.Errorf("host undrain %s: its last drain did not complete (%s), so pinflow does not know what it moved; move guests back one by one", host, RootMessage(err))
-	}
-	if _, err := c.led.SetHostEnabled(ctx, host); err != nil {
+	last, err := c.lastDrain(ctx, "host undrain", host)
+	if err != nil {
 		return nil, err
 	}
+	switch {
+	case last.Running():
+		return nil, fmt.Errorf("host undrain %s: the host is being drained; 'pinflow host drain cancel %s' first", host, host)
+	case !last.Completed() && len(last.Guests) == 0:
+		return nil, fmt.Errorf("host undrain %s: its last drain %s (%s) and no worker could replay what it moved; move guests back one by one", host, last.Status, last.Reason)
+	}
+	if st.State == ledger.HostDisabled {
+		if _, err := c.EnableHost(ctx, host); err != nil {
+			return nil, err
+		}
+	}
 	u := &Undrain{Host: host, Moves: []MoveBack{}}
-	for _, g := range res.Guests {
+	for _, g := range last.Guests {
 		if g.State != workflows.GuestMoved {
 			continue
 		}

@@ -209,7 +209,8 @@ func hostDrainStatusCommand() *cobra.Command {
 	c := hostCommandOf("status NAME", "show a drain's progress guest by guest, or how the last one ended",
 		`Show the host's drain guest by guest while it runs. Once it has ended, show
 how: a completed drain's guests, each moved or left on the host with its
-reason (exit 0), or why the drain failed or was cancelled (exit 1).`)
+reason (exit 0); or the guests of a drain that failed or was cancelled as
+they were when it ended, and why it ended (exit 1).`)
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error { return hostDrainStatus(args[0], asJSON, c.OutOrStdout()) }
 	return c
@@ -265,8 +266,9 @@ func hostDrainStatus(host string, asJSON *bool, stdout io.Writer) error {
 			case st.Completed():
 				fmt.Fprintf(stdout, "drain of %s completed at %s: %d of %d guests moved, %d left on %s\n",
 					host, st.Close.Local().Format(time.RFC3339), st.Moved, len(st.Guests), st.Failed, host)
-			default:
-				return ended
+			case len(st.Guests) > 0:
+				fmt.Fprintf(stdout, "drain of %s %s at %s: %d of %d guests moved before it ended\n",
+					host, endedHow(st.Status), st.Close.Local().Format(time.RFC3339), st.Moved, len(st.Guests))
 			}
 			for i := range st.Guests {
 				fmt.Fprintln(stdout, guestLine(host, &st.Guests[i]))
@@ -296,7 +298,8 @@ func hostUndrainCommand() *cobra.Command {
 	c := hostCommandOf("undrain NAME", "enable a drained host and move its last drain's guests back",
 		`Enable a host its last drain left disabled and live-migrate back, each under
 its own instance workflow id, every guest that drain moved and that still
-runs where the drain put it.`)
+runs where the drain put it. A drain that failed or was cancelled counts
+too: the guests it moved before it ended go back.`)
 	of := addOpFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error { return hostUndrain(args[0], of, c.OutOrStdout()) }
 	return c

@@ -280,7 +280,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	d.planned = true
 	for i := range d.st.Guests {
 		if err := d.reserve(ctx, &d.st.Guests[i]); err != nil {
-			return nil, s.fail(err)
+			return nil, d.fail(err)
 		}
 	}
 	s.step()
@@ -291,7 +291,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 		// they have rolled back before releasing what they did not adopt.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		_ = workflow.Await(dctx, func() bool { return d.st.Moving == 0 })
-		return nil, s.fail(err)
+		return nil, d.fail(err)
 	}
 	d.st.Done = true
 	res := &DrainResult{Host: in.Host, Guests: d.st.Guests}
@@ -309,6 +309,15 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	}
 	s.phase(PhaseCompleted, detail+"\n\n"+d.st.Table())
 	return res, nil
+}
+
+// fail fails a drain that planned its guests, and keeps their table in
+// the Web UI's details under the error: what moved and what did not.
+func (d *drainRun) fail(err error) error {
+	err = d.s.fail(err)
+	d.s.status.Detail = d.st.Table()
+	workflow.SetCurrentDetails(d.s.ctx, d.s.details())
+	return err
 }
 
 // settleRetry is how often a drain plans again while operations in flight

@@ -199,7 +199,7 @@ func TestDrain(t *testing.T) {
 		t.Errorf("host list after undrain still shows a disabled host:\n%s", out)
 	}
 	s.noDoublePins("a", "b", "c")
-	s.refused("never drained", "host", "undrain", "b")
+	s.refused("no drain of b has run", "host", "undrain", "b")
 }
 
 // TestDrainRefusals: a guest that fits nowhere stops the drain before
@@ -296,7 +296,9 @@ func firstGuest(s *stack, host string) string {
 
 // TestDrainCancel: a drain cancelled while a guest moves rolls that move
 // back, releases every reservation no move adopted, and leaves each guest
-// running on exactly one host; an audit afterwards frees nothing.
+// running on exactly one host; an audit afterwards frees nothing. Its
+// status afterwards shows what it moved before it ended, and an undrain
+// moves that back.
 func TestDrainCancel(t *testing.T) {
 	t.Parallel()
 	s := newStack(t, heldLong)
@@ -305,31 +307,55 @@ func TestDrainCancel(t *testing.T) {
 	}
 	vmA := s.boot("A", "a", 2)
 	vmB := s.boot("B", "a", 2)
-	// The first move is held before its switchover until the cancel has
-	// reached it.
-	s.ok("sim", "gate", "--at", "switchover", "--hold")
-	s.ok("host", "drain", "a", "--parallel", "1")
-	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
+	// B's move is held before its switchover until the cancel has reached
+	// it; A's moves.
+	gate := []string{"sim", "gate", "--at", "switchover", "--guest", vmB}
+	s.ok(append(gate, "--hold")...)
+	s.ok("host", "drain", "a", "--parallel", "2")
+	s.ok(append(gate, "--wait-arrived", "1")...)
+	s.eventually("A moved off a", time.Minute, func() bool {
+		for _, g := range s.drainState("a").Guests {
+			if g.UUID == vmA && g.State == workflows.GuestMoved {
+				return true
+			}
+		}
+		return false
+	})
 	s.ok("host", "drain", "pause", "a")
 	s.ok("host", "drain", "cancel", "a")
-	s.ok("sim", "gate", "--at", "switchover", "--wait-cancelled", "1")
-	s.ok("sim", "gate", "--at", "switchover", "--release")
+	s.ok(append(gate, "--wait-cancelled", "1")...)
+	s.ok(append(gate, "--release")...)
 	s.drainDone("a")
-	s.refused("the last drain of a was cancelled at ", "host", "drain", "status", "a")
+	out, errOut, code := s.run("host", "drain", "status", "a")
+	if code != 1 || !strings.Contains(errOut, "the last drain of a was cancelled at ") ||
+		!strings.Contains(out, "drain of a was cancelled at ") || !strings.Contains(out, "1 of 2 guests moved before it ended") ||
+		!strings.Contains(out, vmA+" (A) moved") {
+		t.Errorf("host drain status a after the cancel: exit %d, want 1 with the guests (A moved) and why it ended:\n%s%s", code, out, errOut)
+	}
 	for _, h := range []string{"b", "c"} {
-		if n := s.claimsOfKind(h, "reservation") + s.claimsOfKind(h, "migration-dest"); n != 0 {
-			t.Errorf("host %s holds %d reservations or destination claims after the cancel: %+v", h, n, s.host(h).Claims)
+		for _, c := range s.host(h).Claims {
+			// A's claim became its resident claim when its move committed.
+			if (c.Kind == "reservation" || c.Kind == "migration-dest") && c.State != "committed" {
+				t.Errorf("host %s holds a %s claim %s of %s after the cancel, state %s", h, c.Kind, c.ID, c.Instance, c.State)
+			}
 		}
 	}
-	for _, g := range []string{vmA, vmB} {
-		s.checkAgreement(g, hostOf(s.guest(g)))
-	}
+	s.checkAgreement(vmB, "a")
+	s.checkAgreement(vmA, hostOf(s.guest(vmA)))
 	s.noDoublePins("a", "b", "c")
 	s.pastMinGrace()
 	if res := s.reconcile("--grace", "0"); res.Total.Freed.Total() != 0 {
 		t.Errorf("the audit after the cancelled drain freed %d claims: %+v", res.Total.Freed.Total(), res.Hosts)
 	}
 	s.ok("check")
+
+	// The undrain takes back what the cancelled drain moved, and enables a.
+	s.ok("host", "undrain", "a", "--wait")
+	s.checkAgreement(vmA, "a")
+	if line := s.hostLine("a"); strings.Contains(line, "disabled") {
+		t.Errorf("host a after the undrain: %s, want enabled", line)
+	}
+	s.noDoublePins("a", "b", "c")
 }
 
 // TestDrainPauseResume: a paused drain lets the running move finish and
