@@ -9,8 +9,11 @@ import (
 )
 
 // ExplainRequest asks which hosts would take a guest, changing nothing:
-// a new guest of Flavor, or the existing guest Guest names (its flavor,
-// its own host excluded, as a migration asks).
+// a new guest of Flavor (a boot); the existing guest Guest names, as a
+// migration or an unshelve asks (its flavor, its own host excluded); or,
+// with Guest and Flavor both given, that guest resized, as Resize merges
+// Flavor into its flavor (its own host a candidate, which must hold both
+// placements at once).
 type ExplainRequest struct {
 	Flavor guest.Flavor
 	Guest  string
@@ -30,8 +33,9 @@ func (c *Client) Explain(ctx context.Context, r ExplainRequest) (*placement.Expl
 		if err != nil {
 			return nil, err
 		}
-		flavor, name = inst.Request, inst.UUID
-		if inst.Host != "" {
+		name = inst.UUID
+		resize := ResizeRequest{VCPUs: r.Flavor.VCPUs, MemoryMB: r.Flavor.MemoryMB, ExtraSpecs: r.Flavor.ExtraSpecs, ImageProps: r.Flavor.ImageProps}
+		if flavor = resize.flavorOf(inst); !changes(r.Flavor) && inst.Host != "" {
 			exclude = []string{inst.Host}
 		}
 	}
@@ -45,4 +49,9 @@ func (c *Client) Explain(ctx context.Context, r ExplainRequest) (*placement.Expl
 		}
 	}
 	return placement.Explain(ctx, c.led, placement.Request{UUID: name, Request: req, Exclude: exclude}, r.Host)
+}
+
+// changes says whether f changes anything of a flavor it is merged into.
+func changes(f guest.Flavor) bool {
+	return f.VCPUs != 0 || f.MemoryMB != 0 || len(f.ExtraSpecs) > 0 || len(f.ImageProps) > 0
 }

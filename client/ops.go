@@ -133,6 +133,24 @@ type ResizeRequest struct {
 	ConfirmWindow time.Duration
 }
 
+// flavorOf is the guest's flavor with r's changes.
+func (r ResizeRequest) flavorOf(inst *ledger.Instance) guest.Flavor {
+	flavor := inst.Request
+	if r.VCPUs != 0 {
+		flavor.VCPUs = r.VCPUs
+	}
+	if r.MemoryMB != 0 {
+		flavor.MemoryMB = r.MemoryMB
+	}
+	if len(r.ExtraSpecs) > 0 {
+		flavor.ExtraSpecs = r.ExtraSpecs
+	}
+	if len(r.ImageProps) > 0 {
+		flavor.ImageProps = r.ImageProps
+	}
+	return flavor
+}
+
 // Resize starts a resize of the guest ref names; it waits in
 // VERIFY_RESIZE for ConfirmResize or RevertResize.
 func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Operation, error) {
@@ -149,19 +167,7 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 	if r.VCPUs < 0 || r.MemoryMB < 0 {
 		return nil, fmt.Errorf("resize %s: %d vCPUs and %d MiB: allowed are positive numbers, or 0 to keep the guest's: %w", inst.UUID, r.VCPUs, r.MemoryMB, ErrInvalid)
 	}
-	flavor := inst.Request
-	if r.VCPUs != 0 {
-		flavor.VCPUs = r.VCPUs
-	}
-	if r.MemoryMB != 0 {
-		flavor.MemoryMB = r.MemoryMB
-	}
-	if len(r.ExtraSpecs) > 0 {
-		flavor.ExtraSpecs = r.ExtraSpecs
-	}
-	if len(r.ImageProps) > 0 {
-		flavor.ImageProps = r.ImageProps
-	}
+	flavor := r.flavorOf(inst)
 	if flavor.VCPUs == inst.Request.VCPUs && flavor.MemoryMB == inst.Request.MemoryMB &&
 		maps.Equal(flavor.ExtraSpecs, inst.Request.ExtraSpecs) && maps.Equal(flavor.ImageProps, inst.Request.ImageProps) {
 		return nil, fmt.Errorf("resize %s: that is its current flavor (%d vCPUs, %d MiB%s); give other vCPUs, memory, extra specs or image properties: %w",

@@ -228,6 +228,15 @@ func TestCompletionFromLedger(t *testing.T) {
 		{[]string{"show", ""}, []string{id + "\tdb on -"}},
 		{[]string{"host", "drain", "--policy", ""}, []string{"live", "cold", "live-then-cold"}},
 		{[]string{"show", id, ""}, nil},
+		{[]string{"follow", ""}, []string{id + "\tdb on -"}},
+		{[]string{"ops", ""}, []string{id + "\tdb on -"}},
+		{[]string{"ops", "--host", ""}, []string{"h1", "h2"}},
+		{[]string{"explain", ""}, []string{id + "\tdb on -"}},
+		{[]string{"explain", "--host", "h"}, []string{"h1", "h2"}},
+		{[]string{"host", "drain", "status", ""}, []string{"h1", "h2"}},
+		{[]string{"host", "undrain", ""}, []string{"h1", "h2"}},
+		{[]string{"host", "remove", ""}, []string{"h1", "h2"}},
+		{[]string{"resize", "--output", ""}, []string{"json", "table"}},
 	} {
 		out, err := run(append([]string{cobra.ShellCompRequestCmd}, tt.args...)...)
 		got := strings.Split(strings.TrimSpace(out), "\n")

@@ -14,33 +14,39 @@ import (
 
 func explainCommand() *cobra.Command {
 	c := &cobra.Command{
-		Use:   "explain [GUEST | --vcpus N --memory-mb N]",
+		Use:   "explain [GUEST] [--vcpus N --memory-mb N]",
 		Short: "say which hosts would take a guest, and why not the others",
 		Long: `Fit a guest on every host, as a boot or a move would, and print the hosts
 grouped by verdict: the ones that take it, and why each other does not
 (down or disabled, no NUMA cell with enough free pCPUs, memory or huge
 pages, the host over its allocation ratios, ...), with the particulars of
-one host of each group. Name an existing guest to ask where it could move,
-or give a flavor as boot takes it. Nothing is claimed or changed.`,
+one host of each group. Nothing is claimed or changed.
+
+  explain --vcpus N --memory-mb N ...   a new guest, as boot asks
+  explain GUEST                          where a guest could move, or where
+                                         a shelved guest could unshelve
+  explain GUEST --vcpus N ...            the guest resized, as resize asks:
+                                         the flags change its flavor, and its
+                                         own host is a candidate`,
 		Args:              takes(cobra.MaximumNArgs(1), "at most one guest"),
 		ValidArgsFunction: guestUUIDs,
 	}
 	fs := c.Flags()
 	host := fs.String("host", "", "ask about this host alone (a disabled host is a candidate when named)")
-	vcpus := fs.Int("vcpus", 0, "vCPUs of a new guest")
-	memory := fs.Int64("memory-mb", 0, "memory of a new guest, MiB")
+	vcpus := fs.Int("vcpus", 0, "vCPUs of a new guest, or of a guest resized")
+	memory := fs.Int64("memory-mb", 0, "memory of a new guest, or of a guest resized, MiB")
 	specs, props := keyValues{}, keyValues{}
-	fs.Var(specs, "spec", "a flavor extra spec of a new guest (repeatable)")
-	fs.Var(props, "image-prop", "an image property of a new guest (repeatable)")
+	fs.Var(specs, "spec", "a flavor extra spec of a new guest, or of a guest resized (repeatable)")
+	fs.Var(props, "image-prop", "an image property of a new guest, or of a guest resized (repeatable)")
 	asJSON := outputFlags(fs)
 	c.RunE = func(c *cobra.Command, args []string) error {
 		r := client.ExplainRequest{Host: *host}
-		flavorGiven := fs.Changed("vcpus") || fs.Changed("memory-mb") || len(specs) > 0 || len(props) > 0
 		switch {
-		case len(args) == 1 && flavorGiven:
-			return fmt.Errorf("explain: give a guest or a flavor, not both: %w", errUsage)
+		case len(args) == 1 && (*vcpus < 0 || *memory < 0):
+			return fmt.Errorf("explain: --vcpus %d --memory-mb %d: allowed are positive numbers, or none to keep the guest's: %w", *vcpus, *memory, errUsage)
 		case len(args) == 1:
 			r.Guest = args[0]
+			r.Flavor = guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
 		case *vcpus <= 0 || *memory <= 0:
 			return fmt.Errorf("explain: --vcpus %d --memory-mb %d: name a guest, or give a flavor of at least 1 vCPU and 1 MiB: %w", *vcpus, *memory, errUsage)
 		default:

@@ -120,8 +120,9 @@ func TestHistoryAndFaults(t *testing.T) {
 	s.refused("--limit 0: allowed are 1 to 1000", "ops", "--limit", "0")
 }
 
-// TestExplain: explain says per host, grouped, why a guest fits or not,
-// changing nothing, and a boot that finds no host says the same groups.
+// TestExplain: explain says per host, grouped, why a new guest, a guest's
+// move or a guest's resize fits or not, changing nothing, and a boot that
+// finds no host says the same groups.
 func TestExplain(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
@@ -153,7 +154,15 @@ func TestExplain(t *testing.T) {
 	if out := s.ok("explain", "--vcpus", "4", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated"); !strings.Contains(out, "e.g. a: no fit") || !strings.Contains(out, "no host takes it now") {
 		t.Errorf("explain: %q", out)
 	}
-	s.refused("give a guest or a flavor, not both", "explain", vmA, "--vcpus", "1")
+	// A guest with a flavor asks about its resize: its own host counts,
+	// holding both placements at once.
+	if ex = explain(vmA, "--memory-mb", "1024"); ex.Choice != "a" {
+		t.Errorf("explain A --memory-mb 1024: %+v; want a, where its 2 free pCPUs hold the resized guest beside its current claim", ex)
+	}
+	if ex = explain("A", "--vcpus", "3"); ex.Choice != "" || len(ex.Groups) == 0 || ex.Groups[0].Group != "no NUMA cell with enough free pCPUs" || ex.Groups[0].Hosts[0] != "a" {
+		t.Errorf("explain A --vcpus 3: %+v; want no host: a has 2 pCPUs free, b is disabled", ex)
+	}
+	s.refused("--vcpus -1 --memory-mb 0: allowed are positive numbers", "explain", vmA, "--vcpus", "-1")
 	s.refused("name a guest, or give a flavor", "explain")
 	s.refused(`unknown host "nowhere"`, "explain", "--vcpus", "1", "--memory-mb", "1", "--host", "nowhere")
 	if after := s.ok("host", "list", "--json"); after != before {
