@@ -85,8 +85,7 @@ func timeCase(c *numa.Case, n int) timing {
 		t.Error = ans.Error
 		return t
 	}
-	host, _ := c.Host.Host(c.Limits)
-	req, _ := c.Instance.Request()
+	host, req, _ := c.Inputs()
 	samples := make([]float64, n)
 	for i := range samples {
 		start := time.Now()
