@@ -104,7 +104,8 @@ type Answer struct {
 	NUMA  *bool           `json:"numa,omitempty"`
 	Error *AnswerError    `json:"error,omitempty"`
 	// The placement's fields (emulator_threads_policy, cells, ...) are
-	// inlined by MarshalJSON when the guest fits with a NUMA placement.
+	// inlined by MarshalJSON when the guest fits with a NUMA placement;
+	// without one, only its pci_devices are, when it takes any.
 	Placement *Placement `json:"-"`
 	// Why is the no-fit explanation; not part of Nova's format.
 	Why string `json:"why,omitempty"`
@@ -121,10 +122,17 @@ type AnswerError struct {
 func (a Answer) MarshalJSON() ([]byte, error) {
 	type plain Answer
 	head, err := json.Marshal(plain(a))
-	if err != nil || a.Placement == nil || !a.Placement.HasNUMA() {
+	if err != nil || a.Placement == nil || (!a.Placement.HasNUMA() && len(a.Placement.Devices) == 0) {
 		return head, err
 	}
-	body, err := json.Marshal(a.Placement)
+	var body []byte
+	if a.Placement.HasNUMA() {
+		body, err = json.Marshal(a.Placement)
+	} else {
+		body, err = json.Marshal(struct {
+			Devices []DeviceTake `json:"pci_devices"`
+		}{a.Placement.Devices})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -141,12 +149,25 @@ func (a *Answer) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*a = Answer(p)
-	if a.Fit && a.NUMA != nil && *a.NUMA {
+	if !a.Fit {
+		return nil
+	}
+	if a.NUMA != nil && *a.NUMA {
 		var pl Placement
 		if err := json.Unmarshal(data, &pl); err != nil {
 			return err
 		}
 		a.Placement = &pl
+		return nil
+	}
+	var devs struct {
+		Devices []DeviceTake `json:"pci_devices"`
+	}
+	if err := json.Unmarshal(data, &devs); err != nil {
+		return err
+	}
+	if len(devs.Devices) > 0 {
+		a.Placement = &Placement{Devices: devs.Devices}
 	}
 	return nil
 }
@@ -193,7 +214,7 @@ func Solve(id json.RawMessage, host *Host, req *Request) Answer {
 		return ans
 	}
 	ans.Fit, ans.NUMA = true, &numa
-	if numa {
+	if numa || len(p.Devices) > 0 {
 		ans.Placement = p
 	}
 	return ans
