@@ -119,10 +119,13 @@ var quirks = map[string]string{
 // and network affinity: pci-seed7 is every case of the oracle's
 // gen_cases.py --seed 7 --n 3000 that has pools or requests, pci-seed8 is
 // testdata/oracle/pci_cases.py --seed 8 --n 600 and pci-edges its --edges;
-// the larger ones are gzipped.
+// the larger ones are gzipped. anchors-pci (pci_cases.py --anchors) and
+// perm-pci (gen_cases.py --perm-family 4,6,8,10,12,16 --guest-nodes half
+// --why pci, whose device sits on a cell with no free pCPU) are timed by
+// BenchmarkFit too; Nova did not finish perm-pci from n10-k5 on in 40 s.
 func TestAgainstNova(t *testing.T) {
 	dirs := map[string][]string{filepath.Join("testdata", "nova"): {"core-seed1", "core-seed2", "core-seed3", "core-seed4",
-		"big-seed5", "small-seed6", "anchors", "perm", "quirks", "pci-seed7", "pci-seed8", "pci-edges"}}
+		"big-seed5", "small-seed6", "anchors", "perm", "quirks", "pci-seed7", "pci-seed8", "pci-edges", "anchors-pci", "perm-pci"}}
 	if extra := os.Getenv("PINFLOW_NOVA_CASES"); extra != "" {
 		files, _ := filepath.Glob(filepath.Join(extra, "*.nova.jsonl"))
 		for _, f := range files {

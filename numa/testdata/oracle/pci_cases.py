@@ -14,7 +14,12 @@ hosts and guests.
 
 --edges writes a fixed set of small cases instead, one per rule of device
 fitting (each policy's fallback, PF, vdpa and remote-managed devices, sockets
-unknown, physnets, invalid policies). --oracle names the directory of gen_cases.py (default: ../shared/oracle
+unknown, physnets, invalid policies); --anchors the oracle's performance
+anchors with SR-IOV VFs added, to time against Nova:
+
+    /usr/bin/python3 $ORACLE/nova_fit.py --time 500 < anchors-pci.json
+
+--oracle names the directory of gen_cases.py (default: ../shared/oracle
 beside the repository).
 """
 
@@ -332,17 +337,44 @@ def edge_cases():
     return out
 
 
+def anchor_cases(gc):
+    """The oracle's small and big anchors, with VF pools on some cells and
+    a guest asking for VFs under the required policy."""
+    by_id = {c['id']: c for c in gc.anchor_cases()}
+    small = by_id['small-2x16smt-4vcpu-dedicated']
+    small['id'] = 'small-2x16smt-4vcpu-dedicated-vf-required'
+    small['host']['pci_pools'] = [
+        vf(0, 8, physical_network='physnet0'),
+        vf(1, 8, physical_network='physnet1')]
+    small['instance']['extra_specs']['hw:pci_numa_affinity_policy'] = \
+        'required'
+    small['instance']['pci_requests'] = [
+        req(count=2, physical_network='physnet1')]
+    big = by_id['big-8x32smt-64vcpu-4node-prefer-splitcfg']
+    big['id'] = 'big-8x32smt-64vcpu-4node-vf-required'
+    big['host']['pci_pools'] = [vf(i, 4, physical_network='physnet0')
+                                for i in (1, 3, 5, 7)]
+    big['instance']['extra_specs']['hw:pci_numa_affinity_policy'] = \
+        'required'
+    big['instance']['pci_requests'] = [req(count=4)]
+    return [small, big]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--seed', type=int, default=0)
     ap.add_argument('--n', type=int, default=100)
     ap.add_argument('--edges', action='store_true')
+    ap.add_argument('--anchors', action='store_true')
     ap.add_argument('--oracle', default=os.path.join(
         HERE, '..', '..', '..', '..', 'shared', 'oracle'))
     args = ap.parse_args()
     sys.path.insert(0, args.oracle)
     if args.edges:
         cases = edge_cases()
+    elif args.anchors:
+        import gen_cases
+        cases = anchor_cases(gen_cases)
     else:
         import gen_cases
         rng = random.Random(args.seed)
