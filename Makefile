@@ -68,6 +68,7 @@ FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./numa -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./numa -run '^$$' -fuzz '^FuzzFit$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./numa -run '^$$' -fuzz '^FuzzFitDevices$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./xmlpatch -run '^$$' -fuzz '^FuzzPatch$$' -fuzztime $(FUZZTIME)
 
 # Benchmarks print their figures next to the reference they are compared

@@ -16,13 +16,19 @@ type Case struct {
 }
 
 // InstanceSpec is a guest's flavor (vCPUs, memory, extra specs) and image
-// properties. Property values may be JSON strings, numbers, booleans or
-// lists; they are read as Nova reads them.
+// properties, and the PCI devices and network affinity it asks for.
+// Property values may be JSON strings, numbers, booleans or lists; they are
+// read as Nova reads them.
 type InstanceSpec struct {
 	VCPUs      int                        `json:"vcpus"`
 	MemoryMB   int64                      `json:"memory_mb"`
 	ExtraSpecs map[string]json.RawMessage `json:"extra_specs,omitempty"`
 	ImageProps map[string]json.RawMessage `json:"image_props,omitempty"`
+	// PCIRequests are Nova's InstancePCIRequests (from PCI aliases and
+	// SR-IOV ports); NetworkMetadata the physnets and tunneled networks of
+	// its ports.
+	PCIRequests     []PCIRequest     `json:"pci_requests,omitempty"`
+	NetworkMetadata *NetworkAffinity `json:"network_metadata,omitempty"`
 }
 
 // Request builds the guest's request.
@@ -37,7 +43,29 @@ func (in *InstanceSpec) Request() (*Request, error) {
 	}
 	// The reference cases are answers of Nova's hardware layer, which
 	// sees specs the API has already validated, or not at all.
-	return newRequest(in.VCPUs, in.MemoryMB, es, ip)
+	req, err := newRequest(in.VCPUs, in.MemoryMB, es, ip)
+	if err != nil {
+		return nil, err
+	}
+	if err := req.AddDevices(in.PCIRequests, in.NetworkMetadata, es, ip); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// schedulerLimits are the allocation ratios Nova's scheduler passes by
+// default (cpu_allocation_ratio 16, ram_allocation_ratio 1.5).
+var schedulerLimits = Limits{CPUAllocationRatio: 16, RAMAllocationRatio: 1.5}
+
+// limits are the case's limits. A guest's network affinity travels to
+// Nova's fit inside its limits, so a case with network affinity and no
+// limits is fitted with the default ratios, as the scheduler does.
+func (c *Case) limits() *Limits {
+	if c.Limits == nil && c.Instance.NetworkMetadata != nil {
+		l := schedulerLimits
+		return &l
+	}
+	return c.Limits
 }
 
 // flatten turns JSON property values into the strings Nova compares.
@@ -76,7 +104,8 @@ type Answer struct {
 	NUMA  *bool           `json:"numa,omitempty"`
 	Error *AnswerError    `json:"error,omitempty"`
 	// The placement's fields (emulator_threads_policy, cells, ...) are
-	// inlined by MarshalJSON when the guest fits with a NUMA placement.
+	// inlined by MarshalJSON when the guest fits with a NUMA placement;
+	// without one, only its pci_devices are, when it takes any.
 	Placement *Placement `json:"-"`
 	// Why is the no-fit explanation; not part of Nova's format.
 	Why string `json:"why,omitempty"`
@@ -93,10 +122,17 @@ type AnswerError struct {
 func (a Answer) MarshalJSON() ([]byte, error) {
 	type plain Answer
 	head, err := json.Marshal(plain(a))
-	if err != nil || a.Placement == nil || !a.Placement.HasNUMA() {
+	if err != nil || a.Placement == nil || (!a.Placement.HasNUMA() && len(a.Placement.Devices) == 0) {
 		return head, err
 	}
-	body, err := json.Marshal(a.Placement)
+	var body []byte
+	if a.Placement.HasNUMA() {
+		body, err = json.Marshal(a.Placement)
+	} else {
+		body, err = json.Marshal(struct {
+			Devices []DeviceTake `json:"pci_devices"`
+		}{a.Placement.Devices})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -113,12 +149,25 @@ func (a *Answer) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	*a = Answer(p)
-	if a.Fit && a.NUMA != nil && *a.NUMA {
+	if !a.Fit {
+		return nil
+	}
+	if a.NUMA != nil && *a.NUMA {
 		var pl Placement
 		if err := json.Unmarshal(data, &pl); err != nil {
 			return err
 		}
 		a.Placement = &pl
+		return nil
+	}
+	var devs struct {
+		Devices []DeviceTake `json:"pci_devices"`
+	}
+	if err := json.Unmarshal(data, &devs); err != nil {
+		return err
+	}
+	if len(devs.Devices) > 0 {
+		a.Placement = &Placement{Devices: devs.Devices}
 	}
 	return nil
 }
@@ -126,18 +175,34 @@ func (a *Answer) UnmarshalJSON(data []byte) error {
 // Solve answers a case: the request's validity, then Fit.
 func (c *Case) Solve() Answer {
 	ans := Answer{ID: c.ID}
-	host, err := c.Host.Host(c.Limits)
-	if err != nil {
-		ans.Error = &AnswerError{Stage: "input", Type: "InvalidHost", Message: err.Error()}
-		return ans
-	}
-	req, err := c.Instance.Request()
+	host, req, err := c.Inputs()
 	if err != nil {
 		ans.Error = answerError(err)
 		return ans
 	}
 	return Solve(c.ID, host, req)
 }
+
+// Inputs returns the case's host, with its limits, and the guest's
+// request. A bad host is an error of its own; an invalid request is an
+// *InvalidRequestError.
+func (c *Case) Inputs() (*Host, *Request, error) {
+	host, err := c.Host.Host(c.limits())
+	if err != nil {
+		return nil, nil, &hostError{err}
+	}
+	req, err := c.Instance.Request()
+	if err != nil {
+		return nil, nil, err
+	}
+	return host, req, nil
+}
+
+// hostError marks an error in a case's host, which answers as InvalidHost.
+type hostError struct{ err error }
+
+func (e *hostError) Error() string { return e.err.Error() }
+func (e *hostError) Unwrap() error { return e.err }
 
 // Solve answers one fit of req on host in the answer format.
 func Solve(id json.RawMessage, host *Host, req *Request) Answer {
@@ -149,13 +214,16 @@ func Solve(id json.RawMessage, host *Host, req *Request) Answer {
 		return ans
 	}
 	ans.Fit, ans.NUMA = true, &numa
-	if numa {
+	if numa || len(p.Devices) > 0 {
 		ans.Placement = p
 	}
 	return ans
 }
 
 func answerError(err error) *AnswerError {
+	if he, ok := err.(*hostError); ok {
+		return &AnswerError{Stage: "input", Type: "InvalidHost", Message: he.Error()}
+	}
 	if ie, ok := err.(*InvalidRequestError); ok {
 		return &AnswerError{Stage: "constraints", Type: ie.Kind, Message: ie.Message}
 	}

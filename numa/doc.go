@@ -11,6 +11,14 @@
 // why. Usage says exactly which pCPUs, MiB and pages a Placement consumes, so
 // a ledger adds and removes it without deriving anything again.
 //
+// A Host may also have PCI device pools (type-PCI, SR-IOV PFs and VFs, vDPA)
+// and cells that NICs of physical or tunneled networks hang off; a Request
+// may ask for devices (PCIRequest) under hw:pci_numa_affinity_policy and for
+// NUMA affinity to its networks (AddDevices). Fit then also needs host cells
+// that together supply the devices and reach the networks, as Nova checks
+// each assignment, and Placement.Devices says which pools the devices come
+// from.
+//
 // Fit agrees with Nova's numa_fit_instance_to_host on whether a request fits
 // and on which host cell each guest cell gets, but it matches guest cells to
 // host cells as a bipartite matching instead of walking every permutation of

@@ -4,9 +4,12 @@ package numa
 // package's per-cell fit: the walk over every permutation of host cells, the
 // fit / not-fit caches keyed on a guest cell id that a successful fit
 // overwrites with the host cell id (reusing the cached cell as it is), and the
-// page-size request that the first host cell tried resolves for good. When
-// the emulation reproduces Nova's answer, the per-cell rules agree with
-// Nova's, and any difference between Fit and Nova comes from those bugs.
+// page-size request that the first host cell tried resolves for good, and,
+// on a host with PCI devices, the device and network check of each
+// complete assignment (Nova is given no device stats for a host without
+// devices, so there it checks only networks). When the emulation
+// reproduces Nova's answer, the per-cell rules agree with Nova's, and any
+// difference between Fit and Nova comes from those bugs.
 type novaEmulation struct {
 	fit     bool
 	mapping []int // host cell id per guest cell
@@ -24,7 +27,14 @@ func permutationCount(n, k int, limit int) int {
 	return p
 }
 
-func emulateNova(h *Host, r *Request) novaEmulation {
+func emulateNova(h *Host, r *Request) novaEmulation { return walkPermutations(h, r, true) }
+
+// cleanWalk is Nova's walk without its caches and page-size mutation, and
+// with the devices checked on every host: the answer Fit must give, found
+// by trying every permutation of host cells in order.
+func cleanWalk(h *Host, r *Request) novaEmulation { return walkPermutations(h, r, false) }
+
+func walkPermutations(h *Host, r *Request, bugs bool) novaEmulation {
 	if !r.HasNUMA() {
 		return novaEmulation{fit: true}
 	}
@@ -32,12 +42,13 @@ func emulateNova(h *Host, r *Request) novaEmulation {
 	if n < k {
 		return novaEmulation{}
 	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	if n > k {
-		order = h.sortedCellOrder(r.Cells[0].CPUPolicy.Pinned())
+	order := h.cellOrder(r)
+	d := newDeviceNeeds(h, r)
+	holds := func(ids []int) bool {
+		if bugs && len(h.Devices) == 0 {
+			return d.networksReach(ids)
+		}
+		return d.holds(ids)
 	}
 	views := make([]*cellView, n)
 	for pos, idx := range order {
@@ -60,15 +71,17 @@ func emulateNova(h *Host, r *Request) novaEmulation {
 		for i := 0; i < k; i++ {
 			v := views[perm[i]]
 			key := pair{v.cell.ID, ids[i]}
-			if notFit[key] {
+			if bugs && notFit[key] {
 				return false
 			}
-			if fitCache[key] {
+			if bugs && fitCache[key] {
 				ids[i], hostOf[i] = v.cell.ID, v.cell.ID
 				continue
 			}
 			g := r.Cells[i]
-			g.PageSize = pages[i]
+			if bugs {
+				g.PageSize = pages[i]
+			}
 			reserved := 0
 			if r.EmulatorPolicy == EmulatorPolicyIsolate && i == 0 {
 				reserved = 1
@@ -85,7 +98,7 @@ func emulateNova(h *Host, r *Request) novaEmulation {
 			fitCache[key] = true
 			ids[i], hostOf[i] = v.cell.ID, v.cell.ID
 		}
-		return true
+		return holds(hostOf)
 	}
 	walk = func(depth int) bool {
 		if depth == k {

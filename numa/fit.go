@@ -24,6 +24,12 @@ const (
 	// ResourceCells is a guest of more NUMA cells than the host has, or
 	// whose cells each fit but not on distinct host cells.
 	ResourceCells Resource = "cells"
+	// ResourceDevices is PCI devices: too few that match, or none with
+	// the NUMA affinity the policy asks on host cells the guest fits.
+	ResourceDevices Resource = "devices"
+	// ResourceNetworks is network NUMA affinity: no host cells the guest
+	// fits reach the physnets or tunneled networks its ports are on.
+	ResourceNetworks Resource = "networks"
 )
 
 // CellMiss says why one guest cell does not fit one host cell.
@@ -79,35 +85,44 @@ func (e *NoFitError) Error() string {
 // Fit places r on h. Guest cell i goes to a distinct host cell; among all
 // valid assignments it returns the one Nova's permutation walk would reach
 // first (lexicographically first over Nova's ordering of host cells), found
-// with a bipartite matching in polynomial time. A request without a NUMA
-// topology fits with a placement without cells, carrying its memory and
-// vCPUs. Either way the guest must fit the host's host-level limits
-// (FitsHost). No fit is a *NoFitError.
+// with a bipartite matching in polynomial time. A guest with PCI devices
+// or network affinity also needs host cells that together supply its
+// devices (Placement.Devices says which) and reach its networks, as Nova
+// checks each assignment; then the search is exponential only in the
+// number of host cells that carry its devices or networks (and, under the
+// socket policy, in the number of sockets). A request
+// without a NUMA topology fits with a placement without cells, carrying its
+// memory, vCPUs and devices, taken with no NUMA affinity. Either way the
+// guest must fit the host's host-level limits (FitsHost). No fit is a
+// *NoFitError.
 func Fit(h *Host, r *Request) (*Placement, error) {
 	p := &Placement{EmulatorPolicy: r.EmulatorPolicy, RealtimeVCPUs: r.RealtimeVCPUs,
 		RealtimePriority: r.RealtimePriority, HostSharedSet: h.SharedSet}
+	d := newDeviceNeeds(h, r)
 	if !r.HasNUMA() {
 		p.MemoryMB, p.VCPUs = r.MemoryMB, r.VCPUs
 		if err := h.FitsHost(p.HostUsage()); err != nil {
 			return nil, err
 		}
+		takes, miss := d.take(nil)
+		if miss != nil {
+			return nil, &NoFitError{Resource: ResourceDevices, Reason: d.why(nil)}
+		}
+		p.Devices = takes
 		return p, nil
 	}
 	k, n := len(r.Cells), len(h.Cells)
 	if n < k {
 		return nil, &NoFitError{Reason: fmt.Sprintf("the guest has %d NUMA cells but the host only %d", k, n), Resource: ResourceCells}
 	}
-	var order []int
-	if n > k {
-		order = h.sortedCellOrder(r.Cells[0].CPUPolicy.Pinned())
+	m := newMatcher(h, r, h.cellOrder(r))
+	var assign []int
+	var err error
+	if d.constrained() {
+		assign, err = m.solveWith(d)
 	} else {
-		order = make([]int, n)
-		for i := range order {
-			order[i] = i
-		}
+		assign, err = m.solve()
 	}
-	m := newMatcher(h, r, order)
-	assign, err := m.solve()
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +133,7 @@ func Fit(h *Host, r *Request) (*Placement, error) {
 	if err := h.FitsHost(p.HostUsage()); err != nil {
 		return nil, err
 	}
+	p.Devices, _ = d.take(m.hostIDs(assign))
 	return p, nil
 }
 
@@ -498,25 +514,9 @@ func (m *matcher) fits(i, pos int) bool {
 // solve returns, per guest cell, the position of its host cell: the
 // lexicographically first complete assignment.
 func (m *matcher) solve() ([]int, error) {
-	k, n := len(m.req.Cells), len(m.order)
-	assign := make([]int, k)
-	used := make([]bool, n)
-	for i := 0; i < k; i++ {
-		assign[i] = -1
-		for pos := 0; pos < n; pos++ {
-			if used[pos] || !m.fits(i, pos) {
-				continue
-			}
-			used[pos] = true
-			if m.completable(i+1, used) {
-				assign[i] = pos
-				break
-			}
-			used[pos] = false
-		}
-		if assign[i] < 0 {
-			return nil, m.noFit()
-		}
+	assign := make([]int, len(m.req.Cells))
+	if !m.extend(0, make([]bool, len(m.order)), assign) {
+		return nil, m.noFit()
 	}
 	return assign, nil
 }

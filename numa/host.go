@@ -23,6 +23,10 @@ type Host struct {
 	// counts here alone.
 	MemoryUsedMB int64 `json:"memory_usage_mb,omitempty"`
 	VCPUUsage    int   `json:"vcpu_usage,omitempty"`
+
+	// Devices are the host's free PCI devices, pooled as Nova's PCI stats
+	// pool them. Placement.Devices names them by index.
+	Devices []DevicePool `json:"pci_pools,omitempty"`
 }
 
 // Limits are a host's allocation ratios. Pinned vCPUs never overcommit.
@@ -68,6 +72,12 @@ type Cell struct {
 	// Pages are the page pools; real hosts always report the 4 KiB pool.
 	Pages  []PagePool `json:"mempages"`
 	Socket int        `json:"socket"`
+	// SocketUnknown is set when the host did not say which socket the
+	// cell is on; then no device can be fitted under the socket policy.
+	SocketUnknown bool `json:"socket_unknown,omitempty"`
+	// Network is which networks reach the cell's NICs; nil when the host
+	// does not say.
+	Network *NetworkAffinity `json:"network_metadata,omitempty"`
 
 	// PinnedCPUs are the PCPUs already owned by guests.
 	PinnedCPUs CPUSet `json:"pinned_cpus"`
@@ -148,6 +158,7 @@ func (h *Host) Clone() *Host {
 		l := *h.Limits
 		out.Limits = &l
 	}
+	out.Devices = append([]DevicePool(nil), h.Devices...)
 	return &out
 }
 
@@ -224,6 +235,11 @@ func (h *Host) Validate() error {
 				return fmt.Errorf("numa: cell %d: page size %d KiB listed twice", c.ID, p.SizeKB)
 			}
 			sizes[p.SizeKB] = true
+		}
+	}
+	for i := range h.Devices {
+		if err := h.Devices[i].validate(i, h); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -14,6 +14,8 @@ type HostSpec struct {
 	// groups in the order given.
 	SiblingsOrder string `json:"siblings_order,omitempty"`
 	PackCells     bool   `json:"packing_host_numa_cells_allocation_strategy,omitempty"`
+	// PCIPools are the host's free PCI devices (Host.Devices).
+	PCIPools []DevicePool `json:"pci_pools,omitempty"`
 }
 
 // CellSpec is one host cell of a HostSpec. CPUSet and PCPUSet, when absent,
@@ -30,7 +32,10 @@ type CellSpec struct {
 	CPUUsage      int        `json:"cpu_usage,omitempty"`
 	PinnedCPUs    []int      `json:"pinned_cpus,omitempty"`
 	MemPages      []PagePool `json:"mempages,omitempty"`
-	Socket        *int       `json:"socket,omitempty"`
+	// Socket is the cell's CPU socket; absent when unknown.
+	Socket *int `json:"socket,omitempty"`
+	// NetworkMetadata is which networks reach the cell's NICs.
+	NetworkMetadata *NetworkAffinity `json:"network_metadata,omitempty"`
 }
 
 func idSet(field string, ids []int) (CPUSet, error) {
@@ -72,6 +77,12 @@ func (s *HostSpec) Host(limits *Limits) (*Host, error) {
 		c.Pages = append([]PagePool(nil), cs.MemPages...)
 		if cs.Socket != nil {
 			c.Socket = *cs.Socket
+		} else {
+			c.SocketUnknown = true
+		}
+		if cs.NetworkMetadata != nil {
+			n := NetworkAffinity{Physnets: append([]string(nil), cs.NetworkMetadata.Physnets...), Tunneled: cs.NetworkMetadata.Tunneled}
+			c.Network = &n
 		}
 		cpus, err := idSet(where+".cpus", cs.CPUs)
 		if err != nil {
@@ -129,7 +140,8 @@ func (s *HostSpec) Host(limits *Limits) (*Host, error) {
 			}
 		}
 	}
-	h := &Host{Cells: cells, SharedSet: shared, PackCells: s.PackCells, Limits: limits}
+	h := &Host{Cells: cells, SharedSet: shared, PackCells: s.PackCells, Limits: limits,
+		Devices: append([]DevicePool(nil), s.PCIPools...)}
 	if err := h.Validate(); err != nil {
 		return nil, err
 	}
@@ -139,14 +151,22 @@ func (s *HostSpec) Host(limits *Limits) (*Host, error) {
 // SpecOf returns the spec of a host, the inverse of HostSpec.Host.
 func SpecOf(h *Host) HostSpec {
 	list := func(c CPUSet) *[]int { l := c.List(); return &l }
-	s := HostSpec{CPUSharedSet: h.SharedSet.String(), PackCells: h.PackCells}
+	s := HostSpec{CPUSharedSet: h.SharedSet.String(), PackCells: h.PackCells,
+		PCIPools: append([]DevicePool(nil), h.Devices...)}
 	var dedicated CPUSet
 	for _, c := range h.Cells {
 		dedicated = dedicated.Union(c.PCPUs)
-		socket := c.Socket
+		socket := &c.Socket
+		if c.SocketUnknown {
+			socket = nil
+		}
 		cs := CellSpec{ID: c.ID, CPUs: c.CPUs.Union(c.PCPUs).List(), CPUSet: list(c.CPUs), PCPUSet: list(c.PCPUs),
 			MemoryMB: c.MemoryMB, MemoryUsageMB: c.MemoryUsedMB, CPUUsage: c.CPUUsage, PinnedCPUs: c.PinnedCPUs.List(),
-			MemPages: append([]PagePool(nil), c.Pages...), Socket: &socket}
+			MemPages: append([]PagePool(nil), c.Pages...), Socket: socket}
+		if c.Network != nil {
+			n := NetworkAffinity{Physnets: append([]string(nil), c.Network.Physnets...), Tunneled: c.Network.Tunneled}
+			cs.NetworkMetadata = &n
+		}
 		for _, g := range c.Siblings {
 			cs.Siblings = append(cs.Siblings, g.List())
 		}

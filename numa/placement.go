@@ -23,6 +23,9 @@ type Placement struct {
 	// Cells): it floats over the whole host, which it takes them of.
 	MemoryMB int64
 	VCPUs    int
+	// Devices are the PCI devices the guest takes, per request and pool;
+	// empty when it asks for none.
+	Devices []DeviceTake
 }
 
 // PlacedCell is one guest cell on its host cell.
@@ -91,13 +94,14 @@ func (p *Placement) EmulatorPCPUs() CPUSet {
 // Nova reference cases (cells with guest_cell, host_cell, cpu_pinning, ...)
 // plus what a domain XML needs beyond it.
 type placementJSON struct {
-	EmulatorPolicy   *string    `json:"emulator_threads_policy"`
-	Cells            []cellJSON `json:"cells"`
-	RealtimeVCPUs    []int      `json:"realtime_vcpus,omitempty"`
-	RealtimePriority int        `json:"realtime_priority,omitempty"`
-	HostSharedSet    []int      `json:"host_shared_set,omitempty"`
-	MemoryMB         int64      `json:"memory_mb,omitempty"`
-	VCPUs            int        `json:"vcpus,omitempty"`
+	EmulatorPolicy   *string      `json:"emulator_threads_policy"`
+	Cells            []cellJSON   `json:"cells"`
+	RealtimeVCPUs    []int        `json:"realtime_vcpus,omitempty"`
+	RealtimePriority int          `json:"realtime_priority,omitempty"`
+	HostSharedSet    []int        `json:"host_shared_set,omitempty"`
+	MemoryMB         int64        `json:"memory_mb,omitempty"`
+	VCPUs            int          `json:"vcpus,omitempty"`
+	Devices          []DeviceTake `json:"pci_devices,omitempty"`
 }
 
 type cellJSON struct {
@@ -139,6 +143,7 @@ func (p Placement) MarshalJSON() ([]byte, error) {
 		HostSharedSet:    listOrNil(p.HostSharedSet),
 		MemoryMB:         p.MemoryMB,
 		VCPUs:            p.VCPUs,
+		Devices:          p.Devices,
 	}
 	for i, c := range p.Cells {
 		var pins map[string]int
@@ -195,6 +200,7 @@ func (p *Placement) UnmarshalJSON(data []byte) error {
 	}
 	out.RealtimePriority = in.RealtimePriority
 	out.MemoryMB, out.VCPUs = in.MemoryMB, in.VCPUs
+	out.Devices = in.Devices
 	if out.HostSharedSet, err = set("host_shared_set", in.HostSharedSet); err != nil {
 		return err
 	}
@@ -248,6 +254,12 @@ func (p *Placement) Check() error {
 	if p.MemoryMB < 0 || p.VCPUs < 0 {
 		return fmt.Errorf("numa: placement: memory_mb %d and vcpus %d must not be negative", p.MemoryMB, p.VCPUs)
 	}
+	for _, d := range p.Devices {
+		if d.Request < 0 || d.Pool < 0 || d.Count < 1 {
+			return fmt.Errorf("numa: placement: pci_devices: request %d, pool %d, count %d: request and pool are indexes of 0 or more, count at least 1",
+				d.Request, d.Pool, d.Count)
+		}
+	}
 	guests, hosts := map[int]bool{}, map[int]bool{}
 	var used, vcpus CPUSet
 	for _, c := range p.Cells {
@@ -291,10 +303,11 @@ func (p *Placement) Check() error {
 }
 
 // String summarises the placement in one line, e.g.
-// "g0->h1 pins 0:4,1:5 reserved 6 pages 2048K".
+// "g0->h1 pins 0:4,1:5 reserved 6 pages 2048K", and the PCI devices it
+// takes, e.g. "; pci 8086:154d x2 from pool 0 (h1)".
 func (p *Placement) String() string {
 	if !p.HasNUMA() {
-		return "no NUMA placement"
+		return "no NUMA placement" + p.devicesString()
 	}
 	var parts []string
 	for _, c := range p.Cells {
@@ -321,5 +334,21 @@ func (p *Placement) String() string {
 		}
 		parts = append(parts, s)
 	}
-	return strings.Join(parts, "; ")
+	return strings.Join(parts, "; ") + p.devicesString()
+}
+
+// devicesString is the placement's PCI devices, "" when it takes none.
+func (p *Placement) devicesString() string {
+	if len(p.Devices) == 0 {
+		return ""
+	}
+	parts := make([]string, len(p.Devices))
+	for i, d := range p.Devices {
+		where := "no NUMA node"
+		if d.HostCell != nil {
+			where = fmt.Sprintf("h%d", *d.HostCell)
+		}
+		parts[i] = fmt.Sprintf("%s:%s x%d from pool %d (%s)", d.VendorID, d.ProductID, d.Count, d.Pool, where)
+	}
+	return "; pci " + strings.Join(parts, ", ")
 }

@@ -83,6 +83,12 @@ type Request struct {
 	RealtimeVCPUs    CPUSet `json:"realtime_vcpus"`
 	RealtimePriority int    `json:"realtime_priority,omitempty"`
 	LockedMemory     bool   `json:"locked_memory,omitempty"`
+	// PCI are the groups of PCI devices the guest asks for, each with its
+	// NUMA policy settled (AddDevices).
+	PCI []PCIRequest `json:"pci_requests,omitempty"`
+	// Network is the NUMA affinity of the guest's networks; nil when it
+	// asks for none.
+	Network *NetworkAffinity `json:"network_metadata,omitempty"`
 }
 
 // GuestCell is one guest NUMA cell.
@@ -156,6 +162,9 @@ func newRequest(vcpus int, memoryMB int64, extraSpecs, imageProps map[string]str
 		return nil, err
 	}
 	s := specs{flavor: extraSpecs, image: imageProps}
+	if err := imagePCIPolicy(s); err != nil {
+		return nil, err
+	}
 	all := Range(0, vcpus-1)
 	// The order of the steps decides which fault a request with several
 	// is refused for; the tests against Nova's answers hold it.

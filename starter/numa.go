@@ -18,7 +18,10 @@ func numaCommand() *cobra.Command {
 	fit := &cobra.Command{Use: "fit [FILE|-]", Short: "fit NUMA reference cases offline, one JSON answer a line",
 		Long: `Read reference cases (a JSON array of host and instance objects, or one object)
 from FILE or standard input, and print one answer line per case: whether the
-instance fits and its placement, as Nova's NUMA fitting gives it.`,
+instance fits and its placement, as Nova's NUMA fitting gives it. A host's
+pci_pools and its cells' network_metadata, and an instance's pci_requests and
+network_metadata, are fitted too: pci_devices lists the devices the instance
+takes, per request, pool and host cell.`,
 		Args: takes(cobra.MaximumNArgs(1), "at most one FILE")}
 	times := fit.Flags().Int("time", 0, "instead of answers, print the median of N timed fits per case")
 	fit.RunE = func(c *cobra.Command, args []string) error { return numaFit(args, times, c.OutOrStdout()) }
@@ -85,8 +88,7 @@ func timeCase(c *numa.Case, n int) timing {
 		t.Error = ans.Error
 		return t
 	}
-	host, _ := c.Host.Host(c.Limits)
-	req, _ := c.Instance.Request()
+	host, req, _ := c.Inputs()
 	samples := make([]float64, n)
 	for i := range samples {
 		start := time.Now()
