@@ -11,6 +11,7 @@ import (
 
 	"go.temporal.io/api/operatorservice/v1"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
@@ -63,6 +64,16 @@ func TestExample(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Before any worker has registered pinflow's search attributes, which
+	// every start carries, a start says what to do.
+	c, err := client.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DisableHost(ctx, "a", "maintenance"); err == nil || !strings.Contains(err.Error(), "start a pinflow worker on it first") {
+		t.Errorf("DisableHost before any worker ran: %v, want the search attributes missing and what to do", err)
+	}
+	c.Close()
 	startWorker(t)
 	// The worker registers pinflow's search attributes, which a start
 	// carries, as it starts.

@@ -412,7 +412,7 @@ func (c *Client) startWorkflow(ctx context.Context, id string, p plan, details s
 	if p.dest != "" {
 		attrs = append(attrs, workflows.AttrDestHost.ValueSet(p.dest))
 	}
-	return c.temporal.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
+	run, err := c.temporal.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                c.taskQueue,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
@@ -422,6 +422,12 @@ func (c *Client) startWorkflow(ctx context.Context, id string, p plan, details s
 		StaticSummary:                            p.summary,
 		StaticDetails:                            details,
 	}, p.wf, p.input)
+	var invalid *serviceerror.InvalidArgument
+	if errors.As(err, &invalid) && strings.Contains(invalid.Message, "no mapping defined for search attribute") {
+		// A worker registers them when it starts.
+		return nil, fmt.Errorf("the Temporal namespace does not know pinflow's search attributes yet: start a pinflow worker on it first (%s)", invalid.Message)
+	}
+	return run, err
 }
 
 // update runs the Update name with args on the workflow id's running run

@@ -57,6 +57,9 @@ func TestWebUI(t *testing.T) {
 		}
 	})
 
+	// Host changes are workflows that carry pinflow's search attributes,
+	// which the worker registers as it starts.
+	s.waitSearchAttributes()
 	s.ok("host", "add", "compute-1", "--cells", "2", "--cores", "4", "--memory-mb", "8192")
 	s.ok("host", "add", "compute-2", "--cells", "2", "--cores", "4", "--memory-mb", "8192")
 	uuid := s.boot("db-primary", "compute-1", 4)
