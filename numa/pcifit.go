@@ -2,6 +2,7 @@ package numa
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -87,17 +88,7 @@ func (d *deviceNeeds) take(cells []int) ([]DeviceTake, *deviceMiss) {
 	for i, pi := range d.pools {
 		left[i] = h.Devices[pi].Count
 	}
-	inCells := func(node *int) bool {
-		if node == nil {
-			return false
-		}
-		for _, id := range cells {
-			if id == *node {
-				return true
-			}
-		}
-		return false
-	}
+	inCells := func(node *int) bool { return onNode(node, cells) }
 	sum := func(list []int) int {
 		n := 0
 		for _, i := range list {
@@ -406,17 +397,7 @@ func (d *deviceNeeds) usesSockets() bool {
 // branches which cannot succeed, whatever cells they go on to take.
 func (d *deviceNeeds) possible(reach []int) bool {
 	h := d.host
-	in := func(node *int) bool {
-		if node == nil {
-			return false
-		}
-		for _, id := range reach {
-			if id == *node {
-				return true
-			}
-		}
-		return false
-	}
+	in := func(node *int) bool { return onNode(node, reach) }
 	for ri := range d.reqs {
 		r := &d.reqs[ri]
 		n := 0
@@ -446,4 +427,10 @@ func (d *deviceNeeds) possible(reach []int) bool {
 		}
 	}
 	return d.networksReach(reach)
+}
+
+// onNode says whether a device's NUMA node is one of cells; a device with
+// no node is on none.
+func onNode(node *int, cells []int) bool {
+	return node != nil && slices.Contains(cells, *node)
 }
