@@ -66,6 +66,9 @@ type DevicePool struct {
 	// Tags are the pool's other properties (physical_network,
 	// remote_managed, address, ...), which requests match by name.
 	Tags map[string]string
+	// Addresses are the pool's devices, Count of them, when the host lists
+	// its devices (Host.PCIDevices); a fit then names those it takes.
+	Addresses []string
 }
 
 // The pool keys that are not tags.
@@ -216,6 +219,9 @@ func (p *DevicePool) validate(i int, h *Host) error {
 	}
 	if p.Count < 0 || p.Count > maxPoolDevices {
 		return fmt.Errorf("%s: count %d: allowed are 0-%d", where, p.Count, maxPoolDevices)
+	}
+	if p.Addresses != nil && len(p.Addresses) != p.Count {
+		return fmt.Errorf("%s: count %d but %d addresses: a pool of listed devices counts them", where, p.Count, len(p.Addresses))
 	}
 	if p.NUMANode != nil && h.Cell(*p.NUMANode) == nil {
 		return fmt.Errorf("%s: numa_node %d: allowed are the host's cell ids (%s) or null", where, *p.NUMANode, cellIDList(h))

@@ -16,6 +16,8 @@ type DeviceTake struct {
 	VendorID  string `json:"vendor_id"`
 	ProductID string `json:"product_id"`
 	Count     int    `json:"count"`
+	// Addresses are the devices taken, when the host lists its devices.
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // deviceNeeds is what a guest asks of a host beyond its cells' CPUs and
@@ -141,12 +143,18 @@ func (d *deviceNeeds) take(cells []int) ([]DeviceTake, *deviceMiss) {
 		need := r.Count
 		for _, i := range cand {
 			n := min(need, left[i])
+			p := &h.Devices[d.pools[i]]
+			var addrs []string
+			if n > 0 && len(p.Addresses) == p.Count {
+				// The pool's devices are taken in order, as its count goes down.
+				from := p.Count - left[i]
+				addrs = slices.Clone(p.Addresses[from : from+n])
+			}
 			left[i] -= n
 			need -= n
 			if n > 0 {
-				p := &h.Devices[d.pools[i]]
 				takes = append(takes, DeviceTake{Request: ri, Pool: d.pools[i], HostCell: p.NUMANode,
-					VendorID: p.VendorID, ProductID: p.ProductID, Count: n})
+					VendorID: p.VendorID, ProductID: p.ProductID, Count: n, Addresses: addrs})
 			}
 			if need == 0 {
 				break
