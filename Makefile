@@ -47,10 +47,10 @@ test: deps
 STRESS_RUNS ?= 1
 test-stress: deps
 	@for i in $$(seq $(STRESS_RUNS)); do \
-		stress-ng --cpu "$$(nproc)" --timeout 0 --quiet & hog=$$!; \
+		stress-ng --cpu "$$(nproc)" --timeout 0 --quiet & hog=$$!; start=$$(date +%s); \
 		$(MAKE) --no-print-directory test; rc=$$?; \
 		kill $$hog; wait $$hog 2>/dev/null; \
-		echo "test-stress: run $$i of $(STRESS_RUNS) under $$(nproc) busy CPUs: exit $$rc"; \
+		echo "test-stress: run $$i of $(STRESS_RUNS) under $$(nproc) busy CPUs: exit $$rc after $$(( $$(date +%s) - start )) s"; \
 		[ $$rc = 0 ] || exit $$rc; \
 	done
 
