@@ -25,15 +25,21 @@ deps:
 CLUSTER_SUITE := ^(TestNovaBug1845146|TestMigrationFailureLeavesTheSource|TestShelveUnshelveSpawnFailure|TestUnshelveAfterShelve|TestWorkerKilledDuringMigration|TestBadInput|TestReconcileRandomized)$$
 
 # The end-to-end tests mostly wait on servers, workflows and guests, so
-# four run at once (they call t.Parallel; the real libvirt ones take one
-# of the four, one after the other). Each run ends with a table of the packages' wall times
-# and the slowest tests; `make test-times` prints it again.
-TESTFLAGS ?= -race -count=1 -parallel 4
+# six run at once (they call t.Parallel; the real libvirt ones take one
+# of the six, one after the other), and the cluster suite runs beside the
+# rest: its servers are its own. Each run ends with a table of the
+# packages' wall times and the slowest tests; `make test-times` prints it
+# again.
+TESTFLAGS ?= -race -count=1 -parallel 6
 test: deps
 	$(GO) vet ./...
-	$(GO) test $(TESTFLAGS) -timeout 45m -json ./... | $(GO) run ./internal/testtimes -save $(BIN)/test-events.json
-	PINFLOW_E2E_TARGET=cluster $(GO) test $(TESTFLAGS) -timeout 20m -json ./internal/e2e -run '$(CLUSTER_SUITE)' \
-		| $(GO) run ./internal/testtimes -save $(BIN)/test-events-cluster.json
+	$(GO) build -o $(BIN)/testtimes ./internal/testtimes
+	@PINFLOW_E2E_TARGET=cluster $(GO) test $(TESTFLAGS) -timeout 30m -json ./internal/e2e -run '$(CLUSTER_SUITE)' \
+		| $(BIN)/testtimes -save $(BIN)/test-events-cluster.json > $(BIN)/test-cluster.log 2>&1 & cluster=$$!; \
+	echo "the cluster suite runs under PINFLOW_E2E_TARGET=cluster beside the main run"; \
+	$(GO) test $(TESTFLAGS) -timeout 45m -json ./... | $(BIN)/testtimes -save $(BIN)/test-events.json; main=$$?; \
+	wait $$cluster; cluster=$$?; echo "cluster suite:"; cat $(BIN)/test-cluster.log; \
+	[ $$main = 0 ] && [ $$cluster = 0 ]
 
 # The whole suite while stress-ng keeps every core busy: no test may
 # depend on how fast the machine is. STRESS_RUNS=5 runs it five times and
@@ -41,10 +47,10 @@ test: deps
 STRESS_RUNS ?= 1
 test-stress: deps
 	@for i in $$(seq $(STRESS_RUNS)); do \
-		stress-ng --cpu "$$(nproc)" --timeout 0 --quiet & hog=$$!; \
+		stress-ng --cpu "$$(nproc)" --timeout 0 --quiet & hog=$$!; start=$$(date +%s); \
 		$(MAKE) --no-print-directory test; rc=$$?; \
 		kill $$hog; wait $$hog 2>/dev/null; \
-		echo "test-stress: run $$i of $(STRESS_RUNS) under $$(nproc) busy CPUs: exit $$rc"; \
+		echo "test-stress: run $$i of $(STRESS_RUNS) under $$(nproc) busy CPUs: exit $$rc after $$(( $$(date +%s) - start )) s"; \
 		[ $$rc = 0 ] || exit $$rc; \
 	done
 
