@@ -120,7 +120,7 @@ func (a PCIAliases) Requests(spec string) ([]PCIRequest, error) {
 		name = strings.TrimSpace(name)
 		n, err := strconv.Atoi(strings.TrimSpace(count))
 		if !ok || name == "" || err != nil {
-			return nil, fmt.Errorf("pci_passthrough:alias=%q: allowed is ALIAS:COUNT[,ALIAS:COUNT...]", spec)
+			return nil, invalid("InvalidPCIRequest", "pci_passthrough:alias=%q: allowed is ALIAS:COUNT[,ALIAS:COUNT...]", spec)
 		}
 		e, found := a[name]
 		if !found {
@@ -128,10 +128,10 @@ func (a PCIAliases) Requests(spec string) ([]PCIRequest, error) {
 			if len(a) > 0 {
 				known = "configured are " + strings.Join(a.Names(), ", ")
 			}
-			return nil, fmt.Errorf("pci_passthrough:alias: PCI alias %q is not defined; %s", name, known)
+			return nil, invalid("PciRequestAliasNotDefined", "pci_passthrough:alias: PCI alias %q is not defined; %s", name, known)
 		}
 		if n < 1 || n > maxPoolDevices {
-			return nil, fmt.Errorf("pci_passthrough:alias: %s:%d: allowed counts are 1-%d", name, n, maxPoolDevices)
+			return nil, invalid("InvalidPCIRequest", "pci_passthrough:alias: %s:%d: allowed counts are 1-%d", name, n, maxPoolDevices)
 		}
 		specs := make([]DeviceSpec, len(e.specs))
 		for i, s := range e.specs {
@@ -194,14 +194,14 @@ func PortRequests(ports []Port) ([]PCIRequest, *NetworkAffinity, error) {
 	for i, p := range ports {
 		where := fmt.Sprintf("port %d (%q)", i, p.Name)
 		if p.Name == "" || names[p.Name] {
-			return nil, nil, fmt.Errorf("%s: each port needs a name of its own", where)
+			return nil, nil, invalid("InvalidPort", "%s: each port needs a name of its own", where)
 		}
 		names[p.Name] = true
 		if !slices.Contains(vnicTypes, p.VNICType) {
-			return nil, nil, fmt.Errorf("%s: vnic_type %q: allowed are %s", where, p.VNICType, strings.Join(vnicTypes, ", "))
+			return nil, nil, invalid("InvalidPort", "%s: vnic_type %q: allowed are %s", where, p.VNICType, strings.Join(vnicTypes, ", "))
 		}
 		if p.Policy != "" && !p.Policy.valid() {
-			return nil, nil, fmt.Errorf("%s: numa_policy %q: allowed are %s", where, p.Policy, pciPolicies)
+			return nil, nil, invalid("InvalidPort", "%s: numa_policy %q: allowed are %s", where, p.Policy, pciPolicies)
 		}
 		if p.Physnet == "" {
 			net.Tunneled = true
@@ -212,7 +212,7 @@ func PortRequests(ports []Port) ([]PCIRequest, *NetworkAffinity, error) {
 			continue
 		}
 		if p.Physnet == "" {
-			return nil, nil, fmt.Errorf("%s: a %s port takes a device on a physical network; give its physical_network", where, p.VNICType)
+			return nil, nil, invalid("InvalidPort", "%s: a %s port takes a device on a physical network; give its physical_network", where, p.VNICType)
 		}
 		spec := DeviceSpec{"physical_network": p.Physnet, "remote_managed": strconv.FormatBool(p.VNICType == VNICRemoteManaged)}
 		switch p.VNICType {

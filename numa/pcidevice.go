@@ -2,6 +2,7 @@ package numa
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -181,12 +182,28 @@ func (h *Host) FreeDevicePools(taken func(address string) bool) []DevicePool {
 			j = len(pools)
 			index[key] = j
 			pools = append(pools, DevicePool{VendorID: d.VendorID, ProductID: d.ProductID, DevType: d.DevType,
-				NUMANode: d.NUMANode, Tags: d.Tags})
+				NUMANode: d.NUMANode, Tags: d.poolTags()})
 		}
 		pools[j].Count++
 		pools[j].Addresses = append(pools[j].Addresses, d.Address)
 	}
 	return pools
+}
+
+// poolTags are the device's tags as its pool offers them: a device the
+// operator did not mark remote_managed is not, as Nova's [pci]
+// device_spec reads a spec without the tag, so that a port's request
+// (which always names remote_managed) finds it.
+func (d *PCIDevice) poolTags() map[string]string {
+	if _, ok := d.Tags["remote_managed"]; ok {
+		return d.Tags
+	}
+	tags := maps.Clone(d.Tags)
+	if tags == nil {
+		tags = map[string]string{}
+	}
+	tags["remote_managed"] = "false"
+	return tags
 }
 
 // poolKey is what puts two devices in one pool: everything but the
@@ -198,13 +215,9 @@ func (d *PCIDevice) poolKey() string {
 		node = fmt.Sprint(*d.NUMANode)
 	}
 	fmt.Fprintf(&b, "%s|%s|%s|%s", d.VendorID, d.ProductID, d.DevType, node)
-	keys := make([]string, 0, len(d.Tags))
-	for k := range d.Tags {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(&b, "|%q=%q", k, d.Tags[k])
+	tags := d.poolTags()
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		fmt.Fprintf(&b, "|%q=%q", k, tags[k])
 	}
 	return b.String()
 }

@@ -199,3 +199,28 @@ func TestHostValidatesDevices(t *testing.T) {
 		})
 	}
 }
+
+// TestFitHoldsWithinOnePlacement takes a VF and a PF in one fit: the PF
+// must not be the taken VF's parent, and with only that PF free on the
+// cell the guest does not fit there.
+func TestFitHoldsWithinOnePlacement(t *testing.T) {
+	h := sriovHost()
+	h.Devices = h.FreeDevicePools(takenSet())
+	spec := map[string]string{"hw:cpu_policy": "dedicated", "hw:pci_numa_affinity_policy": "preferred"}
+	p, err := Fit(h.Clone(), devicesRequest(t, 2, spec, []PCIRequest{sriovVFRequest(1), pfRequest(1)}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := h.PlacementDevices(p)
+	if err != nil {
+		t.Fatalf("the placement holds a device twice: %v (%s)", err, p)
+	}
+	if !slices.Contains(held, "0000:82:00.0") || slices.Contains(held, "0000:81:00.0") {
+		t.Errorf("VF and PF of one fit = %v; want the PF of the other NIC", held)
+	}
+	// Both PFs' NICs asked for whole, and a VF besides: no device is left
+	// for the VF.
+	if p, err := Fit(h.Clone(), devicesRequest(t, 2, spec, []PCIRequest{pfRequest(2), sriovVFRequest(1)}, nil)); err == nil {
+		t.Errorf("fitted two PFs and a VF of them: %s", p)
+	}
+}
