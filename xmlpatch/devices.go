@@ -20,6 +20,9 @@ func DeviceAlias(request, index int) string {
 	return fmt.Sprintf("%s%d-%d", deviceAliasPrefix, request, index)
 }
 
+// IsDeviceAlias says whether a user alias is one of DeviceAlias's.
+func IsDeviceAlias(name string) bool { return strings.HasPrefix(name, deviceAliasPrefix) }
+
 // hostDevice is one PCI device the domain passes through: a <hostdev
 // type='pci'> or an <interface type='hostdev'>, with its source address.
 type hostDevice struct {
@@ -157,10 +160,10 @@ func (d *domain) planDevices(p *numa.Placement) (map[*hostDevice]string, error) 
 	out := map[*hostDevice]string{}
 	for i := range d.devices {
 		dev := &d.devices[i]
-		rest, ok := strings.CutPrefix(dev.alias, deviceAliasPrefix)
-		if !ok {
+		if !IsDeviceAlias(dev.alias) {
 			continue
 		}
+		rest := strings.TrimPrefix(dev.alias, deviceAliasPrefix)
 		var r, n int
 		if _, err := fmt.Sscanf(rest, "%d-%d", &r, &n); err != nil || DeviceAlias(r, n) != dev.alias {
 			return nil, malformed("device alias %q: pinflow's are %sREQUEST-INDEX", dev.alias, deviceAliasPrefix)
