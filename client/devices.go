@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -31,13 +32,19 @@ func (c *Client) resolveAliases(f guest.Flavor) (guest.Flavor, error) {
 }
 
 // checkPhysnets refuses an SR-IOV port on a physical network that no
-// registered host has a device on: no host could ever take the guest.
+// registered host has a device on (no host could ever take the guest),
+// and a port whose device the domain XML cannot be written for.
 func (c *Client) checkPhysnets(ctx context.Context, ports []numa.Port) error {
 	var want []numa.Port
 	for _, p := range ports {
-		if p.VNICType != numa.VNICNormal {
-			want = append(want, p)
+		if p.VNICType == numa.VNICNormal {
+			continue
 		}
+		if !slices.Contains(guestxml.WritableVNICTypes, p.VNICType) {
+			return fmt.Errorf("port %s: vnic_type %s: pinflow writes the domain XML of normal, %s ports: %w",
+				p.Name, p.VNICType, strings.Join(guestxml.WritableVNICTypes, ", "), ErrInvalid)
+		}
+		want = append(want, p)
 	}
 	if len(want) == 0 {
 		return nil
