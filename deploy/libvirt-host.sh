@@ -92,6 +92,12 @@ start() {
 	local h host_uuid
 	h=$(printf '%s' "$name" | sha256sum)
 	host_uuid="${h:0:8}-${h:8:4}-${h:12:4}-${h:16:4}-${h:20:12}"
+	# Hosts on one machine would race for libvirt's default migration
+	# ports (each daemon checks a port is free, then QEMU binds it), so
+	# each takes eight of its own, picked by its directory.
+	local d migration_port
+	d=$(printf '%s' "$dir" | sha256sum)
+	migration_port=$((49152 + (16#${d:0:4} % 2000) * 8))
 
 	cat >"$dir/etc/libvirtd.conf" <<EOF
 # Written by pinflow's deploy/libvirt-host.sh for host $name.
@@ -118,6 +124,8 @@ namespaces = [ ]
 cgroup_controllers = [ ]
 security_driver = "none"
 stdio_handler = "file"
+migration_port_min = $migration_port
+migration_port_max = $((migration_port + 7))
 EOF
 	if [ -f /etc/libvirt/libvirt.conf ] && [ ! -f "$dir/etc/libvirt.conf" ]; then
 		cp /etc/libvirt/libvirt.conf "$dir/etc/"

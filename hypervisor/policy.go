@@ -59,7 +59,9 @@ const (
 	// on the destination at once and fetches the memory still on the
 	// source as it touches it, so the migration completes. Past the
 	// switch it cannot be aborted, and a failure of either host or of the
-	// network between them loses the guest.
+	// network between them loses the guest. A timeout that fires before
+	// the copy has begun switches once it begins; if it has not begun by
+	// twice the limit, the migration is aborted.
 	TimeoutPostCopy TimeoutAction = "post-copy"
 )
 

@@ -596,6 +596,12 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 			if ctx.Err() != nil {
 				return stop(cancelled())
 			}
+			// QEMU takes the switch only once the copy has begun, which
+			// on a loaded host may be after the timeout; wait for the
+			// first figures as long again, then give up.
+			if o.last.DataTotal == 0 && time.Since(start) < 2*timeout.Limit {
+				continue
+			}
 			if err := startPostCopy(ctx, sc, dom, req); err != nil {
 				timeout.NoPostCopy = err
 				return stop(timeout)
