@@ -58,7 +58,7 @@ as workflow instance-<uuid>.`,
 	fs.Var(specs, "spec", "a flavor extra spec (repeatable), e.g. hw:cpu_policy=dedicated")
 	fs.Var(props, "image-prop", "an image property (repeatable), e.g. hw_mem_page_size=2048")
 	var ports []numa.Port
-	fs.Var(portFlags{&ports}, "port", "a network port (repeatable): name=NAME,physnet=NET,vnic=TYPE[,policy=POLICY][,trusted=BOOL]")
+	fs.Var(portFlags{&ports}, "port", "a network port (repeatable), also taking policy= and trusted=")
 	of := addOpFlags(fs)
 	required(c, "name", "vcpus", "memory-mb")
 	c.RunE = func(c *cobra.Command, _ []string) error {

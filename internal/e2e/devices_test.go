@@ -175,5 +175,42 @@ func TestPCIDevices(t *testing.T) {
 	if got := s.deviceOwners("b"); len(got) != 0 {
 		t.Errorf("b's devices after X's delete = %v; want all free", got)
 	}
+
+	// Shelve-offload frees Y's VF; unshelve takes one on the new host.
+	s.ok("shelve", y, "--offload", "--wait")
+	if got := s.deviceOwners("a"); len(got) != 1 || got[vfX] != z {
+		t.Errorf("a's devices after Y's shelve = %v; want only Z's %s", got, vfX)
+	}
+	s.ok("unshelve", y, "--host", "b", "--wait")
+	ownedOn := func(host, uuid string) []string {
+		var out []string
+		for addr, inst := range s.deviceOwners(host) {
+			if inst == uuid {
+				out = append(out, addr)
+			}
+		}
+		return out
+	}
+	if held, used := ownedOn("b", y), s.guestDevices("b", y); len(held) != 1 || len(used) != 1 || held[0] != used[0] {
+		t.Errorf("Y unshelved on b holds %v and its domain passes through %v; want one VF, the same", held, used)
+	}
+
+	// Evacuation rebuilds Z with c's VF; a's stays held by the tombstone
+	// until the host is back.
+	s.ok("host", "add", "c", "--topology", topo)
+	s.ok("sim", "power", "--host", "a", "--off")
+	s.ok("host", "down", "a", "--fence", "--reason", "power supply failed")
+	s.ok("evacuate", z, "--host", "c", "--wait")
+	if held, used := ownedOn("c", z), s.guestDevices("c", z); len(held) != 1 || len(used) != 1 || held[0] != used[0] {
+		t.Errorf("Z evacuated to c holds %v and its domain passes through %v; want one VF, the same", held, used)
+	}
+	if got := s.deviceOwners("a"); got[vfX] != z {
+		t.Errorf("a's devices while it is down = %v; want Z's tombstone on %s", got, vfX)
+	}
+	s.ok("sim", "power", "--host", "a", "--on")
+	s.ok("host", "up", "a", "--wait")
+	if got := s.deviceOwners("a"); len(got) != 0 {
+		t.Errorf("a's devices after it came back = %v; want all free", got)
+	}
 	s.ok("check")
 }
