@@ -99,12 +99,9 @@ func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationIn
 		if err != nil {
 			return classify(err)
 		}
-		// A guest without a NUMA placement has no pins to rewrite.
-		destXML := dom.XML
-		if in.Placement.HasNUMA() {
-			if destXML, err = xmlpatch.Patch(dom.XML, &in.Placement); err != nil {
-				return classify(err)
-			}
+		destXML, err := xmlpatch.Patch(dom.XML, &in.Placement)
+		if err != nil {
+			return classify(err)
 		}
 		if err := a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML); err != nil {
 			return classify(err)
@@ -407,12 +404,9 @@ func (a *Activities) Spawn(ctx context.Context, in SpawnInput) error {
 				return classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
 			}
 		}
-		xml := base
-		if in.Placement.HasNUMA() {
-			var err error
-			if xml, err = xmlpatch.Patch(base, &in.Placement); err != nil {
-				return classify(err)
-			}
+		xml, err := xmlpatch.Patch(base, &in.Placement)
+		if err != nil {
+			return classify(err)
 		}
 		if err := a.stage(ctx, in.UUID, in.ClaimID, xml); err != nil {
 			return err

@@ -205,9 +205,6 @@ func resizedXML(r *ledger.ResizeRecord, p *numa.Placement, o guestxml.Options) (
 			return "", classify(fmt.Errorf("%w: %v", ledger.ErrInvalid, err))
 		}
 	}
-	if !p.HasNUMA() {
-		return base, nil
-	}
 	xml, err := xmlpatch.Patch(base, p)
 	return xml, classify(err)
 }

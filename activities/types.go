@@ -29,6 +29,9 @@ func (i InstanceInfo) CanLiveMigrate() error {
 	if i.VMState != guest.VMActive || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active instance on a host can be live-migrated", i.UUID, i.VMState))
 	}
+	if i.Placement != nil && len(i.Placement.Devices) > 0 {
+		return BadRequest(fmt.Sprintf("instance %s passes PCI devices through, which QEMU cannot live-migrate; cold-migrate it (migrate --cold)", i.UUID))
+	}
 	return nil
 }
 

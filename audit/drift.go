@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -19,6 +21,34 @@ func claimCPUs(c *ledger.Claim) numa.CPUSet {
 		s = s.Union(u.PinnedCPUs)
 	}
 	return s
+}
+
+// commonDevices are the addresses of used that held also names, sorted.
+func commonDevices(used, held []string) []string {
+	var out []string
+	for _, a := range used {
+		if slices.Contains(held, a) {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// holdings names pCPUs and devices for a drift's detail: "pCPUs 4-5 and
+// PCI devices 0000:81:10.1".
+func holdings(cpus numa.CPUSet, devs []string) string {
+	var parts []string
+	if !cpus.IsEmpty() {
+		parts = append(parts, "pCPUs "+cpus.String())
+	}
+	if len(devs) > 0 {
+		parts = append(parts, "PCI devices "+strings.Join(devs, ","))
+	}
+	if len(parts) == 0 {
+		return "nothing"
+	}
+	return strings.Join(parts, " and ")
 }
 
 // drift compares the host's domains and their pins with the snapshot's
@@ -43,6 +73,12 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 	for _, p := range snap.Pins {
 		if c := claims[p.ClaimID]; c != nil {
 			owners[p.CPU] = c
+		}
+	}
+	devOwners := map[string]*ledger.Claim{}
+	for _, p := range snap.Devices {
+		if c := claims[p.ClaimID]; c != nil {
+			devOwners[p.Address] = c
 		}
 	}
 	var found []Drift
@@ -72,25 +108,40 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 		for _, c := range byInstance[d.UUID] {
 			own = own.Union(claimCPUs(c))
 		}
-		if !other.IsEmpty() {
+		// The devices it passes through: another instance's, or no one's.
+		devs := listedDevices(snap.Topology, pins.Devices)
+		var otherDevs, strayDevs []string
+		for _, a := range devs {
+			switch c := devOwners[a]; {
+			case c == nil:
+				strayDevs = append(strayDevs, a)
+			case c.InstanceUUID != d.UUID:
+				otherDevs = append(otherDevs, a)
+				otherClaims[c.ID] = true
+			}
+		}
+		if !other.IsEmpty() || len(otherDevs) > 0 {
 			ids := make([]string, 0, len(otherClaims))
 			for id := range otherClaims {
 				ids = append(ids, id)
 			}
 			sort.Strings(ids)
-			found = append(found, Drift{Kind: DriftPinnedToOther, Instance: d.UUID, CPUs: other.String(),
-				Detail: fmt.Sprintf("domain %s (%s) is pinned to pCPUs %s of claim %v", d.Name, d.State, other, ids)})
+			found = append(found, Drift{Kind: DriftPinnedToOther, Instance: d.UUID, CPUs: other.String(), Devices: otherDevs,
+				Detail: fmt.Sprintf("domain %s (%s) uses %s of claim %v", d.Name, d.State, holdings(other, otherDevs), ids)})
 		}
 		switch {
 		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StateRunning:
-			f := Drift{Kind: DriftDomainWithoutClaim, Instance: d.UUID, CPUs: cpus.String(),
+			f := Drift{Kind: DriftDomainWithoutClaim, Instance: d.UUID, CPUs: cpus.String(), Devices: devs,
 				Detail: fmt.Sprintf("domain %s runs pinned to %s with no claim on %s", d.Name, orNone(cpus), snap.Host)}
-			au.quarantineVanished(ctx, snap, d, cpus.Difference(other), &f)
+			if len(devs) > 0 {
+				f.Detail += fmt.Sprintf(", passing through PCI devices %s", strings.Join(devs, ","))
+			}
+			au.quarantineVanished(ctx, snap, d, holding{cpus: cpus.Difference(other), devs: strayDevs}, &f)
 			found = append(found, f)
 		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StatePaused && !au.res.DryRun:
 			// The incoming side of a migration whose claim vanished: its
 			// open operation gets the claim back, and goes on.
-			if rc, ok, err := au.a.restoreHeld(ctx, snap.Host, false, snap.Topology, d.UUID, cpus.Difference(other)); err == nil && ok {
+			if rc, ok, err := au.a.restoreHeld(ctx, snap.Host, false, snap.Topology, d.UUID, holding{cpus: cpus.Difference(other), devs: strayDevs}); err == nil && ok {
 				found = append(found, Drift{Kind: DriftDomainWithoutClaim, Instance: d.UUID, CPUs: cpus.String(),
 					Detail: fmt.Sprintf("domain %s is paused pinned to %s with no claim on %s; made again as claim %s of its open operation, pending",
 						d.Name, orNone(cpus), snap.Host, rc.ClaimID)})
@@ -98,10 +149,10 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StateShutoff:
 			found = append(found, au.leftover(ctx, snap.Host, d))
 		case len(byInstance[d.UUID]) > 0:
-			if out := cpus.Difference(own).Difference(other); !out.IsEmpty() {
-				f := Drift{Kind: DriftPinsOutsideClaim, Instance: d.UUID, CPUs: out.String(),
-					Detail: fmt.Sprintf("domain %s is pinned to pCPUs %s that no claim owns", d.Name, out)}
-				au.quarantineVanished(ctx, snap, d, out, &f)
+			if out := cpus.Difference(own).Difference(other); !out.IsEmpty() || len(strayDevs) > 0 {
+				f := Drift{Kind: DriftPinsOutsideClaim, Instance: d.UUID, CPUs: out.String(), Devices: strayDevs,
+					Detail: fmt.Sprintf("domain %s uses %s that no claim owns", d.Name, holdings(out, strayDevs))}
+				au.quarantineVanished(ctx, snap, d, holding{cpus: out, devs: strayDevs}, &f)
 				found = append(found, f)
 			}
 		}
@@ -140,15 +191,15 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 // gets that claim back instead (restoreHeld), so the operation goes on.
 // The claim is a compare-and-set on free pCPUs, so a claim made since the
 // snapshot wins and nothing is quarantined.
-func (au *pass) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, cpus numa.CPUSet, f *Drift) {
-	if cpus.IsEmpty() || d.State != hypervisor.StateRunning || au.res.DryRun {
+func (au *pass) quarantineVanished(ctx context.Context, snap *ledger.Snapshot, d hypervisor.Domain, h holding, f *Drift) {
+	if h.isEmpty() || d.State != hypervisor.StateRunning || au.res.DryRun {
 		return
 	}
-	if rc, ok, err := au.a.restoreHeld(ctx, snap.Host, false, snap.Topology, d.UUID, cpus); err == nil && ok {
+	if rc, ok, err := au.a.restoreHeld(ctx, snap.Host, false, snap.Topology, d.UUID, h); err == nil && ok {
 		f.Detail += "; made again as claim " + rc.ClaimID + " of its open operation, pending"
 		return
 	}
-	rc, err := au.a.quarantine(ctx, snap.Host, snap.Topology, d.UUID, cpus, "a running domain uses pCPUs the ledger called free", false)
+	rc, err := au.a.quarantine(ctx, snap.Host, snap.Topology, d.UUID, h, "a running domain uses "+h.String()+" the ledger called free", false)
 	if errors.Is(err, errNoLongerUsed) {
 		f.Detail += "; gone since, so nothing quarantined"
 		return

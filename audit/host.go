@@ -472,13 +472,19 @@ func (au *pass) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) {
 		return KeptDoubt, nil
 	}
 	used = used.Intersection(au.pinnable)
-	if !used.Intersects(want) {
+	devs, err := hypervisor.UsedDevices(*dom)
+	if err != nil {
+		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
+		return KeptDoubt, nil
+	}
+	sharedDevs := commonDevices(devs, c.Devices)
+	if !used.Intersects(want) && len(sharedDevs) == 0 {
 		return "", nil
 	}
-	d := Drift{Kind: DriftClaimInUse, Instance: c.InstanceUUID, ClaimID: c.ID, CPUs: used.Intersection(want).String(),
-		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its pCPUs %s", c.State, c.ID, dom.Name, dom.State, used.Intersection(want))}
+	d := Drift{Kind: DriftClaimInUse, Instance: c.InstanceUUID, ClaimID: c.ID, CPUs: used.Intersection(want).String(), Devices: sharedDevs,
+		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its %s", c.State, c.ID, dom.Name, dom.State, holdings(used.Intersection(want), sharedDevs))}
 	kept := KeptInUse
-	if dom.State == hypervisor.StateRunning && used.Equal(want) && au.maySettle(c) {
+	if dom.State == hypervisor.StateRunning && used.Equal(want) && len(sharedDevs) == len(c.Devices) && len(devs) == len(c.Devices) && au.maySettle(c) {
 		err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: c.Host, ClaimID: c.ID})
 		if err != nil {
 			d.Detail += fmt.Sprintf("; settling it failed to start: %v", err)

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/numa"
 )
 
 // ReleaseQuarantineInput names the quarantine an operator releases.
@@ -23,6 +21,8 @@ type ReleasedQuarantine struct {
 	ClaimID  string `json:"claim_id"`
 	Instance string `json:"instance"`
 	CPUs     string `json:"cpus"`
+	// Devices are the PCI devices it held, by address.
+	Devices []string `json:"devices,omitempty"`
 }
 
 // ReleaseQuarantine releases a quarantine claim: an operator's
@@ -43,13 +43,13 @@ func (a *Auditor) ReleaseQuarantine(ctx context.Context, in ReleaseQuarantineInp
 	if cl.Kind != ledger.KindQuarantine {
 		return ReleasedQuarantine{}, invalid(fmt.Sprintf("claim %s on %s is a %s claim, not a quarantine; only quarantines are released by hand", cl.ID, in.Host, cl.Kind))
 	}
-	cpus := claimCPUs(cl)
-	users, err := a.domainsUsing(ctx, in.Host, cpus)
+	held := claimHolding(cl)
+	users, err := a.domainsUsing(ctx, in.Host, held)
 	if err != nil {
 		return ReleasedQuarantine{}, fmt.Errorf("audit: release quarantine %s on %s: %w", cl.ID, in.Host, err)
 	}
 	if len(users) > 0 {
-		return ReleasedQuarantine{}, refused(fmt.Sprintf("quarantine %s on %s not released: %s; release it once no domain runs on its pCPUs",
+		return ReleasedQuarantine{}, refused(fmt.Sprintf("quarantine %s on %s not released: %s; release it once no domain runs on its pCPUs or devices",
 			cl.ID, in.Host, strings.Join(users, "; ")))
 	}
 	// The window between the look above and the release below is safe:
@@ -64,24 +64,28 @@ func (a *Auditor) ReleaseQuarantine(ctx context.Context, in ReleaseQuarantineInp
 	if !ok {
 		return ReleasedQuarantine{}, refused(fmt.Sprintf("quarantine %s on %s changed meanwhile; look again", cl.ID, in.Host))
 	}
-	return ReleasedQuarantine{Host: in.Host, ClaimID: cl.ID, Instance: cl.InstanceUUID, CPUs: cpus.String()}, nil
+	return ReleasedQuarantine{Host: in.Host, ClaimID: cl.ID, Instance: cl.InstanceUUID, CPUs: held.cpus.String(), Devices: held.devs}, nil
 }
 
 // domainsUsing describes each domain on host that runs or is paused on
-// any of cpus, and each whose pins cannot be read.
-func (a *Auditor) domainsUsing(ctx context.Context, host string, cpus numa.CPUSet) ([]string, error) {
+// any of h, and each whose pins cannot be read.
+func (a *Auditor) domainsUsing(ctx context.Context, host string, h holding) ([]string, error) {
+	topo, err := a.Ledger.Host(ctx, host)
+	if err != nil {
+		return nil, err
+	}
 	doms, err := a.Driver.Domains(ctx, host)
 	if err != nil {
 		return nil, err
 	}
 	var users []string
 	for _, d := range doms {
-		used, err := hypervisor.UsedCPUs(d)
+		used, err := domainHolding(d, topo)
 		switch {
 		case err != nil:
 			users = append(users, fmt.Sprintf("domain %s (%s) is %s and its pins cannot be read", d.Name, d.UUID, d.State))
-		case used.Intersects(cpus):
-			users = append(users, fmt.Sprintf("domain %s (%s) is %s on pCPUs %s", d.Name, d.UUID, d.State, used.Intersection(cpus)))
+		case used.intersects(h):
+			users = append(users, fmt.Sprintf("domain %s (%s) is %s on %s", d.Name, d.UUID, d.State, used.minus(used.minus(h))))
 		}
 	}
 	return users, nil

@@ -27,7 +27,9 @@ type RecoveredClaim struct {
 	ClaimID  string `json:"claim_id"`
 	Instance string `json:"instance"`
 	CPUs     string `json:"cpus"`
-	Why      string `json:"why"`
+	// Devices are the PCI devices the claim holds, by address.
+	Devices []string `json:"devices,omitempty"`
+	Why     string   `json:"why"`
 	// Pending: the claim was made again pending, for the open operation
 	// that made it, rather than committed as a resident claim.
 	Pending bool `json:"pending,omitempty"`
@@ -95,20 +97,23 @@ func (a *Auditor) RecoverHost(ctx context.Context, in RecoverHostInput) (Recover
 	} else if err != nil {
 		return res, err
 	}
-	free := pinnable(topo)
 	snap, err := a.Ledger.Snapshot(ctx, in.Host)
 	if err != nil && !(res.Registered && in.DryRun) {
 		return res, err
 	}
-	held := map[string]numa.CPUSet{} // instance -> pCPUs its claims hold
-	owner := map[int]string{}        // pCPU -> claim id
+	held := map[string]holding{} // instance -> what its claims hold
+	owner := map[int]string{}    // pCPU -> claim id
+	devOwner := map[string]string{}
 	if snap != nil {
 		for i := range snap.Claims {
 			c := &snap.Claims[i]
-			held[c.InstanceUUID] = held[c.InstanceUUID].Union(claimCPUs(c))
+			held[c.InstanceUUID] = held[c.InstanceUUID].union(claimHolding(c))
 		}
 		for _, p := range snap.Pins {
 			owner[p.CPU] = p.ClaimID
+		}
+		for _, p := range snap.Devices {
+			devOwner[p.Address] = p.ClaimID
 		}
 	}
 	doms, err := a.Driver.Domains(ctx, in.Host)
@@ -120,25 +125,28 @@ func (a *Auditor) RecoverHost(ctx context.Context, in RecoverHostInput) (Recover
 		if d.State == hypervisor.StateShutoff {
 			continue
 		}
-		used, err := hypervisor.UsedCPUs(d)
+		used, err := domainHolding(d, topo)
 		if err != nil {
 			res.Unresolved = append(res.Unresolved, err.Error())
 			continue
 		}
-		used = used.Intersection(free)
-		if used.IsEmpty() || used.IsSubsetOf(held[d.UUID]) {
+		if used.isEmpty() || used.subsetOf(held[d.UUID]) {
 			res.Agreeing++
 			continue
 		}
-		missing := used.Difference(held[d.UUID])
+		missing := used.minus(held[d.UUID])
 		var taken []string
-		for _, cpu := range missing.List() {
+		for _, cpu := range missing.cpus.List() {
 			if id, ok := owner[cpu]; ok {
 				taken = append(taken, fmt.Sprintf("%d (claim %s)", cpu, id))
 			}
 		}
 		if len(taken) > 0 {
 			res.Unresolved = append(res.Unresolved, fmt.Sprintf("domain %s uses pCPUs another claim holds: %v", d.UUID, taken))
+			continue
+		}
+		if taken := deviceOwners(missing, devOwner); len(taken) > 0 {
+			res.Unresolved = append(res.Unresolved, fmt.Sprintf("domain %s uses PCI devices another claim holds: %v", d.UUID, taken))
 			continue
 		}
 		rc, restore, err := a.recoverDomain(ctx, in, topo, d, used, missing)
@@ -158,14 +166,14 @@ func (a *Auditor) RecoverHost(ctx context.Context, in RecoverHostInput) (Recover
 // recoverDomain gives a running domain's missing pCPUs a claim: the
 // resident claim its record names, when the record agrees, or else a
 // quarantine. It says which.
-func (a *Auditor) recoverDomain(ctx context.Context, in RecoverHostInput, topo *numa.Host, d hypervisor.Domain, used, missing numa.CPUSet) (RecoveredClaim, bool, error) {
+func (a *Auditor) recoverDomain(ctx context.Context, in RecoverHostInput, topo *numa.Host, d hypervisor.Domain, used, missing holding) (RecoveredClaim, bool, error) {
 	inst, err := a.Ledger.Instance(ctx, d.UUID)
 	if err != nil && !errors.Is(err, ledger.ErrUnknownInstance) {
 		return RecoveredClaim{}, false, err
 	}
-	if err == nil && inst.Host == in.Host && inst.ClaimID != "" && inst.Placement != nil && missing.Equal(used) {
-		if placed, perr := placementCPUs(topo, inst.Placement); perr == nil && placed.Equal(used) {
-			rc := RecoveredClaim{ClaimID: inst.ClaimID, Instance: d.UUID, CPUs: used.String(),
+	if err == nil && inst.Host == in.Host && inst.ClaimID != "" && inst.Placement != nil && missing.equal(used) {
+		if placed, perr := placementHolding(topo, inst.Placement); perr == nil && placed.equal(used) {
+			rc := RecoveredClaim{ClaimID: inst.ClaimID, Instance: d.UUID, CPUs: used.cpus.String(), Devices: used.devs,
 				Why: "its record names this host and claim with the same pins"}
 			if in.DryRun {
 				return rc, true, nil
@@ -182,7 +190,7 @@ func (a *Auditor) recoverDomain(ctx context.Context, in RecoverHostInput, topo *
 			return rc, true, nil
 		}
 	}
-	if missing.Equal(used) {
+	if missing.equal(used) {
 		rc, ok, err := a.restoreHeld(ctx, in.Host, in.DryRun, topo, d.UUID, used)
 		if err != nil || ok {
 			return rc, ok, err
@@ -202,7 +210,7 @@ func (a *Auditor) recoverDomain(ctx context.Context, in RecoverHostInput, topo *
 // resize has started), so that the operation goes on as if nothing had
 // been lost. It says whether there was such a claim; when Temporal cannot
 // tell, there is none, and the pCPUs are quarantined instead.
-func (a *Auditor) restoreHeld(ctx context.Context, host string, dryRun bool, topo *numa.Host, uuid string, used numa.CPUSet) (RecoveredClaim, bool, error) {
+func (a *Auditor) restoreHeld(ctx context.Context, host string, dryRun bool, topo *numa.Host, uuid string, used holding) (RecoveredClaim, bool, error) {
 	if a.Holders == nil || a.Owners == nil {
 		return RecoveredClaim{}, false, nil
 	}
@@ -218,11 +226,11 @@ func (a *Auditor) restoreHeld(ctx context.Context, host string, dryRun bool, top
 		if h.Host != host || h.Token == "" {
 			continue
 		}
-		placed, err := placementCPUs(topo, &h.Placement)
-		if err != nil || !placed.Equal(used) {
+		placed, err := placementHolding(topo, &h.Placement)
+		if err != nil || !placed.equal(used) {
 			continue
 		}
-		rc := RecoveredClaim{ClaimID: h.ClaimID, Instance: uuid, CPUs: used.String(), Pending: true,
+		rc := RecoveredClaim{ClaimID: h.ClaimID, Instance: uuid, CPUs: used.cpus.String(), Devices: used.devs, Pending: true,
 			Why: fmt.Sprintf("the open operation %s made it (%s) and its guest runs pinned to it", wid, h.Kind)}
 		if dryRun {
 			return rc, true, nil
@@ -237,20 +245,21 @@ func (a *Auditor) restoreHeld(ctx context.Context, host string, dryRun bool, top
 	return RecoveredClaim{}, false, nil
 }
 
-// quarantine claims cpus of host for the instance's domain, as kind
-// quarantine owned by no workflow.
-func (a *Auditor) quarantine(ctx context.Context, host string, topo *numa.Host, uuid string, cpus numa.CPUSet, why string, dryRun bool) (RecoveredClaim, error) {
+// quarantine claims what h holds of host for the instance's domain, as
+// kind quarantine owned by no workflow.
+func (a *Auditor) quarantine(ctx context.Context, host string, topo *numa.Host, uuid string, h holding, why string, dryRun bool) (RecoveredClaim, error) {
 	id := "quarantine-" + uuid
-	rc := RecoveredClaim{ClaimID: id, Instance: uuid, CPUs: cpus.String(), Why: why}
+	rc := RecoveredClaim{ClaimID: id, Instance: uuid, CPUs: h.cpus.String(), Devices: h.devs, Why: why}
 	if dryRun {
 		return rc, nil
 	}
 	p := &numa.Placement{}
 	for _, c := range topo.Cells {
-		if in := cpus.Intersection(c.PCPUs); !in.IsEmpty() {
+		if in := h.cpus.Intersection(c.PCPUs); !in.IsEmpty() {
 			p.Cells = append(p.Cells, numa.PlacedCell{GuestCell: len(p.Cells), HostCell: c.ID, Reserved: in})
 		}
 	}
+	devicePlacement(topo, p, h.devs)
 	c, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: id, Host: host, InstanceUUID: uuid, Kind: ledger.KindQuarantine,
 		OwnerWorkflowID: QuarantineOwner, OwnerRunID: QuarantineOwner, Placement: p})
 	if err != nil {
@@ -261,7 +270,7 @@ func (a *Auditor) quarantine(ctx context.Context, host string, topo *numa.Host, 
 	// pCPUs were free for good and the quarantine goes again. A domain
 	// still running on them ran there without a claim when the quarantine
 	// took them, so it stays.
-	if used, err := a.domainUses(ctx, host, uuid, cpus); err != nil || !used {
+	if used, err := a.domainUses(ctx, host, topo, uuid, h); err != nil || !used {
 		if _, rerr := a.Ledger.ReleaseIfUnchanged(ctx, host, c.ID, c.Token, c.State); rerr != nil {
 			return rc, rerr
 		}
@@ -273,13 +282,13 @@ func (a *Auditor) quarantine(ctx context.Context, host string, topo *numa.Host, 
 	return rc, nil
 }
 
-// errNoLongerUsed: the domain a quarantine was for no longer uses its
-// pCPUs, and the quarantine was released again.
-var errNoLongerUsed = errors.New("the domain no longer uses those pCPUs; nothing quarantined")
+// errNoLongerUsed: the domain a quarantine was for no longer uses what it
+// held, and the quarantine was released again.
+var errNoLongerUsed = errors.New("the domain no longer uses those pCPUs or devices; nothing quarantined")
 
 // domainUses says whether the instance's domain on host runs (or is
-// paused) on any of cpus.
-func (a *Auditor) domainUses(ctx context.Context, host, uuid string, cpus numa.CPUSet) (bool, error) {
+// paused) on any of h.
+func (a *Auditor) domainUses(ctx context.Context, host string, topo *numa.Host, uuid string, h holding) (bool, error) {
 	dom, err := a.Driver.Lookup(ctx, host, uuid)
 	if errors.Is(err, hypervisor.ErrNotFound) {
 		return false, nil
@@ -287,11 +296,11 @@ func (a *Auditor) domainUses(ctx context.Context, host, uuid string, cpus numa.C
 	if err != nil {
 		return false, err
 	}
-	used, err := hypervisor.UsedCPUs(*dom)
+	used, err := domainHolding(*dom, topo)
 	if err != nil {
 		return true, nil // unreadable: keep it, as the audit keeps in doubt
 	}
-	return used.Intersects(cpus), nil
+	return used.intersects(h), nil
 }
 
 // placementCPUs is every pCPU a placement pins on the host.

@@ -190,7 +190,9 @@ type Drift struct {
 	Instance string `json:"instance,omitempty"`
 	ClaimID  string `json:"claim_id,omitempty"`
 	CPUs     string `json:"cpus,omitempty"`
-	Detail   string `json:"detail"`
+	// Devices are the PCI devices concerned, by address.
+	Devices []string `json:"devices,omitempty"`
+	Detail  string   `json:"detail"`
 	// InFlight says a workflow of the instance is open, so the difference
 	// may be a step in progress rather than a fault.
 	InFlight bool `json:"in_flight,omitempty"`

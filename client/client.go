@@ -20,6 +20,7 @@ import (
 
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
 )
 
 // ErrInvalid marks a refusal caused by the request itself (a bad value,
@@ -37,6 +38,8 @@ type Client struct {
 	Notify func(note string)
 	// closers are the connections Dial opened.
 	closers []func()
+	// aliases resolve the flavors' pci_passthrough:alias.
+	aliases numa.PCIAliases
 }
 
 // New makes a client of a ledger and a Temporal client that the caller
@@ -66,6 +69,8 @@ func Dial(ctx context.Context, cfg *config.Config, extra ...func(*tclient.Option
 	}
 	c := New(led, tc, cfg.TaskQueue)
 	c.closers = []func(){tc.Close, func() { _ = rdb.Close() }}
+	// Load refused aliases that do not parse.
+	c.aliases, _ = cfg.PCIAliases()
 	return c, nil
 }
 

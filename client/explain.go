@@ -39,6 +39,12 @@ func (c *Client) Explain(ctx context.Context, r ExplainRequest) (*placement.Expl
 			exclude = []string{inst.Host}
 		}
 	}
+	if len(r.Flavor.ExtraSpecs) > 0 {
+		var err error
+		if flavor, err = c.resolveAliases(flavor); err != nil {
+			return nil, fmt.Errorf("explain %s: %w", name, err)
+		}
+	}
 	req, err := flavor.Request()
 	if err != nil {
 		return nil, fmt.Errorf("explain %s: %w: %w", name, err, ErrInvalid)

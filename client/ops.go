@@ -38,7 +38,14 @@ func (c *Client) Boot(ctx context.Context, r BootRequest) (*Operation, error) {
 	if r.Flavor.VCPUs <= 0 || r.Flavor.MemoryMB <= 0 {
 		return nil, fmt.Errorf("boot %s: %d vCPUs and %d MiB: a flavor has at least 1 vCPU and 1 MiB: %w", r.Name, r.Flavor.VCPUs, r.Flavor.MemoryMB, ErrInvalid)
 	}
+	var err error
+	if r.Flavor, err = c.resolveAliases(r.Flavor); err != nil {
+		return nil, fmt.Errorf("boot %s: %w", r.Name, err)
+	}
 	if _, err := r.Flavor.Request(); err != nil {
+		return nil, fmt.Errorf("boot %s: %w", r.Name, err)
+	}
+	if err := c.checkPhysnets(ctx, r.Flavor.Ports); err != nil {
 		return nil, fmt.Errorf("boot %s: %w", r.Name, err)
 	}
 	if r.Host != "" {
@@ -172,6 +179,11 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 		maps.Equal(flavor.ExtraSpecs, inst.Request.ExtraSpecs) && maps.Equal(flavor.ImageProps, inst.Request.ImageProps) {
 		return nil, fmt.Errorf("resize %s: that is its current flavor (%d vCPUs, %d MiB%s); give other vCPUs, memory, extra specs or image properties: %w",
 			inst.UUID, inst.Request.VCPUs, inst.Request.MemoryMB, SpecList(inst.Request.ExtraSpecs, inst.Request.ImageProps), ErrInvalid)
+	}
+	if len(r.ExtraSpecs) > 0 {
+		if flavor, err = c.resolveAliases(flavor); err != nil {
+			return nil, fmt.Errorf("resize %s: %w", inst.UUID, err)
+		}
 	}
 	if _, err := flavor.Request(); err != nil {
 		return nil, fmt.Errorf("resize %s: %w", inst.UUID, err)

@@ -58,6 +58,7 @@ type Config struct {
 	Steps
 	Migration
 	Operations
+	Devices
 }
 
 // The values of Config.Driver; DriverSim is its default.
@@ -165,6 +166,9 @@ func Load() (*Config, error) {
 			Prefix, c.Placement.PollInterval, Prefix, c.Placement.SweepInterval)
 	}
 	if err := c.Operations.check(); err != nil {
+		return nil, err
+	}
+	if _, err := c.PCIAliases(); err != nil {
 		return nil, err
 	}
 	if _, err := c.Temporal.frontends(); err != nil {

@@ -6,6 +6,7 @@ package config
 // "package path.Type.Field".
 var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/config.Config.Driver":                       "Driver is the hypervisor driver: sim or libvirt.",
+	"github.com/pinflow/pinflow/config.Devices.PCIAlias":                    "PCIAlias names the PCI devices flavors ask for with pci_passthrough:alias=NAME:COUNT: a JSON array of aliases as Nova's [pci] alias, e.g. [{\"name\": \"nic\", \"vendor_id\": \"8086\", \"product_id\": \"154c\", \"device_type\": \"type-VF\", \"numa_policy\": \"required\"}]. Entries of one name are alternatives. The CLI resolves a flavor's aliases when the guest boots or resizes; the guest keeps what they meant then.",
 	"github.com/pinflow/pinflow/config.Migration.AllowAutoConverge":         "AllowAutoConverge lets the hypervisor slow a guest's vCPUs down while its migration does not converge.",
 	"github.com/pinflow/pinflow/config.Migration.AllowPostCopy":             "AllowPostCopy starts every live migration able to switch to post-copy. After a switch a failure of either host loses the guest; one of the network between them pauses it on both until pinflow resumes the migration.",
 	"github.com/pinflow/pinflow/config.Migration.BandwidthMiBs":             "BandwidthMiBs caps each live migration's transfer rate, in MiB/s; 0 sets no cap.",

@@ -60,17 +60,37 @@ func VMStates() []VMState { return slices.Clone(vmStates) }
 // TaskStates returns every task state a record may have, TaskNone first.
 func TaskStates() []TaskState { return slices.Clone(taskStates) }
 
-// Flavor is what an instance asks for, as Nova's flavor and image say it.
+// Flavor is what an instance asks for, as Nova's flavor and image say it,
+// with the PCI devices and network ports it asks for beside them.
 type Flavor struct {
 	VCPUs      int               `json:"vcpus"`
 	MemoryMB   int64             `json:"memory_mb"`
 	ExtraSpecs map[string]string `json:"extra_specs,omitempty"`
 	ImageProps map[string]string `json:"image_props,omitempty"`
+	// PCIRequests are the devices the flavor's pci_passthrough:alias asks
+	// for, resolved with the aliases configured when the flavor was given
+	// (numa.PCIAliases.Requests), so that a later change of the aliases
+	// moves no guest's devices.
+	PCIRequests []numa.PCIRequest `json:"pci_requests,omitempty"`
+	// Ports are the guest's network ports; each SR-IOV one takes a device.
+	Ports []numa.Port `json:"ports,omitempty"`
 }
 
-// Request builds the NUMA request the flavor and image make.
+// Request builds the NUMA request the flavor and image make, with the
+// devices and network affinity of the aliases and ports.
 func (f Flavor) Request() (*numa.Request, error) {
-	return numa.NewRequest(f.VCPUs, f.MemoryMB, f.ExtraSpecs, f.ImageProps)
+	r, err := numa.NewRequest(f.VCPUs, f.MemoryMB, f.ExtraSpecs, f.ImageProps)
+	if err != nil || (len(f.PCIRequests) == 0 && len(f.Ports) == 0) {
+		return r, err
+	}
+	ports, network, err := numa.PortRequests(f.Ports)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.AddDevices(append(slices.Clone(f.PCIRequests), ports...), network, f.ExtraSpecs, f.ImageProps); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // InstanceWorkflowID is the one workflow id every operation on the guest

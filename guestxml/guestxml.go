@@ -57,7 +57,8 @@ func (o Options) check() (Options, error) {
 
 // New returns the domain XML of a guest called name with the given uuid
 // whose vCPUs, memory and guest NUMA cells come from req, and whose huge
-// page sizes come from the placement p fitted for it (nil: none).
+// page sizes and PCI devices come from the placement p fitted for it (nil:
+// none).
 func New(name, uuid string, req *numa.Request, p *numa.Placement, o Options) (string, error) {
 	o, err := o.check()
 	if err != nil {
@@ -92,6 +93,9 @@ func New(name, uuid string, req *numa.Request, p *numa.Placement, o Options) (st
 			}},
 			MemBalloon: &libvirtxml.DomainMemBalloon{Model: "none"},
 		},
+	}
+	if err := addDevices(d.Devices, req, p); err != nil {
+		return "", fmt.Errorf("domain: %s: %w", name, err)
 	}
 	// A guest without NUMA cells gets no <cpu>: the hypervisor's default
 	// model and topology serve it.

@@ -18,7 +18,8 @@ import (
 // os, features, metadata) is kept, so a resized guest keeps its disks. The old
 // pins (<vcpu cpuset>, <cputune> vcpupin/emulatorpin/iothreadpin and vcpusched,
 // <numatune>) are dropped: they were fitted for the old flavor, and
-// xmlpatch.Patch writes the new placement's into the result.
+// xmlpatch.Patch writes the new placement's into the result. The PCI
+// devices pinflow wrote for the old flavor give way to the new one's.
 func Resize(current string, req *numa.Request, p *numa.Placement, o Options) (string, error) {
 	o, err := o.check()
 	if err != nil {
@@ -63,6 +64,13 @@ func Resize(current string, req *numa.Request, p *numa.Placement, o Options) (st
 		}
 	}
 	d.NUMATune = nil
+	if d.Devices == nil {
+		d.Devices = &libvirtxml.DomainDeviceList{}
+	}
+	dropDevices(d.Devices)
+	if err := addDevices(d.Devices, req, p); err != nil {
+		return "", fmt.Errorf("domain: resize: %s: %w", d.Name, err)
+	}
 	out, err := d.Marshal()
 	if err != nil {
 		return "", fmt.Errorf("domain: resize: %s: %w", d.Name, err)

@@ -59,6 +59,32 @@ func PinsFit(p *xmlpatch.Pins, cpus, nodes numa.CPUSet) error {
 	return nil
 }
 
+// DevicesFit checks that every host PCI device a domain passes through is
+// one of have, the host's device addresses: a real host fails to start a
+// guest whose device it lacks. The error wraps ErrRejected and names the
+// first missing device in document order.
+func DevicesFit(p *xmlpatch.Pins, have []string) error {
+	for _, a := range p.Devices {
+		if !slices.Contains(have, a) {
+			return fmt.Errorf("PCI device %s passed through is not one of the host's %d devices: %w", a, len(have), ErrRejected)
+		}
+	}
+	return nil
+}
+
+// UsedDevices are the host PCI devices a domain passes through while it
+// runs or is paused; a shut-off domain holds none, as with UsedCPUs.
+func UsedDevices(d Domain) ([]string, error) {
+	if d.State == StateShutoff {
+		return nil, nil
+	}
+	pins, err := xmlpatch.Read(d.XML)
+	if err != nil {
+		return nil, fmt.Errorf("domain %s: its devices cannot be read: %w", d.UUID, err)
+	}
+	return pins.Devices, nil
+}
+
 // UsedCPUs is every host CPU a domain's pins name while it runs or is
 // paused: the pCPUs nothing else may be given. A shut-off domain uses
 // none, since only an operation, which claims first, starts it again. The

@@ -38,6 +38,7 @@ type hostCache struct {
 
 	mu    sync.Mutex
 	pins  map[int]seen    // pCPU -> 1 pinned, 0 free
+	devs  map[string]seen // PCI device address -> 1 held, 0 free
 	usage map[string]seen // usage field -> value
 	// floor is the revision of the newest whole state seen: a counter
 	// missing from usage was zero then, so an older reply must not add it.
@@ -47,6 +48,7 @@ type hostCache struct {
 
 	pending     map[string]claimUse // claim id -> its usage
 	pendingPins map[int]int         // pCPU -> pending claims pinning it
+	pendingDevs map[string]int      // device -> pending claims holding it
 	pendingUse  map[string]int64    // usage field -> pending claims' sum
 	busy        *numa.Host          // topo + observed + pending
 }
@@ -67,13 +69,14 @@ type fieldRef struct {
 type claimUse struct {
 	cells []numa.CellUsage
 	host  numa.HostUsage
+	devs  []string
 }
 
 func newHostCache(gen int64, digest string, topo *numa.Host) *hostCache {
 	hc := &hostCache{gen: gen, digest: digest, topo: topo,
 		cellOf: map[int]int{}, fieldOf: map[string]fieldRef{},
-		pins: map[int]seen{}, usage: map[string]seen{},
-		pending: map[string]claimUse{}, pendingPins: map[int]int{}, pendingUse: map[string]int64{},
+		pins: map[int]seen{}, devs: map[string]seen{}, usage: map[string]seen{},
+		pending: map[string]claimUse{}, pendingPins: map[int]int{}, pendingDevs: map[string]int{}, pendingUse: map[string]int64{},
 		busy: topo.Clone()}
 	hc.fieldOf[hostMemField] = fieldRef{what: 'M'}
 	hc.fieldOf[hostVCPUsField] = fieldRef{what: 'V'}
@@ -101,19 +104,20 @@ func note[K comparable](m map[K]seen, k K, val, rev int64) bool {
 }
 
 // observeState records the host's whole state as of rev: pinned lists
-// every pinned pCPU, usage every usage counter above zero. It reports false,
+// every pinned pCPU and held device, usage every usage counter above zero.
+// It reports false,
 // recording nothing, when rev is older than the newest one seen: either a
 // reply overtaken by newer ones or a host whose keys were made again from
 // scratch, so the caller drops the cache rather than trust it.
-func (hc *hostCache) observeState(rev int64, pinned []int, usage map[string]int64) bool {
+func (hc *hostCache) observeState(rev int64, pinned pinSet, usage map[string]int64) bool {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	if rev < hc.top {
 		return false
 	}
 	hc.top = rev
-	is := make(map[int]bool, len(pinned))
-	for _, cpu := range pinned {
+	is := make(map[int]bool, len(pinned.cpus))
+	for _, cpu := range pinned.cpus {
 		is[cpu] = true
 	}
 	for cpu := range hc.cellOf {
@@ -122,6 +126,17 @@ func (hc *hostCache) observeState(rev int64, pinned []int, usage map[string]int6
 			v = 1
 		}
 		note(hc.pins, cpu, v, rev)
+	}
+	held := make(map[string]bool, len(pinned.devs))
+	for _, a := range pinned.devs {
+		held[a] = true
+	}
+	for _, d := range hc.topo.PCIDevices {
+		var v int64
+		if held[d.Address] {
+			v = 1
+		}
+		note(hc.devs, d.Address, v, rev)
 	}
 	// A counter the state leaves out is zero: the scripts delete counters
 	// that drop to zero.
@@ -138,13 +153,13 @@ func (hc *hostCache) observeState(rev int64, pinned []int, usage map[string]int6
 	return true
 }
 
-// observe records what one release changed as of rev: the pCPUs it freed
-// and the new values of the counters it changed.
-func (hc *hostCache) observe(rev int64, cpus []int, usage []counter) {
+// observe records what one release changed as of rev: the pCPUs and
+// devices it freed and the new values of the counters it changed.
+func (hc *hostCache) observe(rev int64, freed pinSet, usage []counter) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
-	hc.noteChange(rev, cpus, 0, usage)
-	hc.refreshPins(cpus)
+	hc.noteChange(rev, freed, 0, usage)
+	hc.refreshPins(freed)
 	for _, c := range usage {
 		hc.refreshField(c.field)
 	}
@@ -156,12 +171,15 @@ type counter struct {
 	val   int64
 }
 
-// noteChange records the pCPUs one script pinned (val 1) or freed (val 0)
+// noteChange records the pins one script took (val 1) or freed (val 0)
 // and the counters it changed, as of rev.
-func (hc *hostCache) noteChange(rev int64, cpus []int, val int64, usage []counter) {
+func (hc *hostCache) noteChange(rev int64, pins pinSet, val int64, usage []counter) {
 	hc.top = max(hc.top, rev)
-	for _, cpu := range cpus {
+	for _, cpu := range pins.cpus {
 		note(hc.pins, cpu, val, rev)
+	}
+	for _, a := range pins.devs {
+		note(hc.devs, a, val, rev)
 	}
 	for _, c := range usage {
 		if _, ok := hc.usage[c.field]; ok || rev >= hc.floor {
@@ -184,6 +202,10 @@ func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
 		if err != nil {
 			return fmt.Errorf("%w: placement %s: %v", ErrInvalid, spec.Placement, err)
 		}
+		devs, err := hc.topo.PlacementDevices(spec.Placement)
+		if err != nil {
+			return fmt.Errorf("%w: placement %s: %v", ErrInvalid, spec.Placement, err)
+		}
 		state := hc.observed()
 		if err := withinCaps(state, us, spec.Placement); err != nil {
 			return fmt.Errorf("%w: placement %s: %v", ErrConflict, spec.Placement, err)
@@ -191,7 +213,12 @@ func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
 		if err := state.Add(us); err != nil {
 			return fmt.Errorf("%w: placement %s: %v", ErrConflict, spec.Placement, err)
 		}
-		c.Placement, c.Usage = spec.Placement, us
+		for _, a := range devs {
+			if hc.devs[a].val != 0 {
+				return fmt.Errorf("%w: placement %s: PCI device %s is held", ErrConflict, spec.Placement, a)
+			}
+		}
+		c.Placement, c.Usage, c.Devices = spec.Placement, us, devs
 	} else {
 		p, err := numa.Fit(hc.busy, spec.Request)
 		var nofit *numa.NoFitError
@@ -207,21 +234,25 @@ func (hc *hostCache) place(spec *ClaimSpec, c *Claim) error {
 		if err != nil {
 			return fmt.Errorf("usage of the fitted placement: %w", err)
 		}
-		c.Placement, c.Usage = p, us
+		devs, err := hc.topo.PlacementDevices(p)
+		if err != nil {
+			return fmt.Errorf("devices of the fitted placement: %w", err)
+		}
+		c.Placement, c.Usage, c.Devices = p, us, devs
 	}
 	if c.Usage == nil {
 		c.Usage = []numa.CellUsage{}
 	}
 	c.HostUsage = c.Placement.HostUsage()
-	use := claimUse{cells: c.Usage, host: c.HostUsage}
+	use := claimUse{cells: c.Usage, host: c.HostUsage, devs: c.Devices}
 	hc.pending[c.ID] = use
 	hc.addPending(use, 1)
 	return nil
 }
 
 // settle ends claim id's pending state when its script replied: with the
-// claim recorded (landed, pinning cpus and setting usage as of rev) or not.
-func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage []counter) {
+// claim recorded (landed, taking pins and setting usage as of rev) or not.
+func (hc *hostCache) settle(id string, landed bool, rev int64, pins pinSet, usage []counter) {
 	hc.mu.Lock()
 	defer hc.mu.Unlock()
 	us, ok := hc.pending[id]
@@ -232,8 +263,8 @@ func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage
 	if landed {
 		// Observed before the pending usage goes, so busy never shows the
 		// claim's pCPUs free in between.
-		hc.noteChange(rev, cpus, 1, usage)
-		hc.refreshPins(cpus)
+		hc.noteChange(rev, pins, 1, usage)
+		hc.refreshPins(pins)
 		for _, c := range usage {
 			hc.refreshField(c.field)
 		}
@@ -246,6 +277,13 @@ func (hc *hostCache) settle(id string, landed bool, rev int64, cpus []int, usage
 func (hc *hostCache) addPending(use claimUse, sign int) {
 	hc.addPendingField(hostMemField, int64(sign)*use.host.MemoryMB)
 	hc.addPendingField(hostVCPUsField, int64(sign*use.host.VCPUs))
+	for _, a := range use.devs {
+		hc.pendingDevs[a] += sign
+		if hc.pendingDevs[a] <= 0 {
+			delete(hc.pendingDevs, a)
+		}
+	}
+	hc.refreshPins(pinSet{devs: use.devs})
 	for _, u := range use.cells {
 		cpus := u.PinnedCPUs.List()
 		for _, cpu := range cpus {
@@ -254,7 +292,7 @@ func (hc *hostCache) addPending(use claimUse, sign int) {
 				delete(hc.pendingPins, cpu)
 			}
 		}
-		hc.refreshPins(cpus)
+		hc.refreshPins(pinSet{cpus: cpus})
 		c := hc.topo.Cell(u.Cell)
 		if c == nil {
 			continue
@@ -278,10 +316,14 @@ func (hc *hostCache) addPendingField(f string, n int64) {
 	hc.refreshField(f)
 }
 
-// refreshPins brings busy's pins of cpus up to the observed state plus the
-// pending claims.
-func (hc *hostCache) refreshPins(cpus []int) {
-	for _, cpu := range cpus {
+// refreshPins brings busy's pins up to the observed state plus the
+// pending claims: the given pCPUs, and the free device pools when devices
+// are given.
+func (hc *hostCache) refreshPins(pins pinSet) {
+	if len(pins.devs) > 0 {
+		hc.busy.Devices = hc.topo.FreeDevicePools(func(a string) bool { return hc.devs[a].val != 0 || hc.pendingDevs[a] > 0 })
+	}
+	for _, cpu := range pins.cpus {
 		i, ok := hc.cellOf[cpu]
 		if !ok {
 			continue
@@ -333,10 +375,15 @@ func (hc *hostCache) observed() *numa.Host { return hc.compose(false) }
 // compose makes a host of the topology and the observed state, plus the
 // pending claims if withPending.
 func (hc *hostCache) compose(withPending bool) *numa.Host {
-	pinned := make([]int, 0, len(hc.pins)+len(hc.pendingPins))
+	var pinned pinSet
 	for cpu, s := range hc.pins {
 		if s.val != 0 {
-			pinned = append(pinned, cpu)
+			pinned.cpus = append(pinned.cpus, cpu)
+		}
+	}
+	for a, s := range hc.devs {
+		if s.val != 0 {
+			pinned.devs = append(pinned.devs, a)
 		}
 	}
 	usage := make(map[string]int64, len(hc.usage))
@@ -345,7 +392,10 @@ func (hc *hostCache) compose(withPending bool) *numa.Host {
 	}
 	if withPending {
 		for cpu := range hc.pendingPins {
-			pinned = append(pinned, cpu)
+			pinned.cpus = append(pinned.cpus, cpu)
+		}
+		for a := range hc.pendingDevs {
+			pinned.devs = append(pinned.devs, a)
 		}
 		for f, n := range hc.pendingUse {
 			usage[f] = max(0, usage[f]+n)
@@ -370,20 +420,6 @@ func (l *Ledger) dropCache(name string, hc *hostCache) {
 		return
 	}
 	l.hosts.CompareAndDelete(name, hc)
-}
-
-// parseCPUList parses a script's comma-separated pCPU ids, leaving out
-// anything that is not a cpu id.
-func parseCPUList(s string) []int {
-	var out []int
-	for s != "" {
-		var item string
-		item, s, _ = strings.Cut(s, ",")
-		if id, err := strconv.Atoi(item); err == nil && id >= 0 && id <= numa.MaxCPU {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // parseCounterList parses a script's "field,value,field,value" list of

@@ -99,6 +99,10 @@ type Claim struct {
 	// HostUsage is what the claim takes of the host's host-level counters
 	// (Placement.HostUsage); a record without it took none.
 	HostUsage numa.HostUsage `json:"host_usage"`
+	// Devices are the PCI devices the claim holds, by address, sorted:
+	// those its placement takes, and the VFs of a PF it takes
+	// (numa.Host.PlacementDevices).
+	Devices []string `json:"devices,omitempty"`
 }
 
 // ClaimSpec asks for a claim. Give exactly one of Request (fit it on the
@@ -251,7 +255,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 			if len(res) >= 4 {
 				pins, _ := res[2].(string)
 				usage, _ := res[3].(string)
-				trusted = hc.observeState(toInt(res[1]), parseCPUList(pins), parseCounters(usage))
+				trusted = hc.observeState(toInt(res[1]), parsePins(pins), parseCounters(usage))
 			}
 			if !trusted {
 				l.dropCache(spec.Host, hc)
@@ -268,20 +272,20 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *Claim) ([]any, error) {
 	call, err := newClaimCall(hc.topo, c)
 	if err != nil {
-		hc.settle(c.ID, false, 0, nil, nil)
+		hc.settle(c.ID, false, 0, pinSet{}, nil)
 		return nil, err
 	}
 	res, err := l.apply.run(ctx, k, claimScript, call.args...)
 	// A reply is never empty (the applier makes that an error).
 	if err != nil || res[0] != "ok" || len(res) != 2+len(call.fields) {
-		hc.settle(c.ID, false, 0, nil, nil)
+		hc.settle(c.ID, false, 0, pinSet{}, nil)
 		return res, err
 	}
 	counters := make([]counter, len(call.fields))
 	for i, f := range call.fields {
 		counters[i] = counter{f, toInt(res[2+i])}
 	}
-	hc.settle(c.ID, true, toInt(res[1]), call.cpus, counters)
+	hc.settle(c.ID, true, toInt(res[1]), pinSet{cpus: call.cpus, devs: c.Devices}, counters)
 	return res, nil
 }
 
@@ -289,7 +293,7 @@ func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *
 // claim pins and adds to, to update the cache with from the reply.
 type claimCall struct {
 	args   []any
-	cpus   []int
+	cpus   []int    // the pCPUs the claim pins; its devices are c.Devices
 	fields []string // the usage fields the claim adds to, in argument order
 }
 
@@ -356,8 +360,9 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	}
 	call.cpus = pinned.List()
 
-	// The undo entry says what the claim took, "token|pCPUs|field,n,...",
-	// so that a release reads neither the record nor any JSON.
+	// The undo entry says what the claim took, "token|pins|field,n,...",
+	// the pins being its pCPUs and then its devices, so that a release
+	// reads neither the record nor any JSON.
 	e := append([]byte(nil), c.Token...)
 	e = append(e, '|')
 	for i, cpu := range call.cpus {
@@ -365,6 +370,12 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 			e = append(e, ',')
 		}
 		e = strconv.AppendInt(e, int64(cpu), 10)
+	}
+	for i, a := range c.Devices {
+		if i > 0 || len(call.cpus) > 0 {
+			e = append(e, ',')
+		}
+		e = append(e, a...)
 	}
 	e = append(e, '|')
 	for i, f := range call.fields {
@@ -380,9 +391,12 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode claim record: %w", err)
 	}
-	args := append(make([]any, 0, 6+len(call.cpus)+3*len(call.fields)), c.ID, record, entry, c.Generation, len(call.cpus))
+	args := append(make([]any, 0, 6+len(call.cpus)+len(c.Devices)+3*len(call.fields)), c.ID, record, entry, c.Generation, len(call.cpus)+len(c.Devices))
 	for _, cpu := range call.cpus {
 		args = append(args, cpu)
+	}
+	for _, a := range c.Devices {
+		args = append(args, a)
 	}
 	args = append(args, len(call.fields))
 	for _, f := range call.fields {
@@ -630,9 +644,9 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 		return false, nil
 	}
 	if hc := l.cachedHost(host); hc != nil && len(res) == 4 {
-		cpus, _ := res[2].(string)
+		pins, _ := res[2].(string)
 		counters, _ := res[3].(string)
-		hc.observe(toInt(res[1]), parseCPUList(cpus), parseCounterList(counters))
+		hc.observe(toInt(res[1]), parsePins(pins), parseCounterList(counters))
 	}
 	return true, nil
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +37,10 @@ func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host)
 	stored := topo.WithoutUsage()
 	if err := stored.Validate(); err != nil {
 		return 0, wrap(fmt.Errorf("%w: %v", ErrInvalid, err))
+	}
+	if len(stored.Devices) > 0 {
+		// A pool says how many devices, not which: nothing could be held.
+		return 0, wrap(fmt.Errorf("%w: pci_pools: the ledger takes a host's PCI devices one by one, as pci_devices with their addresses", ErrInvalid))
 	}
 	data, err := json.Marshal(stored)
 	if err != nil {
@@ -116,6 +121,19 @@ func holdsClaims(topo *numa.Host, records []string) error {
 		if err := h.Add(c.Usage); err != nil {
 			return fmt.Errorf("%w: claim %s of instance %s would not fit the new topology: %v", ErrConflict, c.ID, c.InstanceUUID, err)
 		}
+		// Its devices must be there, and hold what they held: a VF added
+		// under a PF passed through would be free to take.
+		if c.Placement == nil || len(c.Placement.Devices) == 0 {
+			continue
+		}
+		devs, err := topo.PlacementDevices(c.Placement)
+		if err != nil {
+			return fmt.Errorf("%w: claim %s of instance %s would not fit the new topology: %v", ErrConflict, c.ID, c.InstanceUUID, err)
+		}
+		if !slices.Equal(devs, c.Devices) {
+			return fmt.Errorf("%w: claim %s of instance %s holds PCI devices %s, which the new topology would make %s",
+				ErrConflict, c.ID, c.InstanceUUID, strings.Join(c.Devices, " "), strings.Join(devs, " "))
+		}
 	}
 	return nil
 }
@@ -176,7 +194,7 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 	}
 	pinsStr, _ := res[4].(string)
 	usageStr, _ := res[5].(string)
-	pinned, usage := parseCPUList(pinsStr), parseCounters(usageStr)
+	pinned, usage := parsePins(pinsStr), parseCounters(usageStr)
 	if !hc.observeState(rev, pinned, usage) {
 		// Older than what the cache saw: the host's keys were made anew.
 		hc = newHostCache(st.gen, gotDigest, hc.topo)
@@ -189,17 +207,6 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 	st.existing, _ = res[6].(string)
 	st.cache = hc
 	return st, nil
-}
-
-// cpuIDs parses pin keys, leaving out anything that is not a cpu id.
-func cpuIDs(keys []string) []int {
-	out := make([]int, 0, len(keys))
-	for _, k := range keys {
-		if id, err := strconv.Atoi(k); err == nil && id >= 0 && id <= numa.MaxCPU {
-			out = append(out, id)
-		}
-	}
-	return out
 }
 
 // The host-level usage fields: every claim's numa.HostUsage, summed
@@ -255,10 +262,11 @@ func init() {
 }
 
 // compose applies the ledger's pins and usage counters to a topology.
-func compose(topo *numa.Host, pins []int, usage map[string]int64) *numa.Host {
+func compose(topo *numa.Host, pins pinSet, usage map[string]int64) *numa.Host {
 	h := topo.Clone()
 	h.MemoryUsedMB, h.VCPUUsage = usage[hostMemField], int(usage[hostVCPUsField])
-	pinned := numa.NewCPUSet(pins...)
+	h.Devices = pins.freeDevices(topo)
+	pinned := numa.NewCPUSet(pins.cpus...)
 	for i := range h.Cells {
 		c := &h.Cells[i]
 		c.PinnedCPUs = pinned.Intersection(c.PCPUs)
@@ -304,6 +312,14 @@ type Pin struct {
 	State        ClaimState `json:"state,omitempty"`
 }
 
+// DevicePin is one held PCI device and its owner.
+type DevicePin struct {
+	Address      string     `json:"address"`
+	ClaimID      string     `json:"claim_id"`
+	InstanceUUID string     `json:"instance_uuid,omitempty"`
+	State        ClaimState `json:"state,omitempty"`
+}
+
 // CellLoad is what the ledger's counters say one host cell has given out.
 type CellLoad struct {
 	Cell       int   `json:"cell"`
@@ -323,6 +339,8 @@ type Snapshot struct {
 	Topology *numa.Host `json:"topology"`
 	// Pins are ordered by CPU.
 	Pins []Pin `json:"pins"`
+	// Devices are the held PCI devices, ordered by address.
+	Devices []DevicePin `json:"devices,omitempty"`
 	// Usage holds the cells with any counter above zero, by cell.
 	Usage []CellLoad `json:"usage"`
 	// HostUsage is what the host-level counters say all claims took.
@@ -390,12 +408,20 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	for f, v := range usage.Val() {
 		counters[f], _ = strconv.ParseInt(v, 10, 64)
 	}
-	s.Topology = compose(stored, cpuIDs(pinKeys), counters)
+	s.Topology = compose(stored, pinsOf(pinKeys), counters)
 	s.HostUsage = numa.HostUsage{MemoryMB: s.Topology.MemoryUsedMB, VCPUs: s.Topology.VCPUUsage}
-	for cpu, owner := range pins.Val() {
-		id, err := strconv.Atoi(cpu)
+	for key, owner := range pins.Val() {
+		if isDevicePin(key) {
+			d := DevicePin{Address: key, ClaimID: owner}
+			if c := byID[owner]; c != nil {
+				d.InstanceUUID, d.State = c.InstanceUUID, c.State
+			}
+			s.Devices = append(s.Devices, d)
+			continue
+		}
+		id, err := strconv.Atoi(key)
 		if err != nil {
-			return nil, wrap(fmt.Errorf("pin key %q is not a cpu id", cpu))
+			return nil, wrap(fmt.Errorf("pin key %q is neither a cpu id nor a PCI address", key))
 		}
 		p := Pin{CPU: id, Cell: -1, ClaimID: owner}
 		for _, c := range stored.Cells {
@@ -409,6 +435,7 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 		s.Pins = append(s.Pins, p)
 	}
 	sort.Slice(s.Pins, func(i, j int) bool { return s.Pins[i].CPU < s.Pins[j].CPU })
+	sort.Slice(s.Devices, func(i, j int) bool { return s.Devices[i].Address < s.Devices[j].Address })
 	if s.Usage, err = parseUsage(usage.Val()); err != nil {
 		return nil, wrap(err)
 	}

@@ -14,8 +14,9 @@ import (
 )
 
 // Verify checks the snapshot's invariants and returns every violation
-// found: no pCPU in two claims; the pins are exactly the claims' pCPUs,
-// each owned by its claim; every claim's pCPUs are pinnable CPUs of the
+// found: no pCPU or PCI device in two claims; the pins are exactly the
+// claims' pCPUs and devices, each owned by its claim; a claim's devices
+// are the host's and what its placement holds on them; every claim's pCPUs are pinnable CPUs of the
 // cell it names; the usage counters are the sums of the claims' usage,
 // the host-level ones too, and these stay within the host's limits (a
 // host whose ratios were lowered below what its claims take is reported
@@ -39,8 +40,22 @@ func (s *Snapshot) Verify() error {
 		}
 		return want[cell]
 	}
+	devOwner := map[string]string{}
 	var host numa.HostUsage
 	for _, c := range s.Claims {
+		for _, a := range c.Devices {
+			if prev, ok := devOwner[a]; ok {
+				bad("PCI device %s is in claims %s and %s", a, prev, c.ID)
+			}
+			devOwner[a] = c.ID
+		}
+		if c.Placement != nil && (len(c.Placement.Devices) > 0 || len(c.Devices) > 0) {
+			if want, err := s.Topology.PlacementDevices(c.Placement); err != nil {
+				bad("claim %s: %v", c.ID, err)
+			} else if !slices.Equal(want, c.Devices) {
+				bad("claim %s holds PCI devices [%s], its placement [%s]", c.ID, strings.Join(c.Devices, " "), strings.Join(want, " "))
+			}
+		}
 		host.MemoryMB += c.HostUsage.MemoryMB
 		host.VCPUs += c.HostUsage.VCPUs
 		if !slices.Contains(claimStates, c.State) {
@@ -83,6 +98,20 @@ func (s *Snapshot) Verify() error {
 	for cpu, id := range owner {
 		if !pinned[cpu] {
 			bad("claim %s uses pCPU %d, which is not pinned", id, cpu)
+		}
+	}
+	held := map[string]bool{}
+	for _, d := range s.Devices {
+		held[d.Address] = true
+		if o, ok := devOwner[d.Address]; !ok {
+			bad("PCI device %s is held by %s, which is not a live claim holding it", d.Address, d.ClaimID)
+		} else if o != d.ClaimID {
+			bad("PCI device %s is held by %s but claim %s holds it", d.Address, d.ClaimID, o)
+		}
+	}
+	for a, id := range devOwner {
+		if !held[a] {
+			bad("claim %s holds PCI device %s, which is not pinned", id, a)
 		}
 	}
 	got := map[int]CellLoad{}
@@ -138,12 +167,12 @@ func (s *Snapshot) Verify() error {
 	return errors.Join(errs...)
 }
 
-// checkUndo compares an undo entry, "token|pCPUs|field,n,...", with what
+// checkUndo compares an undo entry, "token|pins|field,n,...", with what
 // its claim says it took: a release frees what the entry says.
 func checkUndo(c *Claim, entry string) error {
 	parts := strings.Split(entry, "|")
 	if len(parts) != 3 {
-		return fmt.Errorf("undo entry %q is not token|pCPUs|counters", entry)
+		return fmt.Errorf("undo entry %q is not token|pins|counters", entry)
 	}
 	if parts[0] != c.Token {
 		return fmt.Errorf("undo entry has token %q, the record %q", parts[0], c.Token)
@@ -168,8 +197,12 @@ func checkUndo(c *Claim, entry string) error {
 	if c.HostUsage.VCPUs != 0 {
 		want[hostVCPUsField] = int64(c.HostUsage.VCPUs)
 	}
-	if got := numa.NewCPUSet(parseCPUList(parts[1])...); !got.Equal(cpus) {
+	pins := parsePins(parts[1])
+	if got := numa.NewCPUSet(pins.cpus...); !got.Equal(cpus) {
 		return fmt.Errorf("undo entry frees pCPUs %s, the record pins %s", got, cpus)
+	}
+	if got := slices.Sorted(slices.Values(pins.devs)); !slices.Equal(got, c.Devices) {
+		return fmt.Errorf("undo entry frees PCI devices [%s], the record holds [%s]", strings.Join(got, " "), strings.Join(c.Devices, " "))
 	}
 	if got := parseCounters(parts[2]); !maps.Equal(got, want) {
 		return fmt.Errorf("undo entry gives back %v, the record took %v", got, want)

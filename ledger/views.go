@@ -192,21 +192,22 @@ func viewOf(name string, res []any, asked string, held *numa.Host, decoded map[s
 	}
 	pins, _ := res[4].(string)
 	usage, _ := res[5].(string)
-	v.Host = composeView(v.Topology, parseCPUList(pins), parseCounters(usage))
+	v.Host = composeView(v.Topology, parsePins(pins), parseCounters(usage))
 	return v, nil
 }
 
 // composeView is compose for a view: the host shares what usage leaves
 // alone (sibling groups, cpusets, limits) with topo instead of copying it.
-func composeView(topo *numa.Host, pins []int, usage map[string]int64) *numa.Host {
+func composeView(topo *numa.Host, pins pinSet, usage map[string]int64) *numa.Host {
 	h := *topo
+	h.Devices = pins.freeDevices(topo)
 	h.Cells = make([]numa.Cell, len(topo.Cells))
 	n := 0
 	for _, c := range topo.Cells {
 		n += len(c.Pages)
 	}
 	pools := make([]numa.PagePool, 0, n)
-	pinned := numa.NewCPUSet(pins...)
+	pinned := numa.NewCPUSet(pins.cpus...)
 	h.MemoryUsedMB, h.VCPUUsage = usage[hostMemField], int(usage[hostVCPUsField])
 	for i, c := range topo.Cells {
 		at := len(pools)

@@ -27,6 +27,10 @@ type Host struct {
 	// Devices are the host's free PCI devices, pooled as Nova's PCI stats
 	// pool them. Placement.Devices names them by index.
 	Devices []DevicePool `json:"pci_pools,omitempty"`
+	// PCIDevices lists the host's devices one by one, when it is known
+	// that closely (a ledger's host): Devices are then its free ones,
+	// pooled (FreeDevicePools), and a fit names the devices it takes.
+	PCIDevices []PCIDevice `json:"pci_devices,omitempty"`
 }
 
 // Limits are a host's allocation ratios. Pinned vCPUs never overcommit.
@@ -242,7 +246,7 @@ func (h *Host) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return h.validateDevices()
 }
 
 // sortedCellOrder returns the indexes of h.Cells in the order Nova tries

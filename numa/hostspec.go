@@ -16,6 +16,9 @@ type HostSpec struct {
 	PackCells     bool   `json:"packing_host_numa_cells_allocation_strategy,omitempty"`
 	// PCIPools are the host's free PCI devices (Host.Devices).
 	PCIPools []DevicePool `json:"pci_pools,omitempty"`
+	// PCIDevices lists the host's devices one by one (Host.PCIDevices),
+	// as a host the ledger keeps gives them.
+	PCIDevices []PCIDevice `json:"pci_devices,omitempty"`
 }
 
 // CellSpec is one host cell of a HostSpec. CPUSet and PCPUSet, when absent,
@@ -141,7 +144,7 @@ func (s *HostSpec) Host(limits *Limits) (*Host, error) {
 		}
 	}
 	h := &Host{Cells: cells, SharedSet: shared, PackCells: s.PackCells, Limits: limits,
-		Devices: append([]DevicePool(nil), s.PCIPools...)}
+		Devices: append([]DevicePool(nil), s.PCIPools...), PCIDevices: append([]PCIDevice(nil), s.PCIDevices...)}
 	if err := h.Validate(); err != nil {
 		return nil, err
 	}
@@ -152,7 +155,7 @@ func (s *HostSpec) Host(limits *Limits) (*Host, error) {
 func SpecOf(h *Host) HostSpec {
 	list := func(c CPUSet) *[]int { l := c.List(); return &l }
 	s := HostSpec{CPUSharedSet: h.SharedSet.String(), PackCells: h.PackCells,
-		PCIPools: append([]DevicePool(nil), h.Devices...)}
+		PCIPools: append([]DevicePool(nil), h.Devices...), PCIDevices: append([]PCIDevice(nil), h.PCIDevices...)}
 	var dedicated CPUSet
 	for _, c := range h.Cells {
 		dedicated = dedicated.Union(c.PCPUs)

@@ -66,6 +66,9 @@ type DevicePool struct {
 	// Tags are the pool's other properties (physical_network,
 	// remote_managed, address, ...), which requests match by name.
 	Tags map[string]string
+	// Addresses are the pool's devices, Count of them, when the host lists
+	// its devices (Host.PCIDevices); a fit then names those it takes.
+	Addresses []string
 }
 
 // The pool keys that are not tags.
@@ -217,6 +220,9 @@ func (p *DevicePool) validate(i int, h *Host) error {
 	if p.Count < 0 || p.Count > maxPoolDevices {
 		return fmt.Errorf("%s: count %d: allowed are 0-%d", where, p.Count, maxPoolDevices)
 	}
+	if p.Addresses != nil && len(p.Addresses) != p.Count {
+		return fmt.Errorf("%s: count %d but %d addresses: a pool of listed devices counts them", where, p.Count, len(p.Addresses))
+	}
 	if p.NUMANode != nil && h.Cell(*p.NUMANode) == nil {
 		return fmt.Errorf("%s: numa_node %d: allowed are the host's cell ids (%s) or null", where, *p.NUMANode, cellIDList(h))
 	}
@@ -254,9 +260,15 @@ type PCIRequest struct {
 	Count int          `json:"count"`
 	Specs []DeviceSpec `json:"spec"`
 	// Policy is the NUMA affinity the devices need. A request as a guest
-	// gives it carries its own (a PCI alias's) or none; Request.AddDevices
-	// settles it with the flavor's and image's.
+	// gives it carries its own (a PCI alias's or a port's) or none;
+	// Request.AddDevices settles it with the flavor's and image's.
 	Policy PCIPolicy `json:"numa_policy,omitempty"`
+	// Alias is the PCI alias the request comes from, if any.
+	Alias string `json:"alias,omitempty"`
+	// Port and VNICType name the network port the request comes from, if
+	// any (PortRequests).
+	Port     string `json:"port,omitempty"`
+	VNICType string `json:"vnic_type,omitempty"`
 }
 
 // UnmarshalJSON reads a request whose count, when absent, is one, as a PCI
@@ -346,7 +358,8 @@ func (n *NetworkAffinity) has(physnet string) bool {
 // AddDevices adds to r the PCI devices and network affinity a guest asks
 // for beside its flavor's CPUs and memory. Each request's NUMA policy
 // becomes the flavor's or image's hw:pci_numa_affinity_policy when either
-// sets one, else the request's own, else legacy, as in Nova; a flavor and
+// sets one, else the request's own, else legacy, as in Nova; a port's own
+// policy, though, comes before the flavor's and image's. A flavor and
 // image that set different policies are invalid. A count below one, a
 // request without specs or an unknown policy is an *InvalidRequestError,
 // and r is left unchanged.
@@ -369,14 +382,15 @@ func (r *Request) AddDevices(pci []PCIRequest, network *NetworkAffinity, extraSp
 			if pr.Policy != "" && !pr.Policy.valid() {
 				return invalid("InvalidPCINUMAAffinity", "pci_requests[%d].numa_policy=%q: allowed values are %s", i, pr.Policy, pciPolicies)
 			}
-			reqs[i] = PCIRequest{Count: pr.Count, Specs: make([]DeviceSpec, len(pr.Specs)), Policy: pr.policy()}
+			reqs[i] = PCIRequest{Count: pr.Count, Specs: make([]DeviceSpec, len(pr.Specs)), Policy: pr.policy(),
+				Alias: pr.Alias, Port: pr.Port, VNICType: pr.VNICType}
 			for j, s := range pr.Specs {
 				reqs[i].Specs[j] = make(DeviceSpec, len(s))
 				for k, v := range s {
 					reqs[i].Specs[j][k] = v
 				}
 			}
-			if policy != "" {
+			if policy != "" && (pr.Port == "" || pr.Policy == "") {
 				reqs[i].Policy = policy
 			}
 		}

@@ -16,6 +16,8 @@ type DeviceTake struct {
 	VendorID  string `json:"vendor_id"`
 	ProductID string `json:"product_id"`
 	Count     int    `json:"count"`
+	// Addresses are the devices taken, when the host lists its devices.
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // deviceNeeds is what a guest asks of a host beyond its cells' CPUs and
@@ -105,6 +107,7 @@ func (d *deviceNeeds) take(cells []int) ([]DeviceTake, *deviceMiss) {
 		}
 		return out
 	}
+	blocked := heldDevices{}
 	var takes []DeviceTake
 	for ri := range d.reqs {
 		r := &d.reqs[ri]
@@ -141,12 +144,28 @@ func (d *deviceNeeds) take(cells []int) ([]DeviceTake, *deviceMiss) {
 		need := r.Count
 		for _, i := range cand {
 			n := min(need, left[i])
+			p := &h.Devices[d.pools[i]]
+			var addrs []string
+			if n > 0 && len(p.Addresses) == p.Count {
+				addrs = blocked.pick(p.Addresses, n)
+			}
 			left[i] -= n
 			need -= n
+			if len(addrs) > 0 {
+				// A VF taken holds its PF and a PF its VFs, so each pool
+				// has as many left as it has devices nothing holds.
+				for _, a := range addrs {
+					blocked.hold(h, a)
+				}
+				for j, pj := range d.pools {
+					if q := &h.Devices[pj]; len(q.Addresses) == q.Count {
+						left[j] = blocked.free(q.Addresses)
+					}
+				}
+			}
 			if n > 0 {
-				p := &h.Devices[d.pools[i]]
 				takes = append(takes, DeviceTake{Request: ri, Pool: d.pools[i], HostCell: p.NUMANode,
-					VendorID: p.VendorID, ProductID: p.ProductID, Count: n})
+					VendorID: p.VendorID, ProductID: p.ProductID, Count: n, Addresses: addrs})
 			}
 			if need == 0 {
 				break
@@ -154,6 +173,43 @@ func (d *deviceNeeds) take(cells []int) ([]DeviceTake, *deviceMiss) {
 		}
 	}
 	return takes, nil
+}
+
+// heldDevices are the listed devices one placement has taken so far, and
+// those they hold: a VF's PF, a PF's VFs.
+type heldDevices map[string]bool
+
+func (b heldDevices) hold(h *Host, addr string) {
+	for _, a := range h.DeviceHolds(addr) {
+		b[a] = true
+	}
+	if dev := h.PCIDevice(addr); dev != nil && dev.PhysFunction != "" {
+		b[dev.PhysFunction] = true
+	}
+}
+
+// pick returns the first n of addrs nothing holds, in list order.
+func (b heldDevices) pick(addrs []string, n int) []string {
+	var out []string
+	for _, a := range addrs {
+		if len(out) == n {
+			break
+		}
+		if !b[a] {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (b heldDevices) free(addrs []string) int {
+	n := 0
+	for _, a := range addrs {
+		if !b[a] {
+			n++
+		}
+	}
+	return n
 }
 
 // narrow keeps the pools with the NUMA affinity r's policy asks for. Each

@@ -259,6 +259,14 @@ func (p *Placement) Check() error {
 			return fmt.Errorf("numa: placement: pci_devices: request %d, pool %d, count %d: request and pool are indexes of 0 or more, count at least 1",
 				d.Request, d.Pool, d.Count)
 		}
+		if d.Addresses != nil && len(d.Addresses) != d.Count {
+			return fmt.Errorf("numa: placement: pci_devices: pool %d: count %d but %d addresses", d.Pool, d.Count, len(d.Addresses))
+		}
+		for _, a := range d.Addresses {
+			if !pciAddress.MatchString(a) {
+				return fmt.Errorf("numa: placement: pci_devices: address %q: allowed is a PCI address DDDD:BB:SS.F such as 0000:81:00.1", a)
+			}
+		}
 	}
 	guests, hosts := map[int]bool{}, map[int]bool{}
 	var used, vcpus CPUSet
@@ -349,6 +357,9 @@ func (p *Placement) devicesString() string {
 			where = fmt.Sprintf("h%d", *d.HostCell)
 		}
 		parts[i] = fmt.Sprintf("%s:%s x%d from pool %d (%s)", d.VendorID, d.ProductID, d.Count, d.Pool, where)
+		if len(d.Addresses) > 0 {
+			parts[i] += " " + strings.Join(d.Addresses, " ")
+		}
 	}
 	return "; pci " + strings.Join(parts, ", ")
 }

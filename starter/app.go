@@ -84,9 +84,19 @@ func (a *app) api() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := client.New(a.led, c, a.cfg.TaskQueue)
+	api := a.newClient(a.led, c)
 	api.Notify = func(note string) { fmt.Fprintln(os.Stderr, "pinflow: note: "+note) }
 	return api, nil
+}
+
+// newClient is an API client of the ledger and the Temporal client tc (nil
+// for commands that need no Temporal), with the configured PCI aliases.
+func (a *app) newClient(led *ledger.Ledger, tc tclient.Client) *client.Client {
+	api := client.New(led, tc, a.cfg.TaskQueue)
+	// config.Load refused aliases that do not parse.
+	aliases, _ := a.cfg.PCIAliases()
+	api.SetPCIAliases(aliases)
+	return api
 }
 
 // ledgerClient is a client that answers from the ledger alone, for
@@ -96,7 +106,7 @@ func (a *app) ledgerClient() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(led, nil, a.cfg.TaskQueue), nil
+	return a.newClient(led, nil), nil
 }
 
 func (a *app) close() {

@@ -136,7 +136,7 @@ func TestUsageErrors(t *testing.T) {
 		// Every flag that takes one value, the root's included.
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 			switch f.Value.(type) {
-			case pflag.SliceValue, keyValues:
+			case pflag.SliceValue, keyValues, portFlags:
 				return
 			}
 			first, second := f.DefValue, f.DefValue

@@ -242,6 +242,18 @@ type hostView struct {
 	Usage  hostUsage  `json:"host_usage"`
 	Cells  []cellView `json:"cells"`
 	Claims []claimRow `json:"claims"`
+	// Devices are the host's PCI devices in its list's order, each with
+	// the claim that holds it, if any.
+	Devices []deviceView `json:"devices,omitempty"`
+}
+
+// deviceView is one PCI device of a host and its owner.
+type deviceView struct {
+	numa.PCIDevice
+	Owner *owner `json:"owner,omitempty"`
+	// VFsInUse marks a free PF some of whose VFs are held: it cannot be
+	// given whole until they are free.
+	VFsInUse bool `json:"vfs_in_use,omitempty"`
 }
 
 // hostUsage is a host's host-level usage and limits (numa.Host.HostLimits).
@@ -312,6 +324,28 @@ func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
 			}
 		}
 		v.Cells = append(v.Cells, cv)
+	}
+	devOwners := map[string]owner{}
+	for _, p := range snap.Devices {
+		devOwners[p.Address] = owner{Claim: p.ClaimID, Instance: p.InstanceUUID, Name: nameOf(p.InstanceUUID), State: string(p.State)}
+	}
+	for _, d := range host.PCIDevices {
+		dv := deviceView{PCIDevice: d}
+		if o, ok := devOwners[d.Address]; ok {
+			dv.Owner = &o
+		}
+		v.Devices = append(v.Devices, dv)
+	}
+	for i := range v.Devices {
+		d := &v.Devices[i]
+		if d.PhysFunction == "" || d.Owner == nil {
+			continue
+		}
+		for j := range v.Devices {
+			if pf := &v.Devices[j]; pf.Address == d.PhysFunction && pf.Owner == nil {
+				pf.VFsInUse = true
+			}
+		}
 	}
 	for _, c := range snap.Claims {
 		row := claimRow{ID: c.ID, Instance: c.InstanceUUID, Kind: string(c.Kind), State: string(c.State),
@@ -423,6 +457,7 @@ func renderHost(w io.Writer, v *hostView, claims bool) {
 		}
 		fmt.Fprintf(w, "  cell %d  mem %d/%d MiB |%s\n", c.ID, c.MemoryUsedMB, c.MemoryMB, sb.String())
 	}
+	renderDevices(w, v.Devices, claims)
 	if claims && len(v.Claims) > 0 {
 		fmt.Fprintln(w, "  claims:")
 		for _, c := range v.Claims {
@@ -431,6 +466,51 @@ func renderHost(w io.Writer, v *hostView, claims bool) {
 	}
 	if claims {
 		fmt.Fprintln(w, "  (* pending: claimed by a running operation; ^ source hold of a resize; ~ tombstone of an evacuated guest)")
+	}
+}
+
+// renderDevices lists a host's PCI devices with their owners: each on its
+// own line with its kind and NUMA node when detail is set, all on one line
+// otherwise.
+func renderDevices(w io.Writer, devs []deviceView, detail bool) {
+	if len(devs) == 0 {
+		return
+	}
+	label := func(d deviceView) string {
+		switch {
+		case d.Owner == nil && d.VFsInUse && detail:
+			return "(its VFs are in use)"
+		case d.Owner == nil:
+			return "."
+		}
+		l := d.Owner.Name
+		if l == "" {
+			l = shortID(d.Owner.Instance)
+		}
+		return l + stateMark[ledger.ClaimState(d.Owner.State)]
+	}
+	if !detail {
+		var sb strings.Builder
+		for _, d := range devs {
+			fmt.Fprintf(&sb, " %s:%s", d.Address, label(d))
+		}
+		fmt.Fprintf(w, "  devices |%s\n", sb.String())
+		return
+	}
+	fmt.Fprintln(w, "  devices:")
+	for _, d := range devs {
+		node := "no NUMA node"
+		if d.NUMANode != nil {
+			node = fmt.Sprintf("cell %d", *d.NUMANode)
+		}
+		extra := ""
+		if d.PhysFunction != "" {
+			extra += " of " + d.PhysFunction
+		}
+		if n := d.Tags["physical_network"]; n != "" {
+			extra += " on " + n
+		}
+		fmt.Fprintf(w, "    %s  %s:%s %s%s, %s  %s\n", d.Address, d.VendorID, d.ProductID, d.DevType, extra, node, label(d))
 	}
 }
 

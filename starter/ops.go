@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -37,7 +39,12 @@ func bootCommand() *cobra.Command {
 		Short: "boot a new guest, pinned as its flavor asks",
 		Long: `Boot a guest of the flavor --vcpus, --memory-mb and --spec give, with the image
 properties --image-prop gives; both are validated as Nova's API does before
-anything starts. Without --host pinflow chooses the host, and tries the next
+anything starts. PCI devices come from the flavor's pci_passthrough:alias
+(--spec pci_passthrough:alias=NAME:COUNT, with the aliases PINFLOW_PCI_ALIAS
+defines) and from SR-IOV ports: --port name=NAME,physnet=NET,vnic=direct takes
+a VF on physical network NET (vnic direct-physical a whole PF; normal ports
+take none), placed on the guest's NUMA node as its policy asks (policy=
+required, legacy, preferred or socket). Without --host pinflow chooses the host, and tries the next
 one (up to three) when another operation took the room first. The boot runs
 as workflow instance-<uuid>.`,
 		Args: noArgs,
@@ -50,10 +57,12 @@ as workflow instance-<uuid>.`,
 	specs, props := keyValues{}, keyValues{}
 	fs.Var(specs, "spec", "a flavor extra spec (repeatable), e.g. hw:cpu_policy=dedicated")
 	fs.Var(props, "image-prop", "an image property (repeatable), e.g. hw_mem_page_size=2048")
+	var ports []numa.Port
+	fs.Var(portFlags{&ports}, "port", "a network port (repeatable), also taking policy= and trusted=")
 	of := addOpFlags(fs)
 	required(c, "name", "vcpus", "memory-mb")
 	c.RunE = func(c *cobra.Command, _ []string) error {
-		flavor := guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
+		flavor := guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props, Ports: ports}
 		if *vcpus <= 0 || *memory <= 0 {
 			return fmt.Errorf("boot %s: --vcpus %d --memory-mb %d: allowed are whole numbers from 1: %w", *name, *vcpus, *memory, errUsage)
 		}
@@ -388,6 +397,9 @@ func show(ref string, asJSON *bool, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "%s  %s\n  host %s  vm_state %s  task_state %s\n  %d vCPUs, %d MiB%s\n  placement: %s\n",
 			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, client.SpecList(inst.Request.ExtraSpecs, inst.Request.ImageProps), pins)
+		if line := devicesLine(inst.Request, inst.Placement); line != "" {
+			fmt.Fprintf(stdout, "  devices: %s\n", line)
+		}
 		if r := inst.Resize; r != nil && inst.VMState == guest.VMResized {
 			fmt.Fprintf(stdout, "  VERIFY_RESIZE: from %s, whose source hold %s is kept; it was %d vCPUs, %d MiB%s; 'pinflow resize confirm|revert %s'\n",
 				r.SourceHost, r.SourceClaimID, r.OldFlavor.VCPUs, r.OldFlavor.MemoryMB, client.SpecList(r.OldFlavor.ExtraSpecs, r.OldFlavor.ImageProps), inst.UUID)
@@ -397,6 +409,32 @@ func show(ref string, asJSON *bool, stdout io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// devicesLine names the PCI devices a guest's placement takes, each with
+// the alias or port it is for: "0000:81:10.1 (port data), 0000:05:00.0
+// (alias gpu)"; "" when it takes none.
+func devicesLine(f guest.Flavor, p *numa.Placement) string {
+	if p == nil || len(p.Devices) == 0 {
+		return ""
+	}
+	req, err := f.Request()
+	var parts []string
+	for _, t := range p.Devices {
+		what := fmt.Sprintf("request %d", t.Request)
+		if err == nil && t.Request < len(req.PCI) {
+			switch r := req.PCI[t.Request]; {
+			case r.Port != "":
+				what = "port " + r.Port
+			case r.Alias != "":
+				what = "alias " + r.Alias
+			}
+		}
+		for _, a := range t.Addresses {
+			parts = append(parts, fmt.Sprintf("%s (%s)", a, what))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // recordLine says in one line how a run of an operation went.

@@ -654,9 +654,12 @@ func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 		WaitForCancellation: true,
 		StaticSummary:       fmt.Sprintf("drain %s: move %s to %s", d.in.Host, g.UUID, g.Target),
 	})
+	// A guest passing PCI devices through cannot be live-migrated; the
+	// live-then-cold policy cold-migrates it at once.
+	devices := g.placement != nil && g.placement.Placement != nil && len(g.placement.Placement.Devices) > 0
 	var f workflow.ChildWorkflowFuture
-	switch d.in.Policy {
-	case DrainCold:
+	switch {
+	case d.in.Policy == DrainCold, d.in.Policy == DrainLiveThenCold && devices:
 		f = workflow.ExecuteChildWorkflow(cctx, Resize, ResizeInput{UUID: g.UUID, Reservation: g.Reservation, AutoConfirm: true})
 	default:
 		f = workflow.ExecuteChildWorkflow(cctx, LiveMigration, LiveMigrationInput{UUID: g.UUID, Reservation: g.Reservation,

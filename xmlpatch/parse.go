@@ -26,6 +26,8 @@ type domain struct {
 	iothreadIDs []int
 	memoryKiB   uint64
 	hasMemory   bool
+	// devices are the host PCI devices passed through, in document order.
+	devices []hostDevice
 }
 
 // guestCell is one <cpu><numa><cell>.
@@ -79,6 +81,9 @@ func parseDomain(doc string) (*domain, error) {
 		return nil, err
 	}
 	if err := d.readIOThreads(one); err != nil {
+		return nil, err
+	}
+	if err := d.readDevices(one); err != nil {
 		return nil, err
 	}
 	mem, err := one(root, "memory")

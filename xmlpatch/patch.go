@@ -37,6 +37,11 @@ type plan struct {
 //
 // Guest NUMA cells never change: a placement whose guest cells or vCPU
 // count differ from the domain's is an ErrMismatch, not a rewrite.
+//
+// The source address of each device element pinflow wrote (user alias
+// DeviceAlias(r, i)) becomes the i-th device p takes for PCI request r;
+// every device p takes must have its element. A placement without NUMA
+// cells decides no pins: only the devices are rewritten then.
 func Patch(domainXML string, p *numa.Placement) (string, error) {
 	if p == nil {
 		return "", badPlacement("no placement given")
@@ -45,11 +50,23 @@ func Patch(domainXML string, p *numa.Placement) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pl, err := d.plan(p)
+	var pl *plan
+	if p.HasNUMA() {
+		if pl, err = d.plan(p); err != nil {
+			return "", err
+		}
+	} else if err := p.Check(); err != nil {
+		return "", badPlacement("%v", err)
+	}
+	devices, err := d.planDevices(p)
 	if err != nil {
 		return "", err
 	}
-	out := d.apply(pl)
+	edits, err := d.deviceEdits(devices)
+	if err != nil {
+		return "", err
+	}
+	out := d.apply(pl, edits)
 	// The splice keeps bytes it did not write, so a document that parsed
 	// before parses after; check anyway rather than hand on broken XML.
 	if _, err := parseTree(out); err != nil {
@@ -61,9 +78,6 @@ func Patch(domainXML string, p *numa.Placement) (string, error) {
 // checkPlacement rejects ids that numa.CPUSet cannot hold before any set
 // is built from them, then checks the placement's own consistency.
 func checkPlacement(p *numa.Placement) error {
-	if !p.HasNUMA() {
-		return badPlacement("the placement has no NUMA cells, so it decides no pins; a domain is patched only for a NUMA placement")
-	}
 	for _, c := range p.Cells {
 		if c.GuestCell < 0 || c.GuestCell > numa.MaxCPU {
 			return badPlacement("guest cell %d: allowed ids are 0-%d", c.GuestCell, numa.MaxCPU)
@@ -213,8 +227,32 @@ type edit struct {
 	text     string
 }
 
-// apply splices the planned <cputune> and <numatune> into the document.
-func (d *domain) apply(pl *plan) string {
+// apply splices the planned <cputune> and <numatune> (none when pl is
+// nil) and the device edits into the document.
+func (d *domain) apply(pl *plan, edits []edit) string {
+	if pl != nil {
+		edits = append(edits, d.pinEdits(pl)...)
+	}
+	// An insertion (to == from) goes before a replacement starting there.
+	sort.Slice(edits, func(i, j int) bool {
+		if edits[i].from != edits[j].from {
+			return edits[i].from < edits[j].from
+		}
+		return edits[i].to < edits[j].to
+	})
+	var sb strings.Builder
+	at := 0
+	for _, e := range edits {
+		sb.WriteString(d.doc[at:e.from])
+		sb.WriteString(e.text)
+		at = e.to
+	}
+	sb.WriteString(d.doc[at:])
+	return sb.String()
+}
+
+// pinEdits write the planned <cputune> and <numatune>.
+func (d *domain) pinEdits(pl *plan) []edit {
 	var edits []edit
 	cputune := d.cputuneText(pl)
 	numatune := d.numatuneText(pl)
@@ -235,22 +273,7 @@ func (d *domain) apply(pl *plan) string {
 		}
 		edits = append(edits, edit{anchor.end, anchor.end, text})
 	}
-	// An insertion (to == from) goes before a replacement starting there.
-	sort.Slice(edits, func(i, j int) bool {
-		if edits[i].from != edits[j].from {
-			return edits[i].from < edits[j].from
-		}
-		return edits[i].to < edits[j].to
-	})
-	var sb strings.Builder
-	at := 0
-	for _, e := range edits {
-		sb.WriteString(d.doc[at:e.from])
-		sb.WriteString(e.text)
-		at = e.to
-	}
-	sb.WriteString(d.doc[at:])
-	return sb.String()
+	return edits
 }
 
 // cputuneAnchor returns the element a new <cputune> follows: the last of

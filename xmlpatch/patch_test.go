@@ -270,7 +270,6 @@ func TestPatchErrors(t *testing.T) {
 		{"shared without host cpus", src, mod(func(p *numa.Placement) {
 			p.Cells[0].DedicatedVCPUs, p.Cells[0].SharedVCPUs, p.Cells[0].Pins = set("1"), set("0"), map[int]int{1: 10}
 		}), ErrPlacement, "shared vCPUs 0 need the host cell's shared CPUs"},
-		{"no NUMA", src, &numa.Placement{}, ErrPlacement, "the placement has no NUMA cells"},
 		{"nil placement", src, nil, ErrPlacement, "no placement given"},
 		{"realtime outside", src, withRealtime(placed2x2(), set("3-4"), 1), ErrMismatch, "realtime vCPUs \"3-4\""},
 		{"priority", src, withRealtime(placed2x2(), set("3"), 100), ErrPlacement, "realtime priority 100: allowed priorities are 1-99"},

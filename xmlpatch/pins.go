@@ -32,6 +32,10 @@ type Pins struct {
 	RealtimePriority int `json:"realtime_priority,omitempty"`
 	// GuestCells are the guest NUMA cells of <cpu><numa>, in document order.
 	GuestCells []GuestCell `json:"guest_cells,omitempty"`
+	// Devices are the host PCI devices of the domain's <hostdev type='pci'>
+	// and <interface type='hostdev'> elements, as numa's addresses
+	// ("0000:81:00.1"), in document order.
+	Devices []string `json:"devices,omitempty"`
 }
 
 // MemoryPolicy is a NUMA memory policy: a mode and host nodes.

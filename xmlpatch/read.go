@@ -8,7 +8,8 @@ import (
 )
 
 // Read returns the pinning domainXML carries: its <cputune> pins and
-// scheduler policies, its <numatune>, its vCPU count and guest NUMA cells.
+// scheduler policies, its <numatune>, its vCPU count and guest NUMA cells,
+// and the host PCI devices it passes through.
 func Read(domainXML string) (*Pins, error) {
 	d, err := parseDomain(domainXML)
 	if err != nil {
@@ -22,6 +23,9 @@ func Read(domainXML string) (*Pins, error) {
 	}
 	for _, c := range d.cells {
 		p.GuestCells = append(p.GuestCells, GuestCell{ID: c.id, VCPUs: c.vcpus, MemoryKiB: c.bytes / 1024})
+	}
+	for _, dev := range d.devices {
+		p.Devices = append(p.Devices, dev.addr)
 	}
 	if err := d.readCPUTune(p); err != nil {
 		return nil, err

@@ -19,7 +19,7 @@ func parseDomain(doc string) (hypervisor.DomainIdentity, error) {
 }
 
 // checkPins checks that every cpuset and nodeset of domainXML names CPUs
-// and cells of host, which is what a real host checks when the guest
+// and cells of host, and every device passed through one of its devices, which is what a real host checks when the guest
 // starts or arrives; its error wraps hypervisor.ErrRejected.
 func checkPins(host *numa.Host, domainXML string) error {
 	pins, err := xmlpatch.Read(domainXML)
@@ -31,5 +31,12 @@ func checkPins(host *numa.Host, domainXML string) error {
 		cpus = cpus.Union(c.CPUs).Union(c.PCPUs)
 		nodes = nodes.With(c.ID)
 	}
-	return hypervisor.PinsFit(pins, cpus, nodes)
+	if err := hypervisor.PinsFit(pins, cpus, nodes); err != nil {
+		return err
+	}
+	have := make([]string, len(host.PCIDevices))
+	for i, dev := range host.PCIDevices {
+		have[i] = dev.Address
+	}
+	return hypervisor.DevicesFit(pins, have)
 }

@@ -176,7 +176,8 @@ func (c *chaos) report(format string, args ...any) {
 	}
 }
 
-// doublePins returns the pCPUs that two running domains of a host use.
+// doublePins returns the pCPUs and PCI devices that two running domains
+// of a host use.
 func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 	doms, err := c.drv.Domains(ctx, host)
 	if err != nil {
@@ -191,6 +192,7 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 		pinnable = pinnable.Union(cell.PCPUs)
 	}
 	owner := map[int]string{}
+	devOwner := map[string]string{}
 	var clashes []string
 	for _, d := range doms {
 		if d.State != hypervisor.StateRunning {
@@ -205,6 +207,15 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 				clashes = append(clashes, fmt.Sprintf("pCPU %d: %s and %s", cpu, other, d.UUID))
 			}
 			owner[cpu] = d.UUID
+		}
+		// A PF passed through uses its VFs too.
+		for _, a := range pins.Devices {
+			for _, held := range topo.DeviceHolds(a) {
+				if other, ok := devOwner[held]; ok && other != d.UUID {
+					clashes = append(clashes, fmt.Sprintf("PCI device %s: %s and %s", held, other, d.UUID))
+				}
+				devOwner[held] = d.UUID
+			}
 		}
 	}
 	return strings.Join(clashes, "; "), nil

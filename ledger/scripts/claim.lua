@@ -1,8 +1,9 @@
--- Makes one claim on a host, whole or not at all: pins its pCPUs, adds to
--- its usage counters and records it with its undo entry (release.lua).
+-- Makes one claim on a host, whole or not at all: pins its pCPUs and PCI
+-- devices, adds to its usage counters and records it with its undo entry (release.lua).
 -- KEYS: topo, pins, claims, usage, undo, lease, host state (hostKeys.all)
 -- ARGV: claim id, claim record (JSON), undo entry, the topology
---   generation the caller fitted against, n, n pCPU ids, m, then m times:
+--   generation the caller fitted against, n, n pins (pCPU ids, then PCI
+--   device addresses), m, then m times:
 --   usage field, amount to add, and the cap the field may reach or '' for
 --   none. The caps are every limit numa.Fit holds the counter to on that
 --   generation's topology (dedicated memory, memory and shared vCPUs to
@@ -16,9 +17,9 @@
 --   only an operation that names it claims there), {'gen', current}, or
 --   why it lost a race followed by the host's state, so the caller re-fits
 --   without reading it again:
---   {'taken', rev, pins, usage, cpu, owner} or
+--   {'taken', rev, pins, usage, pin, owner} or
 --   {'full', rev, pins, usage, field, used, want, cap}, where pins are the
---   pinned pCPUs and usage the counters as field,value pairs, comma-joined.
+--   pinned pCPUs and held devices and usage the counters as field,value pairs, comma-joined.
 --
 -- A retried claim that exists writes the host's rev again, unchanged: the
 -- wait for durability after the script counts only the writes of its own

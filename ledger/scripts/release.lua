@@ -1,5 +1,6 @@
--- Releases one claim on a host: unpins its pCPUs, takes its usage off the
--- counters and deletes its record, undo entry and fence lease.
+-- Releases one claim on a host: unpins its pCPUs and devices, takes its
+-- usage off the counters and deletes its record, undo entry and fence
+-- lease.
 -- KEYS: topo, pins, claims, usage, undo, lease, host state (hostKeys.all)
 -- ARGV: claim id, token ('' releases whatever the token), condition:
 --   '' none; 'pending' only a pending claim (a compensation must never
@@ -7,7 +8,7 @@
 --   in STATE whose fence lease has run out (the audit decided on the claim
 --   as it was, and a fenced hypervisor step may be acting for it right
 --   now)
--- Returns {1, rev, freed pCPUs, changed counters} (comma-joined, the
+-- Returns {1, rev, freed pins, changed counters} (comma-joined, the
 --   counters as field,value pairs), {0} when there is no such claim, {2}
 --   when the token did not match, {3} when the condition did not hold,
 --   {4} when the claim's record has no undo entry (nothing released).
@@ -19,7 +20,7 @@
 -- whichever.
 --
 -- The undo hash holds, beside each claim record, what the claim took:
--- "token|pCPUs|field,n,field,n". A release reads that short entry instead
+-- "token|pins|field,n,field,n". A release reads that short entry instead
 -- of the record: every string that enters Lua is hashed byte by byte, and
 -- a record is a hundred times longer.
 local topo, pinsKey, claimsKey, usageKey, undoKey, leaseKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -27,8 +28,9 @@ local call = redis.call
 local find, sub, match, gmatch = string.find, string.sub, string.match, string.gmatch
 local id, token, cond = ARGV[1], ARGV[2], ARGV[3]
 
--- parse reads an undo entry, "token|pCPUs|field,n,...", into
--- {token, cpus, fields, counts}; nil if it is not one.
+-- parse reads an undo entry, "token|pins|field,n,...", into
+-- {token, cpus, fields, counts}, the pins being pCPU ids and PCI device
+-- addresses alike; nil if it is not one.
 local function parse(entry)
   local bar1 = find(entry, '|', 1, true)
   local bar2 = bar1 and find(entry, '|', bar1 + 1, true)
@@ -36,7 +38,7 @@ local function parse(entry)
     return nil
   end
   local u = {token = sub(entry, 1, bar1 - 1), cpus = {}, fields = {}, counts = {}}
-  for cpu in gmatch(sub(entry, bar1 + 1, bar2 - 1), '%d+') do
+  for cpu in gmatch(sub(entry, bar1 + 1, bar2 - 1), '[^,]+') do
     u.cpus[#u.cpus + 1] = cpu
   end
   for f, n in gmatch(sub(entry, bar2 + 1), '([^,]+),(%d+)') do

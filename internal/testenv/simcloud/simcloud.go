@@ -107,6 +107,46 @@ func (w *World) AddHost(t testing.TB, name string) {
 	}
 }
 
+// AddDeviceHost registers a host as AddHost does, with an SR-IOV NIC on
+// its cell: PF 0000:81:00.0 and its VFs 0000:81:10.0 and 0000:81:10.1,
+// all on physical network physnet1.
+func (w *World) AddDeviceHost(t testing.TB, name string) {
+	t.Helper()
+	h, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 8, Threads: 1, MemoryMB: 16384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := 0
+	dev := func(addr string, typ numa.DeviceType, product, parent string) numa.PCIDevice {
+		return numa.PCIDevice{Address: addr, VendorID: "8086", ProductID: product, DevType: typ, PhysFunction: parent,
+			NUMANode: &node, Tags: map[string]string{"physical_network": "physnet1"}}
+	}
+	h.PCIDevices = []numa.PCIDevice{
+		dev("0000:81:00.0", numa.DeviceTypePF, "1572", ""),
+		dev("0000:81:10.0", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
+		dev("0000:81:10.1", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
+	}
+	ctx := context.Background()
+	if err := w.Driver.AddHost(ctx, name, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Ledger.RegisterHost(ctx, name, h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// DeviceFlavor is Flavor with an SR-IOV port on physnet1, so the guest
+// takes a VF; floating drops the dedicated CPUs, so the VF is all it
+// holds besides memory.
+func DeviceFlavor(floating bool) guest.Flavor {
+	f := Flavor()
+	if floating {
+		f.ExtraSpecs = nil
+	}
+	f.Ports = []numa.Port{{Name: "data", Physnet: "physnet1", VNICType: numa.VNICDirect}}
+	return f
+}
+
 // Flavor is the guests' flavor: two dedicated vCPUs and 512 MB. Each call
 // returns a new copy, so a test may change its own.
 func Flavor() guest.Flavor {
@@ -119,7 +159,13 @@ func UUID(n int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", n)
 // Claim makes a pending claim of Flavor for uuid on host, owned by owner.
 func (w *World) Claim(t testing.TB, host, id, uuid string, kind ledger.ClaimKind, owner activities.Owner) activities.ClaimResult {
 	t.Helper()
-	c, err := w.Acts.Claim(context.Background(), activities.ClaimInput{Host: host, ClaimID: id, UUID: uuid, Kind: kind, Owner: owner, Flavor: Flavor()})
+	return w.ClaimFlavor(t, host, id, uuid, kind, owner, Flavor())
+}
+
+// ClaimFlavor is Claim of flavor f.
+func (w *World) ClaimFlavor(t testing.TB, host, id, uuid string, kind ledger.ClaimKind, owner activities.Owner, f guest.Flavor) activities.ClaimResult {
+	t.Helper()
+	c, err := w.Acts.Claim(context.Background(), activities.ClaimInput{Host: host, ClaimID: id, UUID: uuid, Kind: kind, Owner: owner, Flavor: f})
 	if err != nil {
 		t.Fatalf("Claim(%s on %s): %v", id, host, err)
 	}
@@ -130,11 +176,17 @@ func (w *World) Claim(t testing.TB, host, id, uuid string, kind ledger.ClaimKind
 // record, claim, spawn, commit and attach.
 func (w *World) Boot(t testing.TB, host, uuid string, owner activities.Owner) activities.ClaimResult {
 	t.Helper()
+	return w.BootFlavor(t, host, uuid, owner, Flavor())
+}
+
+// BootFlavor is Boot of flavor f.
+func (w *World) BootFlavor(t testing.TB, host, uuid string, owner activities.Owner, f guest.Flavor) activities.ClaimResult {
+	t.Helper()
 	ctx := context.Background()
-	if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: uuid, Name: "vm-" + uuid[:8], Flavor: Flavor()}); err != nil {
+	if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: uuid, Name: "vm-" + uuid[:8], Flavor: f}); err != nil {
 		t.Fatal(err)
 	}
-	c := w.Claim(t, host, "boot-"+owner.FirstRunID, uuid, ledger.KindBoot, owner)
+	c := w.ClaimFlavor(t, host, "boot-"+owner.FirstRunID, uuid, ledger.KindBoot, owner, f)
 	if err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: uuid, Host: host, Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
 		t.Fatal(err)
 	}
