@@ -23,15 +23,16 @@ type checkReport struct {
 
 func checkCommand() *cobra.Command {
 	c := &cobra.Command{Use: "check", Short: "verify the ledger's invariants on every host", Args: noArgs,
-		Long: `Verify, host by host, that no pCPU has two owners, that usage equals the
-claims, that every committed claim is its instance's placement, and that
-every host the ledger names has its topology. It exits 1 on a problem.`}
+		Long: `Verify, host by host, that no pCPU or PCI device has two owners, that usage
+equals the claims, that every committed claim is its instance's placement,
+and that every host the ledger names has its topology. It exits 1 on a
+problem.`}
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, _ []string) error { return check(asJSON, c.OutOrStdout()) }
 	return c
 }
 
-// check verifies, host by host, that no pCPU has two owners and the
+// check verifies, host by host, that no pCPU or PCI device has two owners and the
 // usage counters equal the claims' sum (Snapshot.Verify), and that every
 // committed claim is the one its instance's record names, with the same
 // placement. Pending claims belong to operations in flight, source holds
@@ -108,7 +109,7 @@ func check(asJSON *bool, stdout io.Writer) error {
 				fmt.Fprintln(stdout, "  PROBLEM: "+p)
 			}
 			if len(r.Problems) == 0 {
-				fmt.Fprintln(stdout, "ok: every host named has its topology, no pCPU has two owners, usage equals the claims, and every committed claim is its instance's placement")
+				fmt.Fprintln(stdout, "ok: every host named has its topology, no pCPU or PCI device has two owners, usage equals the claims, and every committed claim is its instance's placement")
 			}
 		}
 		if len(r.Problems) > 0 {

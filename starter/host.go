@@ -65,6 +65,7 @@ defaults.`,
 	asJSON := outputFlags(fs)
 	libvirtURI := fs.String("libvirt", "", "register a libvirt host by URI; its topology comes from libvirt")
 	migrateURI := fs.String("migrate-uri", "", "with --libvirt: the migrate_uri for migrations to this host, e.g. tcp://10.0.0.2")
+	deviceSpec := fs.String("device-spec", "", `with --libvirt: the PCI devices guests may take, a JSON array as Nova's [pci] device_spec`)
 	cpuRatio := fs.Float64("cpu-allocation-ratio", 4, "shared vCPUs per shared CPU (Nova's cpu_allocation_ratio)")
 	ramRatio := fs.Float64("ram-allocation-ratio", 1, "guest memory per MiB of host memory (Nova's ram_allocation_ratio)")
 	reserved := fs.Int64("reserved-host-memory-mb", 0, "memory kept for the host, MiB (Nova's reserved_host_memory_mb)")
@@ -75,11 +76,15 @@ defaults.`,
 			return err
 		}
 		req := client.AddHostRequest{Name: name}
+		if *deviceSpec != "" && *libvirtURI == "" {
+			return fmt.Errorf("host add: --device-spec picks devices libvirt reports; give --libvirt URI, or pci_devices in the --topology file: %w", errUsage)
+		}
 		if *libvirtURI != "" {
 			if *topology != "" || *cells != 0 || *cores != 0 {
 				return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
 			}
-			req.Libvirt = &libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared}
+			req.Libvirt = &libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared,
+				DeviceSpec: *deviceSpec}
 			req.Limits = limits
 		} else {
 			var host *numa.Host

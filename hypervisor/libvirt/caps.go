@@ -121,7 +121,8 @@ func (d *Driver) Capabilities(ctx context.Context, host string) (*numa.Host, err
 }
 
 // HostSpec is Capabilities in the operator's spec form (numa.HostSpec), with
-// the host's cpu_dedicated_set and cpu_shared_set filled in, for storing
+// the host's cpu_dedicated_set and cpu_shared_set filled in, and the PCI
+// devices its device_spec offers (from libvirt's node devices), for storing
 // or printing a host's topology.
 func (d *Driver) HostSpec(ctx context.Context, host string) (numa.HostSpec, error) {
 	c, err := d.connect(ctx, host)
@@ -142,6 +143,23 @@ func (d *Driver) HostSpec(ctx context.Context, host string) (numa.HostSpec, erro
 	}
 	spec.CPUDedicatedSet = c.hc.CPUDedicatedSet
 	spec.CPUSharedSet = c.hc.CPUSharedSet
+	if c.hc.DeviceSpec != "" {
+		specs, err := ParseDeviceSpecs(c.hc.DeviceSpec)
+		if err != nil {
+			return numa.HostSpec{}, fmt.Errorf("libvirt: host %s: %w", host, err)
+		}
+		docs, err := c.pciNodeDevices(ctx)
+		if err != nil {
+			return numa.HostSpec{}, err
+		}
+		cells := make([]int, len(spec.Cells))
+		for i, cell := range spec.Cells {
+			cells[i] = cell.ID
+		}
+		if spec.PCIDevices, err = OfferedDevices(docs, specs, cells); err != nil {
+			return numa.HostSpec{}, fmt.Errorf("libvirt: host %s: %w (%s)", host, err, c.where())
+		}
+	}
 	return spec, nil
 }
 

@@ -66,9 +66,14 @@ type HostConfig struct {
 	// CPU both pinnable and shared.
 	CPUDedicatedSet string `json:"cpu_dedicated_set,omitempty"`
 	CPUSharedSet    string `json:"cpu_shared_set,omitempty"`
+	// DeviceSpec lists the host's PCI devices guests may take, as a JSON
+	// array of Nova's [pci] device_spec entries (ParseDeviceSpecs); empty
+	// offers none.
+	DeviceSpec string `json:"device_spec,omitempty"`
 }
 
-// Validate checks the URI, the migrate URI and the CPU sets; its error
+// Validate checks the URI, the migrate URI, the CPU sets and the device
+// list; its error
 // names the bad value.
 func (c HostConfig) Validate() error {
 	if _, err := parseURI(c.URI); err != nil {
@@ -89,6 +94,11 @@ func (c HostConfig) Validate() error {
 		}
 		if _, err := numa.Parse(s.value); err != nil {
 			return fmt.Errorf("%s %q: %w", s.name, s.value, err)
+		}
+	}
+	if c.DeviceSpec != "" {
+		if _, err := ParseDeviceSpecs(c.DeviceSpec); err != nil {
+			return err
 		}
 	}
 	return nil

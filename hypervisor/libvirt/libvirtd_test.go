@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	"github.com/google/go-cmp/cmp"
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/pinflow/pinflow/hypervisor"
@@ -204,6 +206,10 @@ func TestCapabilitiesMatchSys(t *testing.T) {
 	if !all.Equal(online) {
 		t.Errorf("cells hold cpus %s; /sys/devices/system/cpu/online says %s", all, online)
 	}
+	if len(host.PCIDevices) != 0 {
+		t.Errorf("a host without a device_spec offers devices %+v", host.PCIDevices)
+	}
+	checkDevicesMatchSys(t, d, h, host)
 
 	// cpu_dedicated_set and cpu_shared_set split the CPUs as in Nova.
 	if online.Len() < 2 {
@@ -224,6 +230,54 @@ func TestCapabilitiesMatchSys(t *testing.T) {
 	if !shared.Equal(first) || !dedicated.Equal(rest) || !split.SharedSet.Equal(first) {
 		t.Errorf("Capabilities(caps-split with dedicated %s, shared %s): cpusets %s, pcpusets %s, shared set %s",
 			rest, first, shared, dedicated, split.SharedSet)
+	}
+}
+
+// checkDevicesMatchSys registers the host again with a device_spec that
+// offers every PCI device of one vendor, tagged, and checks the devices
+// against /sys/bus/pci: addresses, ids, NUMA node and SR-IOV kind.
+func checkDevicesMatchSys(t *testing.T, d *Driver, h *testenv.LibvirtHost, host *numa.Host) {
+	t.Helper()
+	const sysPCI = "/sys/bus/pci/devices"
+	entries, err := os.ReadDir(sysPCI)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("this machine lists no PCI devices in %s (%v)", sysPCI, err)
+	}
+	vendor := strings.TrimPrefix(readSys(t, filepath.Join(sysPCI, entries[0].Name(), "vendor")), "0x")
+	var want []numa.PCIDevice
+	for _, e := range entries {
+		dir := filepath.Join(sysPCI, e.Name())
+		if strings.TrimPrefix(readSys(t, filepath.Join(dir, "vendor")), "0x") != vendor {
+			continue
+		}
+		dev := numa.PCIDevice{Address: e.Name(), VendorID: vendor, ProductID: strings.TrimPrefix(readSys(t, filepath.Join(dir, "device")), "0x"),
+			DevType: numa.DeviceTypePCI, Tags: map[string]string{"physical_network": "physnet1"}}
+		if b, err := os.ReadFile(filepath.Join(dir, "numa_node")); err == nil {
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 && host.Cell(n) != nil {
+				dev.NUMANode = &n
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "sriov_totalvfs")); err == nil && strings.TrimSpace(string(b)) != "0" {
+			dev.DevType = numa.DeviceTypePF
+		}
+		if pf, err := os.Readlink(filepath.Join(dir, "physfn")); err == nil {
+			dev.DevType, dev.PhysFunction = numa.DeviceTypeVF, filepath.Base(pf)
+		}
+		want = append(want, dev)
+	}
+	spec := fmt.Sprintf(`[{"vendor_id": %q, "physical_network": "physnet1"}]`, vendor)
+	if err := d.RegisterHost("caps-devices", HostConfig{URI: h.URI, DeviceSpec: spec}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := d.Capabilities(opContext(t), "caps-devices")
+	if err != nil {
+		t.Fatalf("Capabilities(caps-devices): %v", err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("Capabilities(caps-devices): Validate: %v", err)
+	}
+	if diff := cmp.Diff(want, got.PCIDevices); diff != "" {
+		t.Errorf("devices offered by %s, against %s (-sys +libvirt):\n%s", spec, sysPCI, diff)
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 // clusterChaos is a calm chaos run on a new cluster stack: four hosts of
 // two cells of six cores, room for every guest to move at its largest.
 func clusterChaos(t *testing.T, window time.Duration) *chaos {
-	c := chaosOn(newClusterStack(t), 4, 6)
+	c := chaosOn(newClusterStack(t), 4, 6, false)
 	c.calm = true
 	c.slots, c.ops, c.window = 6, 10000, window
 	c.interrupt = func(*rand.Rand) string { return "" }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,16 +22,41 @@ func deviceTopology(t *testing.T) string {
 		t.Fatal(err)
 	}
 	node := 0
-	nic := func(addr string, typ numa.DeviceType, product, parent string) numa.PCIDevice {
+	h.PCIDevices = append(nic(0, node, 2), numa.PCIDevice{Address: "0000:3b:00.0", VendorID: "10de", ProductID: "1db4", DevType: numa.DeviceTypePCI, NUMANode: &node})
+	return topologyFile(t, h)
+}
+
+// nicTopology writes a host file of cells cells of cores cores, 16 GiB
+// each, with an SR-IOV NIC of vfs VFs on physnet1 on every cell.
+func nicTopology(t *testing.T, cells, cores, vfs int) string {
+	t.Helper()
+	h, err := numa.Uniform(numa.UniformSpec{Cells: cells, Cores: cores, Threads: 1, MemoryMB: 16384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range cells {
+		h.PCIDevices = append(h.PCIDevices, nic(c, c, vfs)...)
+	}
+	return topologyFile(t, h)
+}
+
+// nic is the i-th SR-IOV NIC of a host, on cell node: PF 0000:8i:00.0 and
+// its VFs 0000:8i:10.0.., all on physnet1.
+func nic(i, node, vfs int) []numa.PCIDevice {
+	pf := fmt.Sprintf("0000:%02x:00.0", 0x81+i)
+	dev := func(addr string, typ numa.DeviceType, product, parent string) numa.PCIDevice {
 		return numa.PCIDevice{Address: addr, VendorID: "8086", ProductID: product, DevType: typ, PhysFunction: parent,
 			NUMANode: &node, Tags: map[string]string{"physical_network": "physnet1"}}
 	}
-	h.PCIDevices = []numa.PCIDevice{
-		nic("0000:81:00.0", numa.DeviceTypePF, "1572", ""),
-		nic("0000:81:10.0", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
-		nic("0000:81:10.1", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
-		{Address: "0000:3b:00.0", VendorID: "10de", ProductID: "1db4", DevType: numa.DeviceTypePCI, NUMANode: &node},
+	out := []numa.PCIDevice{dev(pf, numa.DeviceTypePF, "1572", "")}
+	for v := range vfs {
+		out = append(out, dev(fmt.Sprintf("0000:%02x:%02x.%x", 0x81+i, 0x10+v/8, v%8), numa.DeviceTypeVF, "154c", pf))
 	}
+	return out
+}
+
+func topologyFile(t *testing.T, h *numa.Host) string {
+	t.Helper()
 	data, err := json.Marshal(numa.SpecOf(h))
 	if err != nil {
 		t.Fatal(err)

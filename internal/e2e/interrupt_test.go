@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,6 +71,10 @@ type chaos struct {
 	// calm leaves out the hypervisor faults, so that every operation that
 	// is not interrupted must succeed.
 	calm bool
+	// devices gives each host cell an SR-IOV NIC and every other guest an
+	// SR-IOV port, so its VF is claimed, moved and freed with its pCPUs;
+	// those guests are cold-migrated where others are live-migrated.
+	devices bool
 	// events happen once each, at their offset from the start of the run:
 	// a node killed, a Redis master lost, workers restarted.
 	events []chaosEvent
@@ -83,6 +88,9 @@ type chaos struct {
 	outcomes   map[string]int
 	violations []string
 	samples    atomic.Int64
+	// passing counts the domain reads that found a running guest passing
+	// a device through: a run with devices must have some.
+	passing    atomic.Int64
 	audits     atomic.Int64
 	freed      atomic.Int64
 	kills      atomic.Int64
@@ -112,27 +120,36 @@ type span struct {
 }
 
 // newChaos starts a stack with hosts h0.. of two cells of cores pCPUs
-// each; a durable Redis (an fsync per write) when it is to be restarted.
-func newChaos(t *testing.T, hosts, cores int, durable bool) *chaos {
+// each (with SR-IOV NICs when devices is set); a durable Redis (an fsync
+// per write) when it is to be restarted.
+func newChaos(t *testing.T, hosts, cores int, durable, devices bool) *chaos {
 	var opts []testenv.RedisOption
 	if durable {
 		opts = append(opts, testenv.AppendOnly())
 	}
-	return chaosOn(newStackWith(t, opts), hosts, cores)
+	return chaosOn(newStackWith(t, opts), hosts, cores, devices)
 }
 
 // chaosOn is a chaos run on a stack already started.
-func chaosOn(s *stack, hosts, cores int) *chaos {
+func chaosOn(s *stack, hosts, cores int, devices bool) *chaos {
 	t := s.t
-	c := &chaos{s: s, t: t, tc: s.tc, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"),
+	c := &chaos{s: s, t: t, tc: s.tc, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"), devices: devices,
 		outcomes: map[string]int{}, held: map[string]string{}, seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv("PINFLOW_CHAOS_SEED"); v != "" {
 		fmt.Sscan(v, &c.seed)
 	}
 	t.Logf("seed %d (PINFLOW_CHAOS_SEED repeats it)", c.seed)
+	topo := ""
+	if devices {
+		topo = nicTopology(t, 2, cores, 4)
+	}
 	for i := range hosts {
 		h := fmt.Sprintf("h%d", i)
 		c.hosts = append(c.hosts, h)
+		if devices {
+			s.ok("host", "add", h, "--topology", topo)
+			continue
+		}
 		s.ok("host", "add", h, "--cells", "2", "--cores", fmt.Sprint(cores), "--memory-mb", "16384")
 	}
 	rdb := s.redisClient()
@@ -207,6 +224,9 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 				clashes = append(clashes, fmt.Sprintf("pCPU %d: %s and %s", cpu, other, d.UUID))
 			}
 			owner[cpu] = d.UUID
+		}
+		if len(pins.Devices) > 0 {
+			c.passing.Add(1)
 		}
 		// A PF passed through uses its VFs too.
 		for _, a := range pins.Devices {
@@ -318,6 +338,10 @@ func unsettled(res *workflows.ReconcileResult) string {
 func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, deadline time.Time) {
 	rng := rand.New(rand.NewPCG(c.seed, uint64(slot)))
 	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	withDevices := c.devices && slot%2 == 1
+	if withDevices {
+		flavor.Ports = []numa.Port{{Name: "data", Physnet: "physnet1", VNICType: numa.VNICDirect}}
+	}
 	uuid := ""
 	for n := 0; started.Add(1) <= int64(c.ops) && time.Now().Before(deadline) || !c.enoughAlongside(); n++ {
 		if ctx.Err() != nil {
@@ -343,7 +367,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			c.uuids = append(c.uuids, uuid)
 			c.mu.Unlock()
 			op, wf, in = workflows.OpBoot, workflows.Boot, workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
-		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4:
+		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4 && !withDevices:
 			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 3:
 			// A resize between 2 and 3 vCPUs, or a cold migration; its
@@ -731,6 +755,12 @@ func (c *chaos) summary() {
 	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting or host off); %d drains; %d fence cycles; %d recoveries; %d workers of another namespace; %d worker kills; %d Redis restarts; %d violations",
 		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.drains.Load(), c.fences.Load(), c.recovers.Load(), c.foreign.Load(),
 		c.kills.Load(), c.restarts.Load(), len(c.violations))
+	if c.devices {
+		c.t.Logf("%d reads of a running guest passing a device through", c.passing.Load())
+		if c.passing.Load() == 0 {
+			c.t.Errorf("no sample found a running guest with a device: the run did not exercise devices")
+		}
+	}
 }
 
 // waitIdle waits until no workflow of any guest or drain is open.
@@ -756,7 +786,8 @@ func (c *chaos) waitIdle(ctx context.Context) {
 
 // checkEnd checks the settled state: no pCPU used by two running guests,
 // every running guest pinned exactly to the committed claim its record
-// names on its host, and no claim that no record names.
+// names on its host, passing through exactly its devices, and no claim
+// that no record names.
 func (c *chaos) checkEnd(ctx context.Context) {
 	t := c.t
 	named := map[string]string{} // host/claim -> uuid
@@ -823,6 +854,14 @@ func (c *chaos) checkEnd(ctx context.Context) {
 			if got := pins.HostCPUs().Intersection(want.Union(pinnableOf(snap))); !got.Equal(want) {
 				t.Errorf("guest %s on %s is pinned to %s, its claim %s holds %s", d.UUID, h, got, cl.ID, want)
 			}
+			var used []string
+			for _, a := range pins.Devices {
+				used = append(used, snap.Topology.DeviceHolds(a)...)
+			}
+			slices.Sort(used)
+			if !slices.Equal(used, cl.Devices) {
+				t.Errorf("guest %s on %s passes through PCI devices %v, its claim %s holds %v", d.UUID, h, used, cl.ID, cl.Devices)
+			}
 		}
 	}
 	var twice []string
@@ -863,7 +902,7 @@ func recordHost(inst *ledger.Instance) string {
 func TestInterruptedOperations(t *testing.T) {
 	t.Parallel()
 	// Room enough that a drain can often plan its host's guests.
-	c := newChaos(t, 4, 4, false)
+	c := newChaos(t, 4, 4, false, true)
 	c.slots, c.ops, c.window = 8, 80, 60*time.Second
 	c.drainEvery, c.idle = 2*time.Second, 2*time.Second
 	c.fenceEvery, c.recoverEvery, c.foreignWorkerEvery = 5*time.Second, 3*time.Second, 15*time.Second
@@ -883,7 +922,7 @@ func TestInterruptedOperations(t *testing.T) {
 // while operations are cancelled at random points, with the same checks.
 func TestWorkerKilledUnderInterruptions(t *testing.T) {
 	t.Parallel()
-	c := newChaos(t, 4, 3, false)
+	c := newChaos(t, 4, 3, false, false)
 	c.slots, c.ops, c.window = 6, 48, 45*time.Second
 	c.killEvery = 7 * time.Second
 	c.interrupt = func(rng *rand.Rand) string {
@@ -908,7 +947,7 @@ func TestSoak(t *testing.T) {
 	t.Parallel()
 	ops, hosts, guests := envInt("PINFLOW_SOAK_OPS", 240), envInt("PINFLOW_SOAK_HOSTS", 8), envInt("PINFLOW_SOAK_GUESTS", 16)
 	window := time.Duration(envInt("PINFLOW_SOAK_MINUTES", 2)) * time.Minute
-	c := newChaos(t, hosts, 6, true)
+	c := newChaos(t, hosts, 6, true, true)
 	c.slots, c.ops, c.window = guests, ops, window
 	c.killEvery = time.Duration(envInt("PINFLOW_SOAK_KILL_SECONDS", 10)) * time.Second
 	c.restartRedisEvery = time.Duration(envInt("PINFLOW_SOAK_REDIS_SECONDS", 15)) * time.Second

@@ -1,0 +1,224 @@
+package libvirt
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/pinflow/pinflow/numa"
+)
+
+// DeviceSpec is one entry of a host's device list, as Nova's [pci]
+// device_spec: the PCI devices it matches are offered to guests, with its
+// other keys as their tags (physical_network, remote_managed, trusted,
+// ...). Only devices some entry matches are offered.
+type DeviceSpec struct {
+	// VendorID and ProductID are four hex digits, or "*" or empty for any.
+	VendorID  string
+	ProductID string
+	// Address is DDDD:BB:SS.F, each field hex or "*"; empty matches any.
+	// The address of an SR-IOV PF matches its VFs, not the PF itself, as
+	// in Nova: list a PF by its vendor and product to pass it whole.
+	Address string
+	Tags    map[string]string
+}
+
+var (
+	specHexID   = regexp.MustCompile(`^([0-9a-fA-F]{4}|\*)$`)
+	specAddress = regexp.MustCompile(`^([0-9a-fA-F]{4}|\*):([0-9a-fA-F]{2}|\*):([0-9a-fA-F]{2}|\*)\.([0-7]|\*)$`)
+)
+
+// ParseDeviceSpecs reads a JSON array of device_spec entries, such as
+// [{"vendor_id": "8086", "product_id": "154c", "physical_network": "physnet1"}].
+// Its error names the entry and the bad value.
+func ParseDeviceSpecs(data string) ([]DeviceSpec, error) {
+	var raw []map[string]string
+	if err := json.Unmarshal([]byte(data), &raw); err != nil {
+		return nil, fmt.Errorf("device_spec: not a JSON array of objects of strings: %v", err)
+	}
+	out := make([]DeviceSpec, 0, len(raw))
+	for i, e := range raw {
+		where := fmt.Sprintf("device_spec[%d]", i)
+		s := DeviceSpec{Tags: map[string]string{}}
+		for k, v := range e {
+			switch k {
+			case "vendor_id", "product_id":
+				if v != "" && !specHexID.MatchString(v) {
+					return nil, fmt.Errorf("%s: %s %q: allowed are four hex digits or *", where, k, v)
+				}
+				if k == "vendor_id" {
+					s.VendorID = strings.ToLower(v)
+				} else {
+					s.ProductID = strings.ToLower(v)
+				}
+			case "address":
+				if !specAddress.MatchString(v) {
+					return nil, fmt.Errorf("%s: address %q: allowed is DDDD:BB:SS.F with hex fields or *, such as 0000:81:*.*", where, v)
+				}
+				s.Address = strings.ToLower(v)
+			case "devname", "dev_type", "numa_node", "parent_addr", "count":
+				return nil, fmt.Errorf("%s: %s: pinflow matches devices by vendor_id, product_id and address; other keys are tags", where, k)
+			default:
+				if strings.TrimSpace(k) == "" {
+					return nil, fmt.Errorf("%s: a tag needs a name", where)
+				}
+				s.Tags[k] = v
+			}
+		}
+		if s.VendorID == "" && s.ProductID == "" && s.Address == "" {
+			return nil, fmt.Errorf("%s: give vendor_id, product_id or address; an entry matching every device would offer the host's own", where)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (s DeviceSpec) matchesID(d numa.PCIDevice) bool {
+	return (s.VendorID == "" || s.VendorID == "*" || s.VendorID == d.VendorID) &&
+		(s.ProductID == "" || s.ProductID == "*" || s.ProductID == d.ProductID)
+}
+
+func addressMatches(pattern, addr string) bool {
+	pf, af := strings.FieldsFunc(pattern, splitAddr), strings.FieldsFunc(addr, splitAddr)
+	if len(pf) != 4 || len(af) != 4 {
+		return false
+	}
+	for i := range pf {
+		if pf[i] != "*" && pf[i] != af[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func splitAddr(r rune) bool { return r == ':' || r == '.' }
+
+// matches says whether s offers d, whose host lists pfs (the addresses of
+// its SR-IOV PFs).
+func (s DeviceSpec) matches(d numa.PCIDevice, pfs []string) bool {
+	if !s.matchesID(d) {
+		return false
+	}
+	if s.Address == "" {
+		return true
+	}
+	if !strings.Contains(s.Address, "*") && slices.Contains(pfs, s.Address) {
+		return d.PhysFunction == s.Address
+	}
+	return addressMatches(s.Address, d.Address)
+}
+
+// nodeDevice is one PCI device as libvirt's node device XML gives it.
+func nodeDevice(doc string) (numa.PCIDevice, bool, error) {
+	var nd libvirtxml.NodeDevice
+	if err := nd.Unmarshal(doc); err != nil {
+		return numa.PCIDevice{}, false, fmt.Errorf("node device XML does not parse: %w", err)
+	}
+	pci := nd.Capability.PCI
+	if pci == nil {
+		return numa.PCIDevice{}, false, nil
+	}
+	if pci.Domain == nil || pci.Bus == nil || pci.Slot == nil || pci.Function == nil {
+		return numa.PCIDevice{}, false, fmt.Errorf("node device %s has no full PCI address", nd.Name)
+	}
+	d := numa.PCIDevice{
+		Address:   fmt.Sprintf("%04x:%02x:%02x.%x", *pci.Domain, *pci.Bus, *pci.Slot, *pci.Function),
+		VendorID:  hexID(pci.Vendor.ID),
+		ProductID: hexID(pci.Product.ID),
+		DevType:   numa.DeviceTypePCI,
+	}
+	if pci.NUMA != nil && pci.NUMA.Node >= 0 {
+		node := pci.NUMA.Node
+		d.NUMANode = &node
+	}
+	for _, sub := range pci.Capabilities {
+		switch {
+		case sub.VirtFunctions != nil && (sub.VirtFunctions.MaxCount > 0 || len(sub.VirtFunctions.Address) > 0):
+			d.DevType = numa.DeviceTypePF
+		case sub.PhysFunction != nil:
+			a := sub.PhysFunction.Address
+			if a.Domain == nil || a.Bus == nil || a.Slot == nil || a.Function == nil {
+				return numa.PCIDevice{}, false, fmt.Errorf("node device %s names its PF without a full address", nd.Name)
+			}
+			d.DevType = numa.DeviceTypeVF
+			d.PhysFunction = fmt.Sprintf("%04x:%02x:%02x.%x", *a.Domain, *a.Bus, *a.Slot, *a.Function)
+		}
+	}
+	return d, true, nil
+}
+
+// hexID turns libvirt's "0x8086" into numa's "8086".
+func hexID(s string) string {
+	s = strings.ToLower(strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X"))
+	if len(s) < 4 {
+		s = strings.Repeat("0", 4-len(s)) + s
+	}
+	return s
+}
+
+// OfferedDevices turns the node device XML of a host's PCI devices into
+// the devices specs offer, in address order, each with its spec's tags (the
+// first matching entry's). A device's NUMA node that is not one of cells
+// (a node without memory) is dropped: the device has no affinity then.
+func OfferedDevices(docs []string, specs []DeviceSpec, cells []int) ([]numa.PCIDevice, error) {
+	var all []numa.PCIDevice
+	var pfs []string
+	for _, doc := range docs {
+		d, ok, err := nodeDevice(doc)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if d.NUMANode != nil && !slices.Contains(cells, *d.NUMANode) {
+			d.NUMANode = nil
+		}
+		if d.DevType == numa.DeviceTypePF {
+			pfs = append(pfs, d.Address)
+		}
+		all = append(all, d)
+	}
+	var out []numa.PCIDevice
+	for _, d := range all {
+		for _, s := range specs {
+			if s.matches(d, pfs) {
+				if len(s.Tags) > 0 {
+					d.Tags = maps.Clone(s.Tags)
+				}
+				out = append(out, d)
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b numa.PCIDevice) int { return strings.Compare(a.Address, b.Address) })
+	return out, nil
+}
+
+// pciNodeDevices returns the node device XML of every PCI device of the
+// host c reaches.
+func (c *conn) pciNodeDevices(ctx context.Context) ([]string, error) {
+	devs, err := call(ctx, c, func(l *golibvirt.Libvirt) ([]golibvirt.NodeDevice, error) {
+		d, _, err := l.ConnectListAllNodeDevices(1, uint32(golibvirt.ConnectListNodeDevicesCapPciDev))
+		return d, err
+	})
+	if err != nil {
+		return nil, c.errorf(err, "list the PCI node devices")
+	}
+	docs := make([]string, 0, len(devs))
+	for _, nd := range devs {
+		doc, err := call(ctx, c, func(l *golibvirt.Libvirt) (string, error) { return l.NodeDeviceGetXMLDesc(nd.Name, 0) })
+		if err != nil {
+			return nil, c.errorf(err, "read node device %s", nd.Name)
+		}
+		docs = append(docs, doc)
+	}
+	return docs, nil
+}

@@ -1,0 +1,123 @@
+package libvirt
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinflow/pinflow/numa"
+)
+
+// nodeDeviceXML is a PCI node device as libvirt describes it; sub is its
+// SR-IOV sub-capability, if any.
+func nodeDeviceXML(addr, vendor, product string, node int, sub string) string {
+	var d, b, s, f int
+	fmt.Sscanf(addr, "%x:%x:%x.%x", &d, &b, &s, &f)
+	return fmt.Sprintf(`<device>
+  <name>pci_%04x_%02x_%02x_%x</name>
+  <parent>computer</parent>
+  <capability type='pci'>
+    <class>0x020000</class>
+    <domain>%d</domain>
+    <bus>%d</bus>
+    <slot>%d</slot>
+    <function>%d</function>
+    <product id='0x%s'>Ethernet Controller</product>
+    <vendor id='0x%s'>Intel Corporation</vendor>
+    %s
+    <numa node='%d'/>
+  </capability>
+</device>`, d, b, s, f, d, b, s, f, product, vendor, sub, node)
+}
+
+func sriovHostDevices() []string {
+	pf := func(addr string, node int) string {
+		return nodeDeviceXML(addr, "8086", "1572", node, `<capability type='virt_functions' maxCount='64'>
+      <address domain='0x0000' bus='0x81' slot='0x10' function='0x0'/>
+    </capability>`)
+	}
+	vf := func(addr, parent string, node int) string {
+		var d, b, s, f int
+		fmt.Sscanf(parent, "%x:%x:%x.%x", &d, &b, &s, &f)
+		return nodeDeviceXML(addr, "8086", "154c", node, fmt.Sprintf(`<capability type='phys_function'>
+      <address domain='0x%04x' bus='0x%02x' slot='0x%02x' function='0x%x'/>
+    </capability>`, d, b, s, f))
+	}
+	return []string{
+		pf("0000:81:00.0", 1), vf("0000:81:10.0", "0000:81:00.0", 1), vf("0000:81:10.2", "0000:81:00.0", 1),
+		pf("0000:82:00.0", 1), vf("0000:82:10.0", "0000:82:00.0", 1),
+		nodeDeviceXML("0000:3b:00.0", "10de", "1db4", 0, ""),
+		nodeDeviceXML("0000:00:1f.2", "8086", "a102", -1, ""),
+		`<device><name>net_eth0</name><capability type='net'><interface>eth0</interface></capability></device>`,
+	}
+}
+
+func TestOfferedDevices(t *testing.T) {
+	one, zero := 1, 0
+	vf := func(addr, parent string, tags map[string]string) numa.PCIDevice {
+		return numa.PCIDevice{Address: addr, VendorID: "8086", ProductID: "154c", DevType: numa.DeviceTypeVF, PhysFunction: parent, NUMANode: &one, Tags: tags}
+	}
+	physnet := func(n string) map[string]string { return map[string]string{"physical_network": n} }
+	tests := []struct {
+		name  string
+		spec  string
+		cells []int
+		want  []numa.PCIDevice
+	}{
+		{"a PF's address offers its VFs", `[{"address": "0000:81:00.0", "physical_network": "physnet1"}]`, []int{0, 1},
+			[]numa.PCIDevice{vf("0000:81:10.0", "0000:81:00.0", physnet("physnet1")), vf("0000:81:10.2", "0000:81:00.0", physnet("physnet1"))}},
+		{"by ids and by a wildcard address (PF included), each with its first entry's tags", `[{"address": "0000:82:*.*", "physical_network": "physnet2"}, {"vendor_id": "8086", "product_id": "154c", "physical_network": "physnet1"}]`, []int{0, 1},
+			[]numa.PCIDevice{vf("0000:81:10.0", "0000:81:00.0", physnet("physnet1")), vf("0000:81:10.2", "0000:81:00.0", physnet("physnet1")),
+				{Address: "0000:82:00.0", VendorID: "8086", ProductID: "1572", DevType: numa.DeviceTypePF, NUMANode: &one, Tags: physnet("physnet2")},
+				vf("0000:82:10.0", "0000:82:00.0", physnet("physnet2"))}},
+		{"a PF by its ids, and a GPU", `[{"vendor_id": "8086", "product_id": "1572", "physical_network": "physnet1"}, {"vendor_id": "10de"}]`, []int{0, 1},
+			[]numa.PCIDevice{
+				{Address: "0000:3b:00.0", VendorID: "10de", ProductID: "1db4", DevType: numa.DeviceTypePCI, NUMANode: &zero},
+				{Address: "0000:81:00.0", VendorID: "8086", ProductID: "1572", DevType: numa.DeviceTypePF, NUMANode: &one, Tags: physnet("physnet1")},
+				{Address: "0000:82:00.0", VendorID: "8086", ProductID: "1572", DevType: numa.DeviceTypePF, NUMANode: &one, Tags: physnet("physnet1")},
+			}},
+		{"a node without memory, or none, gives no affinity", `[{"vendor_id": "10de"}, {"address": "0000:00:1f.2"}]`, []int{1},
+			[]numa.PCIDevice{
+				{Address: "0000:00:1f.2", VendorID: "8086", ProductID: "a102", DevType: numa.DeviceTypePCI},
+				{Address: "0000:3b:00.0", VendorID: "10de", ProductID: "1db4", DevType: numa.DeviceTypePCI},
+			}},
+		{"nothing matches", `[{"vendor_id": "15b3"}]`, []int{0, 1}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			specs, err := ParseDeviceSpecs(tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := OfferedDevices(sriovHostDevices(), specs, tt.cells)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("OfferedDevices(%s) (-want +got):\n%s", tt.spec, diff)
+			}
+		})
+	}
+}
+
+func TestParseDeviceSpecsRefuses(t *testing.T) {
+	for spec, want := range map[string]string{
+		`{"vendor_id": "8086"}`:                      "not a JSON array of objects of strings",
+		`[{"vendor_id": "808g"}]`:                    `device_spec[0]: vendor_id "808g": allowed are four hex digits or *`,
+		`[{"vendor_id": "8086"}, {"address": "81"}]`: `device_spec[1]: address "81": allowed is DDDD:BB:SS.F`,
+		`[{"physical_network": "physnet1"}]`:         "give vendor_id, product_id or address",
+		`[{"vendor_id": "8086", "devname": "eth3"}]`: "devname: pinflow matches devices by vendor_id, product_id and address",
+		`[{"vendor_id": "8086", "numa_node": "1"}]`:  "numa_node: pinflow matches devices",
+		`[{"address": "0000:81:00.8"}]`:              `address "0000:81:00.8"`,
+	} {
+		_, err := ParseDeviceSpecs(spec)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ParseDeviceSpecs(%s) = %v, want one line containing %q", spec, err, want)
+		}
+		if err := (HostConfig{URI: "qemu:///system", DeviceSpec: spec}).Validate(); err == nil {
+			t.Errorf("HostConfig with device_spec %s validated", spec)
+		}
+	}
+}
