@@ -58,7 +58,9 @@ func TestAuditGuardsDevicesInUse(t *testing.T) {
 	for _, stopped := range []bool{false, true} {
 		w := newWorld(t)
 		w.AddDeviceHost(t, "a")
-		w.Acts.FenceLease = 50 * time.Millisecond
+		// The spawn's lease lasts it on a loaded machine, and runs out
+		// before the audit (waitLeaseEnds).
+		w.Acts.FenceLease = 2 * time.Second
 		u := simcloud.UUID(601)
 		f := simcloud.DeviceFlavor(true)
 		if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "vm", Flavor: f}); err != nil {

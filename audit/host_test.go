@@ -313,8 +313,9 @@ func TestAuditGuardsClaimsInUse(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
 			w.AddHost(t, "a")
-			// The spawn's fence lease runs out before the audit.
-			w.Acts.FenceLease = 50 * time.Millisecond
+			// The spawn's fence lease runs out before the audit (waitLeaseEnds),
+			// and lasts the spawn on a loaded machine.
+			w.Acts.FenceLease = 2 * time.Second
 			settler := &fakeSettler{}
 			if tt.settler {
 				w.auditor.Settler = settler
