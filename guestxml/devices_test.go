@@ -55,7 +55,9 @@ func deviceRequest(t *testing.T) *numa.Request {
 	return req
 }
 
-func TestNewWithDevices(t *testing.T) {
+// newWithDevices fits deviceRequest on deviceHost and writes its domain.
+func newWithDevices(t *testing.T) (*numa.Host, *numa.Request, *numa.Placement, string) {
+	t.Helper()
 	h, req := deviceHost(), deviceRequest(t)
 	p, err := numa.Fit(h, req)
 	if err != nil {
@@ -65,6 +67,11 @@ func TestNewWithDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, req, p, doc
+}
+
+func TestNewWithDevices(t *testing.T) {
+	h, _, p, doc := newWithDevices(t)
 	testenv.ValidateDomainXML(t, "guest with devices", doc)
 	d := parse(t, "new", doc)
 	got := map[string]string{}
@@ -106,15 +113,7 @@ func TestNewWithDevices(t *testing.T) {
 // TestResizeReplacesDevices drops the devices written for the old flavor,
 // writes the new one's, and keeps a device the operator added.
 func TestResizeReplacesDevices(t *testing.T) {
-	h, req := deviceHost(), deviceRequest(t)
-	p, err := numa.Fit(h, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := New(testName, testUUID, req, p, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, req, p, doc := newWithDevices(t)
 	own := "<hostdev mode='subsystem' type='pci' managed='yes'><source><address domain='0x0000' bus='0x03' slot='0x00' function='0x0'/></source></hostdev>"
 	doc = strings.Replace(doc, "</devices>", own+"</devices>", 1)
 	smaller, pSmall := fit(t, flavorSpec{vcpus: 2, memoryMB: 1024, specs: map[string]string{"hw:cpu_policy": "dedicated"}})

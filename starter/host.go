@@ -331,26 +331,21 @@ func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
 		v.Cells = append(v.Cells, cv)
 	}
 	devOwners := map[string]owner{}
+	busyPF := map[string]bool{} // PFs some of whose VFs are held
 	for _, p := range snap.Devices {
 		devOwners[p.Address] = owner{Claim: p.ClaimID, Instance: p.InstanceUUID, Name: nameOf(p.InstanceUUID), State: string(p.State)}
+		if d := host.PCIDevice(p.Address); d != nil && d.PhysFunction != "" {
+			busyPF[d.PhysFunction] = true
+		}
 	}
 	for _, d := range host.PCIDevices {
 		dv := deviceView{PCIDevice: d}
 		if o, ok := devOwners[d.Address]; ok {
 			dv.Owner = &o
+		} else {
+			dv.VFsInUse = busyPF[d.Address]
 		}
 		v.Devices = append(v.Devices, dv)
-	}
-	for i := range v.Devices {
-		d := &v.Devices[i]
-		if d.PhysFunction == "" || d.Owner == nil {
-			continue
-		}
-		for j := range v.Devices {
-			if pf := &v.Devices[j]; pf.Address == d.PhysFunction && pf.Owner == nil {
-				pf.VFsInUse = true
-			}
-		}
 	}
 	for _, c := range snap.Claims {
 		row := claimRow{ID: c.ID, Instance: c.InstanceUUID, Kind: string(c.Kind), State: string(c.State),
