@@ -201,9 +201,11 @@ func (p MigrationPolicy) Timer(memory uint64) *MigrationTimer {
 // Observe takes the progress at elapsed since the start and returns the
 // timeout it brought about, or nil. A report without figures (DataTotal
 // 0, before the copy started) counts only towards the completion timeout
-// and the progress timeout's wait for a first figure.
+// and the progress timeout's wait for a first figure. Neither does a
+// figure of nothing remaining: QEMU reports it between two passes over
+// memory, and taking it for the lowest would leave no later figure lower.
 func (t *MigrationTimer) Observe(elapsed time.Duration, p Progress) *MigrationTimeoutError {
-	if p.DataTotal > 0 {
+	if p.DataTotal > 0 && p.DataRemaining > 0 {
 		t.remaining = p.DataRemaining
 		if !t.hasLow || p.DataRemaining < t.lowest {
 			t.lowest, t.lowAt, t.hasLow = p.DataRemaining, elapsed, true

@@ -74,6 +74,19 @@ func TestMigrationTimer(t *testing.T) {
 			want:    MigrationTimeoutError{Timeout: TimeoutProgress, Limit: 3 * time.Second, Memory: gib, DataRemaining: 990, LowestRemaining: 890},
 		},
 		{
+			name:    "nothing remaining between two passes is no low",
+			policy:  MigrationPolicy{ProgressTimeout: 3 * time.Second},
+			reports: []Progress{report(900), report(0), report(850), report(800), report(800), report(800)},
+			fires:   0,
+		},
+		{
+			name:    "nothing remaining does not hide a stall",
+			policy:  MigrationPolicy{ProgressTimeout: 2 * time.Second},
+			reports: []Progress{report(900), report(0), report(950)},
+			fires:   3,
+			want:    MigrationTimeoutError{Timeout: TimeoutProgress, Limit: 2 * time.Second, Memory: gib, DataRemaining: 950, LowestRemaining: 900},
+		},
+		{
 			name:    "no figures before the copy count against progress",
 			policy:  MigrationPolicy{ProgressTimeout: 2 * time.Second},
 			reports: []Progress{{Phase: "setup"}, {Phase: "setup"}},
