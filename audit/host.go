@@ -27,8 +27,9 @@ import (
 // workflow of the instance is open. Before freeing a candidate it reads
 // the claim and the record again (Temporal's answer is newer than the
 // snapshot), looks at the instance's domain on the host and keeps the
-// claim if that domain uses any of its pCPUs (starting Settle when the
-// guest runs pinned to exactly the claim), and frees with a
+// claim if that domain uses any of its pCPUs or devices, or runs there
+// on a claim without pCPUs (a floating guest), starting Settle when the
+// guest runs on exactly the claim, and frees with a
 // compare-and-delete on the token and state it judged, which a running
 // fence lease also refuses. Other drift against the hypervisor is only
 // reported (see the workflows package documentation for why), except a
@@ -478,11 +479,20 @@ func (au *pass) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) {
 		return KeptDoubt, nil
 	}
 	sharedDevs := commonDevices(devs, c.Devices)
-	if !used.Intersects(want) && len(sharedDevs) == 0 {
+	floats, err := au.floatsOn(ctx, c, *dom)
+	if err != nil {
+		au.fail("claim %s: instance record: %v", c.ID, err)
+		return KeptDoubt, nil
+	}
+	if !used.Intersects(want) && len(sharedDevs) == 0 && !floats {
 		return "", nil
 	}
+	what := holdings(used.Intersection(want), sharedDevs)
+	if floats && len(sharedDevs) == 0 {
+		what = "memory"
+	}
 	d := Drift{Kind: DriftClaimInUse, Instance: c.InstanceUUID, ClaimID: c.ID, CPUs: used.Intersection(want).String(), Devices: sharedDevs,
-		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its %s", c.State, c.ID, dom.Name, dom.State, holdings(used.Intersection(want), sharedDevs))}
+		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its %s", c.State, c.ID, dom.Name, dom.State, what)}
 	kept := KeptInUse
 	if dom.State == hypervisor.StateRunning && used.Equal(want) && len(sharedDevs) == len(c.Devices) && len(devs) == len(c.Devices) && au.maySettle(c) {
 		err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: c.Host, ClaimID: c.ID})
@@ -494,4 +504,24 @@ func (au *pass) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) {
 		}
 	}
 	return kept, &d
+}
+
+// floatsOn says whether c is the claim of a floating guest that is up on
+// c's host. Such a guest has no dedicated pCPUs, so its XML names nothing
+// of its claim but devices, yet it uses the claim's memory: a claim
+// without pCPUs is in use while its instance's domain runs or is paused
+// there, unless the instance's record names another claim of it on that
+// host (the leftover of a same-host resize).
+func (au *pass) floatsOn(ctx context.Context, c *ledger.Claim, dom hypervisor.Domain) (bool, error) {
+	if !claimCPUs(c).IsEmpty() || dom.State == hypervisor.StateShutoff {
+		return false, nil
+	}
+	home, err := au.a.Ledger.Home(ctx, c.InstanceUUID)
+	switch {
+	case errors.Is(err, ledger.ErrUnknownInstance):
+		return true, nil
+	case err != nil:
+		return false, err
+	}
+	return home.Host != c.Host || home.ClaimID == "" || home.ClaimID == c.ID, nil
 }

@@ -394,3 +394,72 @@ func TestAuditRespectsFenceAndMinimumGrace(t *testing.T) {
 		t.Errorf("AuditHost with grace 0, minimum 1m, owner closed 1s ago: kept %+v freed %+v, want recently closed", res.Tally.Kept, res.Tally.Freed)
 	}
 }
+
+// TestAuditGuardsFloatingGuests: a guest without dedicated pCPUs names
+// nothing of its claim in its XML, yet runs on its memory. A boot
+// terminated right after its spawn leaves such a guest on a pending claim
+// of a closed owner: the audit keeps that claim while the guest is up,
+// and frees it once the guest is off, or when the claim is a leftover
+// beside the one the instance's record names on the same host.
+func TestAuditGuardsFloatingGuests(t *testing.T) {
+	ctx := context.Background()
+	floating := simcloud.Flavor()
+	floating.ExtraSpecs = nil
+	for _, tt := range []struct {
+		name string
+		// leftover: the guest was booted and attached first, and the
+		// judged claim is a second one of it on the same host.
+		stopped, leftover bool
+		wantFreed         bool
+	}{
+		{name: "running"},
+		{name: "shut off", stopped: true, wantFreed: true},
+		{name: "leftover beside its resident claim", leftover: true, wantFreed: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.AddHost(t, "a")
+			w.Acts.FenceLease = 2 * time.Second
+			settler := &fakeSettler{}
+			w.auditor.Settler = settler
+			u := simcloud.UUID(5)
+			owner := activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-2"}
+			var c activities.ClaimResult
+			if tt.leftover {
+				w.BootFlavor(t, "a", u, activities.Owner{WorkflowID: owner.WorkflowID, FirstRunID: "run-1"}, floating)
+				c = w.ClaimFlavor(t, "a", "resize-run-2", u, ledger.KindResizeDest, owner, floating)
+			} else {
+				if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "vm", Flavor: floating}); err != nil {
+					t.Fatal(err)
+				}
+				c = w.ClaimFlavor(t, "a", "boot-run-2", u, ledger.KindBoot, owner, floating)
+				if err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+					t.Fatal(err)
+				}
+				w.waitLeaseEnds(t, "a", c.ClaimID)
+			}
+			if tt.stopped {
+				if err := w.Driver.Stop(ctx, "a", u); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.owners.set(owner.WorkflowID, audit.OwnerStatus{State: audit.OwnerClosed, FirstRunID: "run-2", Since: time.Now().Add(-time.Hour)})
+			res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+			if tt.wantFreed {
+				if res.Tally.Freed.Of(audit.FreedOwnerClosed) != 1 || w.HasClaim(t, "a", c.ClaimID) {
+					t.Fatalf("AuditHost kept %+v freed %+v (errors %v), want claim %s freed", res.Tally.Kept, res.Tally.Freed, res.Errors, c.ClaimID)
+				}
+				return
+			}
+			if res.Tally.Freed.Total() != 0 || !w.HasClaim(t, "a", c.ClaimID) {
+				t.Fatalf("AuditHost freed %+v: the claim a floating guest runs on must stay", res.Freed)
+			}
+			if res.Tally.Kept.Of(audit.KeptSettling) != 1 || len(settler.started) != 1 {
+				t.Errorf("AuditHost kept %+v and started settles %+v, want one settle of claim %s", res.Tally.Kept, settler.started, c.ClaimID)
+			}
+			if res.Tally.Drift.Of(audit.DriftClaimInUse) != 1 {
+				t.Errorf("AuditHost drift %+v, want one %s", res.Drift, audit.DriftClaimInUse)
+			}
+		})
+	}
+}
