@@ -103,6 +103,9 @@ type Claim struct {
 	// those its placement takes, and the VFs of a PF it takes
 	// (numa.Host.PlacementDevices).
 	Devices []string `json:"devices,omitempty"`
+	// Group is the server group of the claim's instance, which the claim
+	// counts a member of on its host; "" for none.
+	Group string `json:"group,omitempty"`
 }
 
 // ClaimSpec asks for a claim. Give exactly one of Request (fit it on the
@@ -170,11 +173,40 @@ func (s *ClaimSpec) check() error {
 // is ErrInvalid, one on pCPUs owned by others ErrConflict. A host an
 // operator marked down or returning takes no new claims: ErrHostDown; a
 // disabled one takes them (the caller named it).
+//
+// A claim for a member of a server group counts it on the host. One that
+// would break the group's hard rule is a *GroupRuleError: for
+// anti-affinity, the host holds as many other members as the group allows
+// (checked in the claim's own script, so racing claims cannot both pass);
+// for affinity, the group's members are on another host (the group's
+// host is fixed by a compare-and-set in the group's record before the
+// claim, given back if the claim fails).
 func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error) {
 	defer func(start time.Time) { observeClaim(ctx, start, err) }(time.Now())
 	wrap := func(err error) error { return fmt.Errorf("ledger: claim %s on %s: %w", spec.ID, spec.Host, err) }
 	if err := spec.check(); err != nil {
 		return nil, wrap(err)
+	}
+	rule, limit, err := l.claimRule(ctx, &spec)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if rule != nil && limit == "" && rule.Policy == PolicyAffinity && enforced(spec.Kind) {
+		made, rerr := l.rdb.HExists(ctx, l.hostKeys(spec.Host).claims, spec.ID).Result()
+		if rerr != nil {
+			return nil, wrap(rerr)
+		}
+		// A retried claim that exists was let through already.
+		if !made {
+			if berr := l.bindAffinity(ctx, rule, spec.Host); berr != nil {
+				return nil, wrap(berr)
+			}
+			defer func() {
+				if err != nil && !Unavailable(err) && ctx.Err() == nil {
+					l.unbindAffinity(context.WithoutCancel(ctx), rule, spec.Host)
+				}
+			}()
+		}
 	}
 	token := spec.Token
 	if token == "" {
@@ -188,6 +220,9 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		State: StatePending, ID: spec.ID, Host: spec.Host, InstanceUUID: spec.InstanceUUID, Kind: spec.Kind,
 		OwnerWorkflowID: spec.OwnerWorkflowID, OwnerRunID: spec.OwnerRunID, Namespace: l.namespace,
 		Token: token, CreatedAt: l.now().UTC(),
+	}
+	if rule != nil {
+		c.Group = rule.Name
 	}
 	k := l.hostKeys(spec.Host)
 	lost := ""
@@ -222,7 +257,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 				return nil, wrap(err)
 			}
 		}
-		res, err := l.applyClaim(ctx, k, hc, c)
+		res, err := l.applyClaim(ctx, k, hc, c, limit)
 		if err != nil {
 			return nil, wrap(err)
 		}
@@ -236,6 +271,11 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		case "nohost":
 			l.dropCache(spec.Host, hc)
 			return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, spec.Host))
+		case "group":
+			// Counted in the script: final, whatever another try would see.
+			l.dropCache(spec.Host, hc)
+			return nil, wrap(&GroupRuleError{Group: rule.Name, Policy: rule.Policy, Host: spec.Host, Max: rule.MaxPerHost,
+				Members: l.groupMembersOn(ctx, spec.Host, rule.Name)})
 		case "down":
 			// An operator's statement, not a race: retrying cannot help.
 			state, _ := res[1].(string)
@@ -269,8 +309,8 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 
 // applyClaim sends c, placed on hc, to the claim script and settles its
 // pending state in hc with the reply.
-func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *Claim) ([]any, error) {
-	call, err := newClaimCall(hc.topo, c)
+func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *Claim, limit string) ([]any, error) {
+	call, err := newClaimCall(hc.topo, c, limit)
 	if err != nil {
 		hc.settle(c.ID, false, 0, pinSet{}, nil)
 		return nil, err
@@ -305,7 +345,7 @@ type claimCall struct {
 // was fitted on. All of it is computed here so the script decodes no
 // JSON; the script checks that h is the host's current generation, for
 // which these caps, and the per-guest bounds checked here, hold.
-func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
+func newClaimCall(h *numa.Host, c *Claim, limit string) (*claimCall, error) {
 	type delta struct {
 		n, cap int64
 	}
@@ -386,6 +426,12 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 		e = append(e, ',')
 		e = strconv.AppendInt(e, deltas[f].n, 10)
 	}
+	if c.Group != "" {
+		e = append(e, '|')
+		e = append(e, c.Group...)
+		e = append(e, '|')
+		e = append(e, c.InstanceUUID...)
+	}
 	entry := string(e)
 	record, err := json.Marshal(c)
 	if err != nil {
@@ -407,6 +453,7 @@ func newClaimCall(h *numa.Host, c *Claim) (*claimCall, error) {
 			args = append(args, f, d.n, d.cap)
 		}
 	}
+	args = append(args, c.Group, c.InstanceUUID, limit)
 	call.args = args
 	return call, nil
 }

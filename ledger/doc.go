@@ -14,7 +14,11 @@
 //	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
 //	<prefix>:host:{h}:lease   hash: claim id -> token|end of its fence lease (ms, server clock)
 //	<prefix>:host:{h}:state   hash: state (down, returning, disabled; none: up), reason, token, since
+//	<prefix>:host:{h}:groups  hash: group -> members with claims here, group|uuid -> that member's claims here
 //	<prefix>:inst:{uuid}      hash: one instance record (no index of them: Instances scans for the keys)
+//	<prefix>:group:{g}        hash: a server group: policy, max_per_host, host (affinity), refs, created_at
+//	<prefix>:group:{g}:members  set: the group's members (instance uuids)
+//	<prefix>:groups           set: server group names
 //	<prefix>:hosts            set: registered host names
 //	<prefix>:placement:changed  sorted set: host -> when its usage or topology last changed (µs, server clock)
 //	<prefix>:moves            sorted set: "target|move" -> lease end (ms, server clock): the drains' moves running (TakeMoveSlot)

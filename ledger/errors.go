@@ -26,6 +26,8 @@ var (
 	// another claim, a claim id reused for another instance, a race lost
 	// too often, a step run out of order); nothing was changed.
 	ErrConflict = errors.New("conflict")
+	// ErrUnknownGroup: there is no server group of that name.
+	ErrUnknownGroup = errors.New("unknown group")
 	// ErrHostDown: an operator marked the host down (fenced) or returning,
 	// and it takes no new claims until it is up again; nothing was changed.
 	ErrHostDown = errors.New("host is down")
@@ -38,7 +40,7 @@ var (
 )
 
 // answers are the sentinels of the ledger's own answers.
-var answers = []error{ErrUnknownHost, ErrUnknownClaim, ErrUnknownInstance, ErrInvalid, ErrExists, ErrConflict, ErrHostDown}
+var answers = []error{ErrUnknownHost, ErrUnknownClaim, ErrUnknownInstance, ErrUnknownGroup, ErrInvalid, ErrExists, ErrConflict, ErrHostDown}
 
 // Unavailable says whether err means that the ledger gave no answer:
 // Redis down, failing over or loading, a connection lost, or a change not

@@ -350,6 +350,10 @@ type Snapshot struct {
 	// Undo holds each claim's undo entry, what its release gives back,
 	// for Verify.
 	Undo map[string]string `json:"-"`
+	// Groups are the host's server group counters: per group, the
+	// members with a claim here, and per "group|uuid" that member's
+	// claims here.
+	Groups map[string]int64 `json:"groups,omitempty"`
 }
 
 // Snapshot reads a host's topology, status, pins, usage and claims in one
@@ -360,7 +364,7 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 		return nil, fmt.Errorf("ledger: snapshot: %w", err)
 	}
 	k := l.hostKeys(name)
-	var topo, pins, usage, claims, undo *redis.MapStringStringCmd
+	var topo, pins, usage, claims, undo, groups *redis.MapStringStringCmd
 	var status *redis.SliceCmd
 	if _, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		topo = p.HGetAll(ctx, k.topo)
@@ -369,6 +373,7 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 		usage = p.HGetAll(ctx, k.usage)
 		claims = p.HGetAll(ctx, k.claims)
 		undo = p.HGetAll(ctx, k.undo)
+		groups = p.HGetAll(ctx, k.groups)
 		return nil
 	}); err != nil {
 		return nil, wrap(err)
@@ -378,6 +383,12 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 		return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, name))
 	}
 	s := &Snapshot{Host: name, Undo: undo.Val()}
+	for f, v := range groups.Val() {
+		if s.Groups == nil {
+			s.Groups = map[string]int64{}
+		}
+		s.Groups[f], _ = strconv.ParseInt(v, 10, 64)
+	}
 	var err error
 	if s.Generation, err = strconv.ParseInt(t["gen"], 10, 64); err != nil {
 		return nil, wrap(fmt.Errorf("stored generation %q is not a number", t["gen"]))

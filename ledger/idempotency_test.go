@@ -216,7 +216,7 @@ func claimOne(ctx context.Context, rdb redis.UniversalClient, k *hostKeys, args 
 
 // claimArgs is newClaimCall's argument list alone.
 func claimArgs(h *numa.Host, c *Claim) ([]any, error) {
-	call, err := newClaimCall(h, c)
+	call, err := newClaimCall(h, c, "")
 	if err != nil {
 		return nil, err
 	}

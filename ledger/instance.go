@@ -67,6 +67,9 @@ type Instance struct {
 	Placement *numa.Placement `json:"placement,omitempty"`
 	DomainXML string          `json:"domain_xml,omitempty"`
 	ClaimID   string          `json:"claim_id,omitempty"`
+	// Group is the server group the instance is a member of, for life;
+	// "" for none.
+	Group string `json:"group,omitempty"`
 	// Resize is set while a resize or cold migration waits for its
 	// confirmation or revert (stored as the JSON hash field "resize").
 	Resize    *ResizeRecord `json:"resize,omitempty"`
@@ -81,7 +84,23 @@ type Instance struct {
 // spawn a second copy), and with another name or flavor ErrConflict. An
 // empty creator skips the creator check.
 func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor guest.Flavor, vmState guest.VMState, creator string) (*Instance, error) {
+	return l.CreateMember(ctx, uuid, name, flavor, vmState, creator, "")
+}
+
+// CreateMember is CreateInstance of a member of server group ("" for
+// none), which must exist (ErrUnknownGroup). The record states the
+// group's rule, which every claim of the instance is held to, and the
+// instance then joins the group; a retry after a crash in between joins
+// it.
+func (l *Ledger) CreateMember(ctx context.Context, uuid, name string, flavor guest.Flavor, vmState guest.VMState, creator, group string) (*Instance, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: create instance %s: %w", uuid, err) }
+	var rule *GroupRule
+	if group != "" {
+		var err error
+		if rule, err = l.groupRule(ctx, group); err != nil {
+			return nil, wrap(err)
+		}
+	}
 	if err := checkInstanceKeyName(uuid); err != nil {
 		return nil, wrap(err)
 	}
@@ -98,15 +117,25 @@ func (l *Ledger) CreateInstance(ctx context.Context, uuid, name string, flavor g
 	if err != nil {
 		return nil, wrap(err)
 	}
-	res, err := l.change(ctx, instCreateScript, []string{l.instKey(uuid)}, uuid, name, req, string(vmState), "", l.timestamp(), creator).StringSlice()
+	policy, limit := "", ""
+	if rule != nil {
+		policy, limit = string(rule.Policy), rule.limit()
+	}
+	res, err := l.change(ctx, instCreateScript, []string{l.instKey(uuid)}, uuid, name, req, string(vmState), "", l.timestamp(), creator,
+		group, policy, limit).StringSlice()
 	if err != nil {
 		return nil, wrap(err)
 	}
 	switch res[0] {
 	case "conflict":
-		return nil, wrap(fmt.Errorf("%w: instance exists as %q with flavor %s", ErrConflict, res[1], res[2]))
+		return nil, wrap(fmt.Errorf("%w: instance exists as %q with flavor %s (or in another group)", ErrConflict, res[1], res[2]))
 	case "other":
 		return nil, wrap(fmt.Errorf("%w: instance %s was created by another operation and is %s", ErrExists, uuid, res[1]))
+	}
+	if rule != nil {
+		if err := l.join(ctx, uuid, rule); err != nil {
+			return nil, wrap(err)
+		}
 	}
 	return l.Instance(ctx, uuid)
 }
@@ -134,7 +163,7 @@ func (l *Ledger) Instance(ctx context.Context, uuid string) (*Instance, error) {
 // parseInstance reads an instance record's hash fields.
 func parseInstance(f map[string]string) (*Instance, error) {
 	in := &Instance{UUID: f["uuid"], Name: f["name"], Host: f["host"], VMState: guest.VMState(f["vm_state"]),
-		TaskState: guest.TaskState(f["task_state"]), DomainXML: f["domain_xml"], ClaimID: f["claim_id"]}
+		TaskState: guest.TaskState(f["task_state"]), DomainXML: f["domain_xml"], ClaimID: f["claim_id"], Group: f["group"]}
 	var err error
 	if in.Node, err = parseNode(f["node"]); err != nil {
 		return nil, err
@@ -507,6 +536,21 @@ func (l *Ledger) DeleteInstance(ctx context.Context, uuid string) error {
 	wrap := func(err error) error { return fmt.Errorf("ledger: delete instance %s: %w", uuid, err) }
 	if err := checkInstanceKeyName(uuid); err != nil {
 		return wrap(err)
+	}
+	// A member leaves its group first: a retry after a crash between the
+	// two finds the record, and its group, still there. The record names
+	// no host and no claim by now (the delete script checks it again),
+	// since the instance's operations run one at a time.
+	f, err := l.rdb.HMGet(ctx, l.instKey(uuid), "host", "claim_id", "group").Result()
+	if err != nil {
+		return wrap(err)
+	}
+	host, _ := f[0].(string)
+	claimID, _ := f[1].(string)
+	if group, _ := f[2].(string); group != "" && host == "" && claimID == "" {
+		if err := l.leave(ctx, uuid, group); err != nil {
+			return wrap(err)
+		}
 	}
 	res, err := l.change(ctx, instDeleteScript, []string{l.instKey(uuid)}).StringSlice()
 	if err != nil {

@@ -78,6 +78,8 @@ type hostKeys struct {
 	topo, pins, claims, usage, undo, lease string
 	// state is what operators said of the host (HostStatus).
 	state string
+	// groups counts the members of server groups with claims on the host.
+	groups string
 	// host is the host's name, for the change hints (see hinter).
 	host string
 }
@@ -89,17 +91,25 @@ func (l *Ledger) hostKeys(host string) *hostKeys {
 	}
 	base := l.prefix + ":host:{" + host + "}:"
 	k := &hostKeys{topo: base + "topo", pins: base + "pins", claims: base + "claims", usage: base + "usage", undo: base + "undo",
-		lease: base + "lease", state: base + "state", host: host}
+		lease: base + "lease", state: base + "state", groups: base + "groups", host: host}
 	l.keys.Store(host, k)
 	return k
 }
 
 // all lists the keys in the order the host scripts take them.
 func (k hostKeys) all() []string {
-	return []string{k.topo, k.pins, k.claims, k.usage, k.undo, k.lease, k.state}
+	return []string{k.topo, k.pins, k.claims, k.usage, k.undo, k.lease, k.state, k.groups}
 }
 
 func (l *Ledger) instKey(uuid string) string { return l.prefix + ":inst:{" + uuid + "}" }
+
+// groupKey is a server group's record and membersKey its members, in the
+// group's own slot.
+func (l *Ledger) groupKey(name string) string   { return l.prefix + ":group:{" + name + "}" }
+func (l *Ledger) membersKey(name string) string { return l.prefix + ":group:{" + name + "}:members" }
+
+// groupsKey is the set of server group names, in its own slot.
+func (l *Ledger) groupsKey() string { return l.prefix + ":groups" }
 
 // hostsKey is the set of registered host names. It lives in its own slot,
 // so it is written in its own command, after the host's topology.

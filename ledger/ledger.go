@@ -43,6 +43,9 @@ type Ledger struct {
 	// reading the host first (see hostCache).
 	hosts sync.Map // host name -> *hostCache
 	keys  sync.Map // host name -> hostKeys
+	// rules caches each instance's server group rule, fixed for the life
+	// of its record, so that a claim reads it once per instance.
+	rules ruleCache
 	// apply runs claims and releases.
 	apply *applier
 	// acks sends changes followed by the waits for durability.

@@ -23,7 +23,8 @@ import (
 // until enough is released); every claim has an undo entry, and each undo
 // entry belongs to a claim and says what the claim took; every claim has
 // a known state, and tombstones lie only on a host that is down or
-// returning (a host goes up only once it has none).
+// returning (a host goes up only once it has none); the server group
+// counters are what the claims of members make them.
 // The scripts keep these true; Verify is how the audit and the tests see
 // that they did. A host whose topology is gone has no snapshot at all:
 // LostHosts finds those.
@@ -145,6 +146,9 @@ func (s *Snapshot) Verify() error {
 	if mem, vcpus := s.Topology.HostLimits(); s.HostUsage.MemoryMB > mem || int64(s.HostUsage.VCPUs) > vcpus {
 		bad("host usage %d MiB and %d shared vCPUs is above the limits %d MiB and %d", s.HostUsage.MemoryMB, s.HostUsage.VCPUs, mem, vcpus)
 	}
+	if want := groupCounters(s.Claims); !maps.Equal(want, s.Groups) && (len(want) > 0 || len(s.Groups) > 0) {
+		bad("server group counters say %v, its claims %v", s.Groups, want)
+	}
 	byID := make(map[string]*Claim, len(s.Claims))
 	for i := range s.Claims {
 		byID[s.Claims[i].ID] = &s.Claims[i]
@@ -167,12 +171,35 @@ func (s *Snapshot) Verify() error {
 	return errors.Join(errs...)
 }
 
-// checkUndo compares an undo entry, "token|pins|field,n,...", with what
-// its claim says it took: a release frees what the entry says.
+// groupCounters are the server group counters claims make: per group,
+// the members with a claim; per "group|uuid", that member's claims.
+func groupCounters(claims []Claim) map[string]int64 {
+	out := map[string]int64{}
+	for _, c := range claims {
+		if c.Group == "" {
+			continue
+		}
+		member := c.Group + "|" + c.InstanceUUID
+		if out[member] == 0 {
+			out[c.Group]++
+		}
+		out[member]++
+	}
+	return out
+}
+
+// checkUndo compares an undo entry, "token|pins|field,n,...", followed by
+// "|group|uuid" for a member of a server group, with what its claim says
+// it took: a release frees what the entry says.
 func checkUndo(c *Claim, entry string) error {
 	parts := strings.Split(entry, "|")
-	if len(parts) != 3 {
+	switch {
+	case c.Group == "" && len(parts) != 3:
 		return fmt.Errorf("undo entry %q is not token|pins|counters", entry)
+	case c.Group != "" && len(parts) != 5:
+		return fmt.Errorf("undo entry %q is not token|pins|counters|group|uuid", entry)
+	case c.Group != "" && (parts[3] != c.Group || parts[4] != c.InstanceUUID):
+		return fmt.Errorf("undo entry counts member %s of group %s, the record %s of %s", parts[4], parts[3], c.InstanceUUID, c.Group)
 	}
 	if parts[0] != c.Token {
 		return fmt.Errorf("undo entry has token %q, the record %q", parts[0], c.Token)

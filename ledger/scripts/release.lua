@@ -1,7 +1,8 @@
 -- Releases one claim on a host: unpins its pCPUs and devices, takes its
 -- usage off the counters and deletes its record, undo entry and fence
 -- lease.
--- KEYS: topo, pins, claims, usage, undo, lease, host state (hostKeys.all)
+-- KEYS: topo, pins, claims, usage, undo, lease, host state, groups
+--   (hostKeys.all)
 -- ARGV: claim id, token ('' releases whatever the token), condition:
 --   '' none; 'pending' only a pending claim (a compensation must never
 --   free a claim that became resident); or 'unchanged:STATE' only a claim
@@ -20,17 +21,19 @@
 -- whichever.
 --
 -- The undo hash holds, beside each claim record, what the claim took:
--- "token|pins|field,n,field,n". A release reads that short entry instead
+-- "token|pins|field,n,field,n", and for a member of a server group
+-- "|group|uuid" after them (claim.lua counts it). A release reads that short entry instead
 -- of the record: every string that enters Lua is hashed byte by byte, and
 -- a record is a hundred times longer.
-local topo, pinsKey, claimsKey, usageKey, undoKey, leaseKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local topo, pinsKey, claimsKey, usageKey, undoKey, leaseKey, groupsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
 local call = redis.call
 local find, sub, match, gmatch = string.find, string.sub, string.match, string.gmatch
 local id, token, cond = ARGV[1], ARGV[2], ARGV[3]
 
--- parse reads an undo entry, "token|pins|field,n,...", into
--- {token, cpus, fields, counts}, the pins being pCPU ids and PCI device
--- addresses alike; nil if it is not one.
+-- parse reads an undo entry, "token|pins|field,n,...[|group|uuid]", into
+-- {token, cpus, fields, counts, member}, the pins being pCPU ids and PCI
+-- device addresses alike and member "group|uuid" or nil; nil if it is
+-- not one.
 local function parse(entry)
   local bar1 = find(entry, '|', 1, true)
   local bar2 = bar1 and find(entry, '|', bar1 + 1, true)
@@ -41,7 +44,13 @@ local function parse(entry)
   for cpu in gmatch(sub(entry, bar1 + 1, bar2 - 1), '[^,]+') do
     u.cpus[#u.cpus + 1] = cpu
   end
-  for f, n in gmatch(sub(entry, bar2 + 1), '([^,]+),(%d+)') do
+  local counters = sub(entry, bar2 + 1)
+  local bar3 = find(entry, '|', bar2 + 1, true)
+  if bar3 then
+    counters = sub(entry, bar2 + 1, bar3 - 1)
+    u.member = sub(entry, bar3 + 1)
+  end
+  for f, n in gmatch(counters, '([^,]+),(%d+)') do
     u.fields[#u.fields + 1] = f
     u.counts[#u.counts + 1] = tonumber(n)
   end
@@ -129,6 +138,16 @@ writeUsage(usageKey, used)
 call('HDEL', claimsKey, id)
 call('HDEL', undoKey, id)
 call('HDEL', leaseKey, id)
+if u.member then
+  -- The member's last claim here takes it off the group's count.
+  if call('HINCRBY', groupsKey, u.member, -1) <= 0 then
+    call('HDEL', groupsKey, u.member)
+    local group = match(u.member, '^([^|]*)|')
+    if call('HINCRBY', groupsKey, group, -1) <= 0 then
+      call('HDEL', groupsKey, group)
+    end
+  end
+end
 rev = rev + 1
 call('HSET', topo, 'rev', rev)
 return {1, rev, table.concat(freed, ','), table.concat(counters, ',')}
