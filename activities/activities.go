@@ -8,7 +8,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
@@ -77,7 +82,7 @@ func InfoOf(inst *ledger.Instance) InstanceInfo {
 // CreateInstance records a new guest, building and spawning. Creating the
 // same guest again is a retry and succeeds.
 func (a *Activities) CreateInstance(ctx context.Context, in CreateInstanceInput) (InstanceInfo, error) {
-	inst, err := a.Ledger.CreateInstance(ctx, in.UUID, in.Name, in.Flavor, guest.VMBuilding, in.Creator)
+	inst, err := a.Ledger.CreateMember(ctx, in.UUID, in.Name, in.Flavor, guest.VMBuilding, in.Creator, in.Group)
 	if errors.Is(err, ledger.ErrExists) {
 		return InstanceInfo{}, BadState(fmt.Sprintf("instance %s exists already; a boot creates a new instance, so give it a new uuid", in.UUID))
 	}
@@ -102,13 +107,74 @@ func (a *Activities) SetTaskState(ctx context.Context, in TaskStateInput) error 
 // left with the fewest free pinnable CPUs (packing keeps whole hosts free
 // for large guests), ties broken by name: through the placement index,
 // or, without one, by fitting every host (placement.Exhaustive).
+//
+// For a member of a server group, the hosts its group's hard rule
+// refuses are passed over, so the choice is one the claim takes (but for
+// a race); a soft rule is kept where some host takes the guest, and
+// given way to, with a warning, where none does.
 func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string, error) {
 	req, err := in.Flavor.Request()
 	if err != nil {
 		return "", classify(err)
 	}
 	r := placement.Request{UUID: in.UUID, Request: req, Exclude: in.Exclude}
+	g, err := placement.MemberGroup(ctx, a.Ledger, in.UUID)
+	if err != nil {
+		return "", classify(err)
+	}
+	if g == nil {
+		return a.choose(ctx, r)
+	}
+	narrowed := r
+	narrowed.Exclude = slices.Clone(r.Exclude)
+	g.Narrow(&narrowed, in.UUID, true)
+	host, err := a.choose(ctx, narrowed)
+	var noFit *numa.NoFitError
+	if !errors.As(err, &noFit) {
+		return host, err
+	}
+	if g.Policy.Hard() {
+		return "", temporal.NewNonRetryableApplicationError(groupNoFit(g, in, noFit), ErrTypeGroupRule, err)
+	}
+	host, err = a.choose(ctx, r)
+	if err == nil && activity.IsActivity(ctx) {
+		activity.GetLogger(ctx).Warn("the guest's soft server group rule gives way: no host that keeps it takes the guest",
+			"uuid", in.UUID, "group", g.Name, "policy", g.Policy, "host", host)
+	}
+	return host, err
+}
+
+// groupNoFit says why no host takes a member of hard-rule group g: the
+// hosts the rule refuses, and why the rest do not take it.
+func groupNoFit(g *placement.ServerGroup, in ChooseHostInput, noFit *numa.NoFitError) string {
+	msg := fmt.Sprintf("no host takes guest %s and keeps the %s of group %s", in.UUID, g.Policy, g.Name)
+	if g.Policy == ledger.PolicyAffinity && g.Host != "" {
+		if slices.Contains(in.Exclude, g.Host) {
+			return msg + fmt.Sprintf(": its members are on host %s, which this operation leaves", g.Host)
+		}
+		return msg + fmt.Sprintf(": its members are on host %s, and %s", g.Host, strings.TrimPrefix(noFit.Error(), "numa: "))
+	}
+	var held []string
+	for h := range g.On {
+		if g.Refuses(h, in.UUID) != "" && !slices.Contains(in.Exclude, h) {
+			held = append(held, h)
+		}
+	}
+	slices.Sort(held)
+	if len(held) > 0 {
+		msg += fmt.Sprintf(": hosts %s hold %d of its members each, as many as it allows", strings.Join(held, ", "), g.MaxPerHost)
+	}
+	if !strings.Contains(noFit.Error(), "there are no other hosts") {
+		msg += "; " + strings.TrimPrefix(noFit.Error(), "numa: ")
+	}
+	return msg
+}
+
+// choose chooses through the placement index, or, without one, by
+// fitting every host.
+func (a *Activities) choose(ctx context.Context, r placement.Request) (string, error) {
 	var host string
+	var err error
 	if a.Placement != nil {
 		host, err = a.Placement.Choose(ctx, r)
 	} else {
@@ -121,6 +187,7 @@ func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string
 	// Anything else (Redis unreachable) is worth retrying.
 	return host, err
 }
+
 
 // Claim fits the guest on the host and claims what the fit chose, owned by
 // the calling workflow. Claiming the same id again returns the first claim.

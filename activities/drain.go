@@ -30,6 +30,7 @@ func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Pl
 	}
 	var guests []drain.Guest
 	var blocked []drain.Unplaceable
+	groups := map[string]*placement.ServerGroup{}
 	for _, c := range snap.Claims {
 		inst, err := a.Ledger.Instance(ctx, c.InstanceUUID)
 		if err != nil && !errors.Is(err, ledger.ErrUnknownInstance) {
@@ -41,7 +42,11 @@ func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Pl
 				blocked = append(blocked, drain.Unplaceable{UUID: inst.UUID, Name: inst.Name, Reason: fmt.Sprintf("its flavor makes no request: %v", err)})
 				continue
 			}
-			guests = append(guests, drain.Guest{UUID: inst.UUID, Name: inst.Name, Request: req})
+			g, err := a.sharedGroup(ctx, groups, inst)
+			if err != nil {
+				return drain.Plan{}, classify(err)
+			}
+			guests = append(guests, drain.Guest{UUID: inst.UUID, Name: inst.Name, Request: req, Group: g})
 			continue
 		}
 		b := drain.Unplaceable{UUID: c.InstanceUUID, Reason: blockReason(&c)}
@@ -213,7 +218,28 @@ func (a *Activities) PlanGuest(ctx context.Context, in PlanGuestInput) (drain.Pl
 	for _, h := range in.Exclude {
 		delete(targets, h)
 	}
-	return drain.Make(in.Host, []drain.Guest{{UUID: inst.UUID, Name: inst.Name, Request: req}}, targets), nil
+	g, err := placement.MemberGroup(ctx, a.Ledger, inst.UUID)
+	if err != nil {
+		return drain.Plan{}, classify(err)
+	}
+	return drain.Make(in.Host, []drain.Guest{{UUID: inst.UUID, Name: inst.Name, Request: req, Group: g}}, targets), nil
+}
+
+// sharedGroup is serverGroup of inst, read once per group for a plan of
+// many guests: the plan counts its moves in it.
+func (a *Activities) sharedGroup(ctx context.Context, groups map[string]*placement.ServerGroup, inst *ledger.Instance) (*placement.ServerGroup, error) {
+	if inst.Group == "" {
+		return nil, nil
+	}
+	if g, ok := groups[inst.Group]; ok {
+		return g, nil
+	}
+	g, err := placement.MemberGroup(ctx, a.Ledger, inst.UUID)
+	if err != nil {
+		return nil, err
+	}
+	groups[inst.Group] = g
+	return g, nil
 }
 
 // DefaultDrainMaxMoves is the cloud's limit on drain moves running at

@@ -31,11 +31,14 @@ const (
 	// ErrTypePostCopyFailed: the migration failed past its switch to
 	// post-copy; it can only be resumed, never rolled back.
 	ErrTypePostCopyFailed = "PostCopyFailed"
+	// ErrTypeGroupRule: a claim, or a host choice, would break the hard
+	// rule of the guest's server group.
+	ErrTypeGroupRule = "GroupRule"
 )
 
 // NonRetryableErrorTypes lists the error types above, for retry policies.
 var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
-	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeMigrationTimeout, ErrTypeConflict, ErrTypePostCopyFailed}
+	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeMigrationTimeout, ErrTypeConflict, ErrTypePostCopyFailed, ErrTypeGroupRule}
 
 // BadState is the error of an operation the instance's state forbids.
 func BadState(msg string) error {
@@ -65,8 +68,13 @@ func classify(err error) error {
 	}
 	var noFit *numa.NoFitError
 	var invalid *numa.InvalidRequestError
+	var rule *ledger.GroupRuleError
 	typ := ""
 	switch {
+	case errors.As(err, &rule):
+		typ = ErrTypeGroupRule
+	case errors.Is(err, ledger.ErrUnknownGroup):
+		typ = ErrTypeInvalidRequest
 	case errors.As(err, &noFit):
 		typ = ErrTypeNoFit
 	case errors.As(err, &invalid), errors.Is(err, ledger.ErrInvalid), errors.Is(err, xmlpatch.ErrMalformed), errors.Is(err, xmlpatch.ErrMismatch):

@@ -86,6 +86,8 @@ type CreateInstanceInput struct {
 	// Creator is the creating workflow's first run id: a record another
 	// operation created is refused, a retry of the same one is not.
 	Creator string `json:"creator,omitempty"`
+	// Group is the server group the guest joins for life; "" for none.
+	Group string `json:"group,omitempty"`
 }
 
 // ChooseHostInput asks for a host for a guest.

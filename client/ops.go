@@ -27,6 +27,8 @@ type BootRequest struct {
 	Flavor guest.Flavor
 	// Host is where to boot; empty lets pinflow choose.
 	Host string
+	// Group is the server group the guest joins for life; "" for none.
+	Group string
 }
 
 // Boot starts booting a new guest, after checking the flavor as Nova's
@@ -48,14 +50,22 @@ func (c *Client) Boot(ctx context.Context, r BootRequest) (*Operation, error) {
 	if err := c.checkPhysnets(ctx, r.Flavor.Ports); err != nil {
 		return nil, fmt.Errorf("boot %s: %w", r.Name, err)
 	}
+	if r.Group != "" {
+		if _, err := c.group(ctx, r.Group); err != nil {
+			return nil, fmt.Errorf("boot %s: %w", r.Name, err)
+		}
+	}
+	id := uuid.NewString()
 	if r.Host != "" {
 		if err := c.checkTarget(ctx, r.Host); err != nil {
 			return nil, err
 		}
+		if err := c.checkGroupTarget(ctx, "boot "+r.Name, id, r.Group, r.Host); err != nil {
+			return nil, err
+		}
 	}
-	id := uuid.NewString()
 	return c.start(ctx, plan{op: workflows.OpBoot, wf: workflows.Boot, uuid: id,
-		input:   workflows.BootInput{UUID: id, Name: r.Name, Flavor: r.Flavor, Host: r.Host},
+		input:   workflows.BootInput{UUID: id, Name: r.Name, Flavor: r.Flavor, Host: r.Host, Group: r.Group},
 		summary: fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", r.Name, r.Flavor.VCPUs, r.Flavor.MemoryMB), dest: r.Host})
 }
 
@@ -105,6 +115,9 @@ func (c *Client) Migrate(ctx context.Context, ref string, r MigrateRequest) (*Op
 		}
 		if r.Dest == inst.Host {
 			return nil, fmt.Errorf("migrate %s: it already runs on %s; choose another destination: %w", inst.UUID, r.Dest, ErrInvalid)
+		}
+		if err := c.checkGroupTarget(ctx, "migrate "+inst.UUID, inst.UUID, inst.Group, r.Dest); err != nil {
+			return nil, err
 		}
 	}
 	p := plan{uuid: inst.UUID, source: inst.Host, dest: r.Dest}
@@ -192,6 +205,9 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 		if err := c.checkTarget(ctx, r.Host); err != nil {
 			return nil, err
 		}
+		if err := c.checkGroupTarget(ctx, "resize "+inst.UUID, inst.UUID, inst.Group, r.Host); err != nil {
+			return nil, err
+		}
 	}
 	return c.start(ctx, plan{op: workflows.OpResize, wf: workflows.Resize, uuid: inst.UUID,
 		input:   workflows.ResizeInput{UUID: inst.UUID, Flavor: &flavor, Dest: r.Host, ConfirmWindow: r.ConfirmWindow},
@@ -261,6 +277,9 @@ func (c *Client) Unshelve(ctx context.Context, ref, host string) (*Operation, er
 		if err := c.checkTarget(ctx, host); err != nil {
 			return nil, err
 		}
+		if err := c.checkGroupTarget(ctx, "unshelve "+inst.UUID, inst.UUID, inst.Group, host); err != nil {
+			return nil, err
+		}
 	}
 	return c.start(ctx, plan{op: workflows.OpUnshelve, wf: workflows.Unshelve, uuid: inst.UUID,
 		input:   workflows.UnshelveInput{UUID: inst.UUID, Host: host},
@@ -305,6 +324,9 @@ func (c *Client) evacuate(ctx context.Context, inst *ledger.Instance, dest strin
 		}
 		if dest == inst.Host {
 			return nil, fmt.Errorf("evacuate %s: --host %s is the fenced host itself; choose another: %w", inst.UUID, dest, ErrInvalid)
+		}
+		if err := c.checkGroupTarget(ctx, "evacuate "+inst.UUID, inst.UUID, inst.Group, dest); err != nil {
+			return nil, err
 		}
 	}
 	return c.start(ctx, plan{op: workflows.OpEvacuation, wf: workflows.Evacuate, uuid: inst.UUID,

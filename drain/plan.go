@@ -25,6 +25,9 @@ type Guest struct {
 	UUID    string
 	Name    string
 	Request *numa.Request
+	// Group is the guest's server group, nil for none; the guests of one
+	// group share it, so that the plan counts the moves it makes.
+	Group *placement.ServerGroup
 }
 
 // Move is where the plan puts one guest.
@@ -60,7 +63,11 @@ func (p *Plan) Complete() bool { return len(p.Unplaceable) == 0 && len(p.Blocked
 // the caller leaves out the source and every host that must not take
 // guests). Each guest goes to the target that fits it and is left with
 // the fewest free pinnable CPUs (placement.FreeAfter, the packing
-// ChooseHost uses), ties broken by name. The targets' states are not changed.
+// ChooseHost uses), ties broken by name. A member of a server group goes
+// only where its group's hard rule lets it, counting the members planned
+// before it, and where its soft rule would rather it went when some
+// target there takes it. The targets' states are not changed; the
+// groups' members are, by the moves planned.
 func Make(source string, guests []Guest, targets map[string]*numa.Host) Plan {
 	names := make([]string, 0, len(targets))
 	state := make(map[string]*numa.Host, len(targets))
@@ -71,17 +78,26 @@ func Make(source string, guests []Guest, targets map[string]*numa.Host) Plan {
 	sort.Strings(names)
 	plan := Plan{Source: source, Moves: []Move{}}
 	for _, g := range hardestFirst(guests) {
-		best, bestFree, bestP := "", 0, (*numa.Placement)(nil)
+		best, bestRank, bestFree, bestP := "", 0, 0, (*numa.Placement)(nil)
 		var misses []string
 		for _, n := range names {
+			rank := 0
+			if g.Group != nil {
+				if why := g.Group.Refuses(n, g.UUID); why != "" {
+					misses = append(misses, fmt.Sprintf("%s: %s", n, why))
+					continue
+				}
+				rank = g.Group.Prefers(n, g.UUID)
+			}
 			h := state[n]
 			p, err := numa.Fit(h, g.Request)
 			if err != nil {
 				misses = append(misses, fmt.Sprintf("%s: %s", n, strings.TrimPrefix(err.Error(), "numa: ")))
 				continue
 			}
-			if free := placement.FreeAfter(h, p); best == "" || free < bestFree {
-				best, bestFree, bestP = n, free, p
+			free := placement.FreeAfter(h, p)
+			if best == "" || rank < bestRank || (rank == bestRank && free < bestFree) {
+				best, bestRank, bestFree, bestP = n, rank, free, p
 			}
 		}
 		if best == "" {
@@ -101,6 +117,9 @@ func Make(source string, guests []Guest, targets map[string]*numa.Host) Plan {
 			plan.Unplaceable = append(plan.Unplaceable, Unplaceable{UUID: g.UUID, Name: g.Name,
 				Reason: fmt.Sprintf("its fit on %s could not be applied: %v", best, err)})
 			continue
+		}
+		if g.Group != nil {
+			g.Group.Add(best, g.UUID)
 		}
 		plan.Moves = append(plan.Moves, Move{UUID: g.UUID, Name: g.Name, Target: best, Placement: bestP})
 	}

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/placement"
 )
 
 // host is a host of cells cells with cpus pinnable pCPUs each (SMT
@@ -203,5 +205,50 @@ func checkPlan(t *testing.T, p Plan, guests []Guest, targets map[string]*numa.Ho
 				t.Errorf("%s reported unplaceable (%s), but it fits %s as the plan left it", u.UUID, u.Reason, n)
 			}
 		}
+	}
+}
+
+// TestPlanKeepsServerGroups: the plan counts the members it moves, so two
+// members of a 1-per-host anti-affinity group go to two targets though
+// packing would put both on the fuller one, a third has no target left,
+// and a target already holding a member takes none; a soft
+// anti-affinity group is kept apart where room allows, and together where
+// it does not.
+func TestPlanKeepsServerGroups(t *testing.T) {
+	targets := map[string]*numa.Host{"t1": host(1, 8, 8192), "t2": host(1, 8, 8192), "t3": host(1, 8, 8192)}
+	occupy(t, targets["t1"], guest(t, "x", 4, 512).Request)
+	hard := &placement.ServerGroup{Name: "db", Policy: ledger.PolicyAntiAffinity, MaxPerHost: 1,
+		On: map[string][]string{"src": {"m1", "m2", "m3"}, "t3": {"m4"}}}
+	var guests []Guest
+	for _, u := range []string{"m1", "m2", "m3"} {
+		g := guest(t, u, 1, 512)
+		g.Group = hard
+		guests = append(guests, g)
+	}
+	plan := Make("src", guests, targets)
+	got := map[string]string{}
+	for _, m := range plan.Moves {
+		got[m.UUID] = m.Target
+	}
+	if len(plan.Moves) != 2 || got["m1"] != "t1" || got["m2"] != "t2" {
+		t.Errorf("Make moves %v, want m1 to t1 (the fuller) and m2 to t2", got)
+	}
+	if len(plan.Unplaceable) != 1 || plan.Unplaceable[0].UUID != "m3" || !strings.Contains(plan.Unplaceable[0].Reason, "t3: anti-affinity group db allows 1 of its members per host, and t3 holds m4") {
+		t.Errorf("Make unplaceable %+v, want m3 with the rule on t3 named", plan.Unplaceable)
+	}
+
+	soft := &placement.ServerGroup{Name: "web", Policy: ledger.PolicySoftAntiAffinity, On: map[string][]string{"src": {"w1", "w2", "w3", "w4"}}}
+	guests = nil
+	for _, u := range []string{"w1", "w2", "w3", "w4"} {
+		g := guest(t, u, 1, 512)
+		g.Group = soft
+		guests = append(guests, g)
+	}
+	per := map[string]int{}
+	for _, m := range Make("src", guests, targets).Moves {
+		per[m.Target]++
+	}
+	if per["t1"] != 2 || per["t2"] != 1 || per["t3"] != 1 {
+		t.Errorf("soft anti-affinity members planned %v, want one per target and the fourth with the fullest", per)
 	}
 }

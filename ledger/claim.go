@@ -250,6 +250,9 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 				if err := l.settled(ctx, k); err != nil {
 					return nil, wrap(err)
 				}
+				if rule != nil {
+					l.noteGroupHost(ctx, rule.Name, spec.Host)
+				}
 				return sameClaim(spec, st.existing, wrap)
 			}
 			hc = st.cache
@@ -264,8 +267,14 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		status, _ := res[0].(string)
 		switch status {
 		case "ok":
+			if c.Group != "" {
+				l.noteGroupHost(ctx, c.Group, spec.Host)
+			}
 			return c, nil
 		case "exists":
+			if rule != nil {
+				l.noteGroupHost(ctx, rule.Name, spec.Host)
+			}
 			rec, _ := res[1].(string)
 			return sameClaim(spec, rec, wrap)
 		case "nohost":

@@ -448,23 +448,58 @@ func (l *Ledger) groupMembersOn(ctx context.Context, host, group string) []strin
 	return out
 }
 
-// GroupCounts returns, per host given, how many members of group hold a
-// claim there, as the hosts' own counters say (the hosts without any are
-// left out).
-func (l *Ledger) GroupCounts(ctx context.Context, group string, hosts []string) (map[string]int, error) {
+// groupHostsKey is the set of hosts a group's members claimed on: a hint
+// for where to read the hosts' counters (GroupMembers), written after
+// each member's claim in a command of its own (another slot).
+func (l *Ledger) groupHostsKey(name string) string { return l.prefix + ":group:{" + name + "}:hosts" }
+
+// noteGroupHost adds host to the hosts group's members claimed on. A hint
+// lost (a crash right after the claim) only lets a choice propose a host
+// whose claim the group's rule then refuses.
+func (l *Ledger) noteGroupHost(ctx context.Context, group, host string) {
+	_ = l.rdb.SAdd(ctx, l.groupHostsKey(group), host).Err()
+}
+
+// GroupOf returns the server group instance uuid is a member of, "" for
+// none (and for an instance without a record).
+func (l *Ledger) GroupOf(ctx context.Context, uuid string) (string, error) {
+	if err := checkInstanceKeyName(uuid); err != nil {
+		return "", fmt.Errorf("ledger: group of %s: %w", uuid, err)
+	}
+	r, err := l.memberRule(ctx, &ClaimSpec{InstanceUUID: uuid})
+	if err != nil || r == nil {
+		return "", err
+	}
+	return r.Name, nil
+}
+
+// GroupMembers returns, per host, the members of group name that hold a
+// claim there, as each host's own counters say, sorted.
+func (l *Ledger) GroupMembers(ctx context.Context, name string) (map[string][]string, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: hosts of group %s: %w", name, err) }
+	if err := CheckGroupName(name); err != nil {
+		return nil, wrap(err)
+	}
+	hosts, err := l.rdb.SMembers(ctx, l.groupHostsKey(name)).Result()
+	if err != nil {
+		return nil, wrap(err)
+	}
 	p := l.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(hosts))
+	cmds := make([]*redis.StringSliceCmd, len(hosts))
 	for i, h := range hosts {
-		cmds[i] = p.HGet(ctx, l.hostKeys(h).groups, group)
+		cmds[i] = p.HKeys(ctx, l.hostKeys(h).groups)
 	}
-	if _, err := p.Exec(ctx); err != nil && !isNil(err) {
-		return nil, fmt.Errorf("ledger: members of group %s per host: %w", group, err)
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, wrap(err)
 	}
-	out := map[string]int{}
+	out := map[string][]string{}
 	for i, c := range cmds {
-		if n, err := c.Int(); err == nil && n > 0 {
-			out[hosts[i]] = n
+		for _, f := range c.Val() {
+			if g, u, ok := strings.Cut(f, "|"); ok && g == name {
+				out[hosts[i]] = append(out[hosts[i]], u)
+			}
 		}
+		slices.Sort(out[hosts[i]])
 	}
 	return out, nil
 }

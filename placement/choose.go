@@ -119,7 +119,7 @@ func (ix *Index) nextBatch(q *query, pos position, best choice, seen map[string]
 			if q.cells > 0 && (len(e.cells) < q.cells || !q.roomFor(e.cells)) {
 				continue
 			}
-			if seen[e.name] || q.exclude[e.name] {
+			if seen[e.name] || !q.passes(e.name) {
 				continue
 			}
 			least := free - q.most(e.threads)
@@ -233,17 +233,13 @@ func (ix *Index) explain(ctx context.Context, q *query) (choice, *misses, error)
 	m := &misses{}
 	var first []string
 	ix.mu.RLock()
-	total := len(ix.names)
-	for n := range q.exclude {
-		if ix.entries[n] != nil {
-			total--
-		}
-	}
+	total := 0
 	for _, n := range ix.names {
-		if len(first) == maxReasons {
-			break
+		if !q.passes(n) {
+			continue
 		}
-		if !q.exclude[n] {
+		total++
+		if len(first) < maxReasons {
 			first = append(first, n)
 		}
 	}

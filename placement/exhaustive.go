@@ -32,7 +32,7 @@ func Exhaustive(ctx context.Context, led *ledger.Ledger, r Request) (string, err
 	for _, name := range hosts {
 		st, registered := states[name]
 		switch {
-		case q.exclude[name] || !registered:
+		case !q.passes(name) || !registered:
 		case !Usable(st):
 			m.addState(name, st)
 		default:

@@ -20,6 +20,9 @@ type Request struct {
 	Request *numa.Request
 	// Exclude lists hosts never to choose (a migration's source).
 	Exclude []string
+	// Only, when not nil, lists the only hosts that may be chosen (where
+	// an affinity group's members are).
+	Only []string
 }
 
 // Usable says whether a host in this state may be chosen: only one that
@@ -144,6 +147,8 @@ func (m *misses) err(uuid string) error {
 type query struct {
 	Request
 	exclude map[string]bool
+	// only is Request.Only as a set; nil when any host may be chosen.
+	only map[string]bool
 	// cells is the guest's NUMA cells; 0 fits any host.
 	cells int
 	// need is the fewest pCPUs the guest pins: its dedicated vCPUs and
@@ -162,6 +167,12 @@ func newQuery(r Request) (*query, error) {
 	q := &query{Request: r, exclude: make(map[string]bool, len(r.Exclude)), cells: len(r.Request.Cells)}
 	for _, h := range r.Exclude {
 		q.exclude[h] = true
+	}
+	if r.Only != nil {
+		q.only = make(map[string]bool, len(r.Only))
+		for _, h := range r.Only {
+			q.only[h] = true
+		}
 	}
 	for i, g := range r.Request.Cells {
 		if !g.CPUPolicy.Pinned() {
@@ -238,3 +249,9 @@ func (r room) holds(need room) bool {
 // most is the most pCPUs the guest pins on a host of threads threads per
 // core: a host keeping free pCPUs before keeps at least free-most after.
 func (q *query) most(threads int) int { return q.need + q.isolated*(max(threads, 1)-1) }
+
+// passes says whether host may be chosen at all: not excluded, and among
+// the only hosts when the request names them.
+func (q *query) passes(host string) bool {
+	return !q.exclude[host] && (q.only == nil || q.only[host])
+}

@@ -29,6 +29,7 @@ type listRow struct {
 	PCPUs   []int        `json:"pcpus"`
 	ClaimID string       `json:"claim_id,omitempty"`
 	Flavor  guest.Flavor `json:"flavor"`
+	Group   string       `json:"group,omitempty"`
 }
 
 func listCommand() *cobra.Command {
@@ -83,9 +84,9 @@ func list(host, state *string, asJSON *bool, stdout io.Writer) error {
 			return nil
 		}
 		w := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(w, "UUID\tNAME\tHOST\tVM_STATE\tTASK_STATE\tVCPUS\tPINS")
+		fmt.Fprintln(w, "UUID\tNAME\tHOST\tVM_STATE\tTASK_STATE\tVCPUS\tPINS\tGROUP")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", r.UUID, r.Name, orDash(deref(r.Host)), r.VMState, orDash(deref(r.TaskState)), r.VCPUs, orDash(r.Pins))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.UUID, r.Name, orDash(deref(r.Host)), r.VMState, orDash(deref(r.TaskState)), r.VCPUs, orDash(r.Pins), orDash(r.Group))
 		}
 		return w.Flush()
 	})
@@ -116,7 +117,7 @@ func checkListState(s string) error {
 
 func newListRow(in *ledger.Instance) listRow {
 	r := listRow{UUID: in.UUID, Name: in.Name, VMState: string(in.VMState), VCPUs: in.Request.VCPUs, MemoryMB: in.Request.MemoryMB,
-		ClaimID: in.ClaimID, Flavor: in.Request, PCPUs: []int{}}
+		ClaimID: in.ClaimID, Flavor: in.Request, PCPUs: []int{}, Group: in.Group}
 	if in.Host != "" {
 		r.Host = &in.Host
 	}

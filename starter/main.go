@@ -94,7 +94,8 @@ per-host Redis ledger. Connections come from the PINFLOW_* variables
 	)
 	grouped := map[string][]*cobra.Command{
 		"guests": {bootCommand(), migrateCommand(), resizeCommand(), shelveCommand(), unshelveCommand(),
-			evacuateCommand(), deleteCommand(), cancelCommand(), followCommand(), showCommand(), opsCommand(), listCommand(), explainCommand()},
+			evacuateCommand(), deleteCommand(), cancelCommand(), followCommand(), showCommand(), opsCommand(), listCommand(), explainCommand(),
+			groupCommand()},
 		"hosts": {hostCommand()},
 		"audit": {reconcileCommand(), recoverCommand(), quarantineCommand(), checkCommand()},
 		"dev":   {numaCommand(), xmlCommand(), simCommand(), configCommand()},

@@ -45,13 +45,15 @@ defines) and from SR-IOV ports: --port name=NAME,physnet=NET,vnic=direct takes
 a VF on physical network NET (vnic direct-physical a whole PF; normal ports
 take none), placed on the guest's NUMA node as its policy asks (policy=
 required, legacy, preferred or socket). Without --host pinflow chooses the host, and tries the next
-one (up to three) when another operation took the room first. The boot runs
-as workflow instance-<uuid>.`,
+one (up to three) when another operation took the room first. --group makes the
+guest a member of a server group for life: every claim of it, on every move,
+keeps the group's rule. The boot runs as workflow instance-<uuid>.`,
 		Args: noArgs,
 	}
 	fs := c.Flags()
 	name := fs.String("name", "", "guest name")
 	host := fs.String("host", "", "host to boot on (default: pinflow chooses)")
+	group := fs.String("group", "", "server group the guest joins for life ('pinflow group create')")
 	vcpus := fs.Int("vcpus", 0, "vCPUs")
 	memory := fs.Int64("memory-mb", 0, "memory, MiB")
 	specs, props := keyValues{}, keyValues{}
@@ -70,7 +72,7 @@ as workflow instance-<uuid>.`,
 			return fmt.Errorf("boot %s: %w", *name, err)
 		}
 		return withClient(func(a *app, api *client.Client) error {
-			op, err := api.Boot(a.ctx, client.BootRequest{Name: *name, Flavor: flavor, Host: *host})
+			op, err := api.Boot(a.ctx, client.BootRequest{Name: *name, Flavor: flavor, Host: *host, Group: *group})
 			if err != nil {
 				return err
 			}
@@ -334,6 +336,8 @@ type guestView struct {
 	Flavor    any     `json:"flavor"`
 	Placement any     `json:"placement"`
 	ClaimID   string  `json:"claim_id,omitempty"`
+	// Group is the guest's server group.
+	Group string `json:"group,omitempty"`
 	// Resize is where a resize in VERIFY_RESIZE (or an interrupted one)
 	// comes from; no domain XML.
 	Resize  *resizeView `json:"resize,omitempty"`
@@ -368,7 +372,7 @@ func show(ref string, asJSON *bool, stdout io.Writer) error {
 			return err
 		}
 		v := guestView{UUID: inst.UUID, Name: inst.Name, VMState: string(inst.VMState), Flavor: inst.Request,
-			ClaimID: inst.ClaimID, Updated: inst.UpdatedAt.Format(time.RFC3339), LastOperation: last}
+			ClaimID: inst.ClaimID, Group: inst.Group, Updated: inst.UpdatedAt.Format(time.RFC3339), LastOperation: last}
 		if inst.Host != "" {
 			v.Host = &inst.Host
 		}
@@ -399,6 +403,9 @@ func show(ref string, asJSON *bool, stdout io.Writer) error {
 			inst.UUID, inst.Name, host, inst.VMState, task, inst.Request.VCPUs, inst.Request.MemoryMB, client.SpecList(inst.Request.ExtraSpecs, inst.Request.ImageProps), pins)
 		if line := devicesLine(inst.Request, inst.Placement); line != "" {
 			fmt.Fprintf(stdout, "  devices: %s\n", line)
+		}
+		if inst.Group != "" {
+			fmt.Fprintf(stdout, "  server group: %s ('pinflow group show %s')\n", inst.Group, inst.Group)
 		}
 		if r := inst.Resize; r != nil && inst.VMState == guest.VMResized {
 			fmt.Fprintf(stdout, "  VERIFY_RESIZE: from %s, whose source hold %s is kept; it was %d vCPUs, %d MiB%s; 'pinflow resize confirm|revert %s'\n",

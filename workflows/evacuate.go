@@ -140,10 +140,11 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 	return "", activities.ClaimResult{}, last
 }
 
-// lostRoom says whether a claim failed because its host had no room or
-// went down since it was chosen: another host may still take the guest.
+// lostRoom says whether a claim failed because its host had no room,
+// went down, or took a member of the guest's server group since it was
+// chosen: another host may still take the guest.
 func lostRoom(err error) bool {
-	return isType(err, activities.ErrTypeNoFit, activities.ErrTypeHostDown)
+	return isType(err, activities.ErrTypeNoFit, activities.ErrTypeHostDown, activities.ErrTypeGroupRule)
 }
 
 // HostUpInput names a fenced host that is back.

@@ -19,6 +19,8 @@ type BootInput struct {
 	Flavor guest.Flavor `json:"flavor"`
 	// Host is where to boot; empty lets pinflow choose.
 	Host string `json:"host,omitempty"`
+	// Group is the server group the guest joins for life; "" for none.
+	Group string `json:"group,omitempty"`
 }
 
 // BootResult says where the guest runs and how it is pinned.
@@ -38,7 +40,7 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 	}
 	var inst activities.InstanceInfo
 	// Booting an existing uuid again is refused, not a second copy.
-	create := activities.CreateInstanceInput{UUID: in.UUID, Name: in.Name, Flavor: in.Flavor, Creator: firstRunID(ctx)}
+	create := activities.CreateInstanceInput{UUID: in.UUID, Name: in.Name, Flavor: in.Flavor, Creator: firstRunID(ctx), Group: in.Group}
 	if err := s.ledger(ctx, "create instance "+in.Name, a.CreateInstance, create).Get(ctx, &inst); err != nil {
 		return nil, s.fail(err)
 	}

@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/placement"
+)
+
+// GroupView is a server group as an operator reads it: its rule, its
+// members and where they are, and whether the rule holds now.
+type GroupView struct {
+	ledger.Group
+	// Guests are the members, by uuid.
+	Guests []GroupMember `json:"guests"`
+	// OnHosts lists, per host, the members with a claim there (a member
+	// moving has one on each end).
+	OnHosts map[string][]string `json:"on_hosts"`
+	// Holds says whether the ledger's claims keep the rule; Broken says
+	// how they do not.
+	Holds  bool     `json:"holds"`
+	Broken []string `json:"broken,omitempty"`
+}
+
+// GroupMember is one member of a group.
+type GroupMember struct {
+	UUID    string `json:"uuid"`
+	Name    string `json:"name"`
+	Host    string `json:"host,omitempty"`
+	VMState string `json:"vm_state"`
+}
+
+// CreateGroup makes a server group. Bad input (a name, a policy, a limit
+// the policy does not take) wraps ErrInvalid; a group of that name with
+// another rule is refused.
+func (c *Client) CreateGroup(ctx context.Context, g ledger.Group) error {
+	if err := ledger.CheckGroup(&g); err != nil {
+		return fmt.Errorf("group create: %v: %w", err, ErrInvalid)
+	}
+	if err := c.led.CreateGroup(ctx, g); err != nil {
+		if errors.Is(err, ledger.ErrExists) {
+			return fmt.Errorf("group create %s: %s", g.Name, strings.TrimPrefix(err.Error(), "ledger: create group "+g.Name+": "))
+		}
+		return err
+	}
+	return nil
+}
+
+// DeleteGroup deletes a server group without members; one with members
+// is refused, naming them.
+func (c *Client) DeleteGroup(ctx context.Context, name string) error {
+	if _, err := c.group(ctx, name); err != nil {
+		return err
+	}
+	if err := c.led.DeleteGroup(ctx, name); err != nil {
+		if errors.Is(err, ledger.ErrConflict) {
+			return fmt.Errorf("group delete %s: %s", name, strings.TrimPrefix(err.Error(), "ledger: delete group "+name+": conflict: "))
+		}
+		return err
+	}
+	return nil
+}
+
+// Groups lists every server group with its members.
+func (c *Client) Groups(ctx context.Context) ([]GroupView, error) {
+	gs, err := c.led.Groups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GroupView, 0, len(gs))
+	for _, g := range gs {
+		v, err := c.view(ctx, &g)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *v)
+	}
+	return out, nil
+}
+
+// Group reads one server group with its members, where they are, and
+// whether its rule holds.
+func (c *Client) Group(ctx context.Context, name string) (*GroupView, error) {
+	g, err := c.group(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return c.view(ctx, g)
+}
+
+// group reads group name, refusing an unknown one with one line.
+func (c *Client) group(ctx context.Context, name string) (*ledger.Group, error) {
+	if err := ledger.CheckGroupName(name); err != nil {
+		return nil, fmt.Errorf("%v: %w", err, ErrInvalid)
+	}
+	g, err := c.led.Group(ctx, name)
+	if errors.Is(err, ledger.ErrUnknownGroup) {
+		return nil, fmt.Errorf("no server group %q; 'pinflow group list' lists them: %w", name, ErrInvalid)
+	}
+	return g, err
+}
+
+func (c *Client) view(ctx context.Context, g *ledger.Group) (*GroupView, error) {
+	on, err := c.led.GroupMembers(ctx, g.Name)
+	if err != nil {
+		return nil, err
+	}
+	v := &GroupView{Group: *g, Guests: []GroupMember{}, OnHosts: on}
+	for _, u := range g.Members {
+		inst, err := c.led.Instance(ctx, u)
+		if errors.Is(err, ledger.ErrUnknownInstance) {
+			// Its delete was cut short; the group's delete drops it.
+			v.Guests = append(v.Guests, GroupMember{UUID: u, VMState: "gone"})
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		v.Guests = append(v.Guests, GroupMember{UUID: u, Name: inst.Name, Host: inst.Host, VMState: string(inst.VMState)})
+	}
+	v.Broken = breaches(g, on)
+	v.Holds = len(v.Broken) == 0
+	return v, nil
+}
+
+// breaches says how the members' claims break the group's rule, hard or
+// soft: a host with more anti-affinity members than allowed (a soft one:
+// more than one), or affinity members on several hosts.
+func breaches(g *ledger.Group, on map[string][]string) []string {
+	var out []string
+	hosts := slices.Sorted(maps.Keys(on))
+	switch g.Policy {
+	case ledger.PolicyAntiAffinity, ledger.PolicySoftAntiAffinity:
+		max := max(g.MaxPerHost, 1)
+		for _, h := range hosts {
+			if len(on[h]) > max {
+				out = append(out, fmt.Sprintf("host %s holds %d members (%s), the group allows %d", h, len(on[h]), strings.Join(on[h], ", "), max))
+			}
+		}
+	case ledger.PolicyAffinity, ledger.PolicySoftAffinity:
+		if len(hosts) > 1 {
+			out = append(out, fmt.Sprintf("members are on %d hosts (%s), the group wants one", len(hosts), strings.Join(hosts, ", ")))
+		}
+	}
+	return out
+}
+
+// checkGroupTarget refuses a host named for member uuid of group (""
+// for none) when the group's hard rule would refuse the claim there,
+// naming the rule and the members in the way, before anything starts.
+func (c *Client) checkGroupTarget(ctx context.Context, op, uuid, group, host string) error {
+	if group == "" || host == "" {
+		return nil
+	}
+	g, err := placement.ReadServerGroup(ctx, c.led, group)
+	if err != nil {
+		return err
+	}
+	if why := g.Refuses(host, uuid); why != "" {
+		return fmt.Errorf("%s: host %s: %s; choose another host, or let pinflow choose: %w", op, host, why, ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/pinflow/pinflow/hypervisor"
+)
+
+// shownGroup is `pinflow group show --json`.
+type shownGroup struct {
+	Name    string              `json:"name"`
+	Policy  string              `json:"policy"`
+	Host    string              `json:"host"`
+	Members []string            `json:"members"`
+	OnHosts map[string][]string `json:"on_hosts"`
+	Holds   bool                `json:"holds"`
+	Broken  []string            `json:"broken"`
+}
+
+// groupBoots boots n members of group at once, each from its own CLI
+// process, and returns the uuids of those that booted and the last
+// stderr line of each refused one.
+func (s *stack) groupBoots(group string, n int) (booted []string, refusals []string) {
+	s.t.Helper()
+	type result struct {
+		uuid, line string
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			out, errOut, code := s.run("boot", "--name", fmt.Sprintf("%s-%d", group, i), "--group", group, "--vcpus", "1", "--memory-mb", "512",
+				"--spec", "hw:cpu_policy=dedicated", "--wait", "--json")
+			if code != 0 {
+				lines := strings.Split(strings.TrimSpace(errOut), "\n")
+				results <- result{line: lines[len(lines)-1]}
+				return
+			}
+			results <- result{uuid: jsonField(s.t, out, "uuid")}
+		}()
+	}
+	for range n {
+		r := <-results
+		if r.uuid != "" {
+			booted = append(booted, r.uuid)
+		} else {
+			refusals = append(refusals, r.line)
+		}
+	}
+	return booted, refusals
+}
+
+// membersRunning counts, per host, the domains of uuids that run there,
+// as the hypervisors see them.
+func (s *stack) membersRunning(uuids []string, hosts ...string) map[string]int {
+	s.t.Helper()
+	want := map[string]bool{}
+	for _, u := range uuids {
+		want[u] = true
+	}
+	out := map[string]int{}
+	for _, h := range hosts {
+		doms, err := s.simulator().Domains(context.Background(), h)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, d := range doms {
+			if want[d.UUID] && d.State == hypervisor.StateRunning {
+				out[h]++
+			}
+		}
+	}
+	return out
+}
+
+// TestServerGroups races members of an anti-affinity group and of an
+// affinity group for three hosts, from separate CLI processes: every
+// interleaving ends with the rule intact at the ledger and at the
+// hypervisors, the losers refused naming the rule. A named host that
+// would break a rule, a drain plan, and the group's life are checked
+// through the CLI too.
+func TestServerGroups(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	hosts := []string{"a", "b", "c"}
+	for _, h := range hosts {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+
+	s.ok("group", "create", "quorum", "--policy", "anti-affinity")
+	quorum, refusals := s.groupBoots("quorum", 5)
+	if len(quorum) != 3 || len(refusals) != 2 {
+		t.Fatalf("5 boots of a 1-per-host anti-affinity group onto 3 hosts: %d booted, refused %q; want 3 and 2", len(quorum), refusals)
+	}
+	for _, r := range refusals {
+		if !strings.Contains(r, "anti-affinity") || !strings.Contains(r, "quorum") {
+			t.Errorf("a refused member's error %q does not name the group's rule", r)
+		}
+	}
+	var g shownGroup
+	s.jsonOf(&g, "group", "show", "quorum")
+	if !g.Holds || len(g.OnHosts) != 3 {
+		t.Errorf("group show quorum = %+v, want its rule holding with one member on each of 3 hosts", g)
+	}
+	for h, n := range s.membersRunning(quorum, hosts...) {
+		if n != 1 {
+			t.Errorf("host %s runs %d members of quorum, want 1", h, n)
+		}
+	}
+	// A refused boot leaves its record in error, a member still.
+	if len(g.Members) != 5 {
+		t.Errorf("quorum has members %v, want the 5 booted and refused", g.Members)
+	}
+
+	// Naming a host that holds a member is refused before anything starts.
+	member := s.guest(quorum[0])
+	other := "a"
+	if hostOf(member) == "a" {
+		other = "b"
+	}
+	s.refused("anti-affinity group quorum allows 1 of its members per host", "migrate", quorum[0], "--dest", other, "--wait")
+
+	// An affinity group's first members race: all land on one host.
+	s.ok("group", "create", "pair", "--policy", "affinity")
+	pair, refusals := s.groupBoots("pair", 3)
+	if len(pair) != 3 {
+		t.Fatalf("3 boots of an affinity group: %d booted, refused %q; want all", len(pair), refusals)
+	}
+	g = shownGroup{}
+	s.jsonOf(&g, "group", "show", "pair")
+	if !g.Holds || g.Host == "" || len(g.OnHosts) != 1 || len(g.OnHosts[g.Host]) != 3 {
+		t.Errorf("group show pair = %+v, want all 3 members on the group's host", g)
+	}
+	if n := s.membersRunning(pair, hosts...); n[g.Host] != 3 {
+		t.Errorf("members of pair run %v, want all 3 on %s", n, g.Host)
+	}
+	// A drain of the affinity group's host cannot move them.
+	var plan struct {
+		Unplaceable []struct {
+			UUID   string `json:"uuid"`
+			Reason string `json:"reason"`
+		} `json:"unplaceable"`
+	}
+	out, _, _ := s.run("host", "plan-drain", g.Host, "--json")
+	if err := json.Unmarshal([]byte(out), &plan); err != nil {
+		t.Fatalf("host plan-drain %s --json: %v\n%s", g.Host, err, out)
+	}
+	stuck := 0
+	for _, u := range plan.Unplaceable {
+		if strings.Contains(u.Reason, "affinity group pair keeps its members on host "+g.Host) {
+			stuck++
+		}
+	}
+	if stuck != 3 {
+		t.Errorf("plan-drain %s: unplaceable %+v, want the 3 members of pair held there by their group", g.Host, plan.Unplaceable)
+	}
+
+	s.refused("it has 5 members", "group", "delete", "quorum")
+	s.noDoublePins(hosts...)
+	s.ok("check")
+}
+
+// TestServerGroupsBadInput: each bad group request is one line naming
+// the value and what is allowed, and changes nothing.
+func TestServerGroupsBadInput(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "2")
+	s.ok("group", "create", "db", "--policy", "anti-affinity", "--max-per-host", "2")
+	for _, tc := range []struct {
+		want string
+		args []string
+	}{
+		{`--policy "spread": allowed are affinity, anti-affinity, soft-affinity and soft-anti-affinity`, []string{"group", "create", "x", "--policy", "spread"}},
+		{"--max-per-host is for anti-affinity groups, not affinity", []string{"group", "create", "x", "--policy", "affinity", "--max-per-host", "2"}},
+		{"--max-per-host 0: allowed are whole numbers from 1", []string{"group", "create", "x", "--policy", "anti-affinity", "--max-per-host", "0"}},
+		{"--max-per-host -1: allowed are whole numbers from 1", []string{"group", "create", "x", "--policy", "anti-affinity", "--max-per-host", "-1"}},
+		{`group name "a:b"`, []string{"group", "create", "a:b", "--policy", "affinity"}},
+		{"exists with policy anti-affinity, at most 2 per host", []string{"group", "create", "db", "--policy", "anti-affinity"}},
+		{`no server group "nosuch"`, []string{"boot", "--name", "vm", "--group", "nosuch", "--vcpus", "1", "--memory-mb", "512"}},
+		{`no server group "nosuch"`, []string{"group", "show", "nosuch"}},
+		{`no server group "nosuch"`, []string{"group", "delete", "nosuch"}},
+	} {
+		s.refused(tc.want, tc.args...)
+	}
+	if out := s.ok("group", "list"); strings.Count(out, "\n") != 2 || !strings.Contains(out, "db") {
+		t.Errorf("group list after bad input:\n%s\nwant the header and db alone", out)
+	}
+	var rows []listed
+	s.jsonOf(&rows, "list")
+	if len(rows) != 0 {
+		t.Errorf("bad input left guests %+v", rows)
+	}
+	s.ok("group", "delete", "db")
+	if out := s.ok("group", "list"); !strings.Contains(out, "no server groups") {
+		t.Errorf("group list after the delete: %q", out)
+	}
+}
