@@ -188,7 +188,6 @@ func (a *Activities) choose(ctx context.Context, r placement.Request) (string, e
 	return host, err
 }
 
-
 // Claim fits the guest on the host and claims what the fit chose, owned by
 // the calling workflow. Claiming the same id again returns the first claim.
 func (a *Activities) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error) {
