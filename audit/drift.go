@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -166,6 +167,7 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 			CPUs: claimCPUs(c).String(), Detail: fmt.Sprintf("committed claim %s has no domain on %s", c.ID, snap.Host)})
 	}
 	found = append(found, j.inUse...)
+	found = append(found, au.groupDrift(ctx, snap.Host, doms)...)
 	for i := range found {
 		f := &found[i]
 		au.res.Tally.Drift.Add(f.Kind, 1)
@@ -216,4 +218,50 @@ func orNone(s numa.CPUSet) string {
 		return "no pinnable pCPU"
 	}
 	return "pCPUs " + s.String()
+}
+
+// groupDrift reports the hard server group rules that the domains up on
+// host break: more members of an anti-affinity group than it allows, or
+// a member of an affinity group away from the group's host.
+func (au *pass) groupDrift(ctx context.Context, host string, doms []hypervisor.Domain) []Drift {
+	members := map[string][]string{}
+	rules := map[string]*ledger.GroupRule{}
+	for _, d := range doms {
+		if d.State == hypervisor.StateShutoff {
+			continue
+		}
+		r, err := au.a.Ledger.MemberRule(ctx, d.UUID)
+		if err != nil {
+			au.fail("group of %s: %v", d.UUID, err)
+			continue
+		}
+		if r == nil || !r.Policy.Hard() {
+			continue
+		}
+		rules[r.Name] = r
+		members[r.Name] = append(members[r.Name], d.UUID)
+	}
+	var found []Drift
+	for _, name := range slices.Sorted(maps.Keys(members)) {
+		r, ms := rules[name], members[name]
+		slices.Sort(ms)
+		switch r.Policy {
+		case ledger.PolicyAntiAffinity:
+			if len(ms) > r.MaxPerHost {
+				found = append(found, Drift{Kind: DriftGroupRule, Detail: fmt.Sprintf("host %s runs %d members of anti-affinity group %s (%s); the group allows %d",
+					host, len(ms), name, strings.Join(ms, ", "), r.MaxPerHost)})
+			}
+		case ledger.PolicyAffinity:
+			g, err := au.a.Ledger.Group(ctx, name)
+			if err != nil {
+				au.fail("group %s: %v", name, err)
+				continue
+			}
+			if g.Host != "" && g.Host != host {
+				found = append(found, Drift{Kind: DriftGroupRule, Detail: fmt.Sprintf("host %s runs members %s of affinity group %s, whose members are on host %s",
+					host, strings.Join(ms, ", "), name, g.Host)})
+			}
+		}
+	}
+	return found
 }

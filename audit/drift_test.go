@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,44 @@ func TestAuditHostDrift(t *testing.T) {
 	for _, d := range res.Drift {
 		if wantFlight := d.Instance == z; d.InFlight != wantFlight {
 			t.Errorf("drift %s of %s: in flight %v, want %v", d.Kind, d.Instance, d.InFlight, wantFlight)
+		}
+	}
+}
+
+// TestAuditReportsBrokenGroupRules: two members of a 1-per-host
+// anti-affinity group run on one host (the second started there outside
+// the group's claims, as an operator could through the hypervisor): the
+// audit reports the rule broken and frees nothing for it.
+func TestAuditReportsBrokenGroupRules(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.AddHost(t, "a")
+	if err := w.Ledger.CreateGroup(ctx, ledger.Group{Name: "db", Policy: ledger.PolicyAntiAffinity}); err != nil {
+		t.Fatal(err)
+	}
+	m1, m2 := simcloud.UUID(311), simcloud.UUID(312)
+	for i, u := range []string{m1, m2} {
+		if _, err := w.Ledger.CreateMember(ctx, u, "db-"+u[len(u)-3:], simcloud.Flavor(), guest.VMBuilding, "", "db"); err != nil {
+			t.Fatal(err)
+		}
+		kind := ledger.KindBoot
+		if i == 1 {
+			kind = ledger.KindQuarantine // neither counted nor refused
+		}
+		owner := activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-" + u}
+		c := w.Claim(t, "a", "c-"+u, u, kind, owner)
+		w.owners.set(owner.WorkflowID, audit.OwnerStatus{State: audit.OwnerRunning, FirstRunID: owner.FirstRunID, Since: time.Now()})
+		if err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := w.audit(t, audit.AuditHostInput{Host: "a", Grace: dur(0)})
+	if res.Tally.Drift.Of(audit.DriftGroupRule) != 1 || res.Tally.Freed.Total() != 0 {
+		t.Fatalf("AuditHost(a) drift %+v freed %+v, want one broken group rule and nothing freed", res.Drift, res.Freed)
+	}
+	for _, d := range res.Drift {
+		if d.Kind == audit.DriftGroupRule && (!strings.Contains(d.Detail, m1) || !strings.Contains(d.Detail, m2) || !strings.Contains(d.Detail, "anti-affinity group db")) {
+			t.Errorf("group drift %q does not name the group and both members", d.Detail)
 		}
 	}
 }

@@ -96,6 +96,11 @@ const (
 	// DriftLeftoverDomain: a shut-off domain has no claim on its host; the
 	// audit cleans one no operation of its instance will (pass.leftover).
 	DriftLeftoverDomain = "leftover-domain"
+	// DriftGroupRule: the domains up on a host break the hard rule of
+	// their server group (an operator started or moved one through the
+	// hypervisor, say). Only reported: the audit frees nothing for a
+	// group.
+	DriftGroupRule = "group-rule"
 )
 
 // AuditHostInput asks for an audit of one host.

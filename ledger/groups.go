@@ -463,14 +463,20 @@ func (l *Ledger) noteGroupHost(ctx context.Context, group, host string) {
 // GroupOf returns the server group instance uuid is a member of, "" for
 // none (and for an instance without a record).
 func (l *Ledger) GroupOf(ctx context.Context, uuid string) (string, error) {
-	if err := checkInstanceKeyName(uuid); err != nil {
-		return "", fmt.Errorf("ledger: group of %s: %w", uuid, err)
-	}
-	r, err := l.memberRule(ctx, &ClaimSpec{InstanceUUID: uuid})
+	r, err := l.MemberRule(ctx, uuid)
 	if err != nil || r == nil {
 		return "", err
 	}
 	return r.Name, nil
+}
+
+// MemberRule returns the rule of the server group instance uuid is a
+// member of, nil for none (and for an instance without a record).
+func (l *Ledger) MemberRule(ctx context.Context, uuid string) (*GroupRule, error) {
+	if err := checkInstanceKeyName(uuid); err != nil {
+		return nil, fmt.Errorf("ledger: group of %s: %w", uuid, err)
+	}
+	return l.memberRule(ctx, &ClaimSpec{InstanceUUID: uuid})
 }
 
 // GroupMembers returns, per host, the members of group name that hold a
