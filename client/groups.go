@@ -123,7 +123,19 @@ func (c *Client) view(ctx context.Context, g *ledger.Group) (*GroupView, error) 
 		}
 		v.Guests = append(v.Guests, GroupMember{UUID: u, Name: inst.Name, Host: inst.Host, VMState: string(inst.VMState)})
 	}
-	v.Broken = breaches(g, on)
+	// A host fenced down keeps the tombstones of the members evacuated
+	// from it: they run nowhere, and break no rule.
+	states, err := c.led.HostStatuses(ctx, slices.Collect(maps.Keys(on)))
+	if err != nil {
+		return nil, err
+	}
+	live := map[string][]string{}
+	for h, ms := range on {
+		if st, ok := states[h]; !ok || st.State != ledger.HostDown {
+			live[h] = ms
+		}
+	}
+	v.Broken = breaches(g, live)
 	v.Holds = len(v.Broken) == 0
 	return v, nil
 }

@@ -199,3 +199,69 @@ func TestServerGroupsBadInput(t *testing.T) {
 		t.Errorf("group list after the delete: %q", out)
 	}
 }
+
+// TestEvacuationKeepsAntiAffinity: the members of a 1-per-host group fill
+// three hosts; when one is fenced, its member has nowhere to go that
+// keeps the rule and stays evacuable, its failure naming the hosts in
+// the way. A new host comes up, and the member's evacuation races a boot
+// of another member for it: exactly one of them gets it.
+func TestEvacuationKeepsAntiAffinity(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	hosts := []string{"a", "b", "c"}
+	for _, h := range hosts {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	s.ok("group", "create", "quorum", "--policy", "anti-affinity")
+	members, refusals := s.groupBoots("quorum", 3)
+	if len(members) != 3 {
+		t.Fatalf("3 members onto 3 hosts: booted %d, refused %q", len(members), refusals)
+	}
+	s.ok("sim", "power", "--host", "a", "--off")
+	s.ok("host", "down", "a", "--fence", "--reason", "PSU failed")
+	var onA string
+	for _, u := range members {
+		if hostOf(s.guest(u)) == "a" {
+			onA = u
+		}
+	}
+	out, _, code := s.run("host", "evacuate", "a", "--wait")
+	if code == 0 || !strings.Contains(out, onA+": failed: ") || !strings.Contains(out, "keeps the anti-affinity of group quorum") ||
+		!strings.Contains(out, "hosts b, c hold 1 of its members each") {
+		t.Fatalf("host evacuate a with no host keeping the rule: exit %d\n%s\nwant %s failed naming the rule and hosts b, c", code, out, onA)
+	}
+	if g := s.guest(onA); hostOf(g) != "a" {
+		t.Fatalf("the member that could not be evacuated is on %q, want still a (evacuable)", hostOf(g))
+	}
+
+	s.ok("host", "add", "d", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	type result struct {
+		out, errOut string
+		code        int
+	}
+	evac, boot := make(chan result, 1), make(chan result, 1)
+	go func() {
+		out, errOut, code := s.run("host", "evacuate", "a", "--wait")
+		evac <- result{out, errOut, code}
+	}()
+	go func() {
+		out, errOut, code := s.run("boot", "--name", "late", "--group", "quorum", "--vcpus", "1", "--memory-mb", "512",
+			"--spec", "hw:cpu_policy=dedicated", "--wait", "--json")
+		boot <- result{out, errOut, code}
+	}()
+	e, b := <-evac, <-boot
+	if (e.code == 0) == (b.code == 0) {
+		t.Fatalf("the evacuation (exit %d: %s%s) and the boot (exit %d: %s) raced for the one host that keeps the rule: want exactly one through",
+			e.code, e.out, e.errOut, b.code, b.errOut)
+	}
+	var g shownGroup
+	s.jsonOf(&g, "group", "show", "quorum")
+	if !g.Holds {
+		t.Errorf("group show quorum = %+v, want its rule holding", g)
+	}
+	if n := s.membersRunning(g.Members, "b", "c", "d"); n["b"] != 1 || n["c"] != 1 || n["d"] != 1 {
+		t.Errorf("members running per host %v, want one on each of b, c and d", n)
+	}
+	s.noDoublePins("b", "c", "d")
+	s.ok("check")
+}

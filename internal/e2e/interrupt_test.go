@@ -79,7 +79,10 @@ type chaos struct {
 	// a node killed, a Redis master lost, workers restarted.
 	events []chaosEvent
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// members are the guests booted into the run's anti-affinity group,
+	// of which no host may run more than chaosGroupMax.
+	members    map[string]bool
 	begun      time.Time
 	spans      []span
 	finished   int
@@ -152,6 +155,8 @@ func chaosOn(s *stack, hosts, cores int, devices bool) *chaos {
 		}
 		s.ok("host", "add", h, "--cells", "2", "--cores", fmt.Sprint(cores), "--memory-mb", "16384")
 	}
+	s.ok("group", "create", chaosGroup, "--policy", "anti-affinity", "--max-per-host", fmt.Sprint(chaosGroupMax))
+	c.members = map[string]bool{}
 	rdb := s.redisClient()
 	var err error
 	if c.led, err = ledger.New(rdb, ledger.Options{}); err != nil {
@@ -194,7 +199,8 @@ func (c *chaos) report(format string, args ...any) {
 }
 
 // doublePins returns the pCPUs and PCI devices that two running domains
-// of a host use.
+// of a host use, and the run's server group if more of its members run
+// on the host than it allows.
 func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 	doms, err := c.drv.Domains(ctx, host)
 	if err != nil {
@@ -210,10 +216,13 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 	}
 	owner := map[int]string{}
 	devOwner := map[string]string{}
-	var clashes []string
+	var clashes, members []string
 	for _, d := range doms {
 		if d.State != hypervisor.StateRunning {
 			continue
+		}
+		if c.isMember(d.UUID) {
+			members = append(members, d.UUID)
 		}
 		pins, err := xmlpatch.Read(d.XML)
 		if err != nil {
@@ -238,7 +247,22 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 			}
 		}
 	}
+	if len(members) > chaosGroupMax {
+		clashes = append(clashes, fmt.Sprintf("%d members of anti-affinity group %s run on %s, at most %d may: %v", len(members), chaosGroup, host, chaosGroupMax, members))
+	}
 	return strings.Join(clashes, "; "), nil
+}
+
+// The chaos runs' server group: every third guest is a member.
+const (
+	chaosGroup    = "spread"
+	chaosGroupMax = 2
+)
+
+func (c *chaos) isMember(uuid string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[uuid]
 }
 
 // sample checks, every 50 ms until stop, that no pCPU of any host is used
@@ -363,10 +387,15 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		switch {
 		case inst == nil || inst.VMState == guest.VMDeleted:
 			uuid = fmt.Sprintf("c4a0%04x-0000-4000-8000-%012x", slot, n)
+			boot := workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
 			c.mu.Lock()
 			c.uuids = append(c.uuids, uuid)
+			if slot%3 == 0 {
+				boot.Group = chaosGroup
+				c.members[uuid] = true
+			}
 			c.mu.Unlock()
-			op, wf, in = workflows.OpBoot, workflows.Boot, workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
+			op, wf, in = workflows.OpBoot, workflows.Boot, boot
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4 && !withDevices:
 			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 3:
