@@ -25,6 +25,8 @@ type GroupView struct {
 	// how they do not.
 	Holds  bool     `json:"holds"`
 	Broken []string `json:"broken,omitempty"`
+	// Moving are the members holding a slot of the disruption budget.
+	Moving []string `json:"moving"`
 }
 
 // GroupMember is one member of a group.
@@ -110,7 +112,11 @@ func (c *Client) view(ctx context.Context, g *ledger.Group) (*GroupView, error) 
 	if err != nil {
 		return nil, err
 	}
-	v := &GroupView{Group: *g, Guests: []GroupMember{}, OnHosts: on}
+	moving, err := c.led.GroupMoving(ctx, g.Name)
+	if err != nil {
+		return nil, err
+	}
+	v := &GroupView{Group: *g, Guests: []GroupMember{}, OnHosts: on, Moving: moving}
 	for _, u := range g.Members {
 		inst, err := c.led.Instance(ctx, u)
 		if errors.Is(err, ledger.ErrUnknownInstance) {

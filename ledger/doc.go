@@ -16,8 +16,10 @@
 //	<prefix>:host:{h}:state   hash: state (down, returning, disabled; none: up), reason, token, since
 //	<prefix>:host:{h}:groups  hash: group -> members with claims here, group|uuid -> that member's claims here
 //	<prefix>:inst:{uuid}      hash: one instance record (no index of them: Instances scans for the keys)
-//	<prefix>:group:{g}        hash: a server group: policy, max_per_host, host (affinity), refs, created_at
+//	<prefix>:group:{g}        hash: a server group: policy, max_per_host, max_unavailable, host (affinity), refs, created_at
 //	<prefix>:group:{g}:members  set: the group's members (instance uuids)
+//	<prefix>:group:{g}:hosts  set: hosts the members claimed on, a hint for reading their counters
+//	<prefix>:group:{g}:moving sorted set: member -> lease end (ms, server clock): its disruption budget's slots
 //	<prefix>:groups           set: server group names
 //	<prefix>:hosts            set: registered host names
 //	<prefix>:placement:changed  sorted set: host -> when its usage or topology last changed (µs, server clock)

@@ -64,6 +64,10 @@ type Group struct {
 	// MaxPerHost is the most members of an anti-affinity group one host
 	// may hold (Nova's max_server_per_host); 0 for the other policies.
 	MaxPerHost int `json:"max_per_host,omitempty"`
+	// MaxUnavailable is the group's disruption budget: the most members
+	// that may be moving (an operation that stops or migrates them) at
+	// once; 0 for none.
+	MaxUnavailable int `json:"max_unavailable,omitempty"`
 	// Host is where an affinity group's members are: fixed by the first
 	// member's claim, free again when every member has left.
 	Host      string    `json:"host,omitempty"`
@@ -113,6 +117,8 @@ func CheckGroup(g *Group) error {
 		return fmt.Errorf("group %s: max members per host %d: %w: it is a whole number from 1", g.Name, g.MaxPerHost, ErrInvalid)
 	case g.MaxPerHost > 0 && g.Policy != PolicyAntiAffinity:
 		return fmt.Errorf("group %s: max members per host %d: %w: only an anti-affinity group takes it, not %s", g.Name, g.MaxPerHost, ErrInvalid, g.Policy)
+	case g.MaxUnavailable < 0:
+		return fmt.Errorf("group %s: max members unavailable %d: %w: it is a whole number from 1, or 0 for no budget", g.Name, g.MaxUnavailable, ErrInvalid)
 	}
 	return nil
 }
@@ -128,12 +134,17 @@ func (l *Ledger) CreateGroup(ctx context.Context, g Group) error {
 	if g.Policy == PolicyAntiAffinity && g.MaxPerHost == 0 {
 		g.MaxPerHost = 1
 	}
-	res, err := l.change(ctx, groupCreateScript, []string{l.groupKey(g.Name)}, string(g.Policy), maxField(g.Policy, g.MaxPerHost), l.timestamp()).StringSlice()
+	res, err := l.change(ctx, groupCreateScript, []string{l.groupKey(g.Name)}, string(g.Policy), maxField(g.Policy, g.MaxPerHost), l.timestamp(),
+		g.MaxUnavailable).StringSlice()
 	if err != nil {
 		return wrap(err)
 	}
 	if res[0] == "conflict" {
-		return wrap(fmt.Errorf("%w: group %s exists with policy %s%s", ErrExists, g.Name, res[1], perHost(res[2])))
+		budget := ""
+		if res[3] != "0" {
+			budget = ", at most " + res[3] + " moving at once"
+		}
+		return wrap(fmt.Errorf("%w: group %s exists with policy %s%s%s", ErrExists, g.Name, res[1], perHost(res[2]), budget))
 	}
 	return wrap0(l.rdb.SAdd(ctx, l.groupsKey(), g.Name).Err(), wrap)
 }
@@ -176,6 +187,13 @@ func (l *Ledger) Group(ctx context.Context, name string) (*Group, error) {
 			return nil, wrap(fmt.Errorf("stored max_per_host %q: %w", f["max_per_host"], err))
 		}
 		g.MaxPerHost = n
+	}
+	if f["max_unavailable"] != "" {
+		n, err := strconv.Atoi(f["max_unavailable"])
+		if err != nil {
+			return nil, wrap(fmt.Errorf("stored max_unavailable %q: %w", f["max_unavailable"], err))
+		}
+		g.MaxUnavailable = n
 	}
 	if t, err := time.Parse(time.RFC3339Nano, f["created_at"]); err == nil {
 		g.CreatedAt = t
@@ -236,7 +254,7 @@ func (l *Ledger) DeleteGroup(ctx context.Context, name string) error {
 	if len(live) > 0 {
 		return wrap(fmt.Errorf("%w: it has %d members (%s); delete them first", ErrConflict, len(live), strings.Join(live, ", ")))
 	}
-	res, err := l.change(ctx, groupDeleteScript, []string{l.groupKey(name), l.membersKey(name)}).StringSlice()
+	res, err := l.change(ctx, groupDeleteScript, []string{l.groupKey(name), l.membersKey(name), l.movingKey(name), l.groupHostsKey(name)}).StringSlice()
 	if err != nil {
 		return wrap(err)
 	}
@@ -508,4 +526,102 @@ func (l *Ledger) GroupMembers(ctx context.Context, name string) (map[string][]st
 		slices.Sort(out[hosts[i]])
 	}
 	return out, nil
+}
+
+// movingKey holds the slots of a group's disruption budget: the members
+// moving, each with the end of its lease.
+func (l *Ledger) movingKey(name string) string { return l.prefix + ":group:{" + name + "}:moving" }
+
+// Budget is what taking a slot of a group's disruption budget found.
+type Budget struct {
+	// Group is the member's group, "" when it is no member.
+	Group string
+	// Max is the group's budget, 0 for none.
+	Max int
+	// Taken says the member holds a slot now (or needs none).
+	Taken bool
+	// Moving are the members holding the slots, when none was free.
+	Moving []string
+}
+
+// TakeGroupSlot takes a slot of the disruption budget of instance uuid's
+// server group for lease, or renews the one it holds: at most the
+// group's MaxUnavailable members hold one at once. force takes it even
+// past the budget (an evacuation: its guest is down already, and it
+// counts). A member of a group without a budget, or no member, needs no
+// slot.
+func (l *Ledger) TakeGroupSlot(ctx context.Context, uuid string, lease time.Duration, force bool) (Budget, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: disruption slot of %s: %w", uuid, err) }
+	r, err := l.MemberRule(ctx, uuid)
+	if err != nil {
+		return Budget{}, wrap(err)
+	}
+	if r == nil {
+		return Budget{Taken: true}, nil
+	}
+	f := "0"
+	if force {
+		f = "1"
+	}
+	res, err := l.change(ctx, groupSlotScript, []string{l.groupKey(r.Name), l.movingKey(r.Name)}, "take", uuid, lease.Milliseconds(), f).StringSlice()
+	if err != nil {
+		return Budget{}, wrap(err)
+	}
+	b := Budget{Group: r.Name}
+	switch res[0] {
+	case "ok":
+		b.Taken = true
+		if g, err := l.Group(ctx, r.Name); err == nil {
+			b.Max = g.MaxUnavailable
+		}
+	case "none":
+		b.Taken = true
+	case "unknown":
+		return Budget{}, wrap(fmt.Errorf("%w: group %s of the instance is gone", ErrUnknownGroup, r.Name))
+	case "full":
+		b.Max, _ = strconv.Atoi(res[1])
+		b.Moving = res[2:]
+	}
+	return b, nil
+}
+
+// RenewGroupSlot renews the slot instance uuid holds in its group's
+// disruption budget, and says whether it still held one.
+func (l *Ledger) RenewGroupSlot(ctx context.Context, uuid string, lease time.Duration) (bool, error) {
+	r, err := l.MemberRule(ctx, uuid)
+	if err != nil || r == nil {
+		return false, err
+	}
+	n, err := l.change(ctx, groupSlotScript, []string{l.groupKey(r.Name), l.movingKey(r.Name)}, "renew", uuid, lease.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("ledger: renew the disruption slot of %s: %w", uuid, err)
+	}
+	return n > 0, nil
+}
+
+// GiveGroupSlot gives back the slot instance uuid holds in its group's
+// disruption budget; giving back a slot not held succeeds.
+func (l *Ledger) GiveGroupSlot(ctx context.Context, uuid string) error {
+	r, err := l.MemberRule(ctx, uuid)
+	if err != nil || r == nil {
+		return err
+	}
+	if err := l.change(ctx, groupSlotScript, []string{l.groupKey(r.Name), l.movingKey(r.Name)}, "give", uuid).Err(); err != nil {
+		return fmt.Errorf("ledger: give back the disruption slot of %s: %w", uuid, err)
+	}
+	return nil
+}
+
+// GroupMoving lists the members of group name holding a slot of its
+// disruption budget now.
+func (l *Ledger) GroupMoving(ctx context.Context, name string) ([]string, error) {
+	ms, err := l.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: l.movingKey(name), Start: "(" + strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf", ByScore: true}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("ledger: members of group %s moving: %w", name, err)
+	}
+	slices.Sort(ms)
+	if ms == nil {
+		ms = []string{}
+	}
+	return ms, nil
 }

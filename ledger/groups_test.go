@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -342,4 +343,73 @@ func dumpDiff(before, after map[string]string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestDisruptionBudget: at most MaxUnavailable members hold a slot at
+// once; a holder renews its own, an evacuation's is counted past the
+// budget, a slot given back or whose lease ran out frees room, and a
+// member of a group without a budget, or no member, needs none.
+func TestDisruptionBudget(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	createGroup(t, l, Group{Name: "db", Policy: PolicyAntiAffinity, MaxUnavailable: 2})
+	createGroup(t, l, Group{Name: "free", Policy: PolicyAffinity})
+	for _, u := range []string{"a", "b", "c", "d"} {
+		member(t, l, u, "db")
+	}
+	member(t, l, "e", "free")
+	take := func(u string, force bool) Budget {
+		t.Helper()
+		b, err := l.TakeGroupSlot(ctx, u, time.Minute, force)
+		if err != nil {
+			t.Fatalf("TakeGroupSlot(%s): %v", u, err)
+		}
+		return b
+	}
+	if b := take("a", false); !b.Taken || b.Max != 2 || b.Group != "db" {
+		t.Fatalf("first slot: %+v", b)
+	}
+	take("b", false)
+	if b := take("c", false); b.Taken || !slices.Equal(b.Moving, []string{"a", "b"}) || b.Max != 2 {
+		t.Fatalf("third member past a budget of 2: %+v, want refused naming a and b", b)
+	}
+	if b := take("a", false); !b.Taken {
+		t.Fatalf("a renewing its own slot: %+v", b)
+	}
+	if b := take("c", true); !b.Taken {
+		t.Fatalf("an evacuation's forced slot: %+v", b)
+	}
+	if moving, err := l.GroupMoving(ctx, "db"); err != nil || !slices.Equal(moving, []string{"a", "b", "c"}) {
+		t.Fatalf("GroupMoving = %v %v, want a, b, c", moving, err)
+	}
+	if err := l.GiveGroupSlot(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.GiveGroupSlot(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if b := take("d", false); !b.Taken {
+		t.Fatalf("a slot given back: %+v", b)
+	}
+	// A slot whose holder stopped renewing ends with its lease.
+	if _, err := l.TakeGroupSlot(ctx, "c", time.Millisecond, true); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := l.RenewGroupSlot(ctx, "b", time.Millisecond); err != nil || !ok {
+		t.Fatalf("RenewGroupSlot(b) = %v %v", ok, err)
+	}
+	for {
+		if b := take("a", false); b.Taken {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if ok, err := l.RenewGroupSlot(ctx, "c", time.Minute); err != nil || ok {
+		t.Errorf("renewing a slot whose lease ran out = %v %v, want not held", ok, err)
+	}
+	for _, u := range []string{"e", "nobody"} {
+		if b := take(u, false); !b.Taken || b.Max != 0 {
+			t.Errorf("TakeGroupSlot(%s) without a budget = %+v, want taken, no budget", u, b)
+		}
+	}
 }

@@ -68,4 +68,5 @@ var (
 	groupBindScript       = loadScript("group_bind")
 	groupUnbindScript     = loadScript("group_unbind")
 	groupDeleteScript     = loadScript("group_delete")
+	groupSlotScript       = loadScript("group_slot")
 )

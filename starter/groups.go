@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -32,12 +33,18 @@ func groupCreateCommand() *cobra.Command {
 The hard rules are part of every claim's atomic step in the ledger: no race of
 boots, moves, drains and evacuations can break them, and a host named for a
 member that would break one is refused. The soft ones are the host choice's
-preferences, given way to when no host keeps them.`,
+preferences, given way to when no host keeps them.
+
+--max-unavailable N is the group's disruption budget: at most N members move
+(live or cold migration, resize, a drain's moves) at once; a move past it
+waits for a slot, saying for which members. An evacuation is not held back
+(its guest is down already) but counts.`,
 		Args: groupArg,
 	}
 	fs := c.Flags()
 	policy := fs.String("policy", "", "affinity, anti-affinity, soft-affinity or soft-anti-affinity")
 	maxPerHost := fs.Int("max-per-host", 0, "anti-affinity: the most members one host may hold (default 1)")
+	maxUnavailable := fs.Int("max-unavailable", 0, "the most members that may be moving at once, across every drain and operator move (default: no budget)")
 	required(c, "policy")
 	c.RunE = func(c *cobra.Command, args []string) error {
 		p, err := ledger.ParseGroupPolicy(*policy)
@@ -50,7 +57,10 @@ preferences, given way to when no host keeps them.`,
 		if fs.Changed("max-per-host") && p != ledger.PolicyAntiAffinity {
 			return fmt.Errorf("group create %s: --max-per-host is for anti-affinity groups, not %s: %w", args[0], p, errUsage)
 		}
-		g := ledger.Group{Name: args[0], Policy: p, MaxPerHost: *maxPerHost}
+		if fs.Changed("max-unavailable") && *maxUnavailable < 1 {
+			return fmt.Errorf("group create %s: --max-unavailable %d: allowed are whole numbers from 1: %w", args[0], *maxUnavailable, errUsage)
+		}
+		g := ledger.Group{Name: args[0], Policy: p, MaxPerHost: *maxPerHost, MaxUnavailable: *maxUnavailable}
 		return withApp(func(a *app) error {
 			api, err := a.ledgerClient()
 			if err != nil {
@@ -126,6 +136,9 @@ func writeGroup(stdout io.Writer, g *client.GroupView, asJSON bool) error {
 		fmt.Fprintf(stdout, "host: %s\n", g.Host)
 	}
 	fmt.Fprintf(stdout, "rule: %s\n", holdsText(g))
+	if g.MaxUnavailable > 0 {
+		fmt.Fprintf(stdout, "moving: %d of %d (%s)\n", len(g.Moving), g.MaxUnavailable, orDash(strings.Join(g.Moving, ", ")))
+	}
 	for _, b := range g.Broken {
 		fmt.Fprintf(stdout, "  %s\n", b)
 	}
@@ -159,12 +172,16 @@ func groupDeleteCommand() *cobra.Command {
 	return c
 }
 
-// ruleText says a group's rule in a few words.
+// ruleText says a group's rule and budget in a few words.
 func ruleText(g ledger.Group) string {
+	s := string(g.Policy)
 	if g.Policy == ledger.PolicyAntiAffinity {
-		return fmt.Sprintf("%s, at most %d per host", g.Policy, max(g.MaxPerHost, 1))
+		s = fmt.Sprintf("%s, at most %d per host", g.Policy, max(g.MaxPerHost, 1))
 	}
-	return string(g.Policy)
+	if g.MaxUnavailable > 0 {
+		s += fmt.Sprintf(", at most %d moving at once", g.MaxUnavailable)
+	}
+	return s
 }
 
 func holdsText(g *client.GroupView) string {

@@ -39,6 +39,11 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	give, err := s.holdBudget(ctx, in.UUID, true)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	defer give()
 	inst, err := s.loadInstance(ctx, in.UUID, activities.InstanceInfo.CanEvacuate)
 	if err != nil {
 		return nil, s.fail(err)

@@ -59,6 +59,11 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	if err != nil {
 		return nil, err
 	}
+	give, err := s.holdBudget(ctx, in.UUID, false)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	defer give()
 	res, err := s.liveMigrate(ctx, in)
 	var fb errFallBack
 	if !errors.As(err, &fb) {

@@ -81,6 +81,11 @@ func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	give, err := s.holdBudget(ctx, in.UUID, false)
+	if err != nil {
+		return nil, s.fail(err)
+	}
+	defer give()
 	return s.resize(ctx, in)
 }
 

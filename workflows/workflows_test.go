@@ -41,6 +41,14 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
+	h := newBareHarness(t)
+	// No guest of these tests is in a group with a disruption budget.
+	h.env.OnActivity(a.TakeGroupSlot, mock.Anything, mock.Anything).Return(activities.GroupSlot{Taken: true}, nil).Maybe()
+	return h
+}
+
+// newBareHarness is newHarness with no activity mocked.
+func newBareHarness(t *testing.T) *harness {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	h := &harness{env: s.NewTestWorkflowEnvironment()}
@@ -567,5 +575,61 @@ func TestLiveMigrationResumesABrokenPostCopy(t *testing.T) {
 	}
 	if got, want := h.sequence(), "load,choose,task,claim,prepare,migrate,migrate,migrate,commit"; got != want {
 		t.Errorf("LiveMigration whose post-copy broke twice: steps %s, want %s", got, want)
+	}
+}
+
+// TestMovesWaitForTheDisruptionBudget: a live migration of a member whose
+// group's budget is spent waits, saying for whom, before it changes
+// anything; takes its slot once one is free and gives it back when it
+// ends; cancelled while it waits, it ends having changed nothing.
+func TestMovesWaitForTheDisruptionBudget(t *testing.T) {
+	for _, cancel := range []bool{false, true} {
+		h := newBareHarness(t)
+		tries := 0
+		h.env.OnActivity(a.TakeGroupSlot, mock.Anything, mock.Anything).Return(
+			func(_ context.Context, in activities.GroupSlotInput) (activities.GroupSlot, error) {
+				tries++
+				h.record("take")
+				if tries < 3 {
+					return activities.GroupSlot{Group: "db", Max: 1, Moving: []string{"other"}}, nil
+				}
+				return activities.GroupSlot{Group: "db", Max: 1, Taken: true}, nil
+			})
+		if !cancel {
+			h.on("give", a.GiveGroupSlot, nil)
+			h.on("load", a.LoadInstance, active("a"), nil)
+			h.on("choose", a.ChooseHost, "b", nil)
+			h.on("task", a.SetTaskState, nil)
+			h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "c", Placement: placement}, nil)
+			h.on("prepare", a.PrepareMigration, nil)
+			h.on("migrate", a.Migrate, nil)
+			h.on("commit", a.CommitMigration, nil)
+		}
+		var waiting string
+		h.env.SetOnTimerScheduledListener(func(string, time.Duration) {
+			if waiting == "" {
+				if st, err := h.env.QueryWorkflow(StatusQuery); err == nil {
+					var s Status
+					_ = st.Get(&s)
+					waiting = s.Detail
+				}
+			}
+		})
+		want := "take,take,take,load,choose,task,claim,prepare,migrate,commit,give"
+		if cancel {
+			// Cancelled while it waits: it took no slot and changed nothing.
+			h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Second)
+			want = "take"
+		}
+		h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+		if err := h.env.GetWorkflowError(); (err != nil) != cancel {
+			t.Errorf("LiveMigration (cancelled %v) error = %v", cancel, err)
+		}
+		if got := h.sequence(); got != want {
+			t.Errorf("LiveMigration (cancelled %v) steps = %s, want %s", cancel, got, want)
+		}
+		if !strings.Contains(waiting, "waiting for the disruption budget of group db: 1 of its members are moving (other)") {
+			t.Errorf("LiveMigration's status while it waited = %q, want it to name the group and who moves", waiting)
+		}
 	}
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/workflows"
 )
 
 // shownGroup is `pinflow group show --json`.
@@ -263,5 +266,76 @@ func TestEvacuationKeepsAntiAffinity(t *testing.T) {
 		t.Errorf("members running per host %v, want one on each of b, c and d", n)
 	}
 	s.noDoublePins("b", "c", "d")
+	s.ok("check")
+}
+
+// statusDetail waits until the open operation on uuid says, in its
+// status, something containing want, and returns it.
+func (s *stack) statusDetail(uuid, want string) string {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	last := ""
+	for ctx.Err() == nil {
+		if v, err := s.tc.QueryWorkflow(ctx, guest.InstanceWorkflowID(uuid), "", workflows.StatusQuery); err == nil {
+			var st workflows.Status
+			if v.Get(&st) == nil {
+				last = st.Detail
+				if strings.Contains(last, want) {
+					return last
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.t.Fatalf("the operation on %s never said %q; last %q", uuid, want, last)
+	return ""
+}
+
+// TestDisruptionBudget: a group that lets one member move at a time.
+// While a member's migration is held at the simulator's gate, another
+// member's migration waits for the budget, saying for whom, and moves
+// once the first is done.
+func TestDisruptionBudget(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	s.ok("group", "create", "db", "--policy", "soft-anti-affinity", "--max-unavailable", "1")
+	boot := func(name, host string) string {
+		out := s.ok("boot", "--name", name, "--group", "db", "--host", host, "--vcpus", "1", "--memory-mb", "512",
+			"--spec", "hw:cpu_policy=dedicated", "--wait", "--json")
+		return jsonField(t, out, "uuid")
+	}
+	m1, m2 := boot("m1", "a"), boot("m2", "b")
+
+	s.ok("sim", "gate", "--at", "migrate", "--hold")
+	s.ok("migrate", m1, "--dest", "c")
+	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", "1")
+	var g struct {
+		Moving []string `json:"moving"`
+	}
+	s.jsonOf(&g, "group", "show", "db")
+	if len(g.Moving) != 1 || g.Moving[0] != m1 {
+		t.Fatalf("group show db while m1 moves: moving %v, want [%s]", g.Moving, m1)
+	}
+	s.ok("migrate", m2, "--dest", "c")
+	s.statusDetail(m2, "waiting for the disruption budget of group db: 1 of its members are moving ("+m1+"), and it allows 1")
+	if got := hostOf(s.guest(m2)); got != "b" {
+		t.Fatalf("m2 moved to %q while m1 held the budget", got)
+	}
+	s.ok("sim", "gate", "--at", "migrate", "--release")
+	if g := s.waitClosed(m1); hostOf(g) != "c" {
+		t.Errorf("m1 ended on %q, want c", hostOf(g))
+	}
+	if g := s.waitClosed(m2); hostOf(g) != "c" {
+		t.Errorf("m2 ended on %q, want c once m1 was done", hostOf(g))
+	}
+	s.jsonOf(&g, "group", "show", "db")
+	if len(g.Moving) != 0 {
+		t.Errorf("group show db after both moves: moving %v, want none", g.Moving)
+	}
+	s.noDoublePins("a", "b", "c")
 	s.ok("check")
 }

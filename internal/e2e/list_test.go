@@ -32,8 +32,8 @@ type listed struct {
 func (s *stack) listRows(args ...string) [][]string {
 	s.t.Helper()
 	lines := strings.Split(strings.TrimSpace(s.ok(append([]string{"list"}, args...)...)), "\n")
-	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "UUID NAME HOST VM_STATE TASK_STATE VCPUS PINS" {
-		s.t.Fatalf("pinflow list %s: header %q, want UUID NAME HOST VM_STATE TASK_STATE VCPUS PINS", strings.Join(args, " "), lines[0])
+	if len(lines) == 0 || strings.Join(strings.Fields(lines[0]), " ") != "UUID NAME HOST VM_STATE TASK_STATE VCPUS PINS GROUP" {
+		s.t.Fatalf("pinflow list %s: header %q, want UUID NAME HOST VM_STATE TASK_STATE VCPUS PINS GROUP", strings.Join(args, " "), lines[0])
 	}
 	var rows [][]string
 	for _, l := range lines[1:] {
@@ -56,10 +56,10 @@ func TestList(t *testing.T) {
 	s.ok("shelve", old, "--offload", "--wait")
 
 	want := [][]string{
-		{api, "api", "a", "active", "-", "3", "2-4"},
-		{web, "web", "a", "active", "-", "2", "0-1"},
-		{db, "db", "b", "active", "-", "4", "0-3"},
-		{old, "old", "-", "shelved_offloaded", "-", "1", "-"},
+		{api, "api", "a", "active", "-", "3", "2-4", "-"},
+		{web, "web", "a", "active", "-", "2", "0-1", "-"},
+		{db, "db", "b", "active", "-", "4", "0-3", "-"},
+		{old, "old", "-", "shelved_offloaded", "-", "1", "-", "-"},
 	}
 	if diff := cmp.Diff(want, s.listRows()); diff != "" {
 		t.Errorf("pinflow list (-want +got):\n%s", diff)
