@@ -28,12 +28,16 @@ type ExplainRequest struct {
 func (c *Client) Explain(ctx context.Context, r ExplainRequest) (*placement.Explanation, error) {
 	flavor, name := r.Flavor, "the new guest"
 	var exclude []string
+	var group *placement.ServerGroup
 	if r.Guest != "" {
 		inst, err := c.Instance(ctx, r.Guest)
 		if err != nil {
 			return nil, err
 		}
 		name = inst.UUID
+		if group, err = placement.MemberGroup(ctx, c.led, inst.UUID); err != nil {
+			return nil, err
+		}
 		resize := ResizeRequest{VCPUs: r.Flavor.VCPUs, MemoryMB: r.Flavor.MemoryMB, ExtraSpecs: r.Flavor.ExtraSpecs, ImageProps: r.Flavor.ImageProps}
 		if flavor = resize.flavorOf(inst); !changes(r.Flavor) && inst.Host != "" {
 			exclude = []string{inst.Host}
@@ -54,7 +58,7 @@ func (c *Client) Explain(ctx context.Context, r ExplainRequest) (*placement.Expl
 			return nil, err
 		}
 	}
-	return placement.Explain(ctx, c.led, placement.Request{UUID: name, Request: req, Exclude: exclude}, r.Host)
+	return placement.Explain(ctx, c.led, placement.Request{UUID: name, Request: req, Exclude: exclude}, r.Host, group)
 }
 
 // changes says whether f changes anything of a flavor it is merged into.

@@ -14,6 +14,10 @@ import (
 // GroupTakes is the group of the hosts that take the guest.
 const GroupTakes = "takes it"
 
+// GroupServerGroup is the group of the hosts the hard rule of the guest's
+// server group refuses.
+const GroupServerGroup = "its server group's rule"
+
 // lacks names, for an operator, what a host lacks for a guest.
 var lacks = map[numa.Resource]string{
 	numa.ResourcePCPUs:      "no NUMA cell with enough free pCPUs",
@@ -78,7 +82,9 @@ type Group struct {
 // Explain fits the guest on every host, each read afresh, and says what
 // each makes of it; it changes nothing. A disabled host is a candidate
 // only when it is named, as a guest's operation names its destination.
-func Explain(ctx context.Context, led *ledger.Ledger, r Request, named string) (*Explanation, error) {
+// For a member of server group g (nil for none), a host the group's hard
+// rule refuses says so.
+func Explain(ctx context.Context, led *ledger.Ledger, r Request, named string, g *ServerGroup) (*Explanation, error) {
 	q, err := newQuery(r)
 	if err != nil {
 		return nil, err
@@ -105,6 +111,8 @@ func Explain(ctx context.Context, led *ledger.Ledger, r Request, named string) (
 			ex.Verdicts = append(ex.Verdicts, Verdict{Host: name, Group: "excluded: the guest runs there"})
 		case !Usable(st) && !(named != "" && st.State == ledger.HostDisabled):
 			ex.Verdicts = append(ex.Verdicts, Verdict{Host: name, Group: StateGroup(st), Why: st.Reason})
+		case g != nil && g.Refuses(name, r.UUID) != "":
+			ex.Verdicts = append(ex.Verdicts, Verdict{Host: name, Group: GroupServerGroup, Why: g.Refuses(name, r.UUID)})
 		default:
 			up = append(up, name)
 		}

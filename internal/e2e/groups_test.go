@@ -125,6 +125,26 @@ func TestServerGroups(t *testing.T) {
 		other = "b"
 	}
 	s.refused("anti-affinity group quorum allows 1 of its members per host", "migrate", quorum[0], "--dest", other, "--wait")
+	// explain says the same of every host.
+	var ex struct {
+		Groups []struct {
+			Group string   `json:"group"`
+			Hosts []string `json:"hosts"`
+		} `json:"groups"`
+	}
+	out, errOut, _ := s.run("explain", quorum[0], "--json")
+	if err := json.Unmarshal([]byte(out), &ex); err != nil {
+		t.Fatalf("explain %s --json: %v\n%s%s", quorum[0], err, out, errOut)
+	}
+	ruled := 0
+	for _, g := range ex.Groups {
+		if g.Group == "its server group's rule" {
+			ruled = len(g.Hosts)
+		}
+	}
+	if ruled != 2 {
+		t.Errorf("explain %s: groups %+v, want the two other hosts refused by its server group's rule", quorum[0], ex.Groups)
+	}
 
 	// An affinity group's first members race: all land on one host.
 	s.ok("group", "create", "pair", "--policy", "affinity")
@@ -147,7 +167,7 @@ func TestServerGroups(t *testing.T) {
 			Reason string `json:"reason"`
 		} `json:"unplaceable"`
 	}
-	out, _, _ := s.run("host", "plan-drain", g.Host, "--json")
+	out, _, _ = s.run("host", "plan-drain", g.Host, "--json")
 	if err := json.Unmarshal([]byte(out), &plan); err != nil {
 		t.Fatalf("host plan-drain %s --json: %v\n%s", g.Host, err, out)
 	}

@@ -256,7 +256,7 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 // The chaos runs' server group: every third guest is a member.
 const (
 	chaosGroup    = "spread"
-	chaosGroupMax = 2
+	chaosGroupMax = 1
 )
 
 func (c *chaos) isMember(uuid string) bool {
