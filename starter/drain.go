@@ -193,6 +193,9 @@ func guestLine(host string, g *workflows.DrainGuest) string {
 	if g.Error != "" {
 		line += ": " + g.Error
 	}
+	if g.Waiting != "" {
+		line += "; waiting for " + g.Waiting
+	}
 	return line
 }
 

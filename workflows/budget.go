@@ -16,6 +16,12 @@ import (
 // open.
 const changeDisruptionBudget = "disruption-budget"
 
+// changeDrainBudget (unreleased): a drain takes the slot of a guest's
+// group's disruption budget before the guest's move, and shows the moves
+// the budget holds back in its status. Remove the old branch when no
+// drain started before the release that adds it is open.
+const changeDrainBudget = "drain-disruption-budget"
+
 // Waits for a slot of a disruption budget start at budgetWaitMin and
 // double up to budgetWaitMax.
 const (

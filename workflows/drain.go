@@ -165,8 +165,13 @@ type DrainGuest struct {
 	// Reservation is what the drain holds for it on Target, until its move
 	// adopts it.
 	Reservation *activities.Reservation `json:"reservation,omitempty"`
-	placement   *drain.Move
-	slot        *activities.MoveSlotInput // held while it moves
+	// Waiting says what holds its move back: its server group's
+	// disruption budget, spent by the members named.
+	Waiting   string `json:"waiting,omitempty"`
+	placement *drain.Move
+	slot      *activities.MoveSlotInput // held while it moves
+	// retryAt is when a move held back by its group's budget tries again.
+	retryAt time.Time
 }
 
 // DrainStatus is a drain's progress, as its status query answers.
@@ -217,6 +222,9 @@ type drainRun struct {
 	// planned: the guests to move are known, so a drain whose guests have
 	// all settled has no move left to start.
 	planned bool
+	// budget: each move takes a slot of its guest's group's disruption
+	// budget before it starts (changeDrainBudget).
+	budget bool
 }
 
 // Drain empties a host for maintenance. It plans every guest onto the
@@ -482,7 +490,11 @@ func (st *DrainStatus) Table() string {
 	var b strings.Builder
 	b.WriteString("| guest | name | state | target | attempts | note |\n|---|---|---|---|---|---|\n")
 	for _, g := range st.Guests {
-		b.WriteString(fmt.Sprintf("| `%s` | %s | %s | %s | %d | %s |\n", g.UUID, cell(g.Name), g.State, cell(g.Target), g.Attempts, cell(g.Error)))
+		note := g.Error
+		if g.Waiting != "" {
+			note = "waiting for " + g.Waiting
+		}
+		b.WriteString(fmt.Sprintf("| `%s` | %s | %s | %s | %d | %s |\n", g.UUID, cell(g.Name), g.State, cell(g.Target), g.Attempts, cell(note)))
 	}
 	return b.String()
 }
@@ -550,28 +562,66 @@ func (d *drainRun) replan(ctx workflow.Context, g *DrainGuest, why string) error
 // soon as a slot is free and the drain is not paused, and returns once
 // every guest has moved or failed; a cancel ends it early.
 func (d *drainRun) moveAll(ctx workflow.Context) error {
+	d.budget = workflow.GetVersion(ctx, changeDrainBudget, workflow.DefaultVersion, 1) == 1
 	next := func() *DrainGuest {
 		if d.st.Paused || d.st.Moving >= d.in.Parallel {
 			return nil
 		}
+		now := workflow.Now(ctx)
 		for i := range d.st.Guests {
 			// A guest whose failed move still gives its slot back waits:
 			// its next move takes a slot of the same name.
-			if g := &d.st.Guests[i]; g.State == GuestReserved && g.slot == nil && d.inbound[g.Target] < d.in.PerTarget {
+			if g := &d.st.Guests[i]; g.State == GuestReserved && g.slot == nil && d.inbound[g.Target] < d.in.PerTarget && !g.retryAt.After(now) {
 				return g
 			}
 		}
 		return nil
 	}
+	// heldBack is how long until the first move its group's budget holds
+	// back tries again; 0 when none is.
+	heldBack := func() time.Duration {
+		var first time.Time
+		for _, g := range d.st.Guests {
+			if g.State == GuestReserved && g.Waiting != "" && (first.IsZero() || g.retryAt.Before(first)) {
+				first = g.retryAt
+			}
+		}
+		if first.IsZero() {
+			return 0
+		}
+		return max(first.Sub(workflow.Now(ctx)), time.Millisecond)
+	}
 	for {
 		var g *DrainGuest
 		// Done once every guest has moved or failed and every move has
 		// given its slot back.
-		if err := workflow.Await(ctx, func() bool { g = next(); return g != nil || d.settled() && d.st.Moving == 0 }); err != nil {
+		ready := func() bool { g = next(); return g != nil || d.settled() && d.st.Moving == 0 }
+		if wait := heldBack(); wait > 0 {
+			if _, err := workflow.AwaitWithTimeout(ctx, wait, ready); err != nil {
+				return err
+			}
+			if g == nil && !ready() {
+				continue
+			}
+		} else if err := workflow.Await(ctx, ready); err != nil {
 			return err
 		}
 		if g == nil {
 			return nil
+		}
+		if d.budget {
+			var b activities.GroupSlot
+			if err := d.s.ledger(ctx, "take a slot of "+g.UUID+"'s disruption budget", a.TakeGroupSlot, activities.GroupSlotInput{UUID: g.UUID}).Get(ctx, &b); err != nil {
+				return err
+			}
+			if !b.Taken {
+				g.Waiting = fmt.Sprintf("the disruption budget of group %s: %d of its members are moving (%s), and it allows %d",
+					b.Group, len(b.Moving), strings.Join(b.Moving, ", "), b.Max)
+				g.retryAt = workflow.Now(ctx).Add(slotRetry)
+				d.s.phase(PhaseRunning, d.progress())
+				continue
+			}
+			g.Waiting = ""
 		}
 		// The limits of the whole cloud, shared by every drain.
 		slot := activities.MoveSlotInput{Move: fmt.Sprintf("drain-%s-%s", firstRunID(ctx), g.UUID), Target: g.Target, PerTarget: d.in.PerTarget}
@@ -609,6 +659,9 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 		// lease.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
 		_ = d.s.ledger(dctx, "give the move slot back", a.GiveMoveSlots, []activities.MoveSlotInput{slot}).Get(dctx, nil)
+		if d.budget {
+			_ = d.s.ledger(dctx, "give back the disruption budget slot", a.GiveGroupSlot, g.UUID).Get(dctx, nil)
+		}
 		g.slot = nil
 		d.st.Moving--
 		d.inbound[target]--

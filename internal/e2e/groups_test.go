@@ -315,7 +315,8 @@ func (s *stack) statusDetail(uuid, want string) string {
 // TestDisruptionBudget: a group that lets one member move at a time.
 // While a member's migration is held at the simulator's gate, another
 // member's migration waits for the budget, saying for whom, and moves
-// once the first is done.
+// once the first is done; a drain moves the members one at a time, its
+// status saying what holds the next back.
 func TestDisruptionBudget(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
@@ -355,6 +356,31 @@ func TestDisruptionBudget(t *testing.T) {
 	s.jsonOf(&g, "group", "show", "db")
 	if len(g.Moving) != 0 {
 		t.Errorf("group show db after both moves: moving %v, want none", g.Moving)
+	}
+
+	// A drain of c, which now holds both, moves one member at a time
+	// however many moves it may run, and its status says what holds the
+	// other back.
+	s.ok("sim", "gate", "--at", "migrate", "--hold")
+	s.ok("host", "drain", "c", "--parallel", "2")
+	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", "1")
+	s.eventually("the drain of c says the budget holds a move back", 2*time.Minute, func() bool {
+		for _, dg := range s.drainState("c").Guests {
+			if strings.Contains(dg.Waiting, "the disruption budget of group db: 1 of its members are moving") {
+				return true
+			}
+		}
+		return false
+	})
+	if out := s.ok("host", "drain", "status", "c"); !strings.Contains(out, "waiting for the disruption budget of group db") {
+		t.Errorf("host drain status c does not say what holds a move back:\n%s", out)
+	}
+	s.ok("sim", "gate", "--at", "migrate", "--release")
+	s.drainDone("c")
+	for _, u := range []string{m1, m2} {
+		if h := hostOf(s.guest(u)); h == "c" || h == "" {
+			t.Errorf("after the drain of c, %s is on %q", u, h)
+		}
 	}
 	s.noDoublePins("a", "b", "c")
 	s.ok("check")
