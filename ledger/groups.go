@@ -86,12 +86,7 @@ type GroupRule struct {
 
 // limit is the most members of the group a host may hold, as the claim
 // script takes it: "" for none.
-func (r *GroupRule) limit() string {
-	if r.Policy != PolicyAntiAffinity {
-		return ""
-	}
-	return strconv.Itoa(r.MaxPerHost)
-}
+func (r *GroupRule) limit() string { return maxField(r.Policy, r.MaxPerHost) }
 
 // maxField is the stored max_per_host of a rule.
 func maxField(policy GroupPolicy, max int) string {
@@ -571,9 +566,7 @@ func (l *Ledger) TakeGroupSlot(ctx context.Context, uuid string, lease time.Dura
 	switch res[0] {
 	case "ok":
 		b.Taken = true
-		if g, err := l.Group(ctx, r.Name); err == nil {
-			b.Max = g.MaxUnavailable
-		}
+		b.Max, _ = strconv.Atoi(res[1])
 	case "none":
 		b.Taken = true
 	case "unknown":

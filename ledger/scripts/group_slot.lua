@@ -8,7 +8,7 @@
 --   for an evacuation, whose guest is down already)
 --    or 'renew', uuid, lease ms
 --    or 'give', uuid
--- Returns for take {'ok'}, {'none'} (the group has no budget), {'unknown'}
+-- Returns for take {'ok', max}, {'none'} (the group has no budget), {'unknown'}
 -- or {'full', max, uuid...} (the members holding the slots); for renew and
 -- give the number renewed or given back.
 local t = redis.call('TIME')
@@ -32,7 +32,7 @@ end
 local lease = tonumber(ARGV[3])
 if redis.call('ZSCORE', KEYS[2], uuid) or ARGV[4] == '1' or redis.call('ZCARD', KEYS[2]) < max then
   redis.call('ZADD', KEYS[2], now + lease, uuid)
-  return {'ok'}
+  return {'ok', tostring(max)}
 end
 local reply = {'full', tostring(max)}
 for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
