@@ -62,6 +62,16 @@ type HostInput struct {
 type HostReasonInput struct {
 	Host   string `json:"host"`
 	Reason string `json:"reason"`
+	// AutoEvacuate, when a host goes down, has the audit evacuate its
+	// guests (HostAutoEvacuateInput).
+	AutoEvacuate bool `json:"auto_evacuate,omitempty"`
+}
+
+// HostAutoEvacuateInput turns a down host's automatic evacuation on or
+// off.
+type HostAutoEvacuateInput struct {
+	Host string `json:"host"`
+	On   bool   `json:"on"`
 }
 
 // checkTopology refuses a host name or topology that no retry can
@@ -164,6 +174,17 @@ func (a *Activities) SetHostEnabled(ctx context.Context, in HostInput) (HostStat
 // reason.
 func (a *Activities) SetHostDown(ctx context.Context, in HostReasonInput) (HostStatus, error) {
 	st, err := a.Ledger.SetHostDown(ctx, in.Host, in.Reason)
+	if err == nil && in.AutoEvacuate {
+		st, err = a.Ledger.SetHostAutoEvacuate(ctx, in.Host, true)
+	}
+	return st, forbidden(err)
+}
+
+// SetHostAutoEvacuate turns a down host's automatic evacuation on or off:
+// while on, every audit of the host starts an evacuation of each guest
+// still there. A host that is not down is refused.
+func (a *Activities) SetHostAutoEvacuate(ctx context.Context, in HostAutoEvacuateInput) (HostStatus, error) {
+	st, err := a.Ledger.SetHostAutoEvacuate(ctx, in.Host, in.On)
 	return st, forbidden(err)
 }
 

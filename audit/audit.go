@@ -34,6 +34,9 @@ type Auditor struct {
 	// whose guest already runs on its new claim (see AuditHost); nil
 	// leaves such claims kept and reported.
 	Settler Settler
+	// Evacuator starts the evacuations of the guests of a host fenced
+	// down with automatic evacuation on; nil starts none.
+	Evacuator Evacuator
 }
 
 // InvalidError is the error of a request that can never succeed as asked:

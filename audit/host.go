@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/pinflow/pinflow/guest"
@@ -69,6 +71,9 @@ func (a *Auditor) AuditHost(ctx context.Context, in AuditHostInput) (HostAudit, 
 	for i := range snap.Claims {
 		j.add(&snap.Claims[i], au.judge(ctx, &snap.Claims[i], now))
 	}
+	if snap.Status.State == ledger.HostDown && snap.Status.AutoEvacuate && !in.DryRun {
+		au.evacuate(ctx, snap.Claims)
+	}
 	if domErr == nil {
 		au.drift(ctx, snap, doms, j)
 	} else {
@@ -84,6 +89,50 @@ func (a *Auditor) AuditHost(ctx context.Context, in AuditHostInput) (HostAudit, 
 }
 
 var errHostDown = errors.New("the host is down")
+
+// Evacuator starts an evacuation of a guest of a fenced host under the
+// instance's own workflow id. Started is false, with no error, when
+// another workflow of the instance is open: that one holds the guest.
+type Evacuator interface {
+	StartEvacuate(ctx context.Context, uuid, host string) (started bool, err error)
+}
+
+// evacuate starts an evacuation of every guest that still lives on this
+// down host, so that one no host could take before (a full cloud, a
+// server group's rule) is rebuilt once a host can. The evacuation decides
+// everything itself; a guest in VERIFY_RESIZE waits for its operator.
+// Claims of any age count: a guest fenced with its host moments after it
+// booted is evacuated too.
+func (au *pass) evacuate(ctx context.Context, claims []ledger.Claim) {
+	if au.a.Evacuator == nil {
+		return
+	}
+	claims = slices.Clone(claims)
+	slices.SortFunc(claims, func(x, y ledger.Claim) int { return strings.Compare(x.InstanceUUID, y.InstanceUUID) })
+	for _, c := range claims {
+		uuid := c.InstanceUUID
+		inst, err := au.a.Ledger.Instance(ctx, uuid)
+		if errors.Is(err, ledger.ErrUnknownInstance) {
+			continue
+		}
+		if err != nil {
+			au.fail("evacuate %s: %v", uuid, err)
+			continue
+		}
+		if inst.Host != au.res.Host || inst.ClaimID != c.ID || inst.VMState == guest.VMResized {
+			continue
+		}
+		started, err := au.a.Evacuator.StartEvacuate(ctx, uuid, au.res.Host)
+		if err != nil {
+			au.fail("evacuate %s: %v", uuid, err)
+			continue
+		}
+		if started {
+			au.res.Evacuated = append(au.res.Evacuated, uuid)
+			au.res.Tally.Evacuations++
+		}
+	}
+}
 
 // pass is one host's audit in progress.
 type pass struct {

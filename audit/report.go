@@ -161,12 +161,16 @@ type Tally struct {
 	Freed  ReasonCounts `json:"freed"`
 	Drift  ReasonCounts `json:"drift"`
 	Errors int          `json:"errors"`
+	// Evacuations counts the evacuations started from hosts fenced down
+	// with automatic evacuation on.
+	Evacuations int `json:"evacuations,omitempty"`
 }
 
 // Add adds o's counts to t.
 func (t *Tally) Add(o Tally) {
 	t.Claims += o.Claims
 	t.Errors += o.Errors
+	t.Evacuations += o.Evacuations
 	for _, c := range o.Kept {
 		t.Kept.Add(c.Reason, c.Count)
 	}
@@ -211,6 +215,9 @@ type HostAudit struct {
 	Freed  []FreedClaim `json:"freed,omitempty"`
 	Drift  []Drift      `json:"drift,omitempty"`
 	Errors []string     `json:"errors,omitempty"`
+	// Evacuated are the guests whose evacuation the audit started, from a
+	// host fenced down with automatic evacuation on.
+	Evacuated []string `json:"evacuated,omitempty"`
 	// Duration is how long the audit of the host took.
 	Duration time.Duration `json:"duration"`
 }

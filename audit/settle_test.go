@@ -3,6 +3,8 @@ package audit_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/pinflow/pinflow/activities"
@@ -214,4 +216,78 @@ func TestSettleInterruptedEvacuation(t *testing.T) {
 		t.Errorf("record after settling = %+v, %v; want it on b's claim", inst, err)
 	}
 	w.RunsPinned(t, u, "b", c, 2)
+}
+
+// fakeEvacuator records the evacuations an audit starts; running names
+// the guests another workflow holds.
+type fakeEvacuator struct {
+	started []string
+	running map[string]bool
+}
+
+func (f *fakeEvacuator) StartEvacuate(_ context.Context, uuid, _ string) (bool, error) {
+	if f.running[uuid] {
+		return false, nil
+	}
+	f.started = append(f.started, uuid)
+	return true, nil
+}
+
+// TestAuditEvacuatesDownHosts: the audit of a host fenced down with
+// automatic evacuation starts an evacuation of each guest living there,
+// except one in VERIFY_RESIZE (its operator decides first) and one
+// another workflow holds; a dry run, a down host without it, and an up
+// host start none; the claims stay as they were.
+func TestAuditEvacuatesDownHosts(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	ev := &fakeEvacuator{running: map[string]bool{}}
+	w.auditor.Evacuator = ev
+	var uuids []string
+	for i := range 4 {
+		u := simcloud.UUID(40 + i)
+		w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: fmt.Sprintf("boot-%d", i)})
+		w.owners.set(guest.InstanceWorkflowID(u), longClosed)
+		uuids = append(uuids, u)
+	}
+	w.Boot(t, "b", simcloud.UUID(50), activities.Owner{WorkflowID: guest.InstanceWorkflowID(simcloud.UUID(50)), FirstRunID: "boot-1"})
+	if err := w.Ledger.SetState(ctx, uuids[1], ledger.Transition{VM: guest.VMResized}); err != nil {
+		t.Fatal(err)
+	}
+	ev.running[uuids[2]] = true
+
+	if res := w.audit(t, audit.AuditHostInput{Host: "a"}); len(res.Evacuated) > 0 || len(ev.started) > 0 {
+		t.Fatalf("audit of an up host started evacuations %v", ev.started)
+	}
+	if err := w.Driver.PowerOff(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Ledger.SetHostDown(ctx, "a", "psu"); err != nil {
+		t.Fatal(err)
+	}
+	if res := w.audit(t, audit.AuditHostInput{Host: "a"}); len(res.Evacuated) > 0 || len(ev.started) > 0 {
+		t.Fatalf("audit of a host down without automatic evacuation started %v", ev.started)
+	}
+	if _, err := w.Ledger.SetHostAutoEvacuate(ctx, "a", true); err != nil {
+		t.Fatal(err)
+	}
+	before := w.snapshot(t, "a").Claims
+	if res := w.audit(t, audit.AuditHostInput{Host: "a", DryRun: true}); len(res.Evacuated) > 0 || len(ev.started) > 0 {
+		t.Fatalf("a dry run started %v", ev.started)
+	}
+	res := w.audit(t, audit.AuditHostInput{Host: "a"})
+	want := []string{uuids[0], uuids[3]}
+	slices.Sort(want)
+	if !slices.Equal(res.Evacuated, want) || !slices.Equal(ev.started, want) || res.Tally.Evacuations != 2 {
+		t.Fatalf("evacuations started %v (reported %v, %d), want %v: not the guest in VERIFY_RESIZE nor the one held",
+			ev.started, res.Evacuated, res.Tally.Evacuations, want)
+	}
+	if res.Tally.Freed.Total() != 0 || len(w.snapshot(t, "a").Claims) != len(before) {
+		t.Errorf("the audit of the down host freed %v", res.Freed)
+	}
+	if res := w.audit(t, audit.AuditHostInput{Host: "b"}); len(res.Evacuated) > 0 {
+		t.Errorf("audit of up host b started %v", res.Evacuated)
+	}
 }

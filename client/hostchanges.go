@@ -113,15 +113,41 @@ func (c *Client) EnableHost(ctx context.Context, host string) (ledger.HostStatus
 // powered off, or cut off from its guests' storage and network. A down
 // host takes no claims, and only then may its guests be evacuated
 // (EvacuateHost); UpHost brings it back. A host down already keeps its
-// fencing token and reason. It returns the host's new status, with the
-// token.
-func (c *Client) DownHost(ctx context.Context, host, reason string) (ledger.HostStatus, error) {
+// fencing token and reason. With autoEvacuate, every audit of the host
+// then evacuates its guests (AutoEvacuateHost). It returns the host's new
+// status, with the token.
+func (c *Client) DownHost(ctx context.Context, host, reason string, autoEvacuate bool) (ledger.HostStatus, error) {
 	const verb = "host down"
 	if _, err := c.hostToChange(ctx, verb, host, &reason); err != nil {
 		return ledger.HostStatus{}, err
 	}
-	p := plan{op: workflows.OpHostDown, wf: workflows.HostDown, input: workflows.HostStateInput{Host: host, Reason: reason},
+	p := plan{op: workflows.OpHostDown, wf: workflows.HostDown,
+		input:   workflows.HostStateInput{Host: host, Reason: reason, AutoEvacuate: autoEvacuate},
 		summary: fmt.Sprintf("mark host %s down (fenced): %s", host, reason), source: host}
+	return c.changeHostState(ctx, verb, p)
+}
+
+// AutoEvacuateHost turns a down host's automatic evacuation on or off.
+// While on, every audit of the host (the schedule's, or 'pinflow
+// reconcile') starts an evacuation of each guest still there that no
+// other operation holds, so a guest no host could take when the host went
+// down (a full cloud, a server group's rule) is rebuilt once a host can.
+// It goes off when the host returns.
+func (c *Client) AutoEvacuateHost(ctx context.Context, host string, on bool) (ledger.HostStatus, error) {
+	const verb = "host evacuate"
+	st, err := c.hostToChange(ctx, verb, host, nil)
+	if err != nil {
+		return st, err
+	}
+	if st.State != ledger.HostDown {
+		return st, fmt.Errorf("%s %s: the host is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'", verb, host, st.State, host)
+	}
+	summary := "evacuate host " + host + " at every audit"
+	if !on {
+		summary = "stop evacuating host " + host + " at every audit"
+	}
+	p := plan{op: workflows.OpHostEvacuate, wf: workflows.HostAutoEvacuate, input: workflows.HostAutoEvacuateInput{Host: host, On: on},
+		summary: summary, source: host}
 	return c.changeHostState(ctx, verb, p)
 }
 

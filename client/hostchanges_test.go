@@ -84,9 +84,9 @@ func TestHostChangesRefused(t *testing.T) {
 			"host disable b: the host is down; only an up host is disabled", nil},
 		{"enable: down host", func() error { _, err := c.EnableHost(ctx, "b"); return err },
 			"host enable b: the host is down, not disabled", nil},
-		{"down: blank reason", func() error { _, err := c.DownHost(ctx, "a", "  "); return err },
+		{"down: blank reason", func() error { _, err := c.DownHost(ctx, "a", "  ", false); return err },
 			"reasons are 1-200 printable characters, not all blank", client.ErrInvalid},
-		{"down: unknown host", func() error { _, err := c.DownHost(ctx, "nowhere", "x"); return err },
+		{"down: unknown host", func() error { _, err := c.DownHost(ctx, "nowhere", "x", false); return err },
 			`unknown host "nowhere"`, client.ErrUnknownHost},
 		{"up: up host", func() error { _, err := c.UpHost(ctx, "a"); return err }, "host up a: the host is up already", nil},
 		{"up: disabled host", func() error { _, err := c.UpHost(ctx, "c"); return err },
@@ -95,6 +95,10 @@ func TestHostChangesRefused(t *testing.T) {
 			`unknown host "nowhere"`, client.ErrUnknownHost},
 		{"evacuate: disabled host", func() error { _, err := c.EvacuateHost(ctx, "c"); return err },
 			"host evacuate c: the host is disabled; pinflow evacuates only from a host fenced", nil},
+		{"auto-evacuate: up host", func() error { _, err := c.AutoEvacuateHost(ctx, "a", true); return err },
+			"host evacuate a: the host is up; pinflow evacuates only from a host fenced", nil},
+		{"auto-evacuate: unknown host", func() error { _, err := c.AutoEvacuateHost(ctx, "nowhere", true); return err },
+			`unknown host "nowhere"`, client.ErrUnknownHost},
 	} {
 		err := tt.do()
 		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n") {

@@ -13,7 +13,7 @@
 //	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB>, host:mem, host:vcpus -> count in use
 //	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
 //	<prefix>:host:{h}:lease   hash: claim id -> token|end of its fence lease (ms, server clock)
-//	<prefix>:host:{h}:state   hash: state (down, returning, disabled; none: up), reason, token, since
+//	<prefix>:host:{h}:state   hash: state (down, returning, disabled; none: up), reason, token, since, evacuate (on: a down host the audit evacuates)
 //	<prefix>:host:{h}:groups  hash: group -> members with claims here, group|uuid -> that member's claims here
 //	<prefix>:inst:{uuid}      hash: one instance record (no index of them: Instances scans for the keys)
 //	<prefix>:group:{g}        hash: a server group: policy, max_per_host, max_unavailable, host (affinity), refs, created_at

@@ -32,10 +32,13 @@ type HostStatus struct {
 	Reason string    `json:"reason,omitempty"`
 	Token  string    `json:"token,omitempty"`
 	Since  time.Time `json:"since,omitzero"` // omitzero: omitempty never omits a struct
+	// AutoEvacuate: every audit of this down host starts an evacuation of
+	// each guest still on it, until the host returns.
+	AutoEvacuate bool `json:"auto_evacuate,omitempty"`
 }
 
 // statusFields are the host state hash's fields, in the order read.
-var statusFields = []string{"state", "reason", "token", "since"}
+var statusFields = []string{"state", "reason", "token", "since", "evacuate"}
 
 // parseStatus reads the host state hash's fields, as HMGET returns them
 // in statusFields' order; no hash is a host never marked, which is up.
@@ -47,7 +50,7 @@ func parseStatus(host string, vals []any) (HostStatus, error) {
 		s, _ := vals[i].(string)
 		return s
 	}
-	st := HostStatus{Host: host, State: HostState(str(0)), Reason: str(1), Token: str(2)}
+	st := HostStatus{Host: host, State: HostState(str(0)), Reason: str(1), Token: str(2), AutoEvacuate: str(4) == "on"}
 	if st.State == "" {
 		st.State = HostUp
 	}
@@ -157,6 +160,35 @@ func (l *Ledger) SetHostDown(ctx context.Context, host, reason string) (HostStat
 		return HostStatus{}, fmt.Errorf("ledger: set host %s down: token: %w", host, err)
 	}
 	return l.setHostState(ctx, host, string(HostDown), reason, hex.EncodeToString(tok[:]))
+}
+
+// SetHostAutoEvacuate turns a down host's automatic evacuation on or off:
+// while on, the audit starts an evacuation of each guest still on the
+// host. A host that is not down: ErrConflict; leaving down turns it off.
+func (l *Ledger) SetHostAutoEvacuate(ctx context.Context, host string, on bool) (HostStatus, error) {
+	wrap := func(err error) error { return fmt.Errorf("ledger: set automatic evacuation of host %s: %w", host, err) }
+	if err := checkHostName(host); err != nil {
+		return HostStatus{}, fmt.Errorf("ledger: set automatic evacuation: %w", err)
+	}
+	arg := "off"
+	if on {
+		arg = "on"
+	}
+	k := l.hostKeys(host)
+	res, err := l.change(ctx, hostEvacuateScript, []string{k.topo, k.state}, arg).Slice()
+	if err != nil {
+		return HostStatus{}, wrap(err)
+	}
+	switch status, _ := res[0].(string); status {
+	case "nohost":
+		return HostStatus{}, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, host))
+	case "conflict":
+		cur, _ := res[1].(string)
+		return HostStatus{}, wrap(fmt.Errorf("%w: the host is %s; only a host fenced down is evacuated", ErrConflict, cur))
+	case "ok":
+		return parseStatus(host, res[1:])
+	}
+	return HostStatus{}, wrap(fmt.Errorf("host evacuate script replied %v", res))
 }
 
 // SetHostReturning moves a down host to returning (returning stays returning);

@@ -528,3 +528,66 @@ func TestClaimsOnDisabledHost(t *testing.T) {
 		t.Errorf("Claim on a disabled host fenced since: error = %v, want ErrHostDown", err)
 	}
 }
+
+// TestHostAutoEvacuate turns a down host's automatic evacuation on and
+// off: only a down host has it, a retry of down keeps it, and leaving
+// down (returning, then up) drops it, so a host fenced again starts
+// without it.
+func TestHostAutoEvacuate(t *testing.T) {
+	ctx := context.Background()
+	l, _, _ := newLedger(t)
+	hostIn(t, l, "h1", HostUp)
+	hostIn(t, l, "h2", HostDisabled)
+	for _, h := range []string{"h1", "h2"} {
+		if _, err := l.SetHostAutoEvacuate(ctx, h, true); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "only a host fenced down is evacuated") {
+			t.Errorf("automatic evacuation of %s, not down: %v, want ErrConflict", h, err)
+		}
+	}
+	if _, err := l.SetHostAutoEvacuate(ctx, "nowhere", true); !errors.Is(err, ErrUnknownHost) {
+		t.Errorf("automatic evacuation of an unknown host: %v, want ErrUnknownHost", err)
+	}
+	auto := func(want bool) {
+		t.Helper()
+		st, err := l.HostStatus(ctx, "h1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.AutoEvacuate != want {
+			t.Fatalf("h1 %s: automatic evacuation %v, want %v", st.State, st.AutoEvacuate, want)
+		}
+	}
+	auto(false)
+	down, err := l.SetHostDown(ctx, "h1", "psu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.SetHostAutoEvacuate(ctx, "h1", true)
+	if err != nil || !st.AutoEvacuate || st.State != HostDown || st.Token != down.Token || st.Reason != "psu" {
+		t.Fatalf("turning it on: %+v, %v; want down with the same token and reason, evacuated automatically", st, err)
+	}
+	auto(true)
+	if st, err := l.SetHostDown(ctx, "h1", "again"); err != nil || !st.AutoEvacuate || st.Token != down.Token {
+		t.Fatalf("host down again: %+v, %v; want the retry to keep token and automatic evacuation", st, err)
+	}
+	if st, err := l.SetHostAutoEvacuate(ctx, "h1", false); err != nil || st.AutoEvacuate {
+		t.Fatalf("turning it off: %+v, %v", st, err)
+	}
+	auto(false)
+	if _, err := l.SetHostAutoEvacuate(ctx, "h1", true); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := l.SetHostReturning(ctx, "h1"); err != nil || st.AutoEvacuate {
+		t.Fatalf("returning: %+v, %v; want automatic evacuation dropped", st, err)
+	}
+	auto(false)
+	if _, err := l.SetHostUp(ctx, "h1"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := l.SetHostDown(ctx, "h1", "psu again"); err != nil || st.AutoEvacuate {
+		t.Fatalf("fenced again: %+v, %v; want no automatic evacuation until asked", st, err)
+	}
+	snap, err := l.Snapshot(ctx, "h1")
+	if err != nil || snap.Status.AutoEvacuate {
+		t.Fatalf("snapshot status %+v, %v", snap.Status, err)
+	}
+}

@@ -60,6 +60,7 @@ var (
 	instXMLScript         = loadScript("inst_xml")
 	instStageScript       = loadScript("inst_stage")
 	hostStateScript       = loadScript("host_state")
+	hostEvacuateScript    = loadScript("host_evacuate")
 	instClearResizeScript = loadScript("inst_clear_resize")
 	bindScript            = loadScript("bind")
 	groupCreateScript     = loadScript("group_create")

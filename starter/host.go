@@ -438,6 +438,9 @@ func renderHost(w io.Writer, v *hostView, claims bool) {
 	state := ""
 	if v.Status.State != ledger.HostUp && v.Status.State != "" {
 		state = fmt.Sprintf(" [%s: %s]", v.Status.State, v.Status.Reason)
+		if v.Status.AutoEvacuate {
+			state = fmt.Sprintf(" [%s, evacuated by every audit: %s]", v.Status.State, v.Status.Reason)
+		}
 	}
 	fmt.Fprintf(w, "%s%s: %d cells, %d/%d pCPUs free\n", v.Host, state, len(v.Cells), free, pcpus)
 	fmt.Fprintf(w, "  host  mem %d/%d MiB, shared vCPUs %d/%d\n", v.Usage.MemoryUsedMB, v.Usage.MemoryLimitMB, v.Usage.VCPUUsage, v.Usage.VCPULimit)

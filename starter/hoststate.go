@@ -52,18 +52,21 @@ func hostDownCommand() *cobra.Command {
 		`Record an operator's statement that a host is fenced: powered off, or cut off
 from its guests' storage and network. A down host takes no claims, and only
 its guests may be evacuated ('pinflow host evacuate'); pinflow never
-evacuates a host that may still run its guests. 'pinflow host up' brings it
-back.`)
+evacuates a host that may still run its guests. With --auto-evacuate,
+every audit of the host (the schedule's, or 'pinflow reconcile') starts an
+evacuation of each guest still there, until the host returns. 'pinflow
+host up' brings it back.`)
 	fence := c.Flags().Bool("fence", false, "state that the host is fenced: powered off or cut off from its guests' storage and network (required)")
 	reason := c.Flags().String("reason", "", "why, for the record (required)")
+	auto := c.Flags().Bool("auto-evacuate", false, "have every audit evacuate the host's guests until it returns")
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error {
-		return hostDown(args[0], fence, reason, asJSON, c.OutOrStdout())
+		return hostDown(args[0], fence, reason, *auto, asJSON, c.OutOrStdout())
 	}
 	return c
 }
 
-func hostDown(host string, fence *bool, reason *string, asJSON *bool, stdout io.Writer) error {
+func hostDown(host string, fence *bool, reason *string, auto bool, asJSON *bool, stdout io.Writer) error {
 	if !*fence {
 		return fmt.Errorf("host down %s: add --fence once the host is powered off or cut off; pinflow never evacuates a host that may still run its guests: %w", host, errUsage)
 	}
@@ -71,12 +74,16 @@ func hostDown(host string, fence *bool, reason *string, asJSON *bool, stdout io.
 		return fmt.Errorf("host down %s: --reason is required (what happened, for the record): %w", host, errUsage)
 	}
 	return withClient(func(a *app, api *client.Client) error {
-		st, err := api.DownHost(a.ctx, host, *reason)
+		st, err := api.DownHost(a.ctx, host, *reason, auto)
 		if err != nil {
 			return err
 		}
 		if *asJSON {
 			return writeJSON(stdout, st)
+		}
+		if st.AutoEvacuate {
+			fmt.Fprintf(stdout, "host %s is down (fenced, token %s): it takes no guests; every audit evacuates its guests until it returns\n", host, st.Token)
+			return nil
 		}
 		fmt.Fprintf(stdout, "host %s is down (fenced, token %s): it takes no guests; evacuate its guests with 'pinflow host evacuate %s'\n", host, st.Token, host)
 		return nil
@@ -178,16 +185,41 @@ func hostUp(host string, of opFlags, stdout io.Writer) error {
 func hostEvacuateCommand() *cobra.Command {
 	c := hostCommandOf("evacuate NAME", "evacuate every guest of a fenced host",
 		`Start an evacuation of every guest of a host fenced with 'pinflow host down
---fence', each under its own instance workflow id; see 'pinflow evacuate'.`)
+--fence', each under its own instance workflow id; see 'pinflow evacuate'.
+A guest no host can take now (a full cloud, a server group's rule) stays
+on the host, listed with the reason. --retry has every audit (the
+schedule's, or 'pinflow reconcile') evacuate the guests still there, so
+they are rebuilt once a host can take them; --retry=false stops that, and
+the host's return ends it.`)
 	of := addOpFlags(c.Flags())
-	c.RunE = func(c *cobra.Command, args []string) error { return hostEvacuate(args[0], of, c.OutOrStdout()) }
+	retry := c.Flags().Bool("retry", false, "have every audit evacuate the guests still on the host, until it returns")
+	c.RunE = func(c *cobra.Command, args []string) error {
+		var auto *bool
+		if c.Flags().Changed("retry") {
+			auto = retry
+		}
+		return hostEvacuate(args[0], auto, of, c.OutOrStdout())
+	}
 	return c
 }
 
 // hostEvacuate starts an evacuation of every guest whose record names the
-// fenced host, each under its own instance workflow id.
-func hostEvacuate(host string, of opFlags, stdout io.Writer) error {
+// fenced host, each under its own instance workflow id, after turning
+// the host's automatic evacuation on or off when auto says.
+func hostEvacuate(host string, auto *bool, of opFlags, stdout io.Writer) error {
 	return withClient(func(a *app, api *client.Client) error {
+		if auto != nil {
+			if _, err := api.AutoEvacuateHost(a.ctx, host, *auto); err != nil {
+				return err
+			}
+			if !*of.json {
+				if *auto {
+					fmt.Fprintf(stdout, "every audit evacuates the guests still on %s until it returns\n", host)
+				} else {
+					fmt.Fprintf(stdout, "audits no longer evacuate the guests of %s\n", host)
+				}
+			}
+		}
 		evacuations, err := api.EvacuateHost(a.ctx, host)
 		if err != nil {
 			return err

@@ -96,8 +96,9 @@ func run() error {
 		SweepInterval: cfg.Placement.SweepInterval, Logger: logger})
 	go func() { _ = hosts.Run(ctx) }()
 	owners := audit.TemporalOwners{Client: tc, Namespace: cfg.Namespace}
+	starter := workflows.AuditStarter{Client: tc, TaskQueue: cfg.TaskQueue}
 	auditor := &audit.Auditor{Ledger: led, Driver: driver, Owners: owners, Holders: owners,
-		Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace, Settler: workflows.Settler{Client: tc, TaskQueue: cfg.TaskQueue}}
+		Grace: cfg.Reconcile.Grace, MinGrace: cfg.Reconcile.MinGrace, Settler: starter, Evacuator: starter}
 	w.RegisterActivity(&activities.Activities{Ledger: led, Driver: driver, Domain: cfg.DomainOptions, Placement: hosts, Audit: auditor,
 		ShutdownTimeout: cfg.ShutdownTimeout, FenceLease: cfg.FenceLease, DrainMaxMoves: cfg.DrainMaxMoves, MigrationPolicy: policy,
 		Simulated: simulated, Libvirt: libvirtHosts})

@@ -86,6 +86,9 @@ func HostAdd(ctx workflow.Context, in HostAddInput) (*HostAddResult, error) {
 type HostStateInput struct {
 	Host   string `json:"host"`
 	Reason string `json:"reason,omitempty"`
+	// AutoEvacuate, for HostDown, has every audit of the host evacuate
+	// its guests until it returns (HostAutoEvacuate).
+	AutoEvacuate bool `json:"auto_evacuate,omitempty"`
 }
 
 // HostDisable keeps new guests off an up host for maintenance: its guests
@@ -102,7 +105,28 @@ func HostEnable(ctx workflow.Context, in HostStateInput) (*activities.HostStatus
 // HostDown records an operator's statement that the host is fenced: it
 // takes no claims, and its guests may be evacuated.
 func HostDown(ctx workflow.Context, in HostStateInput) (*activities.HostStatus, error) {
-	return setHostState(ctx, OpHostDown, in.Host, "mark "+in.Host+" down", a.SetHostDown, activities.HostReasonInput{Host: in.Host, Reason: in.Reason})
+	return setHostState(ctx, OpHostDown, in.Host, "mark "+in.Host+" down", a.SetHostDown,
+		activities.HostReasonInput{Host: in.Host, Reason: in.Reason, AutoEvacuate: in.AutoEvacuate})
+}
+
+// HostAutoEvacuateInput turns a down host's automatic evacuation on or
+// off.
+type HostAutoEvacuateInput struct {
+	Host string `json:"host"`
+	On   bool   `json:"on"`
+}
+
+// HostAutoEvacuate turns a down host's automatic evacuation on or off:
+// while on, every audit of the host starts an evacuation of each guest
+// still there, so a guest no host could take yet (a full cloud, a server
+// group's rule) is rebuilt once one can.
+func HostAutoEvacuate(ctx workflow.Context, in HostAutoEvacuateInput) (*activities.HostStatus, error) {
+	verb := "stop evacuating " + in.Host + " automatically"
+	if in.On {
+		verb = "evacuate " + in.Host + " automatically"
+	}
+	return setHostState(ctx, OpHostEvacuate, in.Host, verb, a.SetHostAutoEvacuate,
+		activities.HostAutoEvacuateInput{Host: in.Host, On: in.On})
 }
 
 // setHostState is a host state change of one step, and its new status.

@@ -2,9 +2,11 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -43,15 +45,17 @@ func Settle(ctx workflow.Context, in audit.SettleInput) (*SettleResult, error) {
 	return &res, nil
 }
 
-// Settler starts Settle workflows for the audit (audit.Settler).
-type Settler struct {
+// AuditStarter starts the workflows the audit asks for under an
+// instance's own workflow id: Settle (audit.Settler) and Evacuate
+// (audit.Evacuator).
+type AuditStarter struct {
 	Client    client.Client
 	TaskQueue string
 }
 
 // StartSettle starts Settle for in under the instance's workflow id; it
 // fails while another workflow of the instance is open.
-func (s Settler) StartSettle(ctx context.Context, in audit.SettleInput) error {
+func (s AuditStarter) StartSettle(ctx context.Context, in audit.SettleInput) error {
 	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       guest.InstanceWorkflowID(in.UUID),
 		TaskQueue:                                s.TaskQueue,
@@ -65,4 +69,27 @@ func (s Settler) StartSettle(ctx context.Context, in audit.SettleInput) error {
 		return fmt.Errorf("workflows: start settle of %s: %w", in.UUID, err)
 	}
 	return nil
+}
+
+// StartEvacuate starts Evacuate for a guest of the fenced host under the
+// instance's workflow id (audit.Evacuator); started is false while
+// another workflow of the instance is open.
+func (s AuditStarter) StartEvacuate(ctx context.Context, uuid, host string) (bool, error) {
+	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                                       guest.InstanceWorkflowID(uuid),
+		TaskQueue:                                s.TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(append(StartAttributes(OpEvacuation, uuid), AttrSourceHost.ValueSet(host))...),
+		StaticSummary:                            fmt.Sprintf("evacuate %s from %s, started by the audit", uuid, host),
+	}, Evacuate, EvacuateInput{UUID: uuid})
+	var running *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &running) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("workflows: start evacuation of %s: %w", uuid, err)
+	}
+	return true, nil
 }

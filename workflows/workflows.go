@@ -81,7 +81,7 @@ import (
 // them: the worker and the replay tests register the same list.
 func All() []any {
 	return []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Reconcile, Settle, Recover, ReleaseQuarantine,
-		Resize, Evacuate, HostUp, Drain, HostAdd, HostDisable, HostEnable, HostDown, HostRemove}
+		Resize, Evacuate, HostUp, Drain, HostAdd, HostDisable, HostEnable, HostDown, HostAutoEvacuate, HostRemove}
 }
 
 // Typed search attributes that make each run findable in the Web UI and
@@ -151,6 +151,7 @@ const (
 	OpHostDisable   Operation = "host-disable"
 	OpHostEnable    Operation = "host-enable"
 	OpHostDown      Operation = "host-down"
+	OpHostEvacuate  Operation = "host-auto-evacuate"
 	OpHostRemove    Operation = "host-remove"
 )
 

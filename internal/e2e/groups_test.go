@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -383,5 +384,70 @@ func TestDisruptionBudget(t *testing.T) {
 		}
 	}
 	s.noDoublePins("a", "b", "c")
+	s.ok("check")
+}
+
+// TestAutomaticEvacuation fences a host with --auto-evacuate while the
+// only hosts left would break a member's anti-affinity: each audit starts
+// its evacuation, which refuses, until a host that keeps the rule comes;
+// the next audit rebuilds it there. Turning it off, and asking it of a
+// host that is not down, are answered in one line.
+func TestAutomaticEvacuation(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	for _, h := range []string{"a", "b", "c"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	}
+	s.ok("group", "create", "quorum", "--policy", "anti-affinity")
+	members, refusals := s.groupBoots("quorum", 3)
+	if len(members) != 3 {
+		t.Fatalf("3 members onto 3 hosts: booted %d, refused %q", len(members), refusals)
+	}
+	var onA string
+	for _, u := range members {
+		if hostOf(s.guest(u)) == "a" {
+			onA = u
+		}
+	}
+	s.refused("host evacuate b: the host is up; pinflow evacuates only from a host fenced", "host", "evacuate", "b", "--retry")
+	s.ok("sim", "power", "--host", "a", "--off")
+	if out := s.ok("host", "down", "a", "--fence", "--reason", "PSU failed", "--auto-evacuate"); !strings.Contains(out, "every audit evacuates its guests") {
+		t.Fatalf("host down --auto-evacuate said %q", out)
+	}
+	if line := s.hostLine("a"); !strings.Contains(line, "evacuated by every audit") {
+		t.Errorf("host show a: %q, want it to say every audit evacuates it", line)
+	}
+
+	res := s.reconcile("--host", "a")
+	if h := hostAudit(res, "a"); !slices.Equal(h.Evacuated, []string{onA}) {
+		t.Fatalf("audit of the down host a started evacuations of %v, want %s", h.Evacuated, onA)
+	}
+	if g := s.waitClosed(onA); hostOf(g) != "a" {
+		t.Fatalf("with no host keeping the rule, %s went to %q; want it still on a", onA, hostOf(g))
+	}
+
+	s.ok("host", "add", "d", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	res = s.reconcile("--host", "a")
+	if h := hostAudit(res, "a"); !slices.Equal(h.Evacuated, []string{onA}) {
+		t.Fatalf("second audit of a started evacuations of %v, want %s", h.Evacuated, onA)
+	}
+	if g := s.waitClosed(onA); hostOf(g) != "d" {
+		t.Fatalf("once d came up, the audit's evacuation left %s on %q; want d", onA, hostOf(g))
+	}
+	var g shownGroup
+	s.jsonOf(&g, "group", "show", "quorum")
+	if !g.Holds {
+		t.Errorf("group show quorum = %+v, want its rule holding", g)
+	}
+	if res := s.reconcile("--host", "a"); len(hostAudit(res, "a").Evacuated) != 0 {
+		t.Errorf("an audit of a with no guest left started %v", hostAudit(res, "a").Evacuated)
+	}
+	if out := s.ok("host", "evacuate", "a", "--retry=false"); !strings.Contains(out, "audits no longer evacuate the guests of a") {
+		t.Errorf("host evacuate --retry=false said %q", out)
+	}
+	if line := s.hostLine("a"); strings.Contains(line, "evacuated by every audit") {
+		t.Errorf("host show a after --retry=false: %q", line)
+	}
+	s.noDoublePins("b", "c", "d")
 	s.ok("check")
 }

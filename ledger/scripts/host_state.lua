@@ -9,7 +9,8 @@
 -- ARGV: target state, or 'enabled' (disabled to up); reason (written when
 -- the host goes down or disabled); token (written when it goes down);
 -- since (a timestamp)
--- Returns {'ok', state, reason, token, since}, {'nohost'},
+-- A host leaving down drops its automatic evacuation (host_evacuate.lua).
+-- Returns {'ok', state, reason, token, since, evacuate}, {'nohost'},
 -- {'conflict', current state} or {'tombstones', how many}.
 -- A host in the target state already changes nothing (a host down keeps
 -- the reason and token of its first fencing; a host disabled takes the
@@ -21,7 +22,7 @@ local gen = redis.call('HGET', KEYS[1], 'gen')
 if not gen then
   return {'nohost'}
 end
-local cur = redis.call('HMGET', KEYS[2], 'state', 'reason', 'token', 'since')
+local cur = redis.call('HMGET', KEYS[2], 'state', 'reason', 'token', 'since', 'evacuate')
 local state, to = cur[1] or 'up', ARGV[1]
 if to == 'disabled' or to == 'enabled' then
   if state ~= 'up' and state ~= 'disabled' then
@@ -30,15 +31,15 @@ if to == 'disabled' or to == 'enabled' then
   if to == 'disabled' then
     if state == 'disabled' then
       redis.call('HSET', KEYS[2], 'reason', ARGV[2])
-      return {'ok', 'disabled', ARGV[2], cur[3] or '', cur[4] or ''}
+      return {'ok', 'disabled', ARGV[2], cur[3] or '', cur[4] or '', ''}
     end
     redis.call('HSET', KEYS[2], 'state', 'disabled', 'reason', ARGV[2], 'since', ARGV[4])
-    return {'ok', 'disabled', ARGV[2], cur[3] or '', ARGV[4]}
+    return {'ok', 'disabled', ARGV[2], cur[3] or '', ARGV[4], ''}
   end
   if state == 'disabled' then
     redis.call('HSET', KEYS[2], 'state', 'up', 'since', ARGV[4])
     redis.call('HDEL', KEYS[2], 'reason', 'token')
-    return {'ok', 'up', '', '', ARGV[4]}
+    return {'ok', 'up', '', '', ARGV[4], ''}
   end
   -- Enabling a host that is up is a retry, as below.
   to = 'up'
@@ -50,18 +51,20 @@ if state == to then
     -- Never marked: write the generation again rather than make a key.
     redis.call('HSET', KEYS[1], 'gen', gen)
   end
-  return {'ok', state, cur[2] or '', cur[3] or '', cur[4] or ''}
+  return {'ok', state, cur[2] or '', cur[3] or '', cur[4] or '', cur[5] or ''}
 end
 if to == 'down' then
   redis.call('HSET', KEYS[2], 'state', 'down', 'reason', ARGV[2], 'token', ARGV[3], 'since', ARGV[4])
-  return {'ok', 'down', ARGV[2], ARGV[3], ARGV[4]}
+  redis.call('HDEL', KEYS[2], 'evacuate')
+  return {'ok', 'down', ARGV[2], ARGV[3], ARGV[4], ''}
 end
 if to == 'returning' then
   if state ~= 'down' then
     return {'conflict', state}
   end
   redis.call('HSET', KEYS[2], 'state', 'returning', 'since', ARGV[4])
-  return {'ok', 'returning', cur[2] or '', cur[3] or '', ARGV[4]}
+  redis.call('HDEL', KEYS[2], 'evacuate')
+  return {'ok', 'returning', cur[2] or '', cur[3] or '', ARGV[4], ''}
 end
 if to ~= 'up' or state ~= 'returning' then
   return {'conflict', state}
@@ -79,5 +82,5 @@ if n > 0 then
   return {'tombstones', n}
 end
 redis.call('HSET', KEYS[2], 'state', 'up', 'since', ARGV[4])
-redis.call('HDEL', KEYS[2], 'reason', 'token')
-return {'ok', 'up', '', '', ARGV[4]}
+redis.call('HDEL', KEYS[2], 'reason', 'token', 'evacuate')
+return {'ok', 'up', '', '', ARGV[4], ''}
