@@ -46,14 +46,32 @@ type ReconcileInput struct {
 	// DefaultReconcileConcurrency when 0.
 	Concurrency int `json:"concurrency,omitempty"`
 	// PageSize bounds the hosts one run audits itself; more are audited
-	// page by page in child runs. DefaultReconcilePageSize when 0.
+	// page by page in child runs. DefaultReconcileBatchedPageSize when 0.
 	PageSize int `json:"page_size,omitempty"`
+	// Batch is how many hosts one activity audits; DefaultAuditBatch
+	// when 0.
+	Batch int `json:"batch,omitempty"`
 }
 
-// DefaultReconcilePageSize is how many hosts one audit run checks itself.
-// Each host costs its run three history events, so a page of 500 keeps a
-// run far below Temporal's history warning (10,240 events) and a fleet of
-// any size costs the parent run a few events per page.
+// DefaultAuditBatch is how many hosts one AuditHosts activity audits:
+// enough that Temporal's dispatch of activities costs little next to the
+// reads, few enough that a retry repeats little and the batch's result
+// stays small.
+const DefaultAuditBatch = 100
+
+// maxAuditBatchesAtOnce bounds the batches an audit runs at once.
+const maxAuditBatchesAtOnce = 4
+
+// DefaultReconcileBatchedPageSize is how many hosts one audit run checks
+// itself, in batches. Each batch costs its run three history events, so
+// 100,000 hosts cost 3,000, below Temporal's history warning (10,240
+// events); a larger fleet is audited in child runs, page by page.
+const DefaultReconcileBatchedPageSize = 100_000
+
+// DefaultReconcilePageSize is how many hosts one run of an audit that
+// audits each host in its own activity checks itself (runs started
+// before auditBatchesChange), and the most hosts an audit's result lists
+// one by one: a larger audit lists only the hosts that found something.
 const DefaultReconcilePageSize = 500
 
 // ReconcileResult is what an audit kept, freed and found, per host and in
@@ -61,8 +79,10 @@ const DefaultReconcilePageSize = 500
 type ReconcileResult struct {
 	DryRun bool `json:"dry_run,omitempty"`
 	// Hosts are the hosts audited, each with what it found; an audit of
-	// more than one page lists only the hosts with a claim freed, drift
-	// or an error, so that its result stays small.
+	// more than DefaultReconcilePageSize hosts lists only the hosts with a
+	// claim freed, drift, an evacuation started or an error, so that its
+	// result stays small (a batch that failed is one entry, named by its
+	// first and last host).
 	Hosts []audit.HostAudit `json:"hosts"`
 	// Audited is how many hosts the audit checked; Pages how many child
 	// runs it took (0: it checked them itself).
@@ -84,7 +104,8 @@ const (
 )
 
 // Reconcile audits hosts' ledgers against Temporal and the hypervisors,
-// one activity per host, at most Concurrency at once. It frees only claims
+// in batches of hosts, one activity per batch, at most Concurrency hosts
+// at once. It frees only claims
 // whose owning workflow is provably closed (see activities.AuditHost) and
 // reports drift, repairing only what AuditHost says it does. A host whose
 // audit fails is reported and the rest go on.
@@ -100,6 +121,98 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 			return nil, s.fail(err)
 		}
 	}
+	if workflow.GetVersion(ctx, auditBatchesChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return reconcileEachHost(ctx, s, in, hosts, start)
+	}
+	page := in.PageSize
+	if page <= 0 {
+		page = DefaultReconcileBatchedPageSize
+	}
+	if len(hosts) > page {
+		return reconcilePages(ctx, s, in, hosts, page, start)
+	}
+	return reconcileBatches(ctx, s, in, hosts, start)
+}
+
+// auditBatchesChange is the change to auditing hosts in batches, one
+// activity per batch, instead of one activity per host.
+const auditBatchesChange = "audit-batches"
+
+// reconcileBatches audits hosts in batches of in.Batch, one AuditHosts
+// activity per batch, with at most in.Concurrency hosts audited at once
+// across the batches running. A batch whose activity fails its tries is
+// reported as not audited, and the rest go on.
+func reconcileBatches(ctx workflow.Context, s *saga, in ReconcileInput, hosts []string, start time.Time) (*ReconcileResult, error) {
+	size := in.Batch
+	if size <= 0 {
+		size = DefaultAuditBatch
+	}
+	limit := in.Concurrency
+	if limit <= 0 {
+		limit = DefaultReconcileConcurrency
+	}
+	// A few batches run at once so that one slow host does not idle the
+	// others' share, and each audits its part of the concurrency.
+	running := min(maxAuditBatchesAtOnce, limit)
+	perBatch := (limit + running - 1) / running
+	every := len(hosts) <= DefaultReconcilePageSize
+	batches := (len(hosts) + size - 1) / size
+	s.steps = batches
+	res := &ReconcileResult{DryRun: in.DryRun, Hosts: []audit.HostAudit{}, Audited: len(hosts)}
+	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
+	found := make([][]audit.HostAudit, batches)
+	sel := workflow.NewSelector(ctx)
+	done := 0
+	auditBatch := func(b int) {
+		part := hosts[b*size : min((b+1)*size, len(hosts))]
+		actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: auditTimeout, HeartbeatTimeout: heartbeatTimeout,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2,
+				MaximumAttempts: auditAttempts, NonRetryableErrorTypes: activities.NonRetryableErrorTypes},
+			Summary: fmt.Sprintf("audit hosts %s to %s", part[0], part[len(part)-1]),
+		})
+		f := workflow.ExecuteActivity(actx, a.AuditHosts, activities.AuditBatchInput{Hosts: part, Grace: in.Grace, DryRun: in.DryRun,
+			Concurrency: perBatch, Every: every})
+		sel.AddFuture(f, func(f workflow.Future) {
+			var got activities.AuditBatch
+			if err := f.Get(ctx, &got); err != nil {
+				got = activities.AuditBatch{Audited: len(part), Hosts: []audit.HostAudit{{Host: fmt.Sprintf("%s..%s", part[0], part[len(part)-1]),
+					DryRun: in.DryRun, Tally: audit.Tally{Errors: len(part)}, Errors: []string{fmt.Sprintf("audit of %d hosts: %v", len(part), err)}}}}
+				got.Total.Errors = len(part)
+			}
+			found[b] = got.Hosts
+			res.Total.Add(got.Total)
+			done += got.Audited
+			s.step()
+			s.auditPhase(PhaseAuditing, res, done, len(hosts))
+		})
+	}
+	next := 0
+	for ; next < batches && next < running; next++ {
+		auditBatch(next)
+	}
+	for range batches {
+		sel.Select(ctx)
+		if next < batches {
+			auditBatch(next)
+			next++
+		}
+	}
+	for _, f := range found {
+		res.Hosts = append(res.Hosts, f...)
+	}
+	s.sweepRecords(ctx, in, res)
+	res.Duration = workflow.Now(ctx).Sub(start)
+	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
+		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
+	s.auditPhase(PhaseCompleted, res, done, len(hosts))
+	return res, nil
+}
+
+// reconcileEachHost is the audit of runs started before
+// auditBatchesChange: one AuditHost activity per host, in pages of
+// DefaultReconcilePageSize.
+func reconcileEachHost(ctx workflow.Context, s *saga, in ReconcileInput, hosts []string, start time.Time) (*ReconcileResult, error) {
 	page := in.PageSize
 	if page <= 0 {
 		page = DefaultReconcilePageSize
@@ -183,7 +296,7 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 			res.Total.Errors += len(part)
 		} else {
 			for _, h := range pr.Hosts {
-				if len(h.Freed) > 0 || len(h.Drift) > 0 || len(h.Errors) > 0 {
+				if len(h.Freed) > 0 || len(h.Drift) > 0 || len(h.Errors) > 0 || len(h.Evacuated) > 0 {
 					res.Hosts = append(res.Hosts, h)
 				}
 			}
@@ -244,8 +357,11 @@ func ReconcileReport(res *ReconcileResult) string {
 		dry = " (dry run: nothing was freed)"
 	}
 	pages := ""
-	if res.Pages > 0 {
+	switch {
+	case res.Pages > 0:
 		pages = fmt.Sprintf(" (%d pages; only hosts that found something are listed)", res.Pages)
+	case res.Audited > DefaultReconcilePageSize:
+		pages = " (only hosts that found something are listed)"
 	}
 	b.WriteString(fmt.Sprintf("reconcile%s: %d hosts in %s%s\n", dry, res.Audited, res.Duration.Round(time.Millisecond), pages))
 	b.WriteString(fmt.Sprintf("total: %s\n", tallyLine(res.Total)))
@@ -264,6 +380,9 @@ func ReconcileReport(res *ReconcileResult) string {
 				verb = "would free"
 			}
 			b.WriteString(fmt.Sprintf("  %s %s claim %s of %s (owner %s) pCPUs %s: %s\n", verb, f.State, f.ClaimID, f.Instance, f.Owner, orDashCPUs(f.CPUs), f.Reason))
+		}
+		for _, uuid := range h.Evacuated {
+			b.WriteString(fmt.Sprintf("  evacuation of %s started (the host is down, with automatic evacuation)\n", uuid))
 		}
 		writeDrift(&b, h.Drift, h.Errors)
 	}
@@ -285,8 +404,12 @@ func writeDrift(b *strings.Builder, drift []audit.Drift, errs []string) {
 }
 
 func tallyLine(t audit.Tally) string {
-	return fmt.Sprintf("%d claims, kept %d%s, freed %d%s, drift %d%s, errors %d",
+	line := fmt.Sprintf("%d claims, kept %d%s, freed %d%s, drift %d%s, errors %d",
 		t.Claims, t.Kept.Total(), reasons(t.Kept), t.Freed.Total(), reasons(t.Freed), t.Drift.Total(), reasons(t.Drift), t.Errors)
+	if t.Evacuations > 0 {
+		line += fmt.Sprintf(", evacuations started %d", t.Evacuations)
+	}
+	return line
 }
 
 func reasons(rc audit.ReasonCounts) string {

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,8 +13,44 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 )
+
+// auditsInBatches mocks AuditHosts as a batch of host audits, each by
+// audit, at most the batch's concurrency at once, and records every
+// batch's input.
+func (h *harness) auditsInBatches(audit1 func(audit.AuditHostInput) audit.HostAudit) *[]activities.AuditBatchInput {
+	var mu sync.Mutex
+	var batches []activities.AuditBatchInput
+	h.env.OnActivity(a.AuditHosts, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.AuditBatchInput) (activities.AuditBatch, error) {
+			mu.Lock()
+			batches = append(batches, in)
+			mu.Unlock()
+			out := make([]audit.HostAudit, len(in.Hosts))
+			sem := make(chan struct{}, in.Concurrency)
+			var wg sync.WaitGroup
+			for i, host := range in.Hosts {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					out[i] = audit1(audit.AuditHostInput{Host: host, Grace: in.Grace, DryRun: in.DryRun})
+				}()
+			}
+			wg.Wait()
+			res := activities.AuditBatch{Hosts: []audit.HostAudit{}, Audited: len(in.Hosts)}
+			for _, ha := range out {
+				res.Total.Add(ha.Tally)
+				if in.Every || len(ha.Freed) > 0 || len(ha.Errors) > 0 {
+					res.Hosts = append(res.Hosts, ha)
+				}
+			}
+			return res, nil
+		})
+	return &batches
+}
 
 func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	h := newHarness(t)
@@ -21,27 +58,26 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	h.on("list", a.ListHosts, hosts, nil)
 	var mu sync.Mutex
 	running, most := 0, 0
-	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in audit.AuditHostInput) (audit.HostAudit, error) {
-			mu.Lock()
-			running++
-			most = max(most, running)
-			mu.Unlock()
-			// Long enough for the others to start if nothing held them back.
-			time.Sleep(30 * time.Millisecond)
-			mu.Lock()
-			running--
-			mu.Unlock()
-			if in.Host == "c" {
-				return audit.HostAudit{}, failed("redis: connection refused", "Unreachable")
-			}
-			res := audit.HostAudit{Host: in.Host}
-			res.Tally.Claims = 2
-			res.Tally.Kept.Add(audit.KeptResident, 1)
-			res.Tally.Freed.Add(audit.FreedOwnerClosed, 1)
-			res.Freed = []audit.FreedClaim{{ClaimID: "x-" + in.Host, Reason: audit.FreedOwnerClosed}}
-			return res, nil
-		})
+	batches := h.auditsInBatches(func(in audit.AuditHostInput) audit.HostAudit {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		mu.Unlock()
+		// Long enough for the others to start if nothing held them back.
+		time.Sleep(30 * time.Millisecond)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		if in.Host == "c" {
+			return audit.HostAudit{Host: "c", Errors: []string{"redis: connection refused"}, Tally: audit.Tally{Errors: 1}}
+		}
+		res := audit.HostAudit{Host: in.Host}
+		res.Tally.Claims = 2
+		res.Tally.Kept.Add(audit.KeptResident, 1)
+		res.Tally.Freed.Add(audit.FreedOwnerClosed, 1)
+		res.Freed = []audit.FreedClaim{{ClaimID: "x-" + in.Host, Reason: audit.FreedOwnerClosed}}
+		return res
+	})
 	stuck := audit.RecordSweep{Drift: []audit.Drift{{Kind: audit.DriftStuckBuild, Instance: "u", Detail: "instance u is building with no domain on no host"}}}
 	stuck.Tally.Drift.Add(audit.DriftStuckBuild, 1)
 	h.on("sweep", a.SweepBuilding, stuck, nil)
@@ -54,9 +90,17 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 		}
 	})
 	zero := time.Duration(0)
-	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, Concurrency: 2})
+	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, Concurrency: 2, Batch: 2})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Reconcile: %v", err)
+	}
+	var parts [][]string
+	for _, b := range *batches {
+		parts = append(parts, b.Hosts)
+	}
+	slices.SortFunc(parts, func(x, y []string) int { return strings.Compare(x[0], y[0]) })
+	if diff := cmp.Diff([][]string{{"a", "b"}, {"c", "d"}, {"e"}}, parts); diff != "" {
+		t.Errorf("batches of 2 (-want +got):\n%s", diff)
 	}
 	if len(unbeaten) > 0 {
 		t.Errorf("audit steps %v run without a heartbeat timeout", unbeaten)
@@ -65,8 +109,8 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	if err := h.env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
-	if most > 2 {
-		t.Errorf("Reconcile(concurrency 2) ran %d host audits at once", most)
+	if most > 2 || most < 2 {
+		t.Errorf("Reconcile(concurrency 2) ran %d host audits at once, want 2", most)
 	}
 	want := audit.Tally{Claims: 8, Kept: audit.ReasonCounts{{Reason: audit.KeptResident, Count: 4}},
 		Freed: audit.ReasonCounts{{Reason: audit.FreedOwnerClosed, Count: 4}},
@@ -81,7 +125,7 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	if diff := cmp.Diff(hosts, got); diff != "" {
 		t.Errorf("Reconcile hosts in order (-want +got):\n%s", diff)
 	}
-	if len(res.Hosts[2].Errors) != 1 || !strings.Contains(res.Hosts[2].Errors[0], "connection refused") {
+	if len(res.Hosts) != 5 || len(res.Hosts[2].Errors) != 1 || !strings.Contains(res.Hosts[2].Errors[0], "connection refused") {
 		t.Errorf("host c errors = %v, want its audit's failure", res.Hosts[2].Errors)
 	}
 	report := ReconcileReport(&res)
@@ -106,19 +150,16 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 
 func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
 	h := newHarness(t)
-	var got []audit.AuditHostInput
-	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in audit.AuditHostInput) (audit.HostAudit, error) {
-			got = append(got, in)
-			return audit.HostAudit{Host: in.Host, DryRun: in.DryRun}, nil
-		})
+	got := h.auditsInBatches(func(in audit.AuditHostInput) audit.HostAudit {
+		return audit.HostAudit{Host: in.Host, DryRun: in.DryRun}
+	})
 	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Hosts: []string{"b"}, DryRun: true})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	want := []audit.AuditHostInput{{Host: "b", DryRun: true}}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("AuditHost inputs (-want +got):\n%s", diff)
+	want := []activities.AuditBatchInput{{Hosts: []string{"b"}, DryRun: true, Concurrency: 2, Every: true}}
+	if diff := cmp.Diff(want, *got); diff != "" {
+		t.Errorf("AuditHosts inputs (-want +got):\n%s", diff)
 	}
 	var res ReconcileResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Records != nil {
@@ -136,20 +177,19 @@ func TestReconcilePagesALargeFleet(t *testing.T) {
 	h.on("list", a.ListHosts, hosts, nil)
 	var mu sync.Mutex
 	audited := map[string]int{}
-	h.env.OnActivity(a.AuditHost, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in audit.AuditHostInput) (audit.HostAudit, error) {
-			mu.Lock()
-			audited[in.Host]++
-			mu.Unlock()
-			res := audit.HostAudit{Host: in.Host}
-			res.Tally.Claims = 1
-			res.Tally.Kept.Add(audit.KeptResident, 1)
-			if in.Host == "d" {
-				res.Tally.Freed.Add(audit.FreedOwnerClosed, 1)
-				res.Freed = []audit.FreedClaim{{ClaimID: "x-d", Reason: audit.FreedOwnerClosed}}
-			}
-			return res, nil
-		})
+	h.auditsInBatches(func(in audit.AuditHostInput) audit.HostAudit {
+		mu.Lock()
+		audited[in.Host]++
+		mu.Unlock()
+		res := audit.HostAudit{Host: in.Host}
+		res.Tally.Claims = 1
+		res.Tally.Kept.Add(audit.KeptResident, 1)
+		if in.Host == "d" {
+			res.Tally.Freed.Add(audit.FreedOwnerClosed, 1)
+			res.Freed = []audit.FreedClaim{{ClaimID: "x-d", Reason: audit.FreedOwnerClosed}}
+		}
+		return res
+	})
 	h.on("sweep", a.SweepBuilding, audit.RecordSweep{}, nil).Once()
 	zero := time.Duration(0)
 	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, PageSize: 2})
