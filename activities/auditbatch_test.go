@@ -84,7 +84,6 @@ func TestAuditHostsInBatches(t *testing.T) {
 		t.Errorf("batch listing findings only: %v, total %+v; want h3 (its leftover domain) and gone, 6 claims counted", listed, found.Total)
 	}
 
-
 	all := run(activities.AuditBatchInput{Hosts: batch, Concurrency: 3, Every: true}, nil)
 	listed = nil
 	for _, h := range all.Hosts {
