@@ -86,8 +86,8 @@ bench:
 # a bare workflow with as many no-op activities: on a dev server with one
 # worker, then on the cluster (deploy/cluster.sh) with three.
 bench-e2e: deps
-	$(GO) test ./internal/e2e -run '^$$' -bench LiveMigration -benchtime 320x -count 1
-	PINFLOW_E2E_TARGET=cluster $(GO) test ./internal/e2e -run '^$$' -bench LiveMigration -benchtime 320x -count 1
+	$(GO) test ./internal/e2e -run '^$$' -bench LiveMigration -benchtime 640x -count 1
+	PINFLOW_E2E_TARGET=cluster $(GO) test ./internal/e2e -run '^$$' -bench LiveMigration -benchtime 640x -count 1
 
 # A dev stack in the background: Redis, the Temporal dev server with its
 # Web UI on 8233, and a worker (see deploy/devstack.sh for the ports).

@@ -48,6 +48,7 @@ up() {
     done
     nohup "$temporal" server start-dev --ip 127.0.0.1 --port "$temporal_port" --ui-port "$ui_port" \
       --db-filename "$state/temporal.db" --log-level error "${attrs[@]}" \
+      --dynamic-config-value history.transferProcessorMaxPollRPS=1000 \
       >"$state/temporal.log" 2>&1 &
     echo $! >"$state/temporal.pid"
     wait_for "the Temporal dev server on port $temporal_port" \

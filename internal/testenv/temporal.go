@@ -124,7 +124,11 @@ func startDevServer(cli, logPath string, port int, cfg temporalConfig) (*devServ
 	srv := &devServer{Temporal: Temporal{Address: fmt.Sprintf("127.0.0.1:%d", port), Namespace: "default"}}
 	args := []string{"server", "start-dev", "--ip", "127.0.0.1", "--port", strconv.Itoa(port),
 		"--namespace", srv.Namespace, "--log-level", "error",
-		"--dynamic-config-value", "frontend.enableServerVersionCheck=false"}
+		"--dynamic-config-value", "frontend.enableServerVersionCheck=false",
+		// The history shard reads its new tasks at most 20 times a second
+		// by default, so every workflow and activity task waited up to
+		// 50 ms before any worker could take it (docs/operations.md).
+		"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}
 	if cfg.ui {
 		var err error
 		if srv.UIPort, err = freePort(); err != nil {
