@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -201,12 +202,7 @@ func reconcileBatches(ctx workflow.Context, s *saga, in ReconcileInput, hosts []
 	for _, f := range found {
 		res.Hosts = append(res.Hosts, f...)
 	}
-	s.sweepRecords(ctx, in, res)
-	res.Duration = workflow.Now(ctx).Sub(start)
-	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
-		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
-	s.auditPhase(PhaseCompleted, res, done, len(hosts))
-	return res, nil
+	return s.finishAudit(ctx, in, res, done, len(hosts), start), nil
 }
 
 // reconcileEachHost is the audit of runs started before
@@ -262,12 +258,7 @@ func reconcileEachHost(ctx workflow.Context, s *saga, in ReconcileInput, hosts [
 			next++
 		}
 	}
-	s.sweepRecords(ctx, in, res)
-	res.Duration = workflow.Now(ctx).Sub(start)
-	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
-		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
-	s.auditPhase(PhaseCompleted, res, done, len(hosts))
-	return res, nil
+	return s.finishAudit(ctx, in, res, done, len(hosts), start), nil
 }
 
 // reconcilePages audits the hosts page by page, each page a child run of
@@ -307,12 +298,43 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 		s.step()
 		s.auditPhase(PhaseAuditing, res, res.Audited, len(hosts))
 	}
+	return s.finishAudit(ctx, in, res, res.Audited, len(hosts), start), nil
+}
+
+// finishAudit sweeps the building records, times the audit, and reports
+// it in the search attributes, the status, the Web UI and, unless it is a
+// page of a larger audit, the metrics.
+func (s *saga) finishAudit(ctx workflow.Context, in ReconcileInput, res *ReconcileResult, done, of int, start time.Time) *ReconcileResult {
 	s.sweepRecords(ctx, in, res)
 	res.Duration = workflow.Now(ctx).Sub(start)
 	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
 		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
-	s.auditPhase(PhaseCompleted, res, res.Audited, len(hosts))
-	return res, nil
+	s.auditPhase(PhaseCompleted, res, done, of)
+	if workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
+		recordAudit(ctx, res)
+	}
+	return res
+}
+
+// Metrics of each whole audit. An audit that takes longer than the
+// schedule's interval makes the schedule skip runs, so an alert on the
+// duration against the interval, or on the age of the last completion,
+// sees the audit falling behind before a leak waits long for it.
+const (
+	MetricAuditDuration  = "pinflow.reconcile.duration"
+	MetricAuditHosts     = "pinflow.reconcile.hosts"
+	MetricAuditErrors    = "pinflow.reconcile.errors"
+	MetricAuditCompleted = "pinflow.reconcile.completed.time"
+)
+
+// recordAudit records the audit's metrics through Temporal's workflow
+// metrics handler, which records nothing while a history replays.
+func recordAudit(ctx workflow.Context, res *ReconcileResult) {
+	m := workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"dry_run": strconv.FormatBool(res.DryRun)})
+	m.Timer(MetricAuditDuration).Record(res.Duration)
+	m.Gauge(MetricAuditHosts).Update(float64(res.Audited))
+	m.Counter(MetricAuditErrors).Inc(int64(res.Total.Errors))
+	m.Gauge(MetricAuditCompleted).Update(float64(workflow.Now(ctx).Unix()))
 }
 
 // sweepRecords sweeps the instance records stuck in building, which no

@@ -146,6 +146,25 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	if st.Operation != OpReconcile || st.Phase != PhaseCompleted || !strings.Contains(st.Detail, "audited 5/5 hosts") {
 		t.Errorf("status = %+v, want reconcile completed with 5/5 hosts audited", st)
 	}
+	checkAuditMetrics(t, h.metrics, 5, 1)
+}
+
+// checkAuditMetrics checks that one audit recorded its metrics once: its
+// duration, the hosts it covered, its errors and when it completed.
+func checkAuditMetrics(t *testing.T, m *capturedMetrics, hosts, errors float64) {
+	t.Helper()
+	for name, want := range map[string]float64{MetricAuditHosts: hosts, MetricAuditErrors: errors} {
+		got := m.of(name)
+		if len(got) != 1 || got[0].value != want || got[0].tags["dry_run"] != "false" {
+			t.Errorf("metric %s = %+v, want one value %v tagged dry_run=false", name, got, want)
+		}
+	}
+	if got := m.of(MetricAuditDuration); len(got) != 1 || got[0].value < 0 {
+		t.Errorf("metric %s = %+v, want one duration", MetricAuditDuration, got)
+	}
+	if got := m.of(MetricAuditCompleted); len(got) != 1 || got[0].value < float64(time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC).Unix()) {
+		t.Errorf("metric %s = %+v, want one Unix time", MetricAuditCompleted, got)
+	}
 }
 
 func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
@@ -217,4 +236,6 @@ func TestReconcilePagesALargeFleet(t *testing.T) {
 	if r := ReconcileReport(&res); !strings.Contains(r, "5 hosts") || !strings.Contains(r, "3 pages") {
 		t.Errorf("report of a paged audit:\n%s", r)
 	}
+	// The pages are runs of Reconcile too; only the whole audit counts.
+	checkAuditMetrics(t, h.metrics, 5, 0)
 }

@@ -35,9 +35,10 @@ var placement = numa.Placement{Cells: []numa.PlacedCell{{HostCell: 0, DedicatedV
 // order in which they ran. Activities run on goroutines of their own, at
 // once where a workflow runs several, hence the lock.
 type harness struct {
-	env   *testsuite.TestWorkflowEnvironment
-	mu    sync.Mutex
-	calls []string
+	env     *testsuite.TestWorkflowEnvironment
+	metrics *capturedMetrics
+	mu      sync.Mutex
+	calls   []string
 }
 
 func newHarness(t *testing.T) *harness {
@@ -51,7 +52,9 @@ func newHarness(t *testing.T) *harness {
 func newBareHarness(t *testing.T) *harness {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	h := &harness{env: s.NewTestWorkflowEnvironment()}
+	metrics := &capturedMetrics{}
+	s.SetMetricsHandler(metricsCapture{to: metrics})
+	h := &harness{env: s.NewTestWorkflowEnvironment(), metrics: metrics}
 	h.env.RegisterActivity(&activities.Activities{})
 	t.Cleanup(func() { h.env.AssertExpectations(t) })
 	return h

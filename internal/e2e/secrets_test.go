@@ -31,7 +31,7 @@ func TestWorkerOps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis, Temporal and a worker; skipped with -short")
 	}
-	_, worker := binaries(t)
+	cli, worker := binaries(t)
 	redis := testenv.StartRedis(t, testenv.RedisConfigLines("requirepass "+workerSecret))
 	temporal := testenv.StartTemporal(t)
 	healthAddr := freeAddr(t)
@@ -72,6 +72,18 @@ func TestWorkerOps(t *testing.T) {
 	for _, want := range []string{"temporal_", "go_goroutines"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics has no %q", want)
+		}
+	}
+	// An audit reports how long it took and how many hosts it covered.
+	audit := exec.Command(cli, "reconcile", "--wait")
+	audit.Env = env
+	if b, err := audit.CombinedOutput(); err != nil {
+		t.Fatalf("pinflow reconcile --wait: %v\n%s", err, b)
+	}
+	metrics = waitHTTP(t, "http://"+healthAddr+"/metrics", http.StatusOK)
+	for _, want := range []string{"pinflow_reconcile_duration", "pinflow_reconcile_hosts", "pinflow_reconcile_completed_time"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics after an audit has no %q", want)
 		}
 	}
 	start := ""
