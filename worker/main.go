@@ -85,8 +85,8 @@ func run() error {
 		return err
 	}
 
-	w := worker.New(tc, cfg.TaskQueue, worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()},
-		WorkerStopTimeout: cfg.WorkerStopTimeout})
+	w := worker.New(tc, cfg.TaskQueue, workflows.Polling(worker.Options{Interceptors: []interceptor.WorkerInterceptor{activities.Observer()},
+		WorkerStopTimeout: cfg.WorkerStopTimeout}))
 	for _, wf := range workflows.All() {
 		w.RegisterWorkflow(wf)
 	}

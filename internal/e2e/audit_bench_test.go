@@ -85,7 +85,7 @@ func BenchmarkAuditFleet(b *testing.B) {
 	}
 	const queue = "bench-audit"
 	for _, c := range clients {
-		w := worker.New(c, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
+		w := worker.New(c, queue, workflows.Polling(worker.Options{}))
 		w.RegisterWorkflow(workflows.Reconcile)
 		w.RegisterActivity(acts)
 		if err := w.Start(); err != nil {

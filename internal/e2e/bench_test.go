@@ -263,7 +263,7 @@ func benchWorkers(b *testing.B, clients []client.Client, namespace, queue string
 		b.Fatal(err)
 	}
 	for _, c := range clients {
-		w := worker.New(c, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
+		w := worker.New(c, queue, workflows.Polling(worker.Options{}))
 		for _, wf := range wfs {
 			w.RegisterWorkflow(wf)
 		}

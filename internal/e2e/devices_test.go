@@ -28,7 +28,7 @@ func deviceTopology(t *testing.T) string {
 
 // nicTopology writes a host file of cells cells of cores cores, 16 GiB
 // each, with an SR-IOV NIC of vfs VFs on physnet1 on every cell.
-func nicTopology(t *testing.T, cells, cores, vfs int) string {
+func nicTopology(t testing.TB, cells, cores, vfs int) string {
 	t.Helper()
 	h, err := numa.Uniform(numa.UniformSpec{Cells: cells, Cores: cores, Threads: 1, MemoryMB: 16384})
 	if err != nil {
@@ -55,7 +55,7 @@ func nic(i, node, vfs int) []numa.PCIDevice {
 	return out
 }
 
-func topologyFile(t *testing.T, h *numa.Host) string {
+func topologyFile(t testing.TB, h *numa.Host) string {
 	t.Helper()
 	data, err := json.Marshal(numa.SpecOf(h))
 	if err != nil {

@@ -58,7 +58,7 @@ func BenchmarkDrain(b *testing.B) {
 		b.Fatal(err)
 	}
 	const queue = "bench-drain"
-	w := worker.New(temporal.Client, queue, worker.Options{MaxConcurrentActivityTaskPollers: 8, MaxConcurrentWorkflowTaskPollers: 8})
+	w := worker.New(temporal.Client, queue, workflows.Polling(worker.Options{}))
 	for _, wf := range []any{workflows.Boot, workflows.LiveMigration, workflows.Resize, workflows.Drain} {
 		w.RegisterWorkflow(wf)
 	}

@@ -175,7 +175,7 @@ func TestGracefulWorkerStopHandsOver(t *testing.T) {
 	s.checkAgreement(vmA, "b")
 }
 
-func jsonField(t *testing.T, out, field string) string {
+func jsonField(t testing.TB, out, field string) string {
 	t.Helper()
 	key := `"` + field + `":`
 	i := strings.Index(out, key)

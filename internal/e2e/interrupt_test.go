@@ -33,7 +33,7 @@ import (
 // once, with the hypervisors sampled for double pins all along.
 type chaos struct {
 	s      *stack
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	tc     client.Client
 	queue  string

@@ -94,7 +94,7 @@ func lvmShow(s *stack, uuid string) lvmGuest {
 // lvmClaimIn returns the id and the pCPUs (a cpuset list, from the
 // host's pin owners) of uuid's claim in the given state on the host
 // shown, or "" and "" when it has none there.
-func lvmClaimIn(t *testing.T, v hostView, uuid, state string) (id, pcpus string) {
+func lvmClaimIn(t testing.TB, v hostView, uuid, state string) (id, pcpus string) {
 	t.Helper()
 	for _, c := range v.Claims {
 		if c.Instance == uuid && c.State == state {
@@ -157,7 +157,7 @@ func lvmEmpty(s *stack, h *testenv.LibvirtHost, uuid, when string) {
 }
 
 // lvmLookup looks the guest up on h's libvirtd itself.
-func lvmLookup(t *testing.T, h *testenv.LibvirtHost, uuid string) (*hypervisor.Domain, error) {
+func lvmLookup(t testing.TB, h *testenv.LibvirtHost, uuid string) (*hypervisor.Domain, error) {
 	t.Helper()
 	drv, err := libvirt.New(libvirt.Config{Hosts: libvirt.HostMap{h.Name: h.URI}})
 	if err != nil {
@@ -168,7 +168,7 @@ func lvmLookup(t *testing.T, h *testenv.LibvirtHost, uuid string) (*hypervisor.D
 }
 
 // lvmNotDefined fails the test unless h's libvirtd has no domain uuid.
-func lvmNotDefined(t *testing.T, h *testenv.LibvirtHost, uuid, when string) {
+func lvmNotDefined(t testing.TB, h *testenv.LibvirtHost, uuid, when string) {
 	t.Helper()
 	dom, err := lvmLookup(t, h, uuid)
 	switch {
@@ -183,7 +183,7 @@ func lvmNotDefined(t *testing.T, h *testenv.LibvirtHost, uuid, when string) {
 // the host CPUs it may run on, and those of its emulator thread. It waits
 // (up to 30 s) until the guest runs with want vCPU threads, and returns
 // what it saw last.
-func lvmAffinities(t *testing.T, h *testenv.LibvirtHost, uuid string, want int) (vcpus map[int]string, emulator string) {
+func lvmAffinities(t testing.TB, h *testenv.LibvirtHost, uuid string, want int) (vcpus map[int]string, emulator string) {
 	t.Helper()
 	var err error
 	deadline := time.Now().Add(30 * time.Second)
@@ -208,7 +208,7 @@ func lvmAffinities(t *testing.T, h *testenv.LibvirtHost, uuid string, want int) 
 // lvmCheckAffinity checks that the guest's QEMU on h has one vCPU thread
 // per pinned vCPU, each allowed on its pinned pCPU only, and an emulator
 // thread on the guest's pCPUs (the default emulator policy).
-func lvmCheckAffinity(t *testing.T, h *testenv.LibvirtHost, uuid string, pin map[int]int, pcpus, when string) {
+func lvmCheckAffinity(t testing.TB, h *testenv.LibvirtHost, uuid string, pin map[int]int, pcpus, when string) {
 	t.Helper()
 	got, emulator := lvmAffinities(t, h, uuid, len(pin))
 	if len(got) != len(pin) {

@@ -123,7 +123,7 @@ func affinity(t *testing.T, h *testenv.LibvirtHost, uuid string) string {
 }
 
 // domainName returns the libvirt name of the guest with that uuid on h.
-func domainName(t *testing.T, h *testenv.LibvirtHost, uuid string) string {
+func domainName(t testing.TB, h *testenv.LibvirtHost, uuid string) string {
 	t.Helper()
 	drv, err := libvirt.New(libvirt.Config{Hosts: libvirt.HostMap{h.Name: h.URI}})
 	if err != nil {

@@ -28,34 +28,47 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
+// build is one build of the pinflow CLI and the worker.
+type build struct {
+	once sync.Once
+	dir  string
+	err  error
+}
 
-// binaries builds the pinflow CLI and the worker once per test binary.
-func binaries(t *testing.T) (cli, worker string) {
+// builds are the test binary's builds: with the race detector for the
+// tests, without it for the benchmarks, which time the binaries.
+var builds = map[bool]*build{true: {}, false: {}}
+
+// binaries builds the pinflow CLI and the worker once per test binary,
+// with the race detector unless t is a benchmark.
+func binaries(t testing.TB) (cli, worker string) {
 	t.Helper()
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "pinflow-e2e-bin")
-		if buildErr != nil {
+	_, bench := t.(*testing.B)
+	race := !bench
+	bl := builds[race]
+	bl.once.Do(func() {
+		bl.dir, bl.err = os.MkdirTemp("", "pinflow-e2e-bin")
+		if bl.err != nil {
 			return
 		}
 		root := testenv.ModuleRoot(t)
 		for out, pkg := range map[string]string{"pinflow": "./starter", "pinflow-worker": "./worker"} {
-			cmd := exec.Command("go", "build", "-race", "-o", filepath.Join(binDir, out), pkg)
+			args := []string{"build", "-o", filepath.Join(bl.dir, out), pkg}
+			if race {
+				args = append(args[:1], append([]string{"-race"}, args[1:]...)...)
+			}
+			cmd := exec.Command("go", args...)
 			cmd.Dir = root
 			if b, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				bl.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 				return
 			}
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if bl.err != nil {
+		t.Fatal(bl.err)
 	}
-	return filepath.Join(binDir, "pinflow"), filepath.Join(binDir, "pinflow-worker")
+	return filepath.Join(bl.dir, "pinflow"), filepath.Join(bl.dir, "pinflow-worker")
 }
 
 // stack is a real Redis, a real Temporal and pinflow workers with the
@@ -64,7 +77,7 @@ func binaries(t *testing.T) (cli, worker string) {
 // deploy/cluster.sh runs (two Temporal nodes on PostgreSQL, a Redis
 // Cluster of three masters with a replica each) and three workers.
 type stack struct {
-	t           *testing.T
+	t           testing.TB
 	cli         string
 	worker      string
 	env         []string
@@ -85,14 +98,14 @@ func onCluster() bool { return os.Getenv("PINFLOW_E2E_TARGET") == "cluster" }
 
 // newStack starts the stack; env adds or overrides worker and CLI
 // variables (PINFLOW_DRIVER=libvirt, ...).
-func newStack(t *testing.T, env ...string) *stack {
+func newStack(t testing.TB, env ...string) *stack {
 	t.Helper()
 	return newStackWith(t, nil, env...)
 }
 
 // newStackWith is newStack with options for its Redis server, which only
 // the dev server's stack has.
-func newStackWith(t *testing.T, redisOpts []testenv.RedisOption, env ...string) *stack {
+func newStackWith(t testing.TB, redisOpts []testenv.RedisOption, env ...string) *stack {
 	t.Helper()
 	if onCluster() {
 		if len(redisOpts) > 0 {
@@ -141,7 +154,7 @@ func (s *stack) waitSearchAttributes() {
 
 // newClusterStack starts the cluster and three workers on it; every
 // worker and CLI call gets both Temporal frontends and the Redis Cluster.
-func newClusterStack(t *testing.T, env ...string) *stack {
+func newClusterStack(t testing.TB, env ...string) *stack {
 	t.Helper()
 	s := newBareStack(t)
 	s.cluster = testenv.StartCluster(t)
@@ -186,7 +199,7 @@ func dialCluster(t testing.TB, cl *testenv.Cluster) client.Client {
 
 // newBareStack is a stack with its binaries and common settings, before
 // its Redis and Temporal are started; it stops its workers at the end.
-func newBareStack(t *testing.T) *stack {
+func newBareStack(t testing.TB) *stack {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("the end-to-end tests start Redis, Temporal and workers; skipped with -short")
