@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,44 +52,24 @@ func check(asJSON *bool, stdout io.Writer) error {
 		}
 		r := checkReport{Hosts: len(hosts), Problems: []string{}}
 		instances := map[string]bool{}
-		for _, h := range hosts {
-			snap, err := led.Snapshot(a.ctx, h)
-			if errors.Is(err, ledger.ErrUnknownHost) {
-				continue
+		err = walkFleet(a.ctx, hosts, func(ctx context.Context, h string) (*hostCheck, error) {
+			return checkHost(ctx, led, h)
+		}, func(_ string, hc *hostCheck) error {
+			if hc == nil {
+				return nil
 			}
-			if err != nil {
-				return err
+			r.Claims += hc.claims
+			r.Pending += hc.pending
+			r.Held += hc.held
+			r.Tombstone += hc.tombstones
+			r.Problems = append(r.Problems, hc.problems...)
+			for _, u := range hc.instances {
+				instances[u] = true
 			}
-			if err := snap.Verify(); err != nil {
-				r.Problems = append(r.Problems, fmt.Sprintf("host %s: %v", h, err))
-			}
-			for _, c := range snap.Claims {
-				r.Claims++
-				switch c.State {
-				case ledger.StatePending:
-					r.Pending++
-					continue
-				case ledger.StateHeld:
-					// A resize's source hold: its record names the destination.
-					r.Held++
-					continue
-				case ledger.StateTombstone:
-					r.Tombstone++
-					continue
-				}
-				instances[c.InstanceUUID] = true
-				inst, err := led.Instance(a.ctx, c.InstanceUUID)
-				switch {
-				case errors.Is(err, ledger.ErrUnknownInstance):
-					r.Problems = append(r.Problems, fmt.Sprintf("host %s: committed claim %s belongs to instance %s, which has no record", h, c.ID, c.InstanceUUID))
-				case err != nil:
-					return err
-				case inst.Host != h || inst.ClaimID != c.ID:
-					r.Problems = append(r.Problems, fmt.Sprintf("host %s: committed claim %s of %s, but its record names claim %q on %q", h, c.ID, inst.Name, inst.ClaimID, inst.Host))
-				case inst.Placement == nil || c.Placement == nil || inst.Placement.String() != c.Placement.String():
-					r.Problems = append(r.Problems, fmt.Sprintf("host %s: instance %s's placement differs from its claim %s", h, inst.Name, c.ID))
-				}
-			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		lost, err := led.LostHosts(a.ctx)
 		if err != nil {
@@ -117,4 +98,55 @@ func check(asJSON *bool, stdout io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// hostCheck is what check found on one host.
+type hostCheck struct {
+	claims, pending, held, tombstones int
+	instances                         []string // of its committed claims
+	problems                          []string
+}
+
+// checkHost checks one host's snapshot and that each committed claim is
+// the one its instance's record names; nil when the host is gone.
+func checkHost(ctx context.Context, led *ledger.Ledger, h string) (*hostCheck, error) {
+	snap, err := led.Snapshot(ctx, h)
+	if errors.Is(err, ledger.ErrUnknownHost) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	hc := &hostCheck{}
+	if err := snap.Verify(); err != nil {
+		hc.problems = append(hc.problems, fmt.Sprintf("host %s: %v", h, err))
+	}
+	for _, c := range snap.Claims {
+		hc.claims++
+		switch c.State {
+		case ledger.StatePending:
+			hc.pending++
+			continue
+		case ledger.StateHeld:
+			// A resize's source hold: its record names the destination.
+			hc.held++
+			continue
+		case ledger.StateTombstone:
+			hc.tombstones++
+			continue
+		}
+		hc.instances = append(hc.instances, c.InstanceUUID)
+		inst, err := led.Instance(ctx, c.InstanceUUID)
+		switch {
+		case errors.Is(err, ledger.ErrUnknownInstance):
+			hc.problems = append(hc.problems, fmt.Sprintf("host %s: committed claim %s belongs to instance %s, which has no record", h, c.ID, c.InstanceUUID))
+		case err != nil:
+			return nil, err
+		case inst.Host != h || inst.ClaimID != c.ID:
+			hc.problems = append(hc.problems, fmt.Sprintf("host %s: committed claim %s of %s, but its record names claim %q on %q", h, c.ID, inst.Name, inst.ClaimID, inst.Host))
+		case inst.Placement == nil || c.Placement == nil || inst.Placement.String() != c.Placement.String():
+			hc.problems = append(hc.problems, fmt.Sprintf("host %s: instance %s's placement differs from its claim %s", h, inst.Name, c.ID))
+		}
+	}
+	return hc, nil
 }

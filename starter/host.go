@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -403,25 +404,33 @@ func hostList(asJSON *bool, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		views := []*hostView{}
-		for _, n := range names {
+		out := jsonArray{w: stdout}
+		shown := 0
+		err = walkFleet(a.ctx, names, func(_ context.Context, n string) (*hostView, error) {
 			v, err := view(a, led, n)
 			if errors.Is(err, ledger.ErrUnknownHost) {
-				continue // removed meanwhile
+				return nil, nil // removed meanwhile
 			}
-			if err != nil {
-				return err
+			return v, err
+		}, func(_ string, v *hostView) error {
+			if v == nil {
+				return nil
 			}
-			views = append(views, v)
+			shown++
+			if *asJSON {
+				return out.add(v)
+			}
+			renderHost(stdout, v, false)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		if *asJSON {
-			return writeJSON(stdout, views)
+			return out.close()
 		}
-		if len(views) == 0 {
+		if shown == 0 {
 			fmt.Fprintln(stdout, "no hosts; add one with: pinflow host add NAME --cells 2 --cores 4")
-		}
-		for _, v := range views {
-			renderHost(stdout, v, false)
 		}
 		return nil
 	})
