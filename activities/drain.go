@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/pinflow/pinflow/drain"
@@ -80,30 +79,35 @@ func blockReason(c *ledger.Claim) string {
 	}
 }
 
-// drainTargets reads every host but source that takes new guests.
+// drainTargets reads every host but source that takes new guests, in
+// pipelines: one read per host in turn made a plan over 100,000 hosts
+// wait on 100,000 round trips.
 func (a *Activities) drainTargets(ctx context.Context, source string) (map[string]*numa.Host, error) {
 	names, err := a.Ledger.Hosts(ctx)
 	if err != nil {
 		return nil, classify(err)
 	}
-	sort.Strings(names)
 	states, err := a.Ledger.HostStatuses(ctx, names)
 	if err != nil {
 		return nil, classify(err)
 	}
-	targets := map[string]*numa.Host{}
+	var usable []string
 	for _, n := range names {
-		if n == source {
-			continue
+		if n != source && placement.Usable(states[n]) {
+			usable = append(usable, n)
 		}
-		if !placement.Usable(states[n]) {
-			continue
+	}
+	views, err := a.Ledger.ReadHosts(ctx, usable, nil)
+	if err != nil {
+		return nil, classify(err)
+	}
+	// The views of one topology share its parts; drain.Make clones each
+	// host before it places a guest on it.
+	targets := make(map[string]*numa.Host, len(views))
+	for _, v := range views {
+		if v.Host != nil { // removed meanwhile
+			targets[v.Name] = v.Host
 		}
-		h, err := a.Ledger.Host(ctx, n)
-		if err != nil {
-			return nil, classify(err)
-		}
-		targets[n] = h
 	}
 	return targets, nil
 }
