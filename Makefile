@@ -143,6 +143,14 @@ bench-fleet: deps
 	$(GO) test ./internal/e2e -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -count 1 -timeout 60m
 .PHONY: bench-fleet
 
+# Every command that walks the fleet (host list, list, check, a drain plan,
+# the audit) on 100,000 simulated hosts with a guest each: wall time, the
+# CLI's peak memory and what it printed. BASELINE=path/to/pinflow runs a
+# build of another commit beside it on the same fleet.
+bench-walk: deps
+	PINFLOW_BENCH_WALK_BASELINE=$(BASELINE) $(GO) test ./internal/e2e -run '^$$' -bench '^BenchmarkFleetWalk$$' -benchtime 1x -count 1 -timeout 60m
+.PHONY: bench-walk
+
 bench-ledger: deps
 	$(GO) test ./ledger -run '^$$' -bench ClaimRelease -benchtime 3s -count 1
 

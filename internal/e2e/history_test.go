@@ -94,6 +94,8 @@ func TestHistoriesReplay(t *testing.T) {
 	s.ok("sim", "power", "--host", "a", "--off")
 	s.ok("host", "down", "a", "--fence", "--reason", "test")
 	recordHost("a", "host-down")
+	s.ok("host", "evacuate", "a", "--retry")
+	recordHost("a", "host-auto-evacuate")
 	s.ok("evacuate", vmA, "--wait")
 	record(vmA, "evacuation")
 	s.ok("sim", "power", "--host", "a", "--on")
