@@ -146,46 +146,8 @@ func (g *fleetGuests) put(u string, vcpus int) {
 func runFleet(b *testing.B, hosts int, duration time.Duration, interval string) *fleetRun {
 	ctx := context.Background()
 	s := newStack(b, "PINFLOW_RECONCILE_INTERVAL="+interval)
-	led, rdb, err := ledger.Open(ctx, s.redisConfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rdb.Close()
-	drv := s.simulator()
-	acts := &activities.Activities{Ledger: led, Driver: drv}
-	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 16, Threads: 2, MemoryMB: 1 << 18})
-	if err != nil {
-		b.Fatal(err)
-	}
-	names := make([]string, hosts)
-	for i := range names {
-		names[i] = fmt.Sprintf("fleet-%05d", i)
-	}
 	guests := &fleetGuests{vcpus: map[string]int{}}
-	var seedErr atomic.Value
-	seed := time.Now()
-	parallel(names, 16, func(i int, h string) {
-		if err := drv.AddHost(ctx, h, topo); err != nil {
-			seedErr.Store(err)
-			return
-		}
-		if _, err := led.RegisterHost(ctx, h, topo); err != nil {
-			seedErr.Store(err)
-			return
-		}
-		for j := range fleetGuestsPerHost {
-			u := newGuestUUID(i*fleetGuestsPerHost + j)
-			if err := bootDirect(ctx, acts, h, u, fleetFlavor); err != nil {
-				seedErr.Store(fmt.Errorf("seed guest %s on %s: %w", u, h, err))
-				return
-			}
-			guests.put(u, fleetFlavor.VCPUs)
-		}
-	})
-	if err, _ := seedErr.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("seeded %d hosts and %d guests in %s\n", hosts, len(guests.uuids), time.Since(seed).Round(time.Second))
+	led, names := seedFleet(b, s, "fleet-%05d", hosts, fleetGuestsPerHost, guests.put)
 
 	pc := pclient.New(led, s.tc, s.envOf("PINFLOW_TEMPORAL_TASK_QUEUE"))
 	run := &fleetRun{took: map[string][]time.Duration{}, failed: map[string]int{}}
@@ -311,4 +273,52 @@ func runFleet(b *testing.B, hosts int, duration time.Duration, interval string) 
 	}
 	sort.Strings(run.errors)
 	return run
+}
+
+// seedFleet registers hosts named by format with the simulator and the
+// ledger, each with perHost guests of fleetFlavor booted directly (their
+// owner's run long closed), and returns the ledger, closed when b ends,
+// and the hosts' names; seeded sees every guest.
+func seedFleet(b *testing.B, s *stack, format string, hosts, perHost int, seeded func(uuid string, vcpus int)) (*ledger.Ledger, []string) {
+	ctx := context.Background()
+	led, rdb, err := ledger.Open(ctx, s.redisConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = rdb.Close() })
+	drv := s.simulator()
+	acts := &activities.Activities{Ledger: led, Driver: drv}
+	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 16, Threads: 2, MemoryMB: 1 << 18})
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := make([]string, hosts)
+	for i := range names {
+		names[i] = fmt.Sprintf(format, i)
+	}
+	var seedErr atomic.Value
+	t0 := time.Now()
+	parallel(names, 32, func(i int, h string) {
+		if err := drv.AddHost(ctx, h, topo); err != nil {
+			seedErr.Store(err)
+			return
+		}
+		if _, err := led.RegisterHost(ctx, h, topo); err != nil {
+			seedErr.Store(err)
+			return
+		}
+		for j := range perHost {
+			u := newGuestUUID(i*perHost + j)
+			if err := bootDirect(ctx, acts, h, u, fleetFlavor); err != nil {
+				seedErr.Store(fmt.Errorf("seed guest %s on %s: %w", u, h, err))
+				return
+			}
+			seeded(u, fleetFlavor.VCPUs)
+		}
+	})
+	if err, _ := seedErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Printf("seeded %d hosts with %d guests each in %s\n", hosts, perHost, time.Since(t0).Round(time.Second))
+	return led, names
 }

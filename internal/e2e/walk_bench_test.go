@@ -1,18 +1,13 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
-	"sync/atomic"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/pinflow/pinflow/activities"
-	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/numa"
 )
 
 // BenchmarkFleetWalk times every command that walks the whole fleet on
@@ -28,42 +23,8 @@ func BenchmarkFleetWalk(b *testing.B) {
 	if v := os.Getenv("PINFLOW_BENCH_WALK_HOSTS"); v != "" {
 		fmt.Sscan(v, &hosts)
 	}
-	ctx := context.Background()
 	s := newStack(b)
-	led, rdb, err := ledger.Open(ctx, s.redisConfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rdb.Close()
-	drv := s.simulator()
-	acts := &activities.Activities{Ledger: led, Driver: drv}
-	topo, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: 16, Threads: 2, MemoryMB: 1 << 18})
-	if err != nil {
-		b.Fatal(err)
-	}
-	names := make([]string, hosts)
-	for i := range names {
-		names[i] = fmt.Sprintf("walk-%06d", i)
-	}
-	var seedErr atomic.Value
-	seed := time.Now()
-	parallel(names, 32, func(i int, h string) {
-		if err := drv.AddHost(ctx, h, topo); err != nil {
-			seedErr.Store(err)
-			return
-		}
-		if _, err := led.RegisterHost(ctx, h, topo); err != nil {
-			seedErr.Store(err)
-			return
-		}
-		if err := bootDirect(ctx, acts, h, newGuestUUID(i), fleetFlavor); err != nil {
-			seedErr.Store(fmt.Errorf("seed a guest on %s: %w", h, err))
-		}
-	})
-	if err, _ := seedErr.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	fmt.Printf("seeded %d hosts with a guest each in %s\n", hosts, time.Since(seed).Round(time.Second))
+	_, names := seedFleet(b, s, "walk-%06d", hosts, 1, func(string, int) {})
 
 	for _, args := range [][]string{
 		{"host", "list"},
