@@ -195,9 +195,13 @@ usable() {
   done
   tctl "$1" workflow list --query "$q" --limit 1 >/dev/null
 }
+# The pid start_node records is, for a moment, the subshell that has yet
+# to exec the server: done once it is the server, or gone.
+exec_done() { temporal_alive "$1" || gone "$(cat "$state/temporal-$1/server.pid")"; }
 node_ready() { # n: waits for the node, then for the namespace through it
   local n=$1 f
   f=127.0.0.1:$(node_port "$n")
+  wait_for 30 "Temporal node $n's process to start" exec_done "$n"
   temporal_alive "$n" || { tail -n 5 "$state/temporal-$n/server.log" >&2; die "Temporal node $n exited; see $state/temporal-$n/server.log"; }
   wait_for 120 "Temporal node $n's frontend $f SERVING" serving "$f"
   wait_for 60 "Temporal node $n's services joining the membership" joined "$n"
