@@ -658,14 +658,19 @@ func (c *chaos) run() {
 	c.ctx = ctx
 	c.slow(ctx)
 	stop := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Add(2)
+	// The audits outlast the other interruptions: a fenced host comes
+	// back only once the audit has freed what interrupted operations left
+	// on its guests, and its operator keeps trying past the end.
+	stopAudits := make(chan struct{})
+	var bg, audits sync.WaitGroup
+	bg.Add(1)
+	audits.Add(1)
 	go func() { defer bg.Done(); c.sample(ctx, stop) }()
 	go func() {
-		defer bg.Done()
+		defer audits.Done()
 		for i := 0; ; i++ {
 			select {
-			case <-stop:
+			case <-stopAudits:
 				return
 			case <-time.After(time.Second):
 			}
@@ -729,6 +734,8 @@ func (c *chaos) run() {
 	ops.Wait()
 	close(stop)
 	bg.Wait()
+	close(stopAudits)
+	audits.Wait()
 
 	// Let what the interruptions left behind settle. Every workflow closes
 	// first: a drain that ended asked its moves to cancel, and they
