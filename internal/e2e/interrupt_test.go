@@ -107,6 +107,10 @@ type chaos struct {
 	// held are the hosts a drain, a fence cycle or a recovery works on,
 	// and which: no two of them take one host at once.
 	held map[string]string
+	// suspects are the guests a violation named; audited is what the
+	// audits freed and found of each guest (trace_test.go).
+	suspects map[string]bool
+	audited  map[string][]string
 }
 
 // chaosEvent is something done to the deployment during a chaos run.
@@ -190,11 +194,15 @@ func (c *chaos) slow(ctx context.Context) {
 	}
 }
 
+// report notes a violation of what the run checks.
 func (c *chaos) report(format string, args ...any) {
+	v := fmt.Sprintf(format, args...)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.violations) < 30 {
-		c.violations = append(c.violations, fmt.Sprintf(format, args...))
+		c.violations = append(c.violations, v)
+		// Said at once too: a run that then hangs still shows it.
+		c.t.Logf("violation: %s", v)
 	}
 }
 
@@ -283,6 +291,7 @@ func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
 				continue
 			}
 			if clash != "" {
+				c.suspect(uuidsIn(clash)...)
 				c.report("sample %d: two running guests on one pCPU of %s: %s", c.samples.Load(), h, clash)
 			}
 			snap, err := c.led.Snapshot(ctx, h)
@@ -312,6 +321,7 @@ func (c *chaos) audit(ctx context.Context, id string) (*workflows.ReconcileResul
 		return nil, err
 	}
 	c.audits.Add(1)
+	c.noteAudit(id, res.Hosts)
 	for _, h := range res.Hosts {
 		c.freed.Add(int64(len(h.Freed)))
 	}
@@ -770,6 +780,7 @@ func (c *chaos) run() {
 		t.Errorf("only %d audits and %d samples ran alongside the operations; the test proves little", c.audits.Load(), c.samples.Load())
 	}
 	c.checkEnd(ctx)
+	c.traceSuspects(ctx)
 }
 
 // summary logs the run's figures: operations and operator actions by
@@ -859,6 +870,7 @@ func (c *chaos) checkEnd(ctx context.Context) {
 		for _, cl := range snap.Claims {
 			claims[cl.ID] = cl
 			if named[h+"/"+cl.ID] == "" {
+				c.suspect(cl.InstanceUUID)
 				t.Errorf("host %s holds %s claim %s of %s (%s) that no record names", h, cl.State, cl.ID, cl.InstanceUUID, cl.Kind)
 			}
 		}
@@ -873,11 +885,13 @@ func (c *chaos) checkEnd(ctx context.Context) {
 			running[d.UUID] = append(running[d.UUID], h)
 			inst := records[d.UUID]
 			if inst == nil || inst.Host != h {
+				c.suspect(d.UUID)
 				t.Errorf("guest %s runs on %s, but its record says host %q", d.UUID, h, recordHost(inst))
 				continue
 			}
 			cl, ok := claims[inst.ClaimID]
 			if !ok || cl.State != ledger.StateCommitted {
+				c.suspect(d.UUID)
 				t.Errorf("guest %s runs on %s on claim %s, which is not committed there (%q)", d.UUID, h, inst.ClaimID, cl.State)
 				continue
 			}
@@ -890,6 +904,7 @@ func (c *chaos) checkEnd(ctx context.Context) {
 				want = want.Union(u.PinnedCPUs)
 			}
 			if got := pins.HostCPUs().Intersection(want.Union(pinnableOf(snap))); !got.Equal(want) {
+				c.suspect(d.UUID)
 				t.Errorf("guest %s on %s is pinned to %s, its claim %s holds %s", d.UUID, h, got, cl.ID, want)
 			}
 			var used []string
@@ -898,6 +913,7 @@ func (c *chaos) checkEnd(ctx context.Context) {
 			}
 			slices.Sort(used)
 			if !slices.Equal(used, cl.Devices) {
+				c.suspect(d.UUID)
 				t.Errorf("guest %s on %s passes through PCI devices %v, its claim %s holds %v", d.UUID, h, used, cl.ID, cl.Devices)
 			}
 		}

@@ -109,11 +109,18 @@ func (c *chaos) fence(ctx context.Context, rng *rand.Rand) {
 	if _, _, ok := c.cli(nil, "sim", "power", "--host", h, "--on"); !ok {
 		return
 	}
+	// A try whose answer was lost (the worker killed, Redis restarting)
+	// may have brought the host up: the next is refused as the host being
+	// up, and the cycle is over. Any other refusal is reported, and ends it.
+	refusals := []string{"operations run on its guests", "coming back already"}
 	for tries := 1; ctx.Err() == nil; tries++ {
-		_, _, ok := c.cli([]string{"operations run on its guests", "coming back already"}, "host", "up", h, "--wait")
-		if ok {
+		_, errOut, ok := c.cli(append(refusals, "host "+h+" is up;"), "host", "up", h, "--wait")
+		if ok || strings.Contains(errOut, "host "+h+" is up;") {
 			c.count("fence host up", map[bool]string{true: "ok at once", false: "ok after refusals"}[tries == 1])
 			c.t.Logf("fence cycle of %s from %s to %s: evacuation %s (%s), up at try %d", h, began, time.Since(c.begun).Round(time.Second), evacuated, why, tries)
+			return
+		}
+		if !slices.ContainsFunc(refusals, func(r string) bool { return strings.Contains(errOut, r) }) {
 			return
 		}
 		pause(rng, 2*time.Second)
