@@ -135,4 +135,12 @@ type Driver interface {
 	// Rollback undoes a failed or aborted migration: the guest runs on src,
 	// and dst holds no trace of it.
 	Rollback(ctx context.Context, src, dst, uuid string) error
+	// DetachDevices unplugs the devices of the given user aliases from the
+	// domain, running and defined, and returns once the guest has let
+	// them go; an alias the domain does not have is skipped.
+	DetachDevices(ctx context.Context, host, uuid string, aliases []string) error
+	// AttachDevices plugs each device element into the domain, running and
+	// defined; an element whose user alias the domain has already is
+	// skipped.
+	AttachDevices(ctx context.Context, host, uuid string, elements []string) error
 }

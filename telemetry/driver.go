@@ -145,3 +145,19 @@ func (d *TracedDriver) Rollback(ctx context.Context, src, dst, uuid string) erro
 	end(span, err)
 	return err
 }
+
+// DetachDevices implements hypervisor.Driver.
+func (d *TracedDriver) DetachDevices(ctx context.Context, host, uuid string, aliases []string) error {
+	ctx, span := d.start(ctx, "DetachDevices", AttrHost.String(host), AttrInstance.String(uuid), attribute.StringSlice("pinflow.devices", aliases))
+	err := d.Next.DetachDevices(ctx, host, uuid, aliases)
+	end(span, err)
+	return err
+}
+
+// AttachDevices implements hypervisor.Driver.
+func (d *TracedDriver) AttachDevices(ctx context.Context, host, uuid string, elements []string) error {
+	ctx, span := d.start(ctx, "AttachDevices", AttrHost.String(host), AttrInstance.String(uuid), attribute.Int("pinflow.devices", len(elements)))
+	err := d.Next.AttachDevices(ctx, host, uuid, elements)
+	end(span, err)
+	return err
+}

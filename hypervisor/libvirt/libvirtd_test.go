@@ -39,6 +39,8 @@ type guest struct {
 	// kernel is a multiboot kernel file the guest boots (see
 	// dirtyingKernel); empty, it idles in the BIOS.
 	kernel string
+	// devices are more elements of its <devices>.
+	devices string
 }
 
 func (g guest) xml() string {
@@ -78,9 +80,9 @@ func (g guest) xml() string {
     <emulator>/usr/bin/qemu-system-x86_64</emulator>
     <serial type='pty'><target port='0'/></serial>
     <console type='pty'><target type='serial' port='0'/></console>
-    <memballoon model='none'/>
+    <memballoon model='none'/>%[8]s
   </devices>
-</domain>`, g.name, g.uuid, g.vcpuPins[0], g.vcpuPins[1], g.emulator, g.nodeset, kernel)
+</domain>`, g.name, g.uuid, g.vcpuPins[0], g.vcpuPins[1], g.emulator, g.nodeset, kernel, g.devices)
 }
 
 // newGuest returns a guest named after n with a UUID of its own, pinned to

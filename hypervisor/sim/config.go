@@ -25,11 +25,15 @@ const (
 	OpUndefine Op = "undefine"
 	OpPrepare  Op = "prepare"
 	OpMigrate  Op = "migrate"
+	// OpDetach and OpAttach unplug and plug a running guest's PCI
+	// devices, around a live migration.
+	OpDetach Op = "detach"
+	OpAttach Op = "attach"
 )
 
 // Ops lists every Op in the order operators read them.
 func Ops() []Op {
-	return []Op{OpDefine, OpStart, OpShutdown, OpStop, OpUndefine, OpPrepare, OpMigrate}
+	return []Op{OpDefine, OpStart, OpShutdown, OpStop, OpUndefine, OpPrepare, OpMigrate, OpDetach, OpAttach}
 }
 
 // opAliases are other names operators type for an Op.

@@ -34,11 +34,13 @@ const (
 	// guest's home already the destination: a cancel there is noted and
 	// does not stop it, as a real migration past its switchover completes.
 	GateSwitched Gate = "switched"
+	GateDetach   Gate = "detach"
+	GateAttach   Gate = "attach"
 )
 
 // Gates lists every Gate in the order an operation meets them.
 func Gates() []Gate {
-	return []Gate{GateDefine, GateStart, GateShutdown, GateStop, GateUndefine, GatePrepare, GateMigrate, GateSwitchover, GateSwitched}
+	return []Gate{GateDefine, GateStart, GateShutdown, GateStop, GateUndefine, GateDetach, GatePrepare, GateMigrate, GateSwitchover, GateSwitched, GateAttach}
 }
 
 // ParseGate reads a gate name, case-insensitively.
