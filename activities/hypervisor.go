@@ -99,15 +99,67 @@ func (a *Activities) PrepareMigration(ctx context.Context, in PrepareMigrationIn
 		if err != nil {
 			return classify(err)
 		}
-		destXML, err := xmlpatch.Patch(dom.XML, &in.Placement)
+		// The guest's devices were unplugged (UnplugDevices): the domain
+		// moves without them.
+		bare := in.Placement
+		bare.Devices = nil
+		destXML, err := xmlpatch.Patch(dom.XML, &bare)
 		if err != nil {
 			return classify(err)
 		}
 		if err := a.Driver.PrepareMigration(ctx, in.Dest, in.UUID, destXML); err != nil {
 			return classify(err)
 		}
-		return a.stage(ctx, in.UUID, in.DestClaimID, destXML)
+		staged, err := a.withDestDevices(ctx, in, destXML)
+		if err != nil {
+			return err
+		}
+		return a.stage(ctx, in.UUID, in.DestClaimID, staged)
 	})
+}
+
+// withDestDevices adds to destXML the device elements of the guest's
+// devices on the destination: its record's, rewritten for the devices
+// the placement takes there. That is the guest's XML once they are
+// plugged in after the switchover (PlugDevices reads them from it).
+func (a *Activities) withDestDevices(ctx context.Context, in PrepareMigrationInput, destXML string) (string, error) {
+	if len(in.Placement.Devices) == 0 {
+		return destXML, nil
+	}
+	var inst *ledger.Instance
+	if err := waitLedger(ctx, func(ctx context.Context) (err error) { inst, err = a.Ledger.Instance(ctx, in.UUID); return err }); err != nil {
+		return "", classify(err)
+	}
+	full, err := xmlpatch.Patch(inst.DomainXML, &in.Placement)
+	if err != nil {
+		return "", classify(err)
+	}
+	devs, err := xmlpatch.Devices(full)
+	if err != nil {
+		return "", classify(err)
+	}
+	elements := make([]string, len(devs))
+	for i, d := range devs {
+		elements[i] = d.Element
+	}
+	out, err := xmlpatch.WithDevices(destXML, elements)
+	return out, classify(err)
+}
+
+// withoutDevices is the domain XML a live migration sends: the staged
+// one without the devices pinflow passes through, which are plugged in
+// once the guest runs on the destination.
+func withoutDevices(staged string) (string, error) {
+	devs, err := xmlpatch.Devices(staged)
+	if err != nil || len(devs) == 0 {
+		return staged, classify(err)
+	}
+	aliases := make([]string, len(devs))
+	for i, d := range devs {
+		aliases[i] = d.Alias
+	}
+	out, err := xmlpatch.WithoutDevices(staged, aliases)
+	return out, classify(err)
 }
 
 // stage keeps xml, made for the instance's claim claimID, in its record
@@ -155,7 +207,11 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	if activity.IsActivity(ctx) {
 		stopping = activity.GetWorkerStopChannel(ctx)
 	}
-	destXML, err := a.stagedXML(ctx, in.UUID, in.DestClaimID)
+	staged, err := a.stagedXML(ctx, in.UUID, in.DestClaimID)
+	if err != nil {
+		return err
+	}
+	destXML, err := withoutDevices(staged)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
@@ -26,13 +27,50 @@ type InstanceInfo struct {
 
 // CanLiveMigrate says why the instance cannot be live-migrated, or nil.
 func (i InstanceInfo) CanLiveMigrate() error {
+	if err := i.Running(); err != nil {
+		return err
+	}
+	return i.Unpluggable()
+}
+
+// Running says why the instance is not active on a host, as a live
+// migration needs, or nil.
+func (i InstanceInfo) Running() error {
 	if i.VMState != guest.VMActive || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active instance on a host can be live-migrated", i.UUID, i.VMState))
 	}
-	if i.Placement != nil && len(i.Placement.Devices) > 0 {
-		return BadRequest(fmt.Sprintf("instance %s passes PCI devices through, which QEMU cannot live-migrate; cold-migrate it (migrate --cold)", i.UUID))
-	}
 	return nil
+}
+
+// Unpluggable says why the instance's PCI devices cannot be unplugged
+// for a live migration, or nil. QEMU cannot migrate a passed-through
+// device, so a live migration unplugs the guest's devices before its copy
+// and plugs the destination's in after it, as Nova does: that is an
+// SR-IOV port's VF (vnic_type direct) or PF (direct-physical), which the
+// guest's network stack lets go and takes back. A PCI alias's device (a
+// GPU, an accelerator) and a remote-managed port's VF are the guest's
+// for good: such a guest is refused, and cold-migrates instead.
+func (i InstanceInfo) Unpluggable() error {
+	if i.Placement == nil || len(i.Placement.Devices) == 0 {
+		return nil
+	}
+	var fixed []string
+	for _, r := range i.Flavor.PCIRequests {
+		fixed = append(fixed, "the device of PCI alias "+r.Alias)
+	}
+	for _, p := range i.Flavor.Ports {
+		if p.VNICType == "" || p.VNICType == numa.VNICNormal {
+			continue // a virtual NIC, no device
+		}
+		if p.VNICType != numa.VNICDirect && p.VNICType != numa.VNICDirectPhysical {
+			fixed = append(fixed, fmt.Sprintf("the %s port %s", p.VNICType, p.Name))
+		}
+	}
+	if len(fixed) == 0 {
+		return nil
+	}
+	return BadRequest(fmt.Sprintf("instance %s passes through %s, which cannot be unplugged for a live migration (only direct and direct-physical ports can); cold-migrate it (migrate --cold), or let the migration fall back to a cold one (migrate --cold-fallback)",
+		i.UUID, strings.Join(fixed, " and ")))
 }
 
 // CanShelve says why the instance cannot be shelved and offloaded, or nil.

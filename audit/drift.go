@@ -156,6 +156,14 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 				au.quarantineVanished(ctx, snap, d, holding{cpus: out, devs: strayDevs}, &f)
 				found = append(found, f)
 			}
+			if d.State == hypervisor.StateRunning {
+				for _, f := range unplugged(d, byInstance[d.UUID], devs) {
+					if _, resident := j.resident[d.UUID]; resident {
+						au.replug(ctx, snap.Host, claims[f.ClaimID], &f)
+					}
+					found = append(found, f)
+				}
+			}
 		}
 	}
 	for i := range snap.Claims {
@@ -264,4 +272,39 @@ func (au *pass) groupDrift(ctx context.Context, host string, doms []hypervisor.D
 		}
 	}
 	return found
+}
+
+// unplugged reports the devices each committed claim of a running domain
+// holds that the domain does not pass through (used).
+func unplugged(d hypervisor.Domain, claims []*ledger.Claim, used []string) []Drift {
+	var out []Drift
+	for _, c := range claims {
+		if c.State != ledger.StateCommitted {
+			continue
+		}
+		var missing []string
+		for _, a := range c.Devices {
+			if !slices.Contains(used, a) {
+				missing = append(missing, a)
+			}
+		}
+		if len(missing) > 0 {
+			out = append(out, Drift{Kind: DriftDevicesUnplugged, Instance: d.UUID, ClaimID: c.ID, Devices: missing,
+				Detail: fmt.Sprintf("domain %s runs without PCI devices %s that its claim %s holds", d.Name, strings.Join(missing, ","), c.ID)})
+		}
+	}
+	return out
+}
+
+// replug starts Replug for a guest whose resident claim c holds devices
+// its running domain does not pass through. It runs under the instance's
+// workflow id, so it does not start while an operation of the guest is
+// open: a live migration between its unplug and its plug.
+func (au *pass) replug(ctx context.Context, host string, c *ledger.Claim, f *Drift) {
+	if c == nil || !au.maySettle(c) {
+		return
+	}
+	if err := au.a.Settler.StartReplug(ctx, SettleInput{UUID: c.InstanceUUID, Host: host, ClaimID: c.ID}); err == nil {
+		f.Detail += "; plugging them in again"
+	}
 }

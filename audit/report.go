@@ -101,6 +101,12 @@ const (
 	// hypervisor, say). Only reported: the audit frees nothing for a
 	// group.
 	DriftGroupRule = "group-rule"
+	// DriftDevicesUnplugged: a running domain passes through fewer PCI
+	// devices than its committed claim on the host holds: a live
+	// migration unplugged them and has not plugged them in yet, or one
+	// that was terminated left them out. Only reported: the claim keeps
+	// the devices, so no other guest takes them.
+	DriftDevicesUnplugged = "devices-unplugged"
 )
 
 // AuditHostInput asks for an audit of one host.

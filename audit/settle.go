@@ -19,6 +19,10 @@ import (
 // then keeps the claim for that workflow to settle.
 type Settler interface {
 	StartSettle(ctx context.Context, in SettleInput) error
+	// StartReplug starts the workflow that plugs in again the devices a
+	// live migration unplugged from the guest and ended without plugging
+	// in (workflows.Replug); in names the guest's resident claim.
+	StartReplug(ctx context.Context, in SettleInput) error
 }
 
 // SettleInput names a claim whose instance already runs on it, with no

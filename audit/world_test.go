@@ -72,9 +72,10 @@ func (f *fakeOwners) Retention(context.Context) (time.Duration, error) {
 
 // fakeSettler records the settles the audit starts.
 type fakeSettler struct {
-	mu      sync.Mutex
-	started []audit.SettleInput
-	err     error
+	mu        sync.Mutex
+	started   []audit.SettleInput
+	replugged []audit.SettleInput
+	err       error
 }
 
 func (f *fakeSettler) StartSettle(_ context.Context, in audit.SettleInput) error {
@@ -84,6 +85,16 @@ func (f *fakeSettler) StartSettle(_ context.Context, in audit.SettleInput) error
 		return f.err
 	}
 	f.started = append(f.started, in)
+	return nil
+}
+
+func (f *fakeSettler) StartReplug(_ context.Context, in audit.SettleInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	f.replugged = append(f.replugged, in)
 	return nil
 }
 

@@ -103,8 +103,12 @@ func (c *Client) Migrate(ctx context.Context, ref string, r MigrateRequest) (*Op
 	}
 	info := activities.InfoOf(inst)
 	check := info.CanLiveMigrate
-	if r.Cold {
+	switch {
+	case r.Cold:
 		check = info.CanResize
+	case r.ColdFallback:
+		// Devices that cannot be unplugged fall back to a cold migration.
+		check = info.Running
 	}
 	if err := check(); err != nil {
 		return nil, refusal(err)

@@ -707,12 +707,11 @@ func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 		WaitForCancellation: true,
 		StaticSummary:       fmt.Sprintf("drain %s: move %s to %s", d.in.Host, g.UUID, g.Target),
 	})
-	// A guest passing PCI devices through cannot be live-migrated; the
-	// live-then-cold policy cold-migrates it at once.
-	devices := g.placement != nil && g.placement.Placement != nil && len(g.placement.Placement.Devices) > 0
+	// Under live-then-cold, a guest whose devices cannot be unplugged
+	// falls back to a cold migration before anything moves.
 	var f workflow.ChildWorkflowFuture
 	switch {
-	case d.in.Policy == DrainCold, d.in.Policy == DrainLiveThenCold && devices:
+	case d.in.Policy == DrainCold:
 		f = workflow.ExecuteChildWorkflow(cctx, Resize, ResizeInput{UUID: g.UUID, Reservation: g.Reservation, AutoConfirm: true})
 	default:
 		f = workflow.ExecuteChildWorkflow(cctx, LiveMigration, LiveMigrationInput{UUID: g.UUID, Reservation: g.Reservation,

@@ -42,8 +42,13 @@ type LiveMigrationResult struct {
 }
 
 // errFallBack says a live migration failed cleanly (the guest runs on its
-// source as before) and asked to fall back to a cold migration.
-type errFallBack struct{ cause error }
+// source as before) and asked to fall back to a cold migration. The
+// reservation is a drain's that the live attempt did not take, for the
+// cold one.
+type errFallBack struct {
+	cause       error
+	reservation *activities.Reservation
+}
 
 func (e errFallBack) Error() string { return e.cause.Error() }
 
@@ -78,7 +83,8 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	if in.Reservation != nil {
 		dest = in.Reservation.Host
 	}
-	cold, err := s.resize(ctx, ResizeInput{UUID: in.UUID, Dest: dest, ConfirmWindow: in.ConfirmWindow, AutoConfirm: in.AutoConfirm})
+	cold, err := s.resize(ctx, ResizeInput{UUID: in.UUID, Dest: dest, ConfirmWindow: in.ConfirmWindow, AutoConfirm: in.AutoConfirm,
+		Reservation: fb.reservation})
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +93,11 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 
 func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
 	m := &migration{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation, kind: ledger.KindMigrationDest}, in: in}
-	if err := s.run(ctx, m.checkInstance, m.chooseDestination, m.taskState(guest.TaskMigrating), m.claimDestination); err != nil {
+	if err := s.run(ctx, m.checkInstance, m.chooseDestination, m.taskState(guest.TaskMigrating), m.claimDestination, m.unplug); err != nil {
+		var fb errFallBack
+		if errors.As(err, &fb) {
+			return nil, fb
+		}
 		return nil, s.fail(err)
 	}
 	s.onFailure("roll the hypervisor back", m.rollBack)
@@ -98,7 +108,7 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	}
 	// The guest now runs on dst: from here the operation only goes forwards.
 	ctx = s.commit(ctx)
-	if err := m.commitDestination(ctx); err != nil {
+	if err := s.run(ctx, m.commitDestination, m.plug); err != nil {
 		return nil, s.fail(err)
 	}
 	s.phase(PhaseCompleted, "")
@@ -115,10 +125,18 @@ type migration struct {
 }
 
 // checkInstance loads the guest's record and refuses a guest that cannot
-// be live-migrated.
+// be live-migrated; one whose devices cannot be unplugged falls back to a
+// cold migration when asked to.
 func (m *migration) checkInstance(ctx workflow.Context) (err error) {
-	if m.inst, err = m.loadInstance(ctx, m.uuid, activities.InstanceInfo.CanLiveMigrate); err != nil {
+	can := activities.InstanceInfo.CanLiveMigrate
+	if m.in.ColdFallback {
+		can = activities.InstanceInfo.Running
+	}
+	if m.inst, err = m.loadInstance(ctx, m.uuid, can); err != nil {
 		return err
+	}
+	if err := m.inst.Unpluggable(); err != nil {
+		return errFallBack{cause: err, reservation: m.reservation}
 	}
 	m.src, m.flavor = m.inst.Host, m.inst.Flavor
 	if m.dst, err = reservedDest(m.in.Dest, m.reservation); err != nil {
@@ -145,6 +163,37 @@ func (m *migration) chooseDestination(ctx workflow.Context) error {
 	}
 	m.setHosts(m.src, m.dst)
 	return nil
+}
+
+// unplug unplugs the guest's passed-through devices on the source before
+// anything moves; a rollback plugs them in again.
+func (m *migration) unplug(ctx workflow.Context) error {
+	if m.inst.Placement == nil || len(m.inst.Placement.Devices) == 0 {
+		return nil
+	}
+	m.phase(PhaseUnplugging, "unplugging the guest's PCI devices on "+m.src)
+	m.onFailure("plug the devices in again on "+m.src, func(ctx workflow.Context) error {
+		in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.src, ClaimID: m.inst.ClaimID}
+		err := workflow.ExecuteActivity(m.hypervisorStep(ctx, "plug the devices in again on "+m.src), a.PlugDevices, in).Get(ctx, nil)
+		if isType(err, activities.ErrTypeHostDown) {
+			return nil // the guest is the evacuation's, which plugs them where it rebuilds it
+		}
+		return err
+	})
+	return workflow.ExecuteActivity(m.hypervisorTry(ctx, "unplug the devices on "+m.src), a.UnplugDevices,
+		activities.DomainInput{UUID: m.uuid, Host: m.src}).Get(ctx, nil)
+}
+
+// plug plugs the destination's devices into the guest, which runs there:
+// forwards only, retried until done; a refusal is reported, and the audit
+// reports the devices unplugged until an operator acts.
+func (m *migration) plug(ctx workflow.Context) error {
+	if len(m.claimed.Placement.Devices) == 0 {
+		return nil
+	}
+	m.phase(PhasePlugging, "plugging the guest's PCI devices in on "+m.dst)
+	in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.dst, ClaimID: m.destClaim}
+	return workflow.ExecuteActivity(m.hypervisorStep(ctx, "plug the devices in on "+m.dst), a.PlugDevices, in).Get(ctx, nil)
 }
 
 // prepareDestination rewrites the guest's domain XML for its pins on the
@@ -228,7 +277,7 @@ func (m *migration) failed(ctx workflow.Context, cause error) error {
 	err, undone := m.abort(cause)
 	if m.in.ColdFallback && undone && ctx.Err() == nil {
 		// Every compensation ran and the guest runs on its source.
-		return errFallBack{err}
+		return errFallBack{cause: err}
 	}
 	if errors.Is(err, errRolledForward) {
 		m.onDest = true

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 )
@@ -45,9 +46,30 @@ func Settle(ctx workflow.Context, in audit.SettleInput) (*SettleResult, error) {
 	return &res, nil
 }
 
+// Replug plugs in again the devices of a guest that runs without them on
+// its resident claim: a live migration unplugged them and was terminated
+// before it plugged them in. The audit starts it, under the instance's
+// workflow id. Forwards only: the devices are the claim's already.
+func Replug(ctx workflow.Context, in audit.SettleInput) error {
+	s, err := newSaga(ctx, OpReplug, in.UUID, 1)
+	if err != nil {
+		return err
+	}
+	s.setHosts("", in.Host)
+	s.phase(PhasePlugging, "plugging the guest's PCI devices in again on "+in.Host)
+	ctx = s.commit(ctx)
+	plug := activities.PlugDevicesInput{UUID: in.UUID, Host: in.Host, ClaimID: in.ClaimID}
+	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "plug the devices in on "+in.Host), a.PlugDevices, plug).Get(ctx, nil); err != nil {
+		return s.fail(err)
+	}
+	s.step()
+	s.phase(PhaseCompleted, "")
+	return nil
+}
+
 // AuditStarter starts the workflows the audit asks for under an
-// instance's own workflow id: Settle (audit.Settler) and Evacuate
-// (audit.Evacuator).
+// instance's own workflow id: Settle and Replug (audit.Settler) and
+// Evacuate (audit.Evacuator).
 type AuditStarter struct {
 	Client    client.Client
 	TaskQueue string
@@ -67,6 +89,24 @@ func (s AuditStarter) StartSettle(ctx context.Context, in audit.SettleInput) err
 	}, Settle, in)
 	if err != nil {
 		return fmt.Errorf("workflows: start settle of %s: %w", in.UUID, err)
+	}
+	return nil
+}
+
+// StartReplug starts Replug for in under the instance's workflow id; it
+// fails while another workflow of the instance is open.
+func (s AuditStarter) StartReplug(ctx context.Context, in audit.SettleInput) error {
+	_, err := s.Client.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                                       guest.InstanceWorkflowID(in.UUID),
+		TaskQueue:                                s.TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(StartAttributes(OpReplug, in.UUID)...),
+		StaticSummary:                            fmt.Sprintf("plug the devices of %s in again on %s", in.UUID, in.Host),
+	}, Replug, in)
+	if err != nil {
+		return fmt.Errorf("workflows: start the replug of %s: %w", in.UUID, err)
 	}
 	return nil
 }

@@ -80,7 +80,7 @@ import (
 // All returns the workflow functions a worker runs, for registering
 // them: the worker and the replay tests register the same list.
 func All() []any {
-	return []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Reconcile, Settle, Recover, ReleaseQuarantine,
+	return []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Reconcile, Settle, Replug, Recover, ReleaseQuarantine,
 		Resize, Evacuate, HostUp, Drain, HostAdd, HostDisable, HostEnable, HostDown, HostAutoEvacuate, HostRemove}
 }
 
@@ -140,6 +140,7 @@ const (
 	OpDelete        Operation = "delete"
 	OpReconcile     Operation = "reconcile"
 	OpSettle        Operation = "settle"
+	OpReplug        Operation = "replug"
 	OpRecover       Operation = "recover"
 	OpUnquarantine  Operation = "quarantine-release"
 	OpResize        Operation = "resize"
@@ -174,6 +175,10 @@ const (
 	PhaseAuditing    Phase = "auditing"
 	PhaseRecovering  Phase = "recovering"
 	PhaseRollingBack Phase = "rolling-back"
+	// PhaseUnplugging and PhasePlugging take a live-migrated guest's PCI
+	// devices out before its copy and put the destination's in after.
+	PhaseUnplugging Phase = "unplugging"
+	PhasePlugging   Phase = "plugging"
 	// PhaseVerifyResize is Nova's VERIFY_RESIZE: a resized guest runs on
 	// its destination while its source hold is kept for a revert.
 	PhaseVerifyResize Phase = "verify-resize"

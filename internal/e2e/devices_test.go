@@ -111,8 +111,8 @@ func (s *stack) guestDevices(host, uuid string) []string {
 // TestPCIDevices: guests take SR-IOV VFs by port and a GPU by alias; the
 // ledger gives each device to one guest, a PF with VFs in use is not
 // given whole, the domain passes through what the claim holds, a cold
-// migration moves the devices to the destination's, live migration is
-// refused, and a delete frees them. Bad device requests are refused with
+// migration moves the devices to the destination's, the live migration
+// of a guest with an alias's device is refused, and a delete frees them. Bad device requests are refused with
 // one line and change nothing.
 func TestPCIDevices(t *testing.T) {
 	t.Parallel()
@@ -174,7 +174,7 @@ func TestPCIDevices(t *testing.T) {
 	if out := s.ok("host", "show", "a"); !strings.Contains(out, "0000:81:00.0  8086:1572 type-PF on physnet1, cell 0  (its VFs are in use)") {
 		t.Errorf("host show a = %q; want the PF shown held by its VFs", out)
 	}
-	s.refused("PCI devices", "migrate", x, "--dest", "b")
+	s.refused("which cannot be unplugged for a live migration", "migrate", x, "--dest", "b")
 
 	// A cold migration takes b's devices and frees a's once confirmed.
 	s.ok("migrate", x, "--cold", "--dest", "b", "--wait")

@@ -72,8 +72,8 @@ type chaos struct {
 	// is not interrupted must succeed.
 	calm bool
 	// devices gives each host cell an SR-IOV NIC and every other guest an
-	// SR-IOV port, so its VF is claimed, moved and freed with its pCPUs;
-	// those guests are cold-migrated where others are live-migrated.
+	// SR-IOV port, so its VF is claimed, moved and freed with its pCPUs,
+	// and unplugged and plugged in around its live migrations.
 	devices bool
 	// events happen once each, at their offset from the start of the run:
 	// a node killed, a Redis master lost, workers restarted.
@@ -361,6 +361,9 @@ func unsettled(res *workflows.ReconcileResult) string {
 			left = append(left, fmt.Sprintf("%d kept %s", n, r))
 		}
 	}
+	if n := t.Drift.Of(audit.DriftDevicesUnplugged); n > 0 {
+		left = append(left, fmt.Sprintf("%d guests with devices unplugged", n))
+	}
 	if len(left) == 0 {
 		return ""
 	}
@@ -408,7 +411,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			}
 			c.mu.Unlock()
 			op, wf, in = workflows.OpBoot, workflows.Boot, boot
-		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4 && !withDevices:
+		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4:
 			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 3:
 			// A resize between 2 and 3 vCPUs, or a cold migration; its
@@ -437,7 +440,11 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		// the others at a random moment, between steps too.
 		how := c.interrupt(rng)
 		gate := sim.Gate("")
-		if gates := opGates[op]; how != "" && len(gates) > 0 && rng.IntN(2) == 0 {
+		gates := opGates[op]
+		if withDevices && op == workflows.OpLiveMigration {
+			gates = append(slices.Clip(gates), sim.GateDetach, sim.GateAttach)
+		}
+		if how != "" && len(gates) > 0 && rng.IntN(2) == 0 {
 			gate = gates[rng.IntN(len(gates))]
 			if err := c.drv.HoldGate(ctx, gate, uuid); err != nil {
 				gate = "" // Redis restarting: a random moment instead
