@@ -72,7 +72,7 @@ func (a *Activities) LoadInstance(ctx context.Context, uuid string) (InstanceInf
 // instance record inst.
 func InfoOf(inst *ledger.Instance) InstanceInfo {
 	i := InstanceInfo{UUID: inst.UUID, Name: inst.Name, Host: inst.Host, VMState: inst.VMState, TaskState: inst.TaskState,
-		Flavor: inst.Request, Placement: inst.Placement, ClaimID: inst.ClaimID}
+		Flavor: inst.Request, Placement: inst.Placement, ClaimID: inst.ClaimID, Resizing: inst.Resize != nil}
 	if r := inst.Resize; r != nil && (r.SourceHost != inst.Host || r.SourceClaimID != inst.ClaimID) {
 		i.ResizeSource = &ClaimRef{Host: r.SourceHost, ClaimID: r.SourceClaimID}
 	}

@@ -23,6 +23,9 @@ type InstanceInfo struct {
 	// ResizeSource is the source hold of a resize in VERIFY_RESIZE (or one
 	// interrupted), which a delete frees too.
 	ResizeSource *ClaimRef `json:"resize_source,omitempty"`
+	// Resizing says the record keeps a resize that has not ended: one in
+	// VERIFY_RESIZE, or one interrupted, which the audit settles.
+	Resizing bool `json:"resizing,omitempty"`
 }
 
 // CanLiveMigrate says why the instance cannot be live-migrated, or nil.
@@ -38,6 +41,16 @@ func (i InstanceInfo) CanLiveMigrate() error {
 func (i InstanceInfo) Running() error {
 	if i.VMState != guest.VMActive || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active instance on a host can be live-migrated", i.UUID, i.VMState))
+	}
+	return i.notResizing()
+}
+
+// notResizing refuses a guest whose record keeps a resize that has not
+// ended: its domain may be the new flavor's while its record names the
+// old, and a move would act on the one with the other's placement.
+func (i InstanceInfo) notResizing() error {
+	if i.Resizing {
+		return BadState(fmt.Sprintf("instance %s has a resize that has not ended (task state %q); confirm or revert it, or, if it was interrupted, let the audit settle it", i.UUID, i.TaskState))
 	}
 	return nil
 }
@@ -78,7 +91,7 @@ func (i InstanceInfo) CanShelve() error {
 	if (i.VMState != guest.VMActive && i.VMState != guest.VMStopped) || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be shelved", i.UUID, i.VMState))
 	}
-	return nil
+	return i.notResizing()
 }
 
 // CanUnshelve says why the instance cannot be unshelved, or nil.
@@ -95,7 +108,7 @@ func (i InstanceInfo) CanResize() error {
 	if (i.VMState != guest.VMActive && i.VMState != guest.VMStopped) || i.Host == "" {
 		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be resized or cold-migrated", i.UUID, i.VMState))
 	}
-	return nil
+	return i.notResizing()
 }
 
 // CanEvacuate says why the instance cannot be evacuated, or nil; its

@@ -70,7 +70,7 @@ func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult
 			return SettleResult{}, err
 		}
 		if err == nil && claim.State == ledger.StateHeld {
-			return a.settleStoppedResize(ctx, inst)
+			return a.settleStoppedResize(ctx, inst, claim)
 		}
 	}
 	if inst.Host != in.Host || inst.ClaimID != in.ClaimID {
@@ -163,11 +163,39 @@ func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult
 // guest's resident claim and before the guest moved: the guest never left,
 // so its hold is resident again and the resize is forgotten. The record's
 // vm state follows the guest's domain, which the resize may have powered
-// off.
-func (a *Auditor) settleStoppedResize(ctx context.Context, inst *ledger.Instance) (SettleResult, error) {
+// off. A resize on the guest's own host that defined the new flavor's
+// domain before it stopped did move the guest: the claim its domain is
+// pinned to is settled instead, forwards.
+func (a *Auditor) settleStoppedResize(ctx context.Context, inst *ledger.Instance, hold *ledger.Claim) (SettleResult, error) {
 	dom, err := a.Driver.Lookup(ctx, inst.Host, inst.UUID)
 	if err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 		return SettleResult{}, err
+	}
+	if dom != nil {
+		// A resize on the guest's own host that got as far as defining
+		// the new flavor's domain: the guest did move, onto the new
+		// claim, which settles it forwards.
+		topo, err := a.Ledger.Host(ctx, inst.Host)
+		if err != nil {
+			return SettleResult{}, err
+		}
+		pins, err := xmlpatch.Read(dom.XML)
+		if err != nil {
+			return SettleResult{Reason: fmt.Sprintf("the guest's domain XML on %s cannot be read: %v", inst.Host, err)}, nil
+		}
+		if used, held := pins.HostCPUs().Intersection(pinnable(topo)), claimCPUs(hold); !used.Difference(held).IsEmpty() {
+			claims, err := a.Ledger.Claims(ctx, inst.Host)
+			if err != nil {
+				return SettleResult{}, err
+			}
+			for _, c := range claims {
+				if c.InstanceUUID == inst.UUID && c.Kind == ledger.KindResizeDest && claimCPUs(&c).Equal(used) {
+					return a.SettleClaim(ctx, SettleInput{UUID: inst.UUID, Host: inst.Host, ClaimID: c.ID})
+				}
+			}
+			return SettleResult{Reason: fmt.Sprintf("the guest's domain on %s is pinned to %s, outside its source hold's %s and not to a claim of its resize",
+				inst.Host, orNone(used), orNone(held))}, nil
+		}
 	}
 	if _, err := a.Ledger.Unhold(ctx, inst.Host, inst.ClaimID); err != nil {
 		return SettleResult{}, err

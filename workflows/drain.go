@@ -698,6 +698,13 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 	}
 }
 
+// changeDrainLiveDevices (unreleased): a live-then-cold drain
+// live-migrates a guest with devices too, unplugging its SR-IOV ports, and
+// the migration falls back to a cold one for devices that cannot be
+// unplugged. Remove the old branch when no drain started before the
+// release that adds it is open.
+const changeDrainLiveDevices = "drain-live-devices"
+
 // runChild moves the guest with the drain's policy and waits for it.
 func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
@@ -708,10 +715,14 @@ func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 		StaticSummary:       fmt.Sprintf("drain %s: move %s to %s", d.in.Host, g.UUID, g.Target),
 	})
 	// Under live-then-cold, a guest whose devices cannot be unplugged
-	// falls back to a cold migration before anything moves.
+	// falls back to a cold migration before anything moves; before
+	// changeDrainLiveDevices, every guest with devices was cold-migrated.
+	devices := g.placement != nil && g.placement.Placement != nil && len(g.placement.Placement.Devices) > 0
+	coldDevices := devices && d.in.Policy == DrainLiveThenCold &&
+		workflow.GetVersion(ctx, changeDrainLiveDevices, workflow.DefaultVersion, 1) == workflow.DefaultVersion
 	var f workflow.ChildWorkflowFuture
 	switch {
-	case d.in.Policy == DrainCold:
+	case d.in.Policy == DrainCold, coldDevices:
 		f = workflow.ExecuteChildWorkflow(cctx, Resize, ResizeInput{UUID: g.UUID, Reservation: g.Reservation, AutoConfirm: true})
 	default:
 		f = workflow.ExecuteChildWorkflow(cctx, LiveMigration, LiveMigrationInput{UUID: g.UUID, Reservation: g.Reservation,
