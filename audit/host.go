@@ -543,7 +543,10 @@ func (au *pass) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) {
 	d := Drift{Kind: DriftClaimInUse, Instance: c.InstanceUUID, ClaimID: c.ID, CPUs: used.Intersection(want).String(), Devices: sharedDevs,
 		Detail: fmt.Sprintf("%s claim %s has no operation to finish it, but domain %s (%s) uses its %s", c.State, c.ID, dom.Name, dom.State, what)}
 	kept := KeptInUse
-	if dom.State == hypervisor.StateRunning && used.Equal(want) && len(sharedDevs) == len(c.Devices) && len(devs) == len(c.Devices) && au.maySettle(c) {
+	// A guest that passes through fewer of the claim's devices than it
+	// holds had them unplugged for a live migration: it runs on the claim
+	// all the same, and once settled the audit plugs them in again.
+	if dom.State == hypervisor.StateRunning && used.Equal(want) && len(sharedDevs) == len(devs) && au.maySettle(c) {
 		err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: c.Host, ClaimID: c.ID})
 		if err != nil {
 			d.Detail += fmt.Sprintf("; settling it failed to start: %v", err)

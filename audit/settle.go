@@ -116,6 +116,11 @@ func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult
 			return SettleResult{}, err
 		}
 		m := ledger.Move{Host: in.Host, ClaimID: in.ClaimID, DomainXML: dom.XML}
+		if a.stagedFits(ctx, in, dom) {
+			// The XML the operation made for the claim, with the devices
+			// a live migration plugs in after it moved the guest.
+			m = ledger.Move{Host: in.Host, ClaimID: in.ClaimID, StagedXML: true}
+		}
 		if r := inst.Resize; r != nil && r.NewFlavor != nil && claim.Kind == ledger.KindResizeDest {
 			// A resize whose guest runs on its new claim: confirmed.
 			m.Flavor, m.ClearResize = r.NewFlavor, true
@@ -272,6 +277,23 @@ func (a *Auditor) runsOn(ctx context.Context, host, uuid string, topo *numa.Host
 		return nil, fmt.Sprintf("the guest runs on %s pinned to %s, and the claim holds %s", host, orNone(used), orNone(want)), nil
 	}
 	return dom, "", nil
+}
+
+// stagedFits says whether the domain XML staged for the claim pins the
+// guest as its running domain is pinned: the XML the interrupted
+// operation made for the claim, which the record takes rather than the
+// running domain's when they agree.
+func (a *Auditor) stagedFits(ctx context.Context, in SettleInput, dom *hypervisor.Domain) bool {
+	staged, err := a.Ledger.StagedDomainXML(ctx, in.UUID, in.ClaimID)
+	if err != nil {
+		return false
+	}
+	want, err := xmlpatch.Read(staged)
+	if err != nil {
+		return false
+	}
+	got, err := xmlpatch.Read(dom.XML)
+	return err == nil && want.HostCPUs().Equal(got.HostCPUs())
 }
 
 // pinnable is every pCPU of the host a claim can pin.

@@ -15,7 +15,8 @@ import (
 // it, and the destination's VF, claimed with the pCPUs, is plugged in
 // once it runs there; the source's VF is freed at the commit. A cancel
 // before the switchover plugs the source's VF in again, a cancel while
-// the destination's is plugged in does not stop it, and a guest whose
+// the destination's is plugged in does not stop it, the audit finishes
+// a migration terminated on either side of its switchover, and a guest whose
 // device cannot be unplugged (a PCI alias's) is refused, or cold-migrated
 // under --cold-fallback.
 func TestSRIOVLiveMigration(t *testing.T) {
@@ -118,6 +119,24 @@ func TestSRIOVLiveMigration(t *testing.T) {
 	// The audit plugged it in again.
 	s.waitClosed(y)
 	plugged(y, "a", "b")
+
+	// A migration terminated past its switchover completes on the
+	// hypervisor: the audit settles the guest forwards onto b's claim,
+	// frees a's, and plugs b's VF in.
+	s.ok("sim", "gate", "--at", "switched", "--hold")
+	s.ok("migrate", y, "--dest", "b")
+	s.ok("sim", "gate", "--at", "switched", "--wait-arrived", "1")
+	if err := s.tc.TerminateWorkflow(context.Background(), guest.InstanceWorkflowID(y), "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	s.ok("sim", "gate", "--at", "switched", "--release")
+	s.waitClosed(y)
+	s.pastMinGrace()
+	for range 2 { // the first settles the guest, the second plugs its VF in
+		s.reconcile("--grace", "0")
+		s.waitClosed(y)
+	}
+	plugged(y, "b", "a")
 
 	// A GPU by alias cannot be unplugged: refused, or cold under
 	// --cold-fallback.
