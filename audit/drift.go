@@ -158,7 +158,7 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 			}
 			if d.State == hypervisor.StateRunning {
 				for _, f := range unplugged(d, byInstance[d.UUID], devs) {
-					if _, resident := j.resident[d.UUID]; resident {
+					if j.residentClaim[d.UUID] == f.ClaimID {
 						au.replug(ctx, snap.Host, claims[f.ClaimID], &f)
 					}
 					found = append(found, f)

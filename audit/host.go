@@ -67,7 +67,7 @@ func (a *Auditor) AuditHost(ctx context.Context, in AuditHostInput) (HostAudit, 
 	}
 	au.pinnable = pinnable(snap.Topology)
 	now := time.Now()
-	j := judged{freed: map[string]bool{}, resident: map[string]string{}}
+	j := judged{freed: map[string]bool{}, resident: map[string]string{}, residentClaim: map[string]string{}}
 	for i := range snap.Claims {
 		j.add(&snap.Claims[i], au.judge(ctx, &snap.Claims[i], now))
 	}
@@ -161,6 +161,8 @@ type judged struct {
 	// resident holds, per instance whose claim on this host its record
 	// names, the digest of the domain XML pinflow defined for it.
 	resident map[string]string
+	// residentClaim is, per such instance, the id of that claim.
+	residentClaim map[string]string
 	// inUse are the claims kept because their instance's domain uses
 	// them, reported as drift.
 	inUse []Drift
@@ -172,6 +174,7 @@ func (j *judged) add(c *ledger.Claim, o claimOutcome) {
 	}
 	if o.resident {
 		j.resident[c.InstanceUUID] = o.digest
+		j.residentClaim[c.InstanceUUID] = c.ID
 	}
 	if o.inUse != nil {
 		j.inUse = append(j.inUse, *o.inUse)
