@@ -399,13 +399,13 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 	if err := a.takesGuests(ctx, in.Host); err != nil {
 		return err
 	}
+	inst, err := a.Ledger.Instance(ctx, in.UUID)
+	if err != nil {
+		return classify(err)
+	}
 	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
 	switch {
 	case errors.Is(err, hypervisor.ErrNotFound):
-		inst, err := a.Ledger.Instance(ctx, in.UUID)
-		if err != nil {
-			return classify(err)
-		}
 		if inst.DomainXML == "" {
 			return BadState(fmt.Sprintf("instance %s is gone from %s and its record keeps no domain XML to define it again", in.UUID, in.Host))
 		}
@@ -414,6 +414,17 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 		}
 	case err != nil:
 		return classify(err)
+	case inst.DomainXML != "" && !samePins(dom.XML, inst.DomainXML):
+		// Not the definition the guest runs on here: an attempt of the
+		// step being undone that outlived it defined its own (a resize's
+		// new flavor, on claims about to be freed). The record's goes
+		// back in its place.
+		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return classify(err)
+		}
+		if err := a.Driver.Define(ctx, in.Host, inst.DomainXML); err != nil {
+			return classify(err)
+		}
 	case dom.State == hypervisor.StateRunning:
 		return nil
 	}
@@ -421,6 +432,17 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 		return nil
 	}
 	return classify(a.Driver.Start(ctx, in.Host, in.UUID))
+}
+
+// samePins says whether two domain XMLs pin the guest to the same host
+// CPUs; one that cannot be read pins it nowhere known, so not the same.
+func samePins(x, y string) bool {
+	a, err := xmlpatch.Read(x)
+	if err != nil {
+		return false
+	}
+	b, err := xmlpatch.Read(y)
+	return err == nil && a.HostCPUs().Equal(b.HostCPUs())
 }
 
 // takesGuests refuses, as ErrTypeHostDown, a host that is down or

@@ -239,3 +239,29 @@ func TestKeepMovedKeepsOnlyAMovedGuest(t *testing.T) {
 		t.Errorf("record after KeepMoved = %+v, %v; want it on b's claim %s with its domain XML", inst, err, c.ClaimID)
 	}
 }
+
+// TestRestoreReplacesAStrayDefinition: when the guest's host runs a
+// definition of it that is not its record's (an attempt of the resize
+// being undone outlived it and started the new flavor's domain again),
+// RestoreDomain puts the record's in its place instead of taking the
+// running guest as restored: its pins belong to a claim about to be
+// freed.
+func TestRestoreReplacesAStrayDefinition(t *testing.T) {
+	ctx := context.Background()
+	w := simcloud.New(t)
+	w.AddHost(t, "a")
+	u := simcloud.UUID(21)
+	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	bigger := simcloud.Flavor()
+	bigger.VCPUs = 3
+	dst := w.ResizeTo(t, u, "a", src.ClaimID, "a", bigger)
+	w.RunsPinned(t, u, "a", dst, 3)
+	if err := w.Acts.RevertRecord(ctx, activities.RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	// The new flavor's domain still runs: RestoreDomain must not take it.
+	if err := w.Acts.RestoreDomain(ctx, activities.DomainInput{UUID: u, Host: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	w.RunsPinned(t, u, "a", src, 2)
+}
