@@ -47,12 +47,18 @@ func TestReplay(t *testing.T) {
 
 // openPoints returns the lengths at which the history is one of a
 // workflow still open: before each workflow task after the first, and
-// whole.
+// whole. A cancel request goes with the task it schedules: the server
+// writes the two together, so no open history ends with the request
+// alone, and the cut falls before it.
 func openPoints(h *historypb.History) []int {
 	var cuts []int
 	for i, ev := range h.Events {
 		if i > 1 && ev.GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED {
-			cuts = append(cuts, i)
+			cut := i
+			if h.Events[i-1].GetEventType() == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED {
+				cut = i - 1
+			}
+			cuts = append(cuts, cut)
 		}
 	}
 	return append(cuts, len(h.Events))

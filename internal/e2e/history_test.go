@@ -143,7 +143,15 @@ func TestHistoriesReplay(t *testing.T) {
 		return true
 	})
 	recorded, names = append(recorded, s.historyOf(recoverID)), append(names, "recover")
+	keepHistories(t, recorded, names)
+}
 
+// keepHistories replays each recorded history against the workflows as
+// they are, checks that it carries no domain XML, and under
+// PINFLOW_RECORD_HISTORIES=1 writes it, by its name, among the histories
+// of the release in the making.
+func keepHistories(t *testing.T, recorded []*historypb.History, names []string) {
+	t.Helper()
 	replayer := worker.NewWorkflowReplayer()
 	for _, wf := range workflows.All() {
 		replayer.RegisterWorkflow(wf)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	historypb "go.temporal.io/api/history/v1"
+
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 )
@@ -59,8 +61,12 @@ func TestSRIOVLiveMigration(t *testing.T) {
 	}
 
 	y := boot("Y", "a")
+	var recorded []*historypb.History
+	var names []string
+	record := func(name string) { recorded, names = append(recorded, s.history(y)), append(names, name) }
 	plugged(y, "a", "b")
 	s.ok("migrate", y, "--dest", "b", "--wait")
+	record("live-migration-sriov")
 	vf := plugged(y, "b", "a")
 	if out := s.ok("show", y); !strings.Contains(out, vf+" (port data)") {
 		t.Errorf("show Y = %q; want its VF %s on b", out, vf)
@@ -78,6 +84,7 @@ func TestSRIOVLiveMigration(t *testing.T) {
 	s.ok("sim", "gate", "--at", "migrate", "--wait-cancelled", "1")
 	s.ok("sim", "gate", "--at", "migrate", "--release")
 	s.waitClosed(y)
+	record("live-migration-sriov-rolled-back")
 	if got := plugged(y, "b", "a"); got != vf {
 		t.Errorf("after the rollback Y passes through %s, want its own %s", got, vf)
 	}
@@ -118,6 +125,7 @@ func TestSRIOVLiveMigration(t *testing.T) {
 	}
 	// The audit plugged it in again.
 	s.waitClosed(y)
+	record("replug")
 	plugged(y, "a", "b")
 
 	// A migration terminated past its switchover completes on the
@@ -152,4 +160,5 @@ func TestSRIOVLiveMigration(t *testing.T) {
 		t.Errorf("X cold-migrated to a passes through %v; want its VF and GPU", got)
 	}
 	s.ok("check")
+	keepHistories(t, recorded, names)
 }
