@@ -118,6 +118,10 @@ func outcome(err error) string {
 // enters, following the workflow's phases.
 func migrationPhaseAtStart(activityName string) string {
 	switch activityName {
+	case "UnplugDevices":
+		return "unplugging"
+	case "PlugDevices":
+		return "plugging"
 	case "PrepareMigration":
 		return "preparing"
 	case "Migrate":
