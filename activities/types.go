@@ -58,11 +58,12 @@ func (i InstanceInfo) notResizing() error {
 // Unpluggable says why the instance's PCI devices cannot be unplugged
 // for a live migration, or nil. QEMU cannot migrate a passed-through
 // device, so a live migration unplugs the guest's devices before its copy
-// and plugs the destination's in after it, as Nova does: that is an
-// SR-IOV port's VF (vnic_type direct) or PF (direct-physical), which the
-// guest's network stack lets go and takes back. A PCI alias's device (a
-// GPU, an accelerator) and a remote-managed port's VF are the guest's
-// for good: such a guest is refused, and cold-migrates instead.
+// and plugs the destination's in after it, as Nova does for SR-IOV and
+// vDPA ports: a port's interface, which the guest's network stack lets go
+// and takes back (direct, direct-physical, macvtap, vdpa,
+// virtio-forwarder). A PCI alias's device (a GPU, an accelerator) and a
+// remote-managed port's VF are the guest's for good: such a guest is
+// refused, and cold-migrates instead.
 func (i InstanceInfo) Unpluggable() error {
 	if i.Placement == nil || len(i.Placement.Devices) == 0 {
 		return nil
@@ -75,14 +76,14 @@ func (i InstanceInfo) Unpluggable() error {
 		if p.VNICType == "" || p.VNICType == numa.VNICNormal {
 			continue // a virtual NIC, no device
 		}
-		if p.VNICType != numa.VNICDirect && p.VNICType != numa.VNICDirectPhysical {
+		if p.VNICType == numa.VNICRemoteManaged {
 			fixed = append(fixed, fmt.Sprintf("the %s port %s", p.VNICType, p.Name))
 		}
 	}
 	if len(fixed) == 0 {
 		return nil
 	}
-	return BadRequest(fmt.Sprintf("instance %s passes through %s, which cannot be unplugged for a live migration (only direct and direct-physical ports can); cold-migrate it (migrate --cold), or let the migration fall back to a cold one (migrate --cold-fallback)",
+	return BadRequest(fmt.Sprintf("instance %s passes through %s, which cannot be unplugged for a live migration (only the interfaces of ports other than remote-managed can); cold-migrate it (migrate --cold), or let the migration fall back to a cold one (migrate --cold-fallback)",
 		i.UUID, strings.Join(fixed, " and ")))
 }
 

@@ -24,9 +24,13 @@ func (w *world) noSharedDevices(t testing.TB, host string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	topo, err := w.Ledger.Host(context.Background(), host)
+	if err != nil {
+		t.Fatal(err)
+	}
 	owner := map[string]string{}
 	for _, d := range doms {
-		devs, err := hypervisor.UsedDevices(d)
+		devs, err := hypervisor.UsedDevices(d, topo)
 		if err != nil {
 			t.Fatal(err)
 		}

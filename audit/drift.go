@@ -110,7 +110,7 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 			own = own.Union(claimCPUs(c))
 		}
 		// The devices it passes through: another instance's, or no one's.
-		devs := listedDevices(snap.Topology, pins.Devices)
+		devs := listedDevices(snap.Topology, pins.DeviceAddresses(snap.Topology))
 		var otherDevs, strayDevs []string
 		for _, a := range devs {
 			switch c := devOwners[a]; {

@@ -25,7 +25,7 @@ func domainHolding(d hypervisor.Domain, topo *numa.Host) (holding, error) {
 	if err != nil {
 		return holding{}, err
 	}
-	devs, err := hypervisor.UsedDevices(d)
+	devs, err := hypervisor.UsedDevices(d, topo)
 	if err != nil {
 		return holding{}, err
 	}

@@ -65,7 +65,7 @@ func (a *Auditor) AuditHost(ctx context.Context, in AuditHostInput) (HostAudit, 
 	} else if doms, domErr = a.Driver.Domains(ctx, in.Host); domErr != nil {
 		au.fail("domains of %s: %v", in.Host, domErr)
 	}
-	au.pinnable = pinnable(snap.Topology)
+	au.pinnable, au.topology = pinnable(snap.Topology), snap.Topology
 	now := time.Now()
 	j := judged{freed: map[string]bool{}, resident: map[string]string{}, residentClaim: map[string]string{}}
 	for i := range snap.Claims {
@@ -146,6 +146,7 @@ type pass struct {
 	// retention is the namespace's, read when first needed.
 	retention *time.Duration
 	pinnable  numa.CPUSet
+	topology  *numa.Host
 }
 
 func (au *pass) fail(format string, args ...any) {
@@ -525,7 +526,7 @@ func (au *pass) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) {
 		return KeptDoubt, nil
 	}
 	used = used.Intersection(au.pinnable)
-	devs, err := hypervisor.UsedDevices(*dom)
+	devs, err := hypervisor.UsedDevices(*dom, au.topology)
 	if err != nil {
 		au.fail("claim %s: domain of %s: %v", c.ID, c.InstanceUUID, err)
 		return KeptDoubt, nil

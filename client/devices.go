@@ -49,11 +49,15 @@ func (c *Client) checkPhysnets(ctx context.Context, ports []numa.Port) error {
 	if len(want) == 0 {
 		return nil
 	}
-	offered, err := c.physnets(ctx)
+	offered, named, err := c.physnets(ctx)
 	if err != nil {
 		return err
 	}
 	for _, p := range want {
+		if numa.ReachedByName(p.VNICType) && slices.Contains(offered, p.Physnet) && !slices.Contains(named, p.Physnet) {
+			return fmt.Errorf("port %s: vnic_type %s reaches its device by the device's host-side name, and no host names a device on %s (dev_name in its device list): %w",
+				p.Name, p.VNICType, p.Physnet, ErrInvalid)
+		}
 		if slices.Contains(offered, p.Physnet) {
 			continue
 		}
@@ -67,29 +71,33 @@ func (c *Client) checkPhysnets(ctx context.Context, ports []numa.Port) error {
 }
 
 // physnets are the physical networks the registered hosts' devices are on,
-// sorted.
-func (c *Client) physnets(ctx context.Context) ([]string, error) {
+// and those some of them with a host-side name are on, sorted.
+func (c *Client) physnets(ctx context.Context) (all, named []string, err error) {
 	hosts, err := c.led.Hosts(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	views, err := c.led.ReadHosts(ctx, hosts, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []string
 	for _, v := range views {
 		if v.Topology == nil {
 			continue
 		}
 		for _, d := range v.Topology.PCIDevices {
-			if n := d.Tags["physical_network"]; n != "" && !slices.Contains(out, n) {
-				out = append(out, n)
+			n := d.Tags["physical_network"]
+			if n != "" && !slices.Contains(all, n) {
+				all = append(all, n)
+			}
+			if n != "" && d.DevName != "" && !slices.Contains(named, n) {
+				named = append(named, n)
 			}
 		}
 	}
-	slices.Sort(out)
-	return out, nil
+	slices.Sort(all)
+	slices.Sort(named)
+	return all, named, nil
 }
 
 // SetPCIAliases sets the PCI aliases flavors ask for devices by

@@ -11,11 +11,13 @@ import (
 )
 
 // WritableVNICTypes are the port types whose device New can write into a
-// domain: a VF as a network interface (direct, remote-managed) or a whole
-// PF as a host device (direct-physical). macvtap, vDPA and virtio-forwarder
-// ports need host-side names (a netdev, a /dev/vhost-vdpa node, a
-// vhost-user socket) that a host's device list does not give.
-var WritableVNICTypes = []string{numa.VNICDirect, numa.VNICDirectPhysical, numa.VNICRemoteManaged}
+// domain: a VF as a network interface (direct, remote-managed), a whole
+// PF as a host device (direct-physical), and, by the device's host-side
+// name (numa.PCIDevice.DevName), a VF's netdev as a macvtap interface in
+// passthrough mode (macvtap), a vDPA device (vdpa) and the vhost-user
+// socket of the relay that forwards a VF (virtio-forwarder).
+var WritableVNICTypes = []string{numa.VNICDirect, numa.VNICDirectPhysical, numa.VNICRemoteManaged,
+	numa.VNICMacvtap, numa.VNICVDPA, numa.VNICVirtioForwarder}
 
 // addDevices writes one element per PCI device p takes, in the order of
 // the requests: a port's VF as <interface type='hostdev'>, a PF of a
@@ -29,12 +31,17 @@ func addDevices(list *libvirtxml.DomainDeviceList, req *numa.Request, p *numa.Pl
 		}
 		return nil
 	}
-	taken := map[int][]string{}
+	taken, names := map[int][]string{}, map[int][]string{}
 	for _, t := range p.Devices {
 		if len(t.Addresses) != t.Count {
 			return fmt.Errorf("request %d takes %d devices but the placement names %d addresses", t.Request, t.Count, len(t.Addresses))
 		}
 		taken[t.Request] = append(taken[t.Request], t.Addresses...)
+		n := t.Names
+		if n == nil {
+			n = make([]string, len(t.Addresses))
+		}
+		names[t.Request] = append(names[t.Request], n...)
 	}
 	for r, pr := range req.PCI {
 		if len(taken[r]) != pr.Count {
@@ -55,12 +62,36 @@ func addDevices(list *libvirtxml.DomainDeviceList, req *numa.Request, p *numa.Pl
 				list.Interfaces = append(list.Interfaces, libvirtxml.DomainInterface{
 					Managed: "yes", Source: &libvirtxml.DomainInterfaceSource{Hostdev: &libvirtxml.DomainInterfaceSourceHostdev{PCI: src}}, Alias: alias,
 				})
+			case numa.VNICMacvtap, numa.VNICVDPA, numa.VNICVirtioForwarder:
+				name := names[r][i]
+				if name == "" {
+					return fmt.Errorf("port %s: vnic_type %s reaches device %s by its host-side name, and the host's device list gives it none (dev_name)", pr.Port, pr.VNICType, a)
+				}
+				list.Interfaces = append(list.Interfaces, namedInterface(pr.VNICType, name, alias))
 			default:
 				return fmt.Errorf("port %s: vnic_type %s: the domain XML can be written for %s ports", pr.Port, pr.VNICType, strings.Join(WritableVNICTypes, ", "))
 			}
 		}
 	}
 	return nil
+}
+
+// namedInterface is the interface of a port that reaches its device by
+// the device's host-side name rather than passing it through: a macvtap
+// on the VF's netdev in passthrough mode, a vDPA device, or the
+// vhost-user socket of the relay that forwards the VF.
+func namedInterface(vnic, name string, alias *libvirtxml.DomainAlias) libvirtxml.DomainInterface {
+	virtio := &libvirtxml.DomainInterfaceModel{Type: "virtio"}
+	switch vnic {
+	case numa.VNICMacvtap:
+		return libvirtxml.DomainInterface{Source: &libvirtxml.DomainInterfaceSource{
+			Direct: &libvirtxml.DomainInterfaceSourceDirect{Dev: name, Mode: "passthrough"}}, Model: virtio, Alias: alias}
+	case numa.VNICVDPA:
+		return libvirtxml.DomainInterface{Source: &libvirtxml.DomainInterfaceSource{
+			VDPA: &libvirtxml.DomainInterfaceSourceVDPA{Device: name}}, Alias: alias}
+	}
+	return libvirtxml.DomainInterface{Source: &libvirtxml.DomainInterfaceSource{VHostUser: &libvirtxml.DomainInterfaceSourceVHostUser{
+		Chardev: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Path: name, Mode: "client"}}}}, Model: virtio, Alias: alias}
 }
 
 // dropDevices removes the device elements pinflow wrote for an earlier

@@ -1,6 +1,7 @@
 package guestxml
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -162,4 +163,106 @@ func TestNewDeviceErrors(t *testing.T) {
 
 func address(a *libvirtxml.DomainAddressPCI) string {
 	return fmt.Sprintf("%04x:%02x:%02x.%x", *a.Domain, *a.Bus, *a.Slot, *a.Function)
+}
+
+// TestNamedPorts writes the interfaces of the ports that reach their
+// device by its host-side name: a macvtap on a VF's netdev, a vDPA
+// device, and a VF's relay socket for virtio-forwarder. The documents are
+// schema-valid, Read names the devices, and Patch moves each to the
+// device another placement takes, by its name there.
+func TestNamedPorts(t *testing.T) {
+	h := testHost()
+	one := 1
+	dev := func(addr string, typ numa.DeviceType, physnet, name string) numa.PCIDevice {
+		return numa.PCIDevice{Address: addr, VendorID: "15b3", ProductID: "101e", DevType: typ, PhysFunction: "0000:81:00.0",
+			NUMANode: &one, Tags: map[string]string{"physical_network": physnet}, DevName: name}
+	}
+	h.PCIDevices = []numa.PCIDevice{
+		{Address: "0000:81:00.0", VendorID: "15b3", ProductID: "101d", DevType: numa.DeviceTypePF, NUMANode: &one},
+		dev("0000:81:00.2", numa.DeviceTypeVF, "physnet1", "enp129s0f0v0"),
+		dev("0000:81:00.3", numa.DeviceTypeVF, "physnet1", "enp129s0f0v1"),
+		dev("0000:81:00.4", numa.DeviceTypeVDPA, "physnet1", "/dev/vhost-vdpa-0"),
+		dev("0000:81:00.5", numa.DeviceTypeVDPA, "physnet1", "/dev/vhost-vdpa-1"),
+		dev("0000:81:00.6", numa.DeviceTypeVF, "physnet2", "/run/virtio-forwarder/vf6.sock"),
+		dev("0000:81:00.7", numa.DeviceTypeVF, "physnet2", "/run/virtio-forwarder/vf7.sock"),
+	}
+	if err := h.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	h.Devices = h.FreeDevicePools(func(string) bool { return false })
+	req, err := numa.NewRequest(2, 1024, map[string]string{"hw:cpu_policy": "dedicated"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, net, err := numa.PortRequests([]numa.Port{
+		{Name: "tap", Physnet: "physnet1", VNICType: numa.VNICMacvtap},
+		{Name: "accel", Physnet: "physnet1", VNICType: numa.VNICVDPA},
+		{Name: "relay", Physnet: "physnet2", VNICType: numa.VNICVirtioForwarder},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.AddDevices(ports, net, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := numa.Fit(h, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := New(testName, testUUID, req, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.ValidateDomainXML(t, "guest with named ports", doc)
+	for _, want := range []string{
+		"<interface type=\"direct\">", "<source dev=\"enp129s0f0v0\" mode=\"passthrough\"></source>",
+		"<interface type=\"vdpa\">", "<source dev=\"/dev/vhost-vdpa-0\"></source>",
+		"<interface type=\"vhostuser\">", "<source type=\"unix\" mode=\"client\" path=\"/run/virtio-forwarder/vf6.sock\"></source>",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the domain has no %s:\n%s", want, doc)
+		}
+	}
+	pins, err := xmlpatch.Read(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"enp129s0f0v0", "/dev/vhost-vdpa-0", "/run/virtio-forwarder/vf6.sock"}; !slices.Equal(pins.DeviceNames, want) {
+		t.Errorf("Read names %v, want %v", pins.DeviceNames, want)
+	}
+	held, err := h.PlacementDevices(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(slices.Values(pins.DeviceAddresses(h))); !slices.Equal(got, held) {
+		t.Errorf("the domain uses %v, the placement holds %v", got, held)
+	}
+
+	// Another placement takes the other device of each pool.
+	moved := *p
+	moved.Devices = slices.Clone(p.Devices)
+	for i := range moved.Devices {
+		d := &moved.Devices[i]
+		a := d.Addresses[0]
+		next := a[:len(a)-1] + string(a[len(a)-1]+1)
+		d.Addresses, d.Names = []string{next}, []string{h.PCIDevice(next).DevName}
+	}
+	patched, err := xmlpatch.Patch(doc, &moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.ValidateDomainXML(t, "guest with named ports, moved", patched)
+	pins, err = xmlpatch.Read(patched)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"enp129s0f0v1", "/dev/vhost-vdpa-1", "/run/virtio-forwarder/vf7.sock"}; !slices.Equal(pins.DeviceNames, want) {
+		t.Errorf("after Patch the domain names %v, want %v", pins.DeviceNames, want)
+	}
+	noNames := moved
+	noNames.Devices = slices.Clone(moved.Devices)
+	noNames.Devices[0].Names = nil
+	if _, err := xmlpatch.Patch(doc, &noNames); !errors.Is(err, xmlpatch.ErrPlacement) {
+		t.Errorf("Patch to a device without a name = %v, want ErrPlacement", err)
+	}
 }

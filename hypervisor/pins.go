@@ -59,22 +59,23 @@ func PinsFit(p *xmlpatch.Pins, cpus, nodes numa.CPUSet) error {
 	return nil
 }
 
-// DevicesFit checks that every host PCI device a domain passes through is
-// one of have, the host's device addresses: a real host fails to start a
-// guest whose device it lacks. The error wraps ErrRejected and names the
-// first missing device in document order.
-func DevicesFit(p *xmlpatch.Pins, have []string) error {
-	for _, a := range p.Devices {
-		if !slices.Contains(have, a) {
-			return fmt.Errorf("PCI device %s passed through is not one of the host's %d devices: %w", a, len(have), ErrRejected)
+// DevicesFit checks that every host PCI device a domain uses, passed
+// through or reached by name, is one of host h's: a real host fails to
+// start a guest whose device it lacks. The error wraps ErrRejected and
+// names the first missing device in document order.
+func DevicesFit(p *xmlpatch.Pins, h *numa.Host) error {
+	for _, a := range p.DeviceAddresses(h) {
+		if h.PCIDevice(a) == nil {
+			return fmt.Errorf("PCI device %s the domain uses is not one of the host's %d devices: %w", a, len(h.PCIDevices), ErrRejected)
 		}
 	}
 	return nil
 }
 
-// UsedDevices are the host PCI devices a domain passes through while it
-// runs or is paused; a shut-off domain holds none, as with UsedCPUs.
-func UsedDevices(d Domain) ([]string, error) {
+// UsedDevices are the PCI devices of host h a domain uses while it runs
+// or is paused, passed through or reached by name (Pins.DeviceAddresses);
+// a shut-off domain holds none, as with UsedCPUs.
+func UsedDevices(d Domain, h *numa.Host) ([]string, error) {
 	if d.State == StateShutoff {
 		return nil, nil
 	}
@@ -82,7 +83,7 @@ func UsedDevices(d Domain) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("domain %s: its devices cannot be read: %w", d.UUID, err)
 	}
-	return pins.Devices, nil
+	return pins.DeviceAddresses(h), nil
 }
 
 // UsedCPUs is every host CPU a domain's pins name while it runs or is

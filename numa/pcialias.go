@@ -177,6 +177,14 @@ type Port struct {
 	Trusted *bool `json:"trusted,omitempty"`
 }
 
+// ReachedByName says whether a port of vnic type vnic reaches its device
+// by the device's host-side name (PCIDevice.DevName) rather than passing
+// it through: macvtap (a VF's netdev), vdpa (a vhost-vdpa device) and
+// virtio-forwarder (a relay's vhost-user socket).
+func ReachedByName(vnic string) bool {
+	return vnic == VNICMacvtap || vnic == VNICVDPA || vnic == VNICVirtioForwarder
+}
+
 // PortRequests returns the PCI requests and network affinity a guest's
 // ports make, as Nova makes them: each SR-IOV port asks for one device on
 // its physical network (of type PF for direct-physical, vdpa for vdpa, and
@@ -220,6 +228,9 @@ func PortRequests(ports []Port) ([]PCIRequest, *NetworkAffinity, error) {
 			spec["dev_type"] = string(DeviceTypePF)
 		case VNICVDPA:
 			spec["dev_type"] = string(DeviceTypeVDPA)
+		}
+		if ReachedByName(p.VNICType) {
+			spec[TagDevNamed] = "true"
 		}
 		if p.Trusted != nil {
 			spec["trusted"] = strconv.FormatBool(*p.Trusted)

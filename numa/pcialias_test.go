@@ -87,7 +87,7 @@ func TestPortRequests(t *testing.T) {
 		{Count: 1, Port: "data1", VNICType: VNICDirectPhysical,
 			Specs: []DeviceSpec{{"physical_network": "physnet2", "remote_managed": "false", "dev_type": "type-PF"}}},
 		{Count: 1, Port: "accel", VNICType: VNICVDPA,
-			Specs: []DeviceSpec{{"physical_network": "physnet1", "remote_managed": "false", "dev_type": "vdpa"}}},
+			Specs: []DeviceSpec{{"physical_network": "physnet1", "remote_managed": "false", "dev_type": "vdpa", TagDevNamed: "true"}}},
 	}
 	if diff := cmp.Diff(want, reqs); diff != "" {
 		t.Errorf("requests (-want +got):\n%s", diff)

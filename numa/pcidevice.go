@@ -3,6 +3,7 @@ package numa
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -27,12 +28,23 @@ type PCIDevice struct {
 	// Tags are the operator's properties of the device (physical_network,
 	// remote_managed, ...), which requests match by name.
 	Tags map[string]string `json:"tags,omitempty"`
+	// DevName is the host-side name a port reaches the device by when it
+	// does not pass it through: a VF's network interface for a macvtap
+	// port, a vDPA device's /dev/vhost-vdpa-N for a vdpa port, the
+	// vhost-user socket of the relay that forwards a VF for a
+	// virtio-forwarder port. Empty: such ports cannot take the device.
+	DevName string `json:"dev_name,omitempty"`
 }
+
+// devNameRE is what a device's host-side name may look like: an
+// interface name or an absolute path, nothing a domain XML attribute or
+// a shell would read differently.
+var devNameRE = regexp.MustCompile(`^[A-Za-z0-9_./:@+-]{1,255}$`)
 
 // deviceFields are the names a tag may not take: a request's spec names
 // them for the device's own properties.
 var deviceFields = map[string]bool{"vendor_id": true, "product_id": true, "dev_type": true,
-	"numa_node": true, "count": true, "address": true, "parent_addr": true}
+	"numa_node": true, "count": true, "address": true, "parent_addr": true, "dev_name": true, TagDevNamed: true}
 
 // validateDevices checks the host's device list: well-formed, unique
 // addresses, known types, NUMA nodes among the host's cells, and a VF's
@@ -76,6 +88,9 @@ func (h *Host) validateDevices() error {
 		default:
 			return fmt.Errorf("%s (%s): dev_type %q: allowed are type-PCI, type-PF, type-VF or vdpa", where, d.Address, d.DevType)
 		}
+		if d.DevName != "" && !devNameRE.MatchString(d.DevName) {
+			return fmt.Errorf("%s (%s): dev_name %q: allowed is an interface name or an absolute path of letters, digits and _./:@+-", where, d.Address, d.DevName)
+		}
 		if d.NUMANode != nil && h.Cell(*d.NUMANode) == nil {
 			return fmt.Errorf("%s (%s): numa_node %d: allowed are the host's cell ids (%s) or null", where, d.Address, *d.NUMANode, cellIDList(h))
 		}
@@ -85,10 +100,26 @@ func (h *Host) validateDevices() error {
 			}
 		}
 	}
+	byName := map[string]string{}
 	for i := range h.PCIDevices {
 		d := &h.PCIDevices[i]
+		if other, ok := byName[d.DevName]; ok && d.DevName != "" {
+			return fmt.Errorf("numa: host: pci_devices[%d] (%s): dev_name %s is %s's already; each device has its own", i, d.Address, d.DevName, other)
+		}
+		byName[d.DevName] = d.Address
 		if p := byAddr[d.PhysFunction]; p != nil && p.DevType != DeviceTypePF {
 			return fmt.Errorf("numa: host: pci_devices[%d] (%s): parent_addr %s is a %s, not a type-PF", i, d.Address, p.Address, p.DevType)
+		}
+	}
+	return nil
+}
+
+// DeviceNamed returns the host's device whose host-side name is name,
+// or nil.
+func (h *Host) DeviceNamed(name string) *PCIDevice {
+	for i := range h.PCIDevices {
+		if name != "" && h.PCIDevices[i].DevName == name {
+			return &h.PCIDevices[i]
 		}
 	}
 	return nil
@@ -195,16 +226,28 @@ func (h *Host) FreeDevicePools(taken func(address string) bool) []DevicePool {
 // device_spec reads a spec without the tag, so that a port's request
 // (which always names remote_managed) finds it.
 func (d *PCIDevice) poolTags() map[string]string {
-	if _, ok := d.Tags["remote_managed"]; ok {
+	_, marked := d.Tags["remote_managed"]
+	if marked && d.DevName == "" {
 		return d.Tags
 	}
 	tags := maps.Clone(d.Tags)
 	if tags == nil {
 		tags = map[string]string{}
 	}
-	tags["remote_managed"] = "false"
+	if !marked {
+		tags["remote_managed"] = "false"
+	}
+	if d.DevName != "" {
+		// What a port that reaches its device by name asks for.
+		tags[TagDevNamed] = "true"
+	}
 	return tags
 }
+
+// TagDevNamed is the tag of the pools of devices with a host-side name
+// (PCIDevice.DevName), which the ports that reach their device by name
+// (macvtap, vdpa, virtio-forwarder) ask for.
+const TagDevNamed = "dev_named"
 
 // poolKey is what puts two devices in one pool: everything but the
 // address and parent.

@@ -18,6 +18,10 @@ type DeviceTake struct {
 	Count     int    `json:"count"`
 	// Addresses are the devices taken, when the host lists its devices.
 	Addresses []string `json:"addresses,omitempty"`
+	// Names are their host-side names (PCIDevice.DevName), in the same
+	// order, when any has one: what a macvtap, vdpa or virtio-forwarder
+	// port's domain XML names the device by.
+	Names []string `json:"dev_names,omitempty"`
 }
 
 // deviceNeeds is what a guest asks of a host beyond its cells' CPUs and
@@ -165,7 +169,7 @@ func (d *deviceNeeds) take(cells []int) ([]DeviceTake, *deviceMiss) {
 			}
 			if n > 0 {
 				takes = append(takes, DeviceTake{Request: ri, Pool: d.pools[i], HostCell: p.NUMANode,
-					VendorID: p.VendorID, ProductID: p.ProductID, Count: n, Addresses: addrs})
+					VendorID: p.VendorID, ProductID: p.ProductID, Count: n, Addresses: addrs, Names: h.deviceNames(addrs)})
 			}
 			if need == 0 {
 				break
@@ -489,4 +493,23 @@ func (d *deviceNeeds) possible(reach []int) bool {
 // no node is on none.
 func onNode(node *int, cells []int) bool {
 	return node != nil && slices.Contains(cells, *node)
+}
+
+// deviceNames are the host-side names of the devices at addrs, in order,
+// or nil when none has one.
+func (h *Host) deviceNames(addrs []string) []string {
+	var out []string
+	named := false
+	for _, a := range addrs {
+		name := ""
+		if d := h.PCIDevice(a); d != nil {
+			name = d.DevName
+		}
+		named = named || name != ""
+		out = append(out, name)
+	}
+	if !named {
+		return nil
+	}
+	return out
 }

@@ -262,6 +262,9 @@ func (p *Placement) Check() error {
 		if d.Addresses != nil && len(d.Addresses) != d.Count {
 			return fmt.Errorf("numa: placement: pci_devices: pool %d: count %d but %d addresses", d.Pool, d.Count, len(d.Addresses))
 		}
+		if d.Names != nil && len(d.Names) != len(d.Addresses) {
+			return fmt.Errorf("numa: placement: pci_devices: pool %d: %d addresses but %d dev_names", d.Pool, len(d.Addresses), len(d.Names))
+		}
 		for _, a := range d.Addresses {
 			if !pciAddress.MatchString(a) {
 				return fmt.Errorf("numa: placement: pci_devices: address %q: allowed is a PCI address DDDD:BB:SS.F such as 0000:81:00.1", a)

@@ -24,13 +24,25 @@ func DeviceAlias(request, index int) string {
 func IsDeviceAlias(name string) bool { return strings.HasPrefix(name, deviceAliasPrefix) }
 
 // hostDevice is one PCI device the domain passes through: a <hostdev
-// type='pci'> or an <interface type='hostdev'>, with its source address.
+// type='pci'> or an <interface type='hostdev'>, with its source address;
+// or one a port of pinflow's reaches by its host-side name: an
+// <interface type='direct'>, 'vdpa' or 'vhostuser' with pinflow's alias,
+// with the name in its <source> (addr is then empty).
 type hostDevice struct {
 	el      *node
 	address *node // <source><address>
 	addr    string
 	alias   string
+	// source, nameAttr and name are a named device's <source>, the
+	// attribute that names the device, and the name.
+	source   *node
+	nameAttr string
+	name     string
 }
+
+// namedInterfaces are the interface types of ports that reach a device by
+// its host-side name, with the <source> attribute that names it.
+var namedInterfaces = map[string]string{"direct": "dev", "vdpa": "dev", "vhostuser": "path"}
 
 // readDevices finds the PCI devices the domain passes through. A device
 // named twice is malformed: no host could start such a domain.
@@ -41,7 +53,21 @@ func (d *domain) readDevices(one func(*node, string) (*node, error)) error {
 	}
 	seen := map[string]bool{}
 	for _, el := range devs.children {
-		if el.kind != elementNode || !passesPCI(el) {
+		if el.kind != elementNode {
+			continue
+		}
+		if !passesPCI(el) {
+			dev, err := namedDevice(el, one)
+			if err != nil {
+				return err
+			}
+			if dev != nil {
+				if seen[dev.name] {
+					return malformed("device %s is passed to the guest twice; a device goes to one guest once", dev.name)
+				}
+				seen[dev.name] = true
+				d.devices = append(d.devices, *dev)
+			}
 			continue
 		}
 		src, err := one(el, "source")
@@ -73,6 +99,36 @@ func (d *domain) readDevices(one func(*node, string) (*node, error)) error {
 		d.devices = append(d.devices, dev)
 	}
 	return nil
+}
+
+// namedDevice reads a port's interface that reaches its device by name,
+// when el is one pinflow wrote (its alias is pinflow's); nil otherwise:
+// the operator's own interfaces are not pinflow's to track.
+func namedDevice(el *node, one func(*node, string) (*node, error)) (*hostDevice, error) {
+	attr, ok := namedInterfaces[attrOr(el, "type", "")]
+	if el.name != "interface" || !ok {
+		return nil, nil
+	}
+	al, err := one(el, "alias")
+	if err != nil || al == nil {
+		return nil, err
+	}
+	alias, _ := al.attr("name")
+	if !IsDeviceAlias(alias) {
+		return nil, nil
+	}
+	src, err := one(el, "source")
+	if err != nil {
+		return nil, err
+	}
+	name := ""
+	if src != nil {
+		name = attrOr(src, attr, "")
+	}
+	if name == "" {
+		return nil, malformed("<interface type='%s'> %s has no <source %s>; pinflow's ports name their device there", attrOr(el, "type", ""), alias, attr)
+	}
+	return &hostDevice{el: el, alias: alias, source: src, nameAttr: attr, name: name}, nil
 }
 
 // passesPCI says whether a child of <devices> passes a host PCI device
@@ -136,28 +192,37 @@ func splitAddress(a string) (dom, bus, slot, fn string, err error) {
 
 // placedDevices flattens a placement's devices: for each PCI request, the
 // addresses taken for it, in order.
-func placedDevices(p *numa.Placement) (map[int][]string, int, error) {
-	out := map[int][]string{}
+func placedDevices(p *numa.Placement) (map[int][]placed, int, error) {
+	out := map[int][]placed{}
 	total := 0
 	for _, t := range p.Devices {
 		if len(t.Addresses) != t.Count {
 			return nil, 0, badPlacement("request %d takes %d devices of %s:%s but names %d addresses; a host lists its devices one by one", t.Request, t.Count, t.VendorID, t.ProductID, len(t.Addresses))
 		}
-		out[t.Request] = append(out[t.Request], t.Addresses...)
+		for i, a := range t.Addresses {
+			pd := placed{addr: a}
+			if i < len(t.Names) {
+				pd.name = t.Names[i]
+			}
+			out[t.Request] = append(out[t.Request], pd)
+		}
 		total += t.Count
 	}
 	return out, total, nil
 }
 
+// placed is one device a placement takes: its address and host-side name.
+type placed struct{ addr, name string }
+
 // planDevices maps each device element pinflow wrote (by its alias) to the
 // address p takes for it. Every device p takes has exactly one element;
 // passed-through devices pinflow did not write are left alone.
-func (d *domain) planDevices(p *numa.Placement) (map[*hostDevice]string, error) {
-	placed, total, err := placedDevices(p)
+func (d *domain) planDevices(p *numa.Placement) (map[*hostDevice]placed, error) {
+	taken, total, err := placedDevices(p)
 	if err != nil {
 		return nil, err
 	}
-	out := map[*hostDevice]string{}
+	out := map[*hostDevice]placed{}
 	for i := range d.devices {
 		dev := &d.devices[i]
 		if !IsDeviceAlias(dev.alias) {
@@ -168,10 +233,13 @@ func (d *domain) planDevices(p *numa.Placement) (map[*hostDevice]string, error) 
 		if _, err := fmt.Sscanf(rest, "%d-%d", &r, &n); err != nil || DeviceAlias(r, n) != dev.alias {
 			return nil, malformed("device alias %q: pinflow's are %sREQUEST-INDEX", dev.alias, deviceAliasPrefix)
 		}
-		if n < 0 || n >= len(placed[r]) {
-			return nil, mismatch("the domain passes through device %s as %s, but the placement takes %d devices for PCI request %d; the domain and the placement must ask for the same devices", dev.addr, dev.alias, len(placed[r]), r)
+		if n < 0 || n >= len(taken[r]) {
+			return nil, mismatch("the domain passes through device %s as %s, but the placement takes %d devices for PCI request %d; the domain and the placement must ask for the same devices", dev.addr+dev.name, dev.alias, len(taken[r]), r)
 		}
-		out[dev] = placed[r][n]
+		if dev.source != nil && taken[r][n].name == "" {
+			return nil, badPlacement("the domain reaches device %s (%s) by name, and the placement's device %s has none on its host (dev_name)", dev.name, dev.alias, taken[r][n].addr)
+		}
+		out[dev] = taken[r][n]
 	}
 	if len(out) != total {
 		return nil, mismatch("the placement takes %d PCI devices but the domain has %d elements pinflow wrote for them; the domain and the placement must ask for the same devices", total, len(out))
@@ -181,9 +249,16 @@ func (d *domain) planDevices(p *numa.Placement) (map[*hostDevice]string, error) 
 
 // deviceEdits rewrites the source address of each planned device element,
 // keeping its other attributes and their order.
-func (d *domain) deviceEdits(plan map[*hostDevice]string) ([]edit, error) {
+func (d *domain) deviceEdits(plan map[*hostDevice]placed) ([]edit, error) {
 	var edits []edit
-	for dev, a := range plan {
+	for dev, pd := range plan {
+		if dev.source != nil {
+			if dev.name != pd.name {
+				edits = append(edits, rewriteAttr(dev.source, dev.nameAttr, pd.name))
+			}
+			continue
+		}
+		a := pd.addr
 		if dev.addr == a {
 			continue
 		}
@@ -213,4 +288,26 @@ func (d *domain) deviceEdits(plan map[*hostDevice]string) ([]edit, error) {
 		edits = append(edits, edit{dev.address.start, dev.address.inner, strings.TrimSuffix(tag, "/>") + ">"})
 	}
 	return edits, nil
+}
+
+// rewriteAttr rewrites one attribute of el's start tag, keeping its other
+// attributes, their order and its children.
+func rewriteAttr(el *node, name, value string) edit {
+	var kv []string
+	for _, at := range el.attrs {
+		n := at.Name.Local
+		if at.Name.Space != "" {
+			n = at.Name.Space + ":" + n
+		}
+		v := at.Value
+		if n == name {
+			v = value
+		}
+		kv = append(kv, n, v)
+	}
+	tag := element(el.name, kv...)
+	if el.inner == el.end {
+		return edit{el.start, el.end, tag}
+	}
+	return edit{el.start, el.inner, strings.TrimSuffix(tag, "/>") + ">"}
 }

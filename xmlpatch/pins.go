@@ -1,6 +1,7 @@
 package xmlpatch
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/pinflow/pinflow/numa"
@@ -36,6 +37,11 @@ type Pins struct {
 	// and <interface type='hostdev'> elements, as numa's addresses
 	// ("0000:81:00.1"), in document order.
 	Devices []string `json:"devices,omitempty"`
+	// DeviceNames are the host-side names of the devices pinflow's ports
+	// reach by name (macvtap, vdpa and virtio-forwarder interfaces), in
+	// document order; the host's device list maps them to its devices
+	// (numa.Host.DeviceNamed).
+	DeviceNames []string `json:"device_names,omitempty"`
 }
 
 // MemoryPolicy is a NUMA memory policy: a mode and host nodes.
@@ -119,4 +125,20 @@ func PinsFor(p *numa.Placement) (*Pins, error) {
 		out.RealtimeVCPUs, out.RealtimePriority = p.RealtimeVCPUs, prio
 	}
 	return out, nil
+}
+
+// DeviceAddresses are the PCI devices the domain uses on host h: those it
+// passes through, and those its ports reach by name, mapped by h's device
+// list. A name h does not list stays as it is, so that a check against
+// the list finds it missing.
+func (p *Pins) DeviceAddresses(h *numa.Host) []string {
+	out := slices.Clone(p.Devices)
+	for _, n := range p.DeviceNames {
+		if d := h.DeviceNamed(n); d != nil {
+			out = append(out, d.Address)
+			continue
+		}
+		out = append(out, n)
+	}
+	return out
 }

@@ -25,6 +25,10 @@ func Read(domainXML string) (*Pins, error) {
 		p.GuestCells = append(p.GuestCells, GuestCell{ID: c.id, VCPUs: c.vcpus, MemoryKiB: c.bytes / 1024})
 	}
 	for _, dev := range d.devices {
+		if dev.source != nil {
+			p.DeviceNames = append(p.DeviceNames, dev.name)
+			continue
+		}
 		p.Devices = append(p.Devices, dev.addr)
 	}
 	if err := d.readCPUTune(p); err != nil {

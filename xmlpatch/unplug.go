@@ -10,8 +10,11 @@ import (
 // alias is DeviceAlias's), as the document has it.
 type Device struct {
 	Alias string `json:"alias"`
-	// Address is the host PCI address it passes through, "dddd:bb:ss.f".
-	Address string `json:"address"`
+	// Address is the host PCI address it passes through, "dddd:bb:ss.f";
+	// empty for a device a port reaches by name.
+	Address string `json:"address,omitempty"`
+	// Name is the host-side name such a port reaches its device by.
+	Name string `json:"name,omitempty"`
 	// Element is the element's text, byte for byte.
 	Element string `json:"element"`
 }
@@ -27,7 +30,7 @@ func Devices(domainXML string) ([]Device, error) {
 	var out []Device
 	for _, dev := range d.devices {
 		if IsDeviceAlias(dev.alias) {
-			out = append(out, Device{Alias: dev.alias, Address: dev.addr, Element: d.doc[dev.el.start:dev.el.end]})
+			out = append(out, Device{Alias: dev.alias, Address: dev.addr, Name: dev.name, Element: d.doc[dev.el.start:dev.el.end]})
 		}
 	}
 	return out, nil
@@ -115,8 +118,8 @@ func deviceElementAlias(el string) (string, error) {
 	if err != nil {
 		return "", malformed("device element: %v", err)
 	}
-	if !passesPCI(n) {
-		return "", malformed("device element <%s>: allowed are <hostdev type='pci'> and <interface type='hostdev'>", n.name)
+	if _, named := namedInterfaces[attrOr(n, "type", "")]; !passesPCI(n) && (n.name != "interface" || !named) {
+		return "", malformed("device element <%s>: allowed are <hostdev type='pci'> and <interface type='hostdev'|'direct'|'vdpa'|'vhostuser'>", n.name)
 	}
 	for _, c := range n.elements("alias") {
 		if name, _ := c.attr("name"); IsDeviceAlias(name) {
@@ -127,4 +130,4 @@ func deviceElementAlias(el string) (string, error) {
 }
 
 // String says which device d is, for messages.
-func (d Device) String() string { return fmt.Sprintf("%s (%s)", d.Alias, d.Address) }
+func (d Device) String() string { return fmt.Sprintf("%s (%s)", d.Alias, d.Address+d.Name) }

@@ -34,9 +34,5 @@ func checkPins(host *numa.Host, domainXML string) error {
 	if err := hypervisor.PinsFit(pins, cpus, nodes); err != nil {
 		return err
 	}
-	have := make([]string, len(host.PCIDevices))
-	for i, dev := range host.PCIDevices {
-		have[i] = dev.Address
-	}
-	return hypervisor.DevicesFit(pins, have)
+	return hypervisor.DevicesFit(pins, host)
 }

@@ -138,7 +138,7 @@ func TestPCIDevices(t *testing.T) {
 		"--spec", "pci_passthrough:alias=nic:1")
 	s.refused(`physical network "physnet9": hosts have devices on physnet1`, "boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512",
 		"--port", "name=p,physnet=physnet9,vnic=direct")
-	s.refused("vnic_type macvtap", "boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512",
+	s.refused("vnic_type macvtap reaches its device by the device's host-side name, and no host names a device on physnet1", "boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512",
 		"--port", "name=p,physnet=physnet1,vnic=macvtap")
 	s.refused(`vnic_type "fast": allowed are`, "boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512",
 		"--port", "name=p,physnet=physnet1,vnic=fast")

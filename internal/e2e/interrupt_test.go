@@ -246,7 +246,7 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 			c.passing.Add(1)
 		}
 		// A PF passed through uses its VFs too.
-		for _, a := range pins.Devices {
+		for _, a := range pins.DeviceAddresses(topo) {
 			for _, held := range topo.DeviceHolds(a) {
 				if other, ok := devOwner[held]; ok && other != d.UUID {
 					clashes = append(clashes, fmt.Sprintf("PCI device %s: %s and %s", held, other, d.UUID))

@@ -10,6 +10,8 @@ import (
 
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
+	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/xmlpatch"
 )
 
 // TestSRIOVLiveMigration live-migrates guests with an SR-IOV port: the
@@ -161,4 +163,86 @@ func TestSRIOVLiveMigration(t *testing.T) {
 	}
 	s.ok("check")
 	keepHistories(t, recorded, names)
+}
+
+// TestNamedPorts boots guests whose ports reach their device by its
+// host-side name (a macvtap on a VF's netdev, a vDPA device), live- and
+// cold-migrates them, and checks at each step that the domain names the
+// device its claim holds on its host, and only that.
+func TestNamedPorts(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	h, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 4, Threads: 1, MemoryMB: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := 0
+	dev := func(addr string, typ numa.DeviceType, name string) numa.PCIDevice {
+		return numa.PCIDevice{Address: addr, VendorID: "15b3", ProductID: "101e", DevType: typ, PhysFunction: "0000:81:00.0",
+			NUMANode: &node, Tags: map[string]string{"physical_network": "physnet1"}, DevName: name}
+	}
+	h.PCIDevices = []numa.PCIDevice{
+		{Address: "0000:81:00.0", VendorID: "15b3", ProductID: "101d", DevType: numa.DeviceTypePF, NUMANode: &node},
+		dev("0000:81:00.2", numa.DeviceTypeVF, "enp129s0f0v0"),
+		dev("0000:81:00.3", numa.DeviceTypeVF, "enp129s0f0v1"),
+		dev("0000:81:00.4", numa.DeviceTypeVDPA, "/dev/vhost-vdpa-0"),
+	}
+	topo := topologyFile(t, h)
+	s.ok("host", "add", "a", "--topology", topo)
+	s.ok("host", "add", "b", "--topology", topo)
+	boot := func(name, port string) string {
+		var res struct {
+			UUID string `json:"uuid"`
+		}
+		s.jsonOf(&res, "boot", "--name", name, "--vcpus", "1", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated",
+			"--host", "a", "--port", port, "--wait")
+		return res.UUID
+	}
+	// uses checks that uuid's domain on host names exactly the devices it
+	// holds there.
+	uses := func(uuid, host string) {
+		t.Helper()
+		dom, err := s.simulator().Lookup(context.Background(), host, uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins, err := xmlpatch.Read(dom.XML)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []string
+		for addr, owner := range s.deviceOwners(host) {
+			if owner == uuid {
+				held = append(held, addr)
+			}
+		}
+		slices.Sort(held)
+		if used := slices.Sorted(slices.Values(pins.DeviceAddresses(h))); len(held) != 1 || !slices.Equal(used, held) || len(pins.Devices) != 0 {
+			t.Errorf("%s on %s holds %v and uses %v (names %v, passed through %v); want one device reached by name, the same",
+				uuid, host, held, used, pins.DeviceNames, pins.Devices)
+		}
+		s.checkAgreement(uuid, host)
+	}
+	tap := boot("T", "name=tap,physnet=physnet1,vnic=macvtap")
+	vdpa := boot("V", "name=accel,physnet=physnet1,vnic=vdpa")
+	uses(tap, "a")
+	uses(vdpa, "a")
+	s.ok("migrate", tap, "--dest", "b", "--wait")
+	uses(tap, "b")
+	s.ok("migrate", vdpa, "--dest", "b", "--cold", "--wait")
+	s.ok("resize", "confirm", vdpa, "--wait")
+	uses(vdpa, "b")
+	if got := s.deviceOwners("a"); len(got) != 0 {
+		t.Errorf("a's devices after both guests left = %v; want all free", got)
+	}
+	res := s.reconcile("--grace", "0")
+	if n := res.Total.Freed.Total(); n != 0 || len(res.Hosts) != 2 {
+		t.Errorf("the audit freed %d claims: %+v", n, res.Hosts)
+	}
+	for _, host := range res.Hosts {
+		if len(host.Drift) != 0 {
+			t.Errorf("the audit found drift on %s: %+v", host.Host, host.Drift)
+		}
+	}
+	s.ok("check")
 }
