@@ -3,6 +3,7 @@ package libvirt
 import (
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
 	"maps"
 	"regexp"
@@ -170,6 +171,10 @@ func hexID(s string) string {
 func OfferedDevices(docs []string, specs []DeviceSpec, cells []int) ([]numa.PCIDevice, error) {
 	var all []numa.PCIDevice
 	var pfs []string
+	names, vdpa, err := childNames(docs)
+	if err != nil {
+		return nil, err
+	}
 	for _, doc := range docs {
 		d, ok, err := nodeDevice(doc)
 		if err != nil {
@@ -177,6 +182,15 @@ func OfferedDevices(docs []string, specs []DeviceSpec, cells []int) ([]numa.PCID
 		}
 		if !ok {
 			continue
+		}
+		node := pciNodeName(d.Address)
+		switch {
+		case vdpa[node] != "":
+			// A VF that backs a vDPA device is the vDPA device, as Nova
+			// has it, reached by its character device.
+			d.DevType, d.DevName = numa.DeviceTypeVDPA, vdpa[node]
+		case d.DevType == numa.DeviceTypeVF:
+			d.DevName = names[node]
 		}
 		if d.NUMANode != nil && !slices.Contains(cells, *d.NUMANode) {
 			d.NUMANode = nil
@@ -202,11 +216,51 @@ func OfferedDevices(docs []string, specs []DeviceSpec, cells []int) ([]numa.PCID
 	return out, nil
 }
 
+// pciNodeName is libvirt's node device name of the PCI device at addr.
+func pciNodeName(addr string) string {
+	return "pci_" + strings.NewReplacer(":", "_", ".", "_").Replace(addr)
+}
+
+// childNames reads, from the node devices of docs, the network interface
+// of each PCI device that has one (names) and the character device of
+// each PCI device that backs a vDPA device (vdpa), by the PCI device's
+// node name: the host-side names macvtap and vdpa ports reach them by.
+func childNames(docs []string) (names, vdpa map[string]string, err error) {
+	names, vdpa = map[string]string{}, map[string]string{}
+	for _, doc := range docs {
+		var nd struct {
+			Name       string `xml:"name"`
+			Parent     string `xml:"parent"`
+			Capability struct {
+				Type      string `xml:"type,attr"`
+				Interface string `xml:"interface"`
+				Chardev   string `xml:"chardev"`
+			} `xml:"capability"`
+		}
+		if err := xml.Unmarshal([]byte(doc), &nd); err != nil {
+			return nil, nil, fmt.Errorf("node device XML does not parse: %w", err)
+		}
+		switch nd.Capability.Type {
+		case "net":
+			if nd.Parent != "" && nd.Capability.Interface != "" {
+				names[nd.Parent] = nd.Capability.Interface
+			}
+		case "vdpa":
+			if nd.Parent != "" && nd.Capability.Chardev != "" {
+				vdpa[nd.Parent] = nd.Capability.Chardev
+			}
+		}
+	}
+	return names, vdpa, nil
+}
+
 // pciNodeDevices returns the node device XML of every PCI device of the
-// host c reaches.
+// host c reaches, and of every network interface and vDPA device, which
+// name some of them.
 func (c *conn) pciNodeDevices(ctx context.Context) ([]string, error) {
 	devs, err := call(ctx, c, func(l *golibvirt.Libvirt) ([]golibvirt.NodeDevice, error) {
-		d, _, err := l.ConnectListAllNodeDevices(1, uint32(golibvirt.ConnectListNodeDevicesCapPciDev))
+		caps := golibvirt.ConnectListNodeDevicesCapPciDev | golibvirt.ConnectListNodeDevicesCapNet | golibvirt.ConnectListNodeDevicesCapVdpa
+		d, _, err := l.ConnectListAllNodeDevices(1, uint32(caps))
 		return d, err
 	})
 	if err != nil {

@@ -121,3 +121,35 @@ func TestParseDeviceSpecsRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestOfferedDevicesNames: a VF's network interface becomes its dev_name
+// (a macvtap port's), and a VF that backs a vDPA device becomes that vdpa
+// device, named by its character device; a PF's interface names nothing.
+func TestOfferedDevicesNames(t *testing.T) {
+	docs := append(sriovHostDevices(),
+		`<device><name>net_enp129s16f0_52_54_00_00_00_01</name><parent>pci_0000_81_10_0</parent><capability type='net'><interface>enp129s16f0</interface></capability></device>`,
+		`<device><name>net_enp129s0f0_52_54_00_00_00_02</name><parent>pci_0000_81_00_0</parent><capability type='net'><interface>enp129s0f0</interface></capability></device>`,
+		`<device><name>vdpa_vdpa0</name><parent>pci_0000_81_10_2</parent><capability type='vdpa'><chardev>/dev/vhost-vdpa-0</chardev></capability></device>`)
+	specs, err := ParseDeviceSpecs(`[{"vendor_id": "8086", "physical_network": "physnet1"}]`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := OfferedDevices(docs, specs, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{}
+	types := map[string]numa.DeviceType{}
+	for _, d := range got {
+		names[d.Address], types[d.Address] = d.DevName, d.DevType
+	}
+	want := map[string]string{"0000:81:00.0": "", "0000:81:10.0": "enp129s16f0", "0000:81:10.2": "/dev/vhost-vdpa-0", "0000:82:00.0": "", "0000:82:10.0": ""}
+	for a, n := range want {
+		if names[a] != n {
+			t.Errorf("device %s has dev_name %q, want %q", a, names[a], n)
+		}
+	}
+	if types["0000:81:10.2"] != numa.DeviceTypeVDPA || types["0000:81:10.0"] != numa.DeviceTypeVF {
+		t.Errorf("device types = %v; want 0000:81:10.2 vdpa and 0000:81:10.0 a VF", types)
+	}
+}
