@@ -10,12 +10,12 @@ import (
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-// A live migration of a guest with SR-IOV ports unplugs its devices on
-// the source before the copy (QEMU cannot migrate a passed-through
-// device) and plugs the destination's in once the guest runs there; a
-// migration that rolls back plugs the source's in again. Unplugging
-// frees nothing in the ledger: the devices stay in the guest's claim
-// until the claim goes.
+// A live migration of a guest with SR-IOV or vDPA ports unplugs their
+// interfaces on the source before the copy (QEMU cannot migrate a
+// passed-through device) and plugs the destination's in once the guest
+// runs there; a migration that rolls back plugs the source's in again.
+// Unplugging frees nothing in the ledger: the devices stay in the guest's
+// claim until the claim goes.
 
 // UnplugDevices unplugs from the guest on in.Host every device pinflow
 // passed through to it (its elements with pinflow's aliases). A device
