@@ -264,6 +264,10 @@ func checkDevicesMatchSys(t *testing.T, d *Driver, h *testenv.LibvirtHost, host 
 		}
 		if pf, err := os.Readlink(filepath.Join(dir, "physfn")); err == nil {
 			dev.DevType, dev.PhysFunction = numa.DeviceTypeVF, filepath.Base(pf)
+			// A VF's network interface names it.
+			if nets, err := os.ReadDir(filepath.Join(dir, "net")); err == nil && len(nets) == 1 {
+				dev.DevName = nets[0].Name()
+			}
 		}
 		want = append(want, dev)
 	}
