@@ -55,12 +55,14 @@ func TestSRIOVLiveMigration(t *testing.T) {
 		}
 		return held, s.guestDevices(host, uuid), elsewhere
 	}
+	// passesHeld says a guest holds one VF and passes through that one.
+	passesHeld := func(held, used []string) bool { return len(held) == 1 && slices.Equal(held, used) }
 	// plugged checks that uuid runs on host passing through exactly the
 	// devices it holds there, one VF, and holds none elsewhere.
 	plugged := func(uuid, host, other string) string {
 		t.Helper()
 		held, used, elsewhere := holding(uuid, host, other)
-		if len(held) != 1 || !slices.Equal(held, used) {
+		if !passesHeld(held, used) {
 			t.Fatalf("%s on %s holds %v and passes through %v; want one VF, the same", uuid, host, held, used)
 		}
 		if len(elsewhere) != 0 {
@@ -80,7 +82,7 @@ func TestSRIOVLiveMigration(t *testing.T) {
 			s.reconcile("--grace", "0")
 			s.waitClosed(uuid)
 			held, used, elsewhere := holding(uuid, host, other)
-			if len(held) == 1 && slices.Equal(held, used) && len(elsewhere) == 0 {
+			if passesHeld(held, used) && len(elsewhere) == 0 {
 				break
 			}
 		}
