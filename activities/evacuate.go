@@ -25,7 +25,11 @@ type HostStatus = ledger.HostStatus
 
 // LoadHostStatus returns the host's state.
 func (a *Activities) LoadHostStatus(ctx context.Context, host string) (HostStatus, error) {
-	st, err := a.Ledger.HostStatus(ctx, host)
+	var st HostStatus
+	err := a.heartbeating(ctx, func(ctx context.Context) (err error) {
+		st, err = a.Ledger.HostStatus(ctx, host)
+		return err
+	})
 	return st, classify(err)
 }
 

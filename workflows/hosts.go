@@ -171,9 +171,11 @@ func HostRemove(ctx workflow.Context, in HostRemoveInput) (*HostRemoveResult, er
 	s.setHosts(in.Host, "")
 	// An activity of its own, not a local one: its answer is in the
 	// history before the removal runs, so a removal run again after it
-	// took effect finds the host gone and knows this run removed it.
+	// took effect finds the host gone and knows this run removed it. It
+	// heartbeats, so an attempt Temporal never delivers costs the
+	// heartbeat timeout, not the ledger's.
 	state := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: ledgerTimeout, RetryPolicy: untilDone, Summary: "state of " + in.Host,
+		StartToCloseTimeout: ledgerTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: untilDone, Summary: "state of " + in.Host,
 	})
 	if err := workflow.ExecuteActivity(state, a.LoadHostStatus, in.Host).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
