@@ -147,7 +147,7 @@ start_node() {
   date -u '+%F %T' >"$d/started" # what the membership check compares with
   (
     export TC_NODE_PORT=$p TC_PG_ADDR=127.0.0.1:$base TC_CLUSTER_RPC=127.0.0.1:$((base + 10)) \
-      TC_SHARDS=$shards TC_LOG_LEVEL=warn TC_DYNAMIC_CONFIG=$state/config/dynamicconfig.yaml
+      TC_SHARDS=$shards TC_LOG_LEVEL=${TC_LOG_LEVEL:-warn} TC_DYNAMIC_CONFIG=$state/config/dynamicconfig.yaml
     cd "$state"
     # its own session: a Ctrl-C meant for the caller must not reach the node
     exec setsid "$server_bin" --root "$state" --config config --env temporal --allow-no-auth start \
