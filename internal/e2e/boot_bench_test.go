@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -75,22 +77,22 @@ func BenchmarkBootBurst(b *testing.B) {
 	flavor := guest.Flavor{VCPUs: 1, MemoryMB: 64, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	var boots, bare []time.Duration
 	var bootWall, bareWall time.Duration
-	// How long the slowest boot, and the slowest bare workflow, waited
-	// for its first workflow task: time in Temporal's queue, before any of
-	// pinflow's steps.
-	var firstTaskWait, bareFirstTaskWait time.Duration
+	// The first workflow tasks of each side: how long they queued in
+	// Temporal before any of pinflow's steps ran.
+	var bootQueue, bareQueue firstTasks
 	for round := range b.N {
+		bootID := func(i int) string { return guest.InstanceWorkflowID(newGuestUUID(round*burstBoots + i)) }
 		took, wall := burst(burstBoots, workflows.Boot, func(i int) (string, any) {
 			uuid := newGuestUUID(round*burstBoots + i)
-			return guest.InstanceWorkflowID(uuid), workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: hosts[i%len(hosts)]}
+			return bootID(i), workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: hosts[i%len(hosts)]}
 		})
 		boots, bootWall = append(boots, took...), bootWall+wall
-		firstTaskWait = max(firstTaskWait, firstTaskWaited(b, tc, guest.InstanceWorkflowID(newGuestUUID(round*burstBoots+slowest(took)))))
+		bootQueue.add(readFirstTasks(b, tc, burstBoots, bootID))
 		// The steps a boot on a given host runs: create, claim, spawn, attach.
 		bareID := func(i int) string { return fmt.Sprintf("bare-%d-%d", round, i) }
 		took, wall = burst(burstBoots, bareWorkflow, func(i int) (string, any) { return bareID(i), 4 })
 		bare, bareWall = append(bare, took...), bareWall+wall
-		bareFirstTaskWait = max(bareFirstTaskWait, firstTaskWaited(b, tc, bareID(slowest(took))))
+		bareQueue.add(readFirstTasks(b, tc, burstBoots, bareID))
 	}
 	bootsPerSec := float64(len(boots)) / bootWall.Seconds()
 	barePerSec := float64(len(bare)) / bareWall.Seconds()
@@ -101,41 +103,150 @@ func BenchmarkBootBurst(b *testing.B) {
 	b.ReportMetric(bootsPerSec/barePerSec, "ratio")
 	b.ReportMetric(boot50, "boot-p50-ms")
 	b.ReportMetric(boot99, "boot-p99-ms")
-	b.ReportMetric(float64(firstTaskWait.Milliseconds()), "slowest-first-task-wait-ms")
-	b.ReportMetric(float64(bareFirstTaskWait.Milliseconds()), "bare-slowest-first-task-wait-ms")
+	b.ReportMetric(ms(bootQueue.slowest), "slowest-first-task-wait-ms")
+	b.ReportMetric(ms(bootQueue.stall), "longest-stall-ms")
+	b.ReportMetric(float64(bootQueue.lost), "lost-first-tasks")
+	b.ReportMetric(ms(bareQueue.slowest), "bare-slowest-first-task-wait-ms")
+	b.ReportMetric(ms(bareQueue.stall), "bare-longest-stall-ms")
+	b.ReportMetric(float64(bareQueue.lost), "bare-lost-first-tasks")
 	b.ReportMetric(float64(counted.pinflow.Load()), "redispatched-steps")
 	b.ReportMetric(float64(counted.bare.Load()), "redispatched-bare-activities")
-	b.Logf("%d boots at once onto %d hosts: %.1f/s, each p50 %.0f ms, p99 %.0f ms (the slowest waited %.1f s for its first workflow task); as many bare workflows of 4 no-op activities: %.1f/s, p50 %.0f ms, p99 %.0f ms (the slowest waited %.1f s); ratio %.2f",
-		burstBoots, len(hosts), bootsPerSec, boot50, boot99, firstTaskWait.Seconds(), barePerSec, bare50, bare99, bareFirstTaskWait.Seconds(), bootsPerSec/barePerSec)
+	b.Logf("%d boots at once onto %d hosts: %.1f/s, each p50 %.0f ms, p99 %.0f ms (first workflow tasks: %s); as many bare workflows of 4 no-op activities: %.1f/s, p50 %.0f ms, p99 %.0f ms (%s); ratio %.2f",
+		burstBoots, len(hosts), bootsPerSec, boot50, boot99, bootQueue, barePerSec, bare50, bare99, bareQueue, bootsPerSec/barePerSec)
 }
 
-// slowest is the index of the longest of took.
-func slowest(took []time.Duration) int {
-	at := 0
-	for i := range took {
-		if took[i] > took[at] {
-			at = i
-		}
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// firstTasks sums up how a burst's first workflow tasks were dispatched.
+//
+// slowest is the longest any workflow waited between its start and the
+// start of its first workflow task that completed: the queue of a burst,
+// which grows with its size and with how fast Temporal dispatches.
+// stall is the longest time in which some workflow waited for its first
+// task and none got one: a queue that stopped moving (a stall) rather
+// than one that moved slowly. lost counts first tasks recorded as started
+// that timed out, never delivered to a worker (docs/operations.md, "Lost
+// dispatches").
+type firstTasks struct {
+	slowest, stall time.Duration
+	lost           int
+}
+
+func (f *firstTasks) add(g firstTasks) {
+	f.slowest, f.stall, f.lost = max(f.slowest, g.slowest), max(f.stall, g.stall), f.lost+g.lost
+}
+
+func (f firstTasks) String() string {
+	return fmt.Sprintf("the slowest waited %.1f s, the queue stood still for at most %.2f s, %d lost", f.slowest.Seconds(), f.stall.Seconds(), f.lost)
+}
+
+// readFirstTasks reads the first workflow task of the n workflows named
+// by id from their histories.
+func readFirstTasks(b *testing.B, tc client.Client, n int, id func(int) string) firstTasks {
+	started, first := make([]time.Time, n), make([]time.Time, n)
+	lost, errs := make([]int, n), make([]error, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				started[i], first[i], lost[i], errs[i] = firstTask(tc, id(i))
+			}
+		}()
 	}
-	return at
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	var f firstTasks
+	for i := range n {
+		f.slowest, f.lost = max(f.slowest, first[i].Sub(started[i])), f.lost+lost[i]
+	}
+	f.stall = longestStall(started, first)
+	return f
 }
 
-// firstTaskWaited returns how long the workflow's latest run waited
-// between its start and its first workflow task's start.
-func firstTaskWaited(b *testing.B, tc client.Client, id string) time.Duration {
+// firstTask returns when the workflow's latest run started, when its
+// first workflow task that completed started, and how many attempts of
+// that task timed out before it.
+func firstTask(tc client.Client, id string) (started, first time.Time, lost int, err error) {
 	it := tc.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	var started time.Time
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
-			b.Fatal(err)
+			return started, first, lost, err
 		}
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
 			started = ev.GetEventTime().AsTime()
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-			return ev.GetEventTime().AsTime().Sub(started)
+			first = ev.GetEventTime().AsTime()
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+			lost++
+		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+			return started, first, lost, nil
 		}
 	}
-	return 0
+	return started, first, lost, fmt.Errorf("%s: no workflow task completed", id)
+}
+
+// longestStall is the longest time in which at least one workflow had
+// started and not yet got its first task, and no workflow got its first
+// task. started[i] and first[i] are workflow i's.
+func longestStall(started, first []time.Time) time.Duration {
+	order := make([]int, len(first))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return first[order[a]].Before(first[order[b]]) })
+	// waitingSince[k]: the earliest start among the workflows whose first
+	// task came k-th or later; just before the k-th first task, that one
+	// has waited since then, unless an earlier first task came after it.
+	waitingSince := make([]time.Time, len(order)+1)
+	for k := len(order) - 1; k >= 0; k-- {
+		waitingSince[k] = started[order[k]]
+		if k+1 < len(order) && waitingSince[k+1].Before(waitingSince[k]) {
+			waitingSince[k] = waitingSince[k+1]
+		}
+	}
+	var stall time.Duration
+	for k, i := range order {
+		since := waitingSince[k]
+		if k > 0 && first[order[k-1]].After(since) {
+			since = first[order[k-1]]
+		}
+		stall = max(stall, first[i].Sub(since))
+	}
+	return stall
+}
+
+func TestLongestStall(t *testing.T) {
+	at := func(s float64) time.Time { return time.Unix(0, 0).Add(time.Duration(s * float64(time.Second))) }
+	for _, c := range []struct {
+		name           string
+		started, first []float64
+		want           float64
+	}{
+		{"one workflow waits from its start", []float64{1}, []float64{4}, 3},
+		{"a queue that moves", []float64{0, 0, 0, 0}, []float64{1, 2, 3, 4}, 1},
+		{"a queue that stops", []float64{0, 0, 0, 0}, []float64{0.5, 1, 9, 9.5}, 8},
+		{"an idle time is no stall", []float64{0, 10}, []float64{1, 12}, 2},
+		{"the stall ends a wait that began before the last task", []float64{0, 1, 2}, []float64{3, 3.5, 7}, 3.5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			started, first := make([]time.Time, len(c.started)), make([]time.Time, len(c.first))
+			for i := range started {
+				started[i], first[i] = at(c.started[i]), at(c.first[i])
+			}
+			if got := longestStall(started, first); got != time.Duration(c.want*float64(time.Second)) {
+				t.Errorf("longestStall = %v, want %vs", got, c.want)
+			}
+		})
+	}
 }
