@@ -61,7 +61,11 @@ func (a *Activities) SettleClaim(ctx context.Context, in audit.SettleInput) (aud
 // refused while a domain on the host runs on its pCPUs
 // (audit.Auditor.ReleaseQuarantine).
 func (a *Activities) ReleaseQuarantineClaim(ctx context.Context, in audit.ReleaseQuarantineInput) (audit.ReleasedQuarantine, error) {
-	res, err := a.Audit.ReleaseQuarantine(ctx, in)
+	var res audit.ReleasedQuarantine
+	err := a.heartbeating(ctx, func(ctx context.Context) (err error) {
+		res, err = a.Audit.ReleaseQuarantine(ctx, in)
+		return err
+	})
 	return res, auditErr(err)
 }
 

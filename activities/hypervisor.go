@@ -64,6 +64,7 @@ func (a *Activities) heartbeating(ctx context.Context, step func(ctx context.Con
 	if !activity.IsActivity(ctx) {
 		return step(ctx)
 	}
+	beating(ctx)
 	done := make(chan error, 1)
 	go func() { done <- step(ctx) }()
 	tick := time.NewTicker(a.beat())
@@ -73,10 +74,18 @@ func (a *Activities) heartbeating(ctx context.Context, step func(ctx context.Con
 		case err := <-done:
 			return err
 		case <-tick.C:
-			activity.RecordHeartbeat(ctx)
+			beating(ctx)
 		}
 	}
 }
+
+// Running is the heartbeat detail of a step that has no progress to
+// report. The first heartbeat goes out as the attempt starts: a heartbeat
+// timeout with no detail is an attempt no worker received (the workflows'
+// lostDispatch).
+const Running = "running"
+
+func beating(ctx context.Context) { activity.RecordHeartbeat(ctx, Running) }
 
 func (a *Activities) beat() time.Duration {
 	if a.ProgressEvery > 0 {
@@ -206,6 +215,7 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	var stopping <-chan struct{}
 	if activity.IsActivity(ctx) {
 		stopping = activity.GetWorkerStopChannel(ctx)
+		beating(ctx)
 	}
 	staged, err := a.stagedXML(ctx, in.UUID, in.DestClaimID)
 	if err != nil {

@@ -153,6 +153,9 @@ func (s *saga) failure(cause error) Failure {
 		// Only a step of driverAttempts tries fails with an error a retry
 		// may clear: its tries ran out.
 		f.Attempts = driverAttempts
+		if s.tried > 0 {
+			f.Attempts = s.tried
+		}
 	}
 	return f
 }

@@ -79,7 +79,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, dom).Get(ctx, nil)
 	})
 	spawn := activities.SpawnInput{UUID: in.UUID, Host: dst, Placement: claim.Placement, ClaimID: claim.ClaimID, Token: claim.Token}
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "rebuild on "+dst), a.Spawn, spawn).Get(ctx, nil); err != nil {
+	if err := s.hypervisorTry(ctx, "rebuild on "+dst, nil, a.Spawn, spawn); err != nil {
 		if isType(err, activities.ErrTypeRejected) {
 			// The usual cause: the host was fenced while the guest still
 			// runs there, and its disks cannot take a second copy.
@@ -196,7 +196,7 @@ func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
 	s.step()
 	s.phase(PhaseDeleting, fmt.Sprintf("destroying %d leftover guests on %s", len(left), in.Host))
 	for _, l := range left {
-		if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "destroy the leftover of "+l.UUID), a.ClearTombstone, l).Get(ctx, nil); err != nil {
+		if err := s.hypervisorTry(ctx, "destroy the leftover of "+l.UUID, nil, a.ClearTombstone, l); err != nil {
 			return nil, s.fail(err)
 		}
 	}

@@ -52,8 +52,7 @@ func HostAdd(ctx workflow.Context, in HostAddInput) (*HostAddResult, error) {
 	var reach activities.LibvirtHostInput
 	if in.Libvirt != nil {
 		reach = activities.LibvirtHostInput{Host: in.Host, Config: *in.Libvirt}
-		read := s.hypervisorTry(ctx, "read the topology of "+in.Host+" from libvirt")
-		if err := workflow.ExecuteActivity(read, a.ReadLibvirtHost, reach).Get(ctx, &topo); err != nil {
+		if err := s.hypervisorTry(ctx, "read the topology of "+in.Host+" from libvirt", &topo, a.ReadLibvirtHost, reach); err != nil {
 			return nil, s.fail(err)
 		}
 		topo.Limits = in.Limits

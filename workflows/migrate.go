@@ -180,8 +180,7 @@ func (m *migration) unplug(ctx workflow.Context) error {
 		}
 		return err
 	})
-	return workflow.ExecuteActivity(m.hypervisorTry(ctx, "unplug the devices on "+m.src), a.UnplugDevices,
-		activities.DomainInput{UUID: m.uuid, Host: m.src}).Get(ctx, nil)
+	return m.hypervisorTry(ctx, "unplug the devices on "+m.src, nil, a.UnplugDevices, activities.DomainInput{UUID: m.uuid, Host: m.src})
 }
 
 // plug plugs the destination's devices into the guest, which runs there:
@@ -201,7 +200,7 @@ func (m *migration) plug(ctx workflow.Context) error {
 func (m *migration) prepareDestination(ctx workflow.Context) error {
 	m.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
 	prep := activities.PrepareMigrationInput{UUID: m.uuid, Source: m.src, Dest: m.dst, Placement: m.claimed.Placement, DestClaimID: m.destClaim}
-	if err := workflow.ExecuteActivity(m.hypervisorTry(ctx, "prepare the destination "+m.dst), a.PrepareMigration, prep).Get(ctx, nil); err != nil {
+	if err := m.hypervisorTry(ctx, "prepare the destination "+m.dst, nil, a.PrepareMigration, prep); err != nil {
 		if err := m.failed(ctx, err); err != nil {
 			return err
 		}
@@ -247,10 +246,10 @@ func (m *migration) switchOver(ctx workflow.Context) error {
 
 func (m *migration) migrate(ctx workflow.Context) error {
 	m.current = fmt.Sprintf("live-migrate %s from %s to %s", m.uuid, m.src, m.dst)
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout, RetryPolicy: tries,
+	return m.try(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: migrateTimeout, HeartbeatTimeout: heartbeatTimeout,
 		WaitForCancellation: true, Summary: m.current,
-	}), a.Migrate, m.migrateInput()).Get(ctx, nil)
+	}, nil, a.Migrate, m.migrateInput())
 }
 
 func (m *migration) migrateInput() activities.MigrateInput {

@@ -78,7 +78,7 @@ func ReleaseQuarantine(ctx workflow.Context, in audit.ReleaseQuarantineInput) (*
 	s.phase(PhaseReleasing, "releasing quarantine "+in.ClaimID)
 	var res audit.ReleasedQuarantine
 	summary := "release quarantine " + in.ClaimID + " on " + in.Host
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, summary), a.ReleaseQuarantineClaim, in).Get(ctx, &res); err != nil {
+	if err := s.hypervisorTry(ctx, summary, &res, a.ReleaseQuarantineClaim, in); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()

@@ -253,7 +253,7 @@ func (r *resizing) powerOff(ctx workflow.Context) error {
 	r.onFailure("run the guest on its source again", func(ctx workflow.Context) error {
 		return restoreOrLeave(ctx, r.saga, r.srcDom())
 	})
-	if err := workflow.ExecuteActivity(r.hypervisorTry(ctx, "power off the guest on "+r.src), a.PowerOff, r.srcDom()).Get(ctx, nil); err != nil {
+	if err := r.hypervisorTry(ctx, "power off the guest on "+r.src, nil, a.PowerOff, r.srcDom()); err != nil {
 		return err
 	}
 	r.step()
@@ -266,7 +266,7 @@ func (r *resizing) moveToDestination(ctx workflow.Context) error {
 	r.phase(PhaseSpawning, "moving the guest to "+r.dst)
 	in := activities.MoveResizedInput{UUID: r.uuid, Source: r.src, Dest: r.dst, ClaimID: r.destClaim, Token: r.claimed.Token,
 		Placement: r.claimed.Placement, Start: r.vmState == guest.VMActive}
-	if err := workflow.ExecuteActivity(r.hypervisorTry(ctx, "move the guest to "+r.dst), a.MoveResized, in).Get(ctx, nil); err != nil {
+	if err := r.hypervisorTry(ctx, "move the guest to "+r.dst, nil, a.MoveResized, in); err != nil {
 		return err
 	}
 	r.step()

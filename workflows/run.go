@@ -3,10 +3,13 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -62,6 +65,20 @@ var tries = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: activities.NonRetryableErrorTypes,
 }
 
+// lostDispatches bounds the attempts of a step of driverAttempts tries
+// that never reached a worker. Temporal can record an attempt as started
+// that no worker received when its store is slow (docs/operations.md,
+// "Lost dispatches"); such an attempt ends in a heartbeat timeout with no
+// heartbeat, and is no try of the step. Without this, three losses in a
+// row failed a boot on a healthy hypervisor.
+const lostDispatches = 10
+
+// changeDeliveredTries (unreleased): a step of driverAttempts tries
+// counts only the attempts that reached a worker, each its own activity.
+// Remove the old branch, where Temporal retried the step, when no run
+// started before the release that adds it is open.
+const changeDeliveredTries = "delivered-tries"
+
 // saga carries one operation's status and the bookkeeping every workflow
 // here shares: phases shown in the UI and the status query, the kinds of
 // step (activity options), and the compensation stack.
@@ -79,6 +96,9 @@ type saga struct {
 	// current is the hypervisor step running or last run, empty while a
 	// ledger step runs: the step a failure names.
 	current string
+	// tried is how many attempts the last step of tries made, when it
+	// counted them itself (try).
+	tried int
 	// stays says where the guest is once every compensation ran: where
 	// the operation found it. A commit clears it.
 	stays string
@@ -372,17 +392,88 @@ func (s *saga) hypervisorStep(ctx workflow.Context, summary string) workflow.Con
 	})
 }
 
-// hypervisorTry returns a context for a hypervisor step that may fail the
-// operation: it is tried driverAttempts times. It heartbeats, so a cancel
+// hypervisorTry runs step(in...), a hypervisor step that may fail the
+// operation, storing its result in out: it is tried driverAttempts times
+// (try). It heartbeats, so a cancel
 // reaches it, and the workflow waits for it to end before compensating:
 // compensations that ran while the step still acted would undo a step
 // that then takes effect.
-func (s *saga) hypervisorTry(ctx workflow.Context, summary string) workflow.Context {
+func (s *saga) hypervisorTry(ctx workflow.Context, summary string, out any, step any, in ...any) error {
 	s.current = summary
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: driverTimeout, HeartbeatTimeout: heartbeatTimeout, WaitForCancellation: true,
-		RetryPolicy: tries, Summary: summary,
-	})
+	return s.try(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: driverTimeout, HeartbeatTimeout: heartbeatTimeout, WaitForCancellation: true, Summary: summary,
+	}, out, step, in...)
+}
+
+// try runs a hypervisor step of driverAttempts tries with opts, and stores
+// its result in out (nil for none). The tries are the attempts that
+// reached a worker: an attempt lost on its way (lostDispatch) is
+// dispatched again at once, up to lostDispatches times. A step that fails
+// its tries returns its last error; s.tried says how many attempts it made.
+func (s *saga) try(ctx workflow.Context, opts workflow.ActivityOptions, out any, step any, in ...any) error {
+	s.tried = 0
+	if workflow.GetVersion(ctx, changeDeliveredTries, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		opts.RetryPolicy = tries
+		return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), step, in...).Get(ctx, out)
+	}
+	// Each attempt is its own activity, so that its heartbeat details are
+	// its own.
+	opts.RetryPolicy = &temporal.RetryPolicy{MaximumAttempts: 1}
+	actx := workflow.WithActivityOptions(ctx, opts)
+	redispatched := func(reason string) {
+		workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"activity": activityName(step), "reason": reason}).
+			Counter(MetricStepRedispatched).Inc(1)
+	}
+	backoff := tries.InitialInterval
+	attempts, ran, lost := 0, 0, 0
+	for {
+		err := workflow.ExecuteActivity(actx, step, in...).Get(ctx, out)
+		attempts++
+		var act *temporal.ActivityError
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			// Cancelled: no attempt after this one.
+		case lostDispatch(err):
+			if lost++; lost < lostDispatches {
+				redispatched("lost")
+				continue
+			}
+		case errors.As(err, &act) && retryable(act.Unwrap()):
+			if ran++; ran < driverAttempts {
+				redispatched("failed")
+				if err := workflow.Sleep(ctx, backoff); err != nil {
+					return err
+				}
+				backoff = min(time.Duration(float64(backoff)*tries.BackoffCoefficient), tries.MaximumInterval)
+				continue
+			}
+		}
+		s.tried = attempts
+		return err
+	}
+}
+
+// MetricStepRedispatched counts the attempts a step of tries dispatched
+// again, by activity and reason: "lost" (no worker received the attempt)
+// or "failed" (it failed and is tried again). Temporal's own retries of
+// the other steps are pinflow.activity.retries.
+const MetricStepRedispatched = "pinflow.step.redispatched"
+
+// activityName is the activity type of step, a method value of
+// *activities.Activities.
+func activityName(step any) string {
+	name := runtime.FuncForPC(reflect.ValueOf(step).Pointer()).Name()
+	return strings.TrimSuffix(name[strings.LastIndex(name, ".")+1:], "-fm")
+}
+
+// lostDispatch says whether err ends an attempt that never reached a
+// worker: its heartbeat timed out and no heartbeat of it arrived. Every
+// step of tries heartbeats as it starts.
+func lostDispatch(err error) bool {
+	var timeout *temporal.TimeoutError
+	return errors.As(err, &timeout) && timeout.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT && !timeout.HasLastHeartbeatDetails()
 }
 
 // run runs steps in order until one fails.

@@ -47,7 +47,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 	s.onFailure("run the guest again", func(ctx workflow.Context) error {
 		return restoreOrLeave(ctx, s, dom)
 	})
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "offload the guest from "+inst.Host), a.Offload, dom).Get(ctx, nil); err != nil {
+	if err := s.hypervisorTry(ctx, "offload the guest from "+inst.Host, nil, a.Offload, dom); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
@@ -154,7 +154,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
 	})
 	spawn := activities.SpawnInput{UUID: inst.UUID, Host: host, Placement: claim.Placement, ClaimID: id, Token: claim.Token}
-	if err := workflow.ExecuteActivity(s.hypervisorTry(ctx, "spawn on "+host), a.Spawn, spawn).Get(ctx, nil); err != nil {
+	if err := s.hypervisorTry(ctx, "spawn on "+host, nil, a.Spawn, spawn); err != nil {
 		return "", nil, err
 	}
 	s.step()

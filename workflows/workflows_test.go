@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -634,5 +635,77 @@ func TestMovesWaitForTheDisruptionBudget(t *testing.T) {
 		if !strings.Contains(waiting, "waiting for the disruption budget of group db: 1 of its members are moving (other)") {
 			t.Errorf("LiveMigration's status while it waited = %q, want it to name the group and who moves", waiting)
 		}
+	}
+}
+
+// A step of driverAttempts tries counts only the attempts that reached a
+// worker. An attempt Temporal lost on its way to one ends in a heartbeat
+// timeout with no heartbeat (every such step heartbeats as it starts), and
+// is dispatched again at once, up to lostDispatches times.
+func TestTriesCountOnlyDeliveredAttempts(t *testing.T) {
+	lost := temporal.NewHeartbeatTimeoutError()
+	died := temporal.NewHeartbeatTimeoutError(activities.Running)
+	fault := temporal.NewApplicationError("libvirt: connection reset", "Transient")
+	repeat := func(err error, n int) []error { return slices.Repeat([]error{err}, n) }
+	tests := []struct {
+		name     string
+		attempts []error // each attempt's end, nil for success
+		line     string  // the failure, empty for success
+	}{
+		{"lost attempts are no tries", append(repeat(lost, lostDispatches-1), nil), ""},
+		{"a worker that died in the step is a try", repeat(died, driverAttempts),
+			"spawn on b failed after 3 attempts: heartbeat timeout (type: Heartbeat)"},
+		{"faults and losses mixed", []error{lost, fault, lost, fault, fault},
+			"spawn on b failed after 5 attempts: libvirt: connection reset"},
+		{"every attempt lost still ends", repeat(lost, lostDispatches),
+			"spawn on b failed after 10 attempts: heartbeat timeout (type: Heartbeat)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.on("load", a.LoadInstance, shelved(), nil)
+			h.on("task", a.SetTaskState, nil)
+			h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
+			spawns := 0
+			h.env.OnActivity(a.Spawn, mock.Anything, mock.Anything).Return(func(context.Context, activities.SpawnInput) error {
+				spawns++
+				return tt.attempts[min(spawns, len(tt.attempts))-1]
+			})
+			h.on("attach", a.Attach, nil).Maybe()
+			h.on("destroy", a.DestroyDomain, nil).Maybe()
+			h.on("release", a.ReleaseClaim, nil).Maybe()
+			h.on("clear", a.ClearInstanceHost, nil).Maybe()
+			h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid, Host: "b"})
+			err := h.env.GetWorkflowError()
+			if spawns != len(tt.attempts) {
+				t.Errorf("spawn ran %d times, want %d", spawns, len(tt.attempts))
+			}
+			// Every attempt after the first is counted, by why.
+			want := map[string]float64{}
+			for _, end := range tt.attempts[:len(tt.attempts)-1] {
+				if end == lost {
+					want["Spawn/lost"]++
+				} else {
+					want["Spawn/failed"]++
+				}
+			}
+			got := map[string]float64{}
+			for _, v := range h.metrics.of(MetricStepRedispatched) {
+				got[v.tags["activity"]+"/"+v.tags["reason"]] += v.value
+			}
+			if !maps.Equal(got, want) {
+				t.Errorf("%s = %v, want %v", MetricStepRedispatched, got, want)
+			}
+			if tt.line == "" {
+				if err != nil {
+					t.Fatalf("Unshelve: %v", err)
+				}
+				return
+			}
+			line := tt.line + "; instance " + uuid + " stays shelved_offloaded"
+			if f, ok := FailureOf(err); !ok || f.Line() != line {
+				t.Errorf("failure = %q\nwant      %q", f.Line(), line)
+			}
+		})
 	}
 }
