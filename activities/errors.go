@@ -36,6 +36,11 @@ const (
 	ErrTypeGroupRule = "GroupRule"
 )
 
+// ErrTypeWorkerStopping: the worker stopped while its attempt of a step
+// went on at the hypervisor; the next attempt follows it. A hand-over,
+// not a failure: the step's tries do not count it.
+const ErrTypeWorkerStopping = "WorkerStopping"
+
 // NonRetryableErrorTypes lists the error types above, for retry policies.
 var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
 	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeMigrationTimeout, ErrTypeConflict, ErrTypePostCopyFailed, ErrTypeGroupRule}

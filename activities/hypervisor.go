@@ -264,11 +264,11 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 			return classify(err)
 		case <-stopping:
 			// Leave the hypervisor to it; the next attempt follows it.
-			return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", "WorkerStopping")
+			return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", ErrTypeWorkerStopping)
 		case <-ctx.Done():
 			select {
 			case <-stopping:
-				return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", "WorkerStopping")
+				return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", ErrTypeWorkerStopping)
 			default:
 			}
 			// Cancelled or timed out: abort, and report what the driver

@@ -65,13 +65,16 @@ var tries = &temporal.RetryPolicy{
 	NonRetryableErrorTypes: activities.NonRetryableErrorTypes,
 }
 
-// lostDispatches bounds the attempts of a step of driverAttempts tries
-// that never reached a worker. Temporal can record an attempt as started
-// that no worker received when its store is slow (docs/operations.md,
-// "Lost dispatches"); such an attempt ends in a heartbeat timeout with no
-// heartbeat, and is no try of the step. Without this, three losses in a
-// row failed a boot on a healthy hypervisor.
-const lostDispatches = 10
+// untriedAttempts bounds the attempts of a step of driverAttempts tries
+// that are no tries of it:
+//   - lost: Temporal can record an attempt as started that no worker
+//     received when its store is slow (docs/operations.md, "Lost
+//     dispatches"); such an attempt ends in a heartbeat timeout with no
+//     heartbeat. Counted as tries, three losses in a row failed a boot on
+//     a healthy hypervisor.
+//   - handed over: a stopping worker left the step to the next attempt
+//     (a rolling restart of the workers during a long migration).
+const untriedAttempts = 10
 
 // changeDeliveredTries (unreleased): a step of driverAttempts tries
 // counts only the attempts that reached a worker, each its own activity.
@@ -407,9 +410,10 @@ func (s *saga) hypervisorTry(ctx workflow.Context, summary string, out any, step
 
 // try runs a hypervisor step of driverAttempts tries with opts, and stores
 // its result in out (nil for none). The tries are the attempts that
-// reached a worker: an attempt lost on its way (lostDispatch) is
-// dispatched again at once, up to lostDispatches times. A step that fails
-// its tries returns its last error; s.tried says how many attempts it made.
+// reached a worker and failed there: an attempt lost on its way
+// (lostDispatch) or handed over by a stopping worker is dispatched again
+// at once, up to untriedAttempts times. A step that fails its tries
+// returns its last error; s.tried says how many attempts it made.
 func (s *saga) try(ctx workflow.Context, opts workflow.ActivityOptions, out any, step any, in ...any) error {
 	s.tried = 0
 	if workflow.GetVersion(ctx, changeDeliveredTries, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
@@ -425,7 +429,7 @@ func (s *saga) try(ctx workflow.Context, opts workflow.ActivityOptions, out any,
 			Counter(MetricStepRedispatched).Inc(1)
 	}
 	backoff := tries.InitialInterval
-	attempts, ran, lost := 0, 0, 0
+	attempts, ran, untried := 0, 0, 0
 	for {
 		err := workflow.ExecuteActivity(actx, step, in...).Get(ctx, out)
 		attempts++
@@ -436,8 +440,13 @@ func (s *saga) try(ctx workflow.Context, opts workflow.ActivityOptions, out any,
 		case ctx.Err() != nil:
 			// Cancelled: no attempt after this one.
 		case lostDispatch(err):
-			if lost++; lost < lostDispatches {
+			if untried++; untried < untriedAttempts {
 				redispatched("lost")
+				continue
+			}
+		case isType(err, activities.ErrTypeWorkerStopping):
+			if untried++; untried < untriedAttempts {
+				redispatched("handed-over")
 				continue
 			}
 		case errors.As(err, &act) && retryable(act.Unwrap()):
@@ -456,8 +465,9 @@ func (s *saga) try(ctx workflow.Context, opts workflow.ActivityOptions, out any,
 }
 
 // MetricStepRedispatched counts the attempts a step of tries dispatched
-// again, by activity and reason: "lost" (no worker received the attempt)
-// or "failed" (it failed and is tried again). Temporal's own retries of
+// again, by activity and reason: "lost" (no worker received the attempt),
+// "handed-over" (its worker stopped) or "failed" (it failed and is tried
+// again). Temporal's own retries of
 // the other steps are pinflow.activity.retries.
 const MetricStepRedispatched = "pinflow.step.redispatched"
 

@@ -639,25 +639,28 @@ func TestMovesWaitForTheDisruptionBudget(t *testing.T) {
 }
 
 // A step of driverAttempts tries counts only the attempts that reached a
-// worker. An attempt Temporal lost on its way to one ends in a heartbeat
-// timeout with no heartbeat (every such step heartbeats as it starts), and
-// is dispatched again at once, up to lostDispatches times.
+// worker and failed there. An attempt Temporal lost on its way to one ends
+// in a heartbeat timeout with no heartbeat (every such step heartbeats as
+// it starts); a stopping worker hands its attempt over. Either is
+// dispatched again at once, up to untriedAttempts times.
 func TestTriesCountOnlyDeliveredAttempts(t *testing.T) {
 	lost := temporal.NewHeartbeatTimeoutError()
 	died := temporal.NewHeartbeatTimeoutError(activities.Running)
 	fault := temporal.NewApplicationError("libvirt: connection reset", "Transient")
+	stopping := temporal.NewApplicationError("the worker is stopping", activities.ErrTypeWorkerStopping)
 	repeat := func(err error, n int) []error { return slices.Repeat([]error{err}, n) }
 	tests := []struct {
 		name     string
 		attempts []error // each attempt's end, nil for success
 		line     string  // the failure, empty for success
 	}{
-		{"lost attempts are no tries", append(repeat(lost, lostDispatches-1), nil), ""},
+		{"lost attempts are no tries", append(repeat(lost, untriedAttempts-1), nil), ""},
 		{"a worker that died in the step is a try", repeat(died, driverAttempts),
 			"spawn on b failed after 3 attempts: heartbeat timeout (type: Heartbeat)"},
-		{"faults and losses mixed", []error{lost, fault, lost, fault, fault},
-			"spawn on b failed after 5 attempts: libvirt: connection reset"},
-		{"every attempt lost still ends", repeat(lost, lostDispatches),
+		{"a stopping worker's hand-over is no try", append(repeat(stopping, driverAttempts), nil), ""},
+		{"faults and losses mixed", []error{lost, fault, lost, fault, stopping, fault},
+			"spawn on b failed after 6 attempts: libvirt: connection reset"},
+		{"every attempt lost still ends", repeat(lost, untriedAttempts),
 			"spawn on b failed after 10 attempts: heartbeat timeout (type: Heartbeat)"},
 	}
 	for _, tt := range tests {
@@ -683,9 +686,12 @@ func TestTriesCountOnlyDeliveredAttempts(t *testing.T) {
 			// Every attempt after the first is counted, by why.
 			want := map[string]float64{}
 			for _, end := range tt.attempts[:len(tt.attempts)-1] {
-				if end == lost {
+				switch end {
+				case lost:
 					want["Spawn/lost"]++
-				} else {
+				case stopping:
+					want["Spawn/handed-over"]++
+				default:
 					want["Spawn/failed"]++
 				}
 			}

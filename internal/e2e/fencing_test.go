@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -149,8 +150,9 @@ func TestAuditRacesCommits(t *testing.T) {
 }
 
 // TestGracefulWorkerStopHandsOver stops the worker gracefully (a rolling
-// restart) in the middle of a migration: the migration is not aborted;
-// the next worker takes it over and follows it to its end.
+// restart) in the middle of a migration, more times than the step has
+// tries: the migration is not aborted, since a hand-over is no try; each
+// next worker takes it over and follows it to its end.
 func TestGracefulWorkerStopHandsOver(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
@@ -159,14 +161,17 @@ func TestGracefulWorkerStopHandsOver(t *testing.T) {
 	// until it has arrived.
 	s.ok("sim", "gate", "--at", "migrate", "--hold")
 	s.ok("migrate", vmA, "--dest", "b")
-	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", "1")
-	old := s.workers[len(s.workers)-1]
-	if err := old.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	const stops = 3 // the migrate step's tries
+	for stop := 1; stop <= stops; stop++ {
+		s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", strconv.Itoa(stop))
+		old := s.workers[len(s.workers)-1]
+		if err := old.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		_ = old.Wait()
+		s.startWorker()
 	}
-	_ = old.Wait()
-	s.startWorker()
-	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", "2")
+	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", strconv.Itoa(stops+1))
 	s.ok("sim", "gate", "--at", "migrate", "--release")
 	g := s.waitClosed(vmA)
 	if hostOf(g) != "b" {
