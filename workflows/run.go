@@ -70,8 +70,7 @@ var tries = &temporal.RetryPolicy{
 //   - lost: Temporal can record an attempt as started that no worker
 //     received when its store is slow (docs/operations.md, "Lost
 //     dispatches"); such an attempt ends in a heartbeat timeout with no
-//     heartbeat. Counted as tries, three losses in a row failed a boot on
-//     a healthy hypervisor.
+//     heartbeat, and says nothing about the hypervisor.
 //   - handed over: a stopping worker left the step to the next attempt
 //     (a rolling restart of the workers during a long migration).
 const untriedAttempts = 10
@@ -467,8 +466,8 @@ func (s *saga) try(ctx workflow.Context, opts workflow.ActivityOptions, out any,
 // MetricStepRedispatched counts the attempts a step of tries dispatched
 // again, by activity and reason: "lost" (no worker received the attempt),
 // "handed-over" (its worker stopped) or "failed" (it failed and is tried
-// again). Temporal's own retries of
-// the other steps are pinflow.activity.retries.
+// again). Temporal's own retries of the other steps are
+// pinflow.activity.retries.
 const MetricStepRedispatched = "pinflow.step.redispatched"
 
 // activityName is the activity type of step, a method value of
