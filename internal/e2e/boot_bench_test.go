@@ -106,6 +106,8 @@ func BenchmarkBootBurst(b *testing.B) {
 	b.ReportMetric(ms(bootQueue.slowest), "slowest-first-task-wait-ms")
 	b.ReportMetric(ms(bootQueue.stall), "longest-stall-ms")
 	b.ReportMetric(float64(bootQueue.lost), "lost-first-tasks")
+	b.ReportMetric(ms(bootQueue.longestTask), "longest-workflow-task-ms")
+	b.ReportMetric(float64(bootQueue.timedOut), "workflow-tasks-timed-out")
 	b.ReportMetric(ms(bareQueue.slowest), "bare-slowest-first-task-wait-ms")
 	b.ReportMetric(ms(bareQueue.stall), "bare-longest-stall-ms")
 	b.ReportMetric(float64(bareQueue.lost), "bare-lost-first-tasks")
@@ -126,25 +128,29 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // task and none got one: a queue that stopped moving (a stall) rather
 // than one that moved slowly. lost counts first tasks recorded as started
 // that timed out, never delivered to a worker (docs/operations.md, "Lost
-// dispatches").
+// dispatches"). Of every workflow task of the burst, longestTask is the
+// longest from its start to its completion, the margin a workflow task
+// timeout must keep, and timedOut counts those that timed out after they
+// started (lost, or slower than the timeout), first tasks included.
 type firstTasks struct {
-	slowest, stall time.Duration
-	lost           int
+	slowest, stall, longestTask time.Duration
+	lost, timedOut              int
 }
 
 func (f *firstTasks) add(g firstTasks) {
-	f.slowest, f.stall, f.lost = max(f.slowest, g.slowest), max(f.stall, g.stall), f.lost+g.lost
+	f.slowest, f.stall, f.longestTask = max(f.slowest, g.slowest), max(f.stall, g.stall), max(f.longestTask, g.longestTask)
+	f.lost, f.timedOut = f.lost+g.lost, f.timedOut+g.timedOut
 }
 
 func (f firstTasks) String() string {
-	return fmt.Sprintf("the slowest waited %.1f s, the queue stood still for at most %.2f s, %d lost", f.slowest.Seconds(), f.stall.Seconds(), f.lost)
+	return fmt.Sprintf("the slowest waited %.1f s, the queue stood still for at most %.2f s, %d lost; the longest workflow task took %.2f s, %d timed out",
+		f.slowest.Seconds(), f.stall.Seconds(), f.lost, f.longestTask.Seconds(), f.timedOut)
 }
 
 // readFirstTasks reads the first workflow task of the n workflows named
 // by id from their histories.
 func readFirstTasks(b *testing.B, tc client.Client, n int, id func(int) string) firstTasks {
-	started, first := make([]time.Time, n), make([]time.Time, n)
-	lost, errs := make([]int, n), make([]error, n)
+	runs, errs := make([]taskTimes, n), make([]error, n)
 	var wg sync.WaitGroup
 	next := make(chan int)
 	for range 16 {
@@ -152,7 +158,7 @@ func readFirstTasks(b *testing.B, tc client.Client, n int, id func(int) string) 
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				started[i], first[i], lost[i], errs[i] = firstTask(tc, id(i))
+				runs[i], errs[i] = readTaskTimes(tc, id(i))
 			}
 		}()
 	}
@@ -165,35 +171,67 @@ func readFirstTasks(b *testing.B, tc client.Client, n int, id func(int) string) 
 		b.Fatal(err)
 	}
 	var f firstTasks
-	for i := range n {
-		f.slowest, f.lost = max(f.slowest, first[i].Sub(started[i])), f.lost+lost[i]
+	started, first := make([]time.Time, n), make([]time.Time, n)
+	for i, r := range runs {
+		started[i], first[i] = r.started, r.first
+		f.slowest, f.longestTask = max(f.slowest, r.first.Sub(r.started)), max(f.longestTask, r.longestTask)
+		f.lost, f.timedOut = f.lost+r.lost, f.timedOut+r.timedOut
 	}
 	f.stall = longestStall(started, first)
 	return f
 }
 
-// firstTask returns when the workflow's latest run started, when its
-// first workflow task that completed started, and how many attempts of
-// that task timed out before it.
-func firstTask(tc client.Client, id string) (started, first time.Time, lost int, err error) {
+// taskTimes are the workflow tasks of one run: when it started, when its
+// first workflow task that completed started, how many attempts of that
+// task timed out before it, how many of all its tasks timed out after
+// they started, and the longest any took from its start to its
+// completion.
+type taskTimes struct {
+	started, first time.Time
+	delivered      bool // a workflow task completed
+	lost, timedOut int
+	longestTask    time.Duration
+}
+
+// readTaskTimes reads the workflow tasks of the workflow id's latest run
+// from its history.
+func readTaskTimes(tc client.Client, id string) (taskTimes, error) {
+	var r taskTimes
+	var taskStarted time.Time
 	it := tc.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
-			return started, first, lost, err
+			return r, err
 		}
+		at := ev.GetEventTime().AsTime()
 		switch ev.GetEventType() {
 		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-			started = ev.GetEventTime().AsTime()
+			r.started = at
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-			first = ev.GetEventTime().AsTime()
+			taskStarted = at
+			if !r.delivered {
+				r.first = at
+			}
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
-			lost++
+			// Not those a sticky queue's worker left waiting: Temporal
+			// hands them to any worker at once.
+			if ev.GetWorkflowTaskTimedOutEventAttributes().GetTimeoutType() != enumspb.TIMEOUT_TYPE_START_TO_CLOSE {
+				break
+			}
+			r.timedOut++
+			if !r.delivered {
+				r.lost++
+			}
 		case enumspb.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-			return started, first, lost, nil
+			r.longestTask = max(r.longestTask, at.Sub(taskStarted))
+			r.delivered = true
 		}
 	}
-	return started, first, lost, fmt.Errorf("%s: no workflow task completed", id)
+	if !r.delivered {
+		return r, fmt.Errorf("%s: no workflow task completed", id)
+	}
+	return r, nil
 }
 
 // longestStall is the longest time in which at least one workflow had
