@@ -13,7 +13,7 @@ import (
 )
 
 // Every hypervisor step of limited tries heartbeats with a detail as it
-// starts, before it acts: the workflows read a heartbeat timeout with no
+// starts: the workflows read a heartbeat timeout with no
 // detail as an attempt that never reached a worker, and dispatch it again
 // without counting a try. Here each step fails at once (no such guest),
 // and its heartbeat is there all the same.

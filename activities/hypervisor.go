@@ -64,9 +64,11 @@ func (a *Activities) heartbeating(ctx context.Context, step func(ctx context.Con
 	if !activity.IsActivity(ctx) {
 		return step(ctx)
 	}
-	beating(ctx)
 	done := make(chan error, 1)
 	go func() { done <- step(ctx) }()
+	// The first heartbeat goes out beside the step, not before it: the
+	// step need not wait for its round trip and its write to the history.
+	beating(ctx)
 	tick := time.NewTicker(a.beat())
 	defer tick.Stop()
 	for {
