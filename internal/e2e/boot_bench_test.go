@@ -147,8 +147,8 @@ func (f firstTasks) String() string {
 		f.slowest.Seconds(), f.stall.Seconds(), f.lost, f.longestTask.Seconds(), f.timedOut)
 }
 
-// readFirstTasks reads the first workflow task of the n workflows named
-// by id from their histories.
+// readFirstTasks reads the workflow tasks of the n workflows named by id
+// from their histories.
 func readFirstTasks(b *testing.B, tc client.Client, n int, id func(int) string) firstTasks {
 	runs, errs := make([]taskTimes, n), make([]error, n)
 	var wg sync.WaitGroup
