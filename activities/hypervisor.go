@@ -266,11 +266,11 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 			return classify(err)
 		case <-stopping:
 			// Leave the hypervisor to it; the next attempt follows it.
-			return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", ErrTypeWorkerStopping)
+			return handedOver()
 		case <-ctx.Done():
 			select {
 			case <-stopping:
-				return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", ErrTypeWorkerStopping)
+				return handedOver()
 			default:
 			}
 			// Cancelled or timed out: abort, and report what the driver
@@ -285,6 +285,12 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 			}
 		}
 	}
+}
+
+// handedOver is the end of a Migrate attempt whose worker stops: the
+// hypervisor goes on with the migration, and the next attempt follows it.
+func handedOver() error {
+	return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", ErrTypeWorkerStopping)
 }
 
 // RollbackMigration undoes a failed or cancelled migration on the
