@@ -83,7 +83,11 @@ func checkTopology(in HostTopology) error {
 	if in.Topology == nil {
 		return BadRequest(fmt.Sprintf("host %s: no topology given", in.Host))
 	}
-	if err := in.Topology.WithoutUsage().Validate(); err != nil {
+	topo := in.Topology.WithoutUsage()
+	if err := topo.Validate(); err != nil {
+		return BadRequest(fmt.Sprintf("host %s: %v", in.Host, err))
+	}
+	if err := topo.SeparatePools(); err != nil {
 		return BadRequest(fmt.Sprintf("host %s: %v", in.Host, err))
 	}
 	return nil

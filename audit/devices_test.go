@@ -61,7 +61,7 @@ func TestAuditGuardsDevicesInUse(t *testing.T) {
 	ctx := context.Background()
 	for _, stopped := range []bool{false, true} {
 		w := newWorld(t)
-		w.AddDeviceHost(t, "a")
+		w.AddSharedHost(t, "a")
 		// The spawn's lease lasts it on a loaded machine, and runs out
 		// before the audit (waitLeaseEnds).
 		w.Acts.FenceLease = 2 * time.Second

@@ -418,7 +418,7 @@ func TestAuditGuardsFloatingGuests(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
-			w.AddHost(t, "a")
+			w.AddSharedHost(t, "a")
 			w.Acts.FenceLease = 2 * time.Second
 			settler := &fakeSettler{}
 			w.auditor.Settler = settler

@@ -64,6 +64,9 @@ func (c *Client) AddHost(ctx context.Context, r AddHostRequest) (*workflows.Host
 		if err := in.Topology.Validate(); err != nil {
 			return nil, fmt.Errorf("%s %s: %v: %w", verb, r.Name, err, ErrInvalid)
 		}
+		if err := in.Topology.SeparatePools(); err != nil {
+			return nil, fmt.Errorf("%s %s: %v: %w", verb, r.Name, err, ErrInvalid)
+		}
 	default:
 		return nil, fmt.Errorf("%s %s: give a topology or a libvirt configuration: %w", verb, r.Name, ErrInvalid)
 	}

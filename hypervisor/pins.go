@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/xmlpatch"
@@ -86,11 +87,12 @@ func UsedDevices(d Domain, h *numa.Host) ([]string, error) {
 	return pins.DeviceAddresses(h), nil
 }
 
-// UsedCPUs is every host CPU a domain's pins name while it runs or is
-// paused: the pCPUs nothing else may be given. A shut-off domain uses
-// none, since only an operation, which claims first, starts it again. The
-// error of pins that cannot be read wraps xmlpatch's; callers keep what
-// such a domain may use.
+// UsedCPUs is every pCPU a domain holds one to one while it runs or is
+// paused (xmlpatch.Pins.PinnedCPUs): the pCPUs nothing else may be given.
+// A pin to several CPUs, or none, floats: Reach says where. A shut-off
+// domain uses none, since only an operation, which claims first, starts it
+// again. The error of pins that cannot be read wraps xmlpatch's; callers
+// keep what such a domain may use.
 func UsedCPUs(d Domain) (numa.CPUSet, error) {
 	if d.State == StateShutoff {
 		return numa.CPUSet{}, nil
@@ -99,5 +101,74 @@ func UsedCPUs(d Domain) (numa.CPUSet, error) {
 	if err != nil {
 		return numa.CPUSet{}, fmt.Errorf("domain %s: its pins cannot be read: %w", d.UUID, err)
 	}
-	return pins.HostCPUs(), nil
+	return pins.PinnedCPUs(), nil
+}
+
+// Reach is every CPU of a host (all) that some thread of a running or
+// paused domain may run on (xmlpatch.Pins.Reach): a guest without a
+// cpuset reaches the whole host. A shut-off domain reaches none; one
+// whose XML cannot be read reaches all, with the error.
+func Reach(d Domain, all numa.CPUSet) (numa.CPUSet, error) {
+	if d.State == StateShutoff {
+		return numa.CPUSet{}, nil
+	}
+	pins, err := xmlpatch.Read(d.XML)
+	if err != nil {
+		return all, fmt.Errorf("domain %s: its pins cannot be read: %w", d.UUID, err)
+	}
+	return pins.Reach(all), nil
+}
+
+// Owner is the claim that dedicates a pCPU, and the guest it is for.
+type Owner struct {
+	Claim, Guest string
+}
+
+// Breach is a break of pinflow's promise found at the hypervisor: a
+// running or paused domain that may run on pCPUs a claim dedicates to
+// another guest.
+type Breach struct {
+	Domain Domain
+	// CPUs are the pCPUs it reaches that other guests' claims dedicate.
+	CPUs numa.CPUSet
+	// Owners are those claims, sorted by claim id.
+	Owners []Owner
+}
+
+func (b Breach) String() string {
+	owners := make([]string, len(b.Owners))
+	for i, o := range b.Owners {
+		owners[i] = fmt.Sprintf("claim %s of guest %s", o.Claim, o.Guest)
+	}
+	return fmt.Sprintf("domain %s (%s, %s) may run on pCPUs %s that %s dedicates",
+		b.Domain.Name, b.Domain.UUID, b.Domain.State, b.CPUs, strings.Join(owners, " and "))
+}
+
+// Breaches checks the promise on one host whose CPUs are all: no pCPU a
+// claim dedicates (owners maps each such pCPU to its claim) is within
+// Reach of any other guest's running or paused domain. A domain whose XML
+// cannot be read is taken to reach the whole host.
+func Breaches(doms []Domain, all numa.CPUSet, owners map[int]Owner) []Breach {
+	var out []Breach
+	for _, d := range doms {
+		reach, _ := Reach(d, all)
+		b := Breach{Domain: d}
+		seen := map[Owner]bool{}
+		for _, cpu := range reach.List() {
+			o, ok := owners[cpu]
+			if !ok || o.Guest == d.UUID {
+				continue
+			}
+			b.CPUs = b.CPUs.Union(numa.NewCPUSet(cpu))
+			if !seen[o] {
+				seen[o] = true
+				b.Owners = append(b.Owners, o)
+			}
+		}
+		if !b.CPUs.IsEmpty() {
+			slices.SortFunc(b.Owners, func(x, y Owner) int { return strings.Compare(x.Claim, y.Claim) })
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -19,7 +19,10 @@ import (
 )
 
 // RegisterHost records a host's NUMA topology (its usage fields are
-// ignored: the ledger's claims are the usage) and returns the host's
+// ignored: the ledger's claims are the usage) with its shared CPUs apart
+// from its pinnable ones (numa.Host.SeparatePools: a host given neither
+// set keeps every CPU for pinning, and one given overlapping sets is
+// ErrInvalid), and returns the host's
 // generation, which grows by one each time the topology changes.
 // Registering the same topology again changes nothing. A changed topology
 // is refused with ErrConflict while a claim uses a cell or pCPU it drops,
@@ -35,6 +38,9 @@ func (l *Ledger) RegisterHost(ctx context.Context, name string, topo *numa.Host)
 		return 0, wrap(fmt.Errorf("%w: no topology given", ErrInvalid))
 	}
 	stored := topo.WithoutUsage()
+	if err := stored.SeparatePools(); err != nil {
+		return 0, wrap(fmt.Errorf("%w: %v", ErrInvalid, err))
+	}
 	if err := stored.Validate(); err != nil {
 		return 0, wrap(fmt.Errorf("%w: %v", ErrInvalid, err))
 	}
@@ -180,9 +186,9 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 	}
 	hc := cached
 	if data, ok := res[2].(string); ok {
-		topo := &numa.Host{}
-		if err := json.Unmarshal([]byte(data), topo); err != nil {
-			return nil, fmt.Errorf("stored topology: %w", err)
+		topo, err := decodeTopology(data)
+		if err != nil {
+			return nil, err
 		}
 		hc = newHostCache(st.gen, gotDigest, topo)
 	} else if cached == nil || cached.digest != gotDigest {
@@ -259,6 +265,18 @@ func init() {
 		memFields[i] = strconv.Itoa(i) + ":mem"
 		sharedFields[i] = strconv.Itoa(i) + ":shared"
 	}
+}
+
+// decodeTopology reads a stored topology. A host registered before the
+// ledger kept shared CPUs apart from pinnable ones gets them apart here,
+// so that no guest is ever placed to float over pinned pCPUs.
+func decodeTopology(data string) (*numa.Host, error) {
+	topo := &numa.Host{}
+	if err := json.Unmarshal([]byte(data), topo); err != nil {
+		return nil, fmt.Errorf("stored topology: %w", err)
+	}
+	_ = topo.SeparatePools() // registered before the rule: keep it apart, refuse nothing
+	return topo, nil
 }
 
 // compose applies the ledger's pins and usage counters to a topology.
@@ -396,9 +414,9 @@ func (l *Ledger) Snapshot(ctx context.Context, name string) (*Snapshot, error) {
 	if s.Status, err = parseStatus(name, status.Val()); err != nil {
 		return nil, wrap(err)
 	}
-	stored := &numa.Host{}
-	if err := json.Unmarshal([]byte(t["topology"]), stored); err != nil {
-		return nil, wrap(fmt.Errorf("stored topology: %w", err))
+	stored, err := decodeTopology(t["topology"])
+	if err != nil {
+		return nil, wrap(err)
 	}
 	recs := make([]string, 0, len(claims.Val()))
 	for _, r := range claims.Val() {

@@ -101,6 +101,30 @@ func (s *Snapshot) Verify() error {
 			bad("claim %s uses pCPU %d, which is not pinned", id, cpu)
 		}
 	}
+	// The promise: no guest's floating threads may run on a pCPU another
+	// guest's claim dedicates.
+	var all numa.CPUSet
+	for _, c := range s.Topology.Cells {
+		all = all.Union(c.CPUs).Union(c.PCPUs)
+	}
+	guestOf := make(map[string]string, len(s.Claims))
+	for _, c := range s.Claims {
+		guestOf[c.ID] = c.InstanceUUID
+	}
+	for _, c := range s.Claims {
+		if c.Placement == nil {
+			continue
+		}
+		over := map[string]numa.CPUSet{}
+		for _, cpu := range c.Placement.Floats(all).List() {
+			if o, ok := owner[cpu]; ok && guestOf[o] != c.InstanceUUID {
+				over[o] = over[o].Union(numa.NewCPUSet(cpu))
+			}
+		}
+		for _, o := range slices.Sorted(maps.Keys(over)) {
+			bad("claim %s of %s floats over pCPUs %s that claim %s dedicates to %s", c.ID, c.InstanceUUID, over[o], o, guestOf[o])
+		}
+	}
 	held := map[string]bool{}
 	for _, d := range s.Devices {
 		held[d.Address] = true

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -179,9 +178,9 @@ func viewOf(name string, res []any, asked string, held *numa.Host, decoded map[s
 	case sent && decoded[v.Version.Digest] != nil:
 		v.Topology = decoded[v.Version.Digest]
 	case sent:
-		topo := &numa.Host{}
-		if err := json.Unmarshal([]byte(data), topo); err != nil {
-			return v, fmt.Errorf("stored topology: %w", err)
+		topo, err := decodeTopology(data)
+		if err != nil {
+			return v, err
 		}
 		decoded[v.Version.Digest] = topo
 		v.Topology = topo

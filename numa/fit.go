@@ -100,7 +100,7 @@ func Fit(h *Host, r *Request) (*Placement, error) {
 		RealtimePriority: r.RealtimePriority, HostSharedSet: h.SharedSet}
 	d := newDeviceNeeds(h, r)
 	if !r.HasNUMA() {
-		p.MemoryMB, p.VCPUs = r.MemoryMB, r.VCPUs
+		p.MemoryMB, p.VCPUs, p.FloatCPUs = r.MemoryMB, r.VCPUs, h.SharedCPUs()
 		if err := h.FitsHost(p.HostUsage()); err != nil {
 			return nil, err
 		}

@@ -166,6 +166,43 @@ func (h *Host) Clone() *Host {
 	return &out
 }
 
+// SharedCPUs returns the CPUs of every cell that guests without pinned
+// vCPUs float over: the host's shared pool.
+func (h *Host) SharedCPUs() CPUSet {
+	var out CPUSet
+	for _, c := range h.Cells {
+		out = out.Union(c.CPUs)
+	}
+	return out
+}
+
+// SeparatePools takes every pinnable CPU out of h's shared CPUs (each
+// cell's and the host's cpu_shared_set), so that no floating vCPU or
+// emulator thread can run where a guest may be pinned. A cell whose shared
+// and pinnable CPUs are the same set, as a host given neither
+// cpu_shared_set nor cpu_dedicated_set has them, keeps them pinnable only.
+// CPUs given as both shared and dedicated otherwise, which Nova refuses
+// too, are an error that names them; h is separated all the same.
+func (h *Host) SeparatePools() error {
+	var pinnable, overlap CPUSet
+	for i := range h.Cells {
+		c := &h.Cells[i]
+		pinnable = pinnable.Union(c.PCPUs)
+		if both := c.CPUs.Intersection(c.PCPUs); !both.IsEmpty() {
+			if !c.CPUs.Equal(c.PCPUs) {
+				overlap = overlap.Union(both)
+			}
+			c.CPUs = c.CPUs.Difference(c.PCPUs)
+		}
+	}
+	overlap = overlap.Union(h.SharedSet.Intersection(pinnable))
+	h.SharedSet = h.SharedSet.Difference(pinnable)
+	if !overlap.IsEmpty() {
+		return fmt.Errorf("numa: cpus %s are both shared and dedicated; the sets must not overlap, or a floating guest would run on pinned pCPUs", overlap)
+	}
+	return nil
+}
+
 // WithoutUsage returns a copy of h with no pins, memory, shared vCPUs or
 // pages in use: the bare topology.
 func (h *Host) WithoutUsage() *Host {

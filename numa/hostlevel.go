@@ -45,13 +45,11 @@ func (h *Host) HostLimits() (memoryMB, vcpus int64) {
 		l = &defaultLimits
 	}
 	var mem int64
-	var shared CPUSet
 	for _, c := range h.Cells {
 		mem += c.MemoryMB
-		shared = shared.Union(c.CPUs)
 	}
 	return max(0, floorLimit(float64(mem)*l.RAMAllocationRatio)-l.ReservedHostMemoryMB),
-		floorLimit(float64(shared.Len()) * l.CPUAllocationRatio)
+		floorLimit(float64(h.SharedCPUs().Len()) * l.CPUAllocationRatio)
 }
 
 // floorLimit is the largest whole number not above limit, as usage >
@@ -70,6 +68,9 @@ func (h *Host) FitsHost(u HostUsage) error {
 	mem, vcpus := h.HostLimits()
 	if u.MemoryMB > 0 && h.MemoryUsedMB+u.MemoryMB > mem {
 		return &NoFitError{Reason: fmt.Sprintf("host memory usage would be %d MiB, above the limit %d MiB", h.MemoryUsedMB+u.MemoryMB, mem), Resource: ResourceHostMemory}
+	}
+	if u.VCPUs > 0 && h.SharedCPUs().IsEmpty() {
+		return &NoFitError{Reason: fmt.Sprintf("the host has no shared CPUs for %d floating vCPUs (no cpu_shared_set); its CPUs are for pinned vCPUs only", u.VCPUs), Resource: ResourceHostVCPUs}
 	}
 	if u.VCPUs > 0 && int64(h.VCPUUsage+u.VCPUs) > vcpus {
 		return &NoFitError{Reason: fmt.Sprintf("host shared vCPU usage would be %d, above the limit %d", h.VCPUUsage+u.VCPUs, vcpus), Resource: ResourceHostVCPUs}

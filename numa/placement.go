@@ -23,6 +23,10 @@ type Placement struct {
 	// Cells): it floats over the whole host, which it takes them of.
 	MemoryMB int64
 	VCPUs    int
+	// FloatCPUs are the host CPUs such a guest's vCPUs and emulator float
+	// over: its host's shared CPUs, which the domain gets as <vcpu cpuset>.
+	// Empty in a placement recorded before pinflow wrote them.
+	FloatCPUs CPUSet
 	// Devices are the PCI devices the guest takes, per request and pool;
 	// empty when it asks for none.
 	Devices []DeviceTake
@@ -56,6 +60,29 @@ func (c *PlacedCell) PinnedPCPUs() CPUSet {
 		b.add(p)
 	}
 	return b.set()
+}
+
+// Floats returns the host CPUs the placed guest's threads may float over,
+// beside the pCPUs it is pinned to or reserves: without NUMA cells, its
+// FloatCPUs (all, the host's every CPU, when it predates them); with
+// cells, the shared CPUs of cells with shared vCPUs and an emulator that
+// runs on the host's shared set.
+func (p *Placement) Floats(all CPUSet) CPUSet {
+	if !p.HasNUMA() {
+		if p.VCPUs > 0 && p.FloatCPUs.IsEmpty() {
+			return all
+		}
+		return p.FloatCPUs
+	}
+	var out, own CPUSet
+	for i := range p.Cells {
+		c := &p.Cells[i]
+		if !c.SharedVCPUs.IsEmpty() {
+			out = out.Union(c.HostCPUs)
+		}
+		own = own.Union(c.PinnedPCPUs()).Union(c.Reserved)
+	}
+	return out.Union(p.EmulatorPCPUs().Difference(own))
 }
 
 // EmulatorPCPUs returns where the guest's emulator threads run: the
@@ -101,6 +128,7 @@ type placementJSON struct {
 	HostSharedSet    []int        `json:"host_shared_set,omitempty"`
 	MemoryMB         int64        `json:"memory_mb,omitempty"`
 	VCPUs            int          `json:"vcpus,omitempty"`
+	FloatCPUs        []int        `json:"float_cpuset,omitempty"`
 	Devices          []DeviceTake `json:"pci_devices,omitempty"`
 }
 
@@ -143,6 +171,7 @@ func (p Placement) MarshalJSON() ([]byte, error) {
 		HostSharedSet:    listOrNil(p.HostSharedSet),
 		MemoryMB:         p.MemoryMB,
 		VCPUs:            p.VCPUs,
+		FloatCPUs:        listOrNil(p.FloatCPUs),
 		Devices:          p.Devices,
 	}
 	for i, c := range p.Cells {
@@ -202,6 +231,9 @@ func (p *Placement) UnmarshalJSON(data []byte) error {
 	out.MemoryMB, out.VCPUs = in.MemoryMB, in.VCPUs
 	out.Devices = in.Devices
 	if out.HostSharedSet, err = set("host_shared_set", in.HostSharedSet); err != nil {
+		return err
+	}
+	if out.FloatCPUs, err = set("float_cpuset", in.FloatCPUs); err != nil {
 		return err
 	}
 	for i, cj := range in.Cells {

@@ -77,7 +77,10 @@ func HostAdd(ctx workflow.Context, in HostAddInput) (*HostAddResult, error) {
 		}
 	}
 	s.phase(PhaseCompleted, "")
-	return &HostAddResult{Host: in.Host, Generation: gen, Topology: topo}, nil
+	// The host as the ledger keeps it: shared CPUs apart from pinnable ones.
+	kept := topo.Clone()
+	_ = kept.SeparatePools() // RegisterHost refused an overlap
+	return &HostAddResult{Host: in.Host, Generation: gen, Topology: kept}, nil
 }
 
 // HostStateInput is a change of a host's state; the reason is the

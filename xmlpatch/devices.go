@@ -290,10 +290,11 @@ func (d *domain) deviceEdits(plan map[*hostDevice]placed) ([]edit, error) {
 	return edits, nil
 }
 
-// rewriteAttr rewrites one attribute of el's start tag, keeping its other
-// attributes, their order and its children.
+// rewriteAttr sets one attribute of el's start tag, adding it last when
+// el has none, keeping its other attributes, their order and its children.
 func rewriteAttr(el *node, name, value string) edit {
 	var kv []string
+	found := false
 	for _, at := range el.attrs {
 		n := at.Name.Local
 		if at.Name.Space != "" {
@@ -301,9 +302,12 @@ func rewriteAttr(el *node, name, value string) edit {
 		}
 		v := at.Value
 		if n == name {
-			v = value
+			v, found = value, true
 		}
 		kv = append(kv, n, v)
+	}
+	if !found {
+		kv = append(kv, name, value)
 	}
 	tag := element(el.name, kv...)
 	if el.inner == el.end {

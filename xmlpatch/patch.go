@@ -41,7 +41,8 @@ type plan struct {
 // The source address of each device element pinflow wrote (user alias
 // DeviceAlias(r, i)) becomes the i-th device p takes for PCI request r;
 // every device p takes must have its element. A placement without NUMA
-// cells decides no pins: only the devices are rewritten then.
+// cells decides no pins: its FloatCPUs become <vcpu cpuset> (kept as they
+// are when it has none) and its devices are rewritten.
 func Patch(domainXML string, p *numa.Placement) (string, error) {
 	if p == nil {
 		return "", badPlacement("no placement given")
@@ -65,6 +66,11 @@ func Patch(domainXML string, p *numa.Placement) (string, error) {
 	edits, err := d.deviceEdits(devices)
 	if err != nil {
 		return "", err
+	}
+	if !p.HasNUMA() && !p.FloatCPUs.IsEmpty() {
+		// Nova's <vcpu cpuset>: the vCPUs and the emulator of a guest
+		// without pins run on its host's shared CPUs alone.
+		edits = append(edits, rewriteAttr(d.vcpu, "cpuset", p.FloatCPUs.String()))
 	}
 	out := d.apply(pl, edits)
 	// The splice keeps bytes it did not write, so a document that parsed

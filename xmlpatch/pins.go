@@ -19,6 +19,8 @@ type Pins struct {
 	EmulatorPins numa.CPUSet `json:"emulator_pins,omitzero"`
 	// IOThreadPins maps an I/O thread id to the host CPUs of its <iothreadpin>.
 	IOThreadPins map[int]numa.CPUSet `json:"iothread_pins,omitempty"`
+	// IOThreads are the ids of the domain's I/O threads, pinned or not.
+	IOThreads []int `json:"iothreads,omitempty"`
 	// Memory is <numatune><memory>; nil without one.
 	Memory *MemoryPolicy `json:"memory,omitempty"`
 	// MemNodes maps a guest cell id to its <numatune><memnode>.
@@ -80,12 +82,59 @@ func (p *Pins) HostCPUs() numa.CPUSet {
 	return out
 }
 
+// PinnedCPUs returns the host CPUs the domain holds one to one: those of
+// each vCPU, emulator or I/O thread pin that names a single CPU. A pin to
+// several CPUs floats over them, as a vCPU without a pin floats over
+// <vcpu cpuset>; Reach says where such threads may run.
+func (p *Pins) PinnedCPUs() numa.CPUSet {
+	var out numa.CPUSet
+	add := func(s numa.CPUSet) {
+		if s.Len() == 1 {
+			out = out.Union(s)
+		}
+	}
+	add(p.EmulatorPins)
+	for _, s := range p.VCPUPins {
+		add(s)
+	}
+	for _, s := range p.IOThreadPins {
+		add(s)
+	}
+	return out
+}
+
+// Reach returns every host CPU some thread of the domain may run on, as
+// libvirt applies its pins: each vCPU, the emulator and each I/O thread on
+// its own pin, else on <vcpu cpuset>, else on every CPU of the host (all).
+func (p *Pins) Reach(all numa.CPUSet) numa.CPUSet {
+	fallback := all
+	if !p.DefaultCPUs.IsEmpty() {
+		fallback = p.DefaultCPUs
+	}
+	out := p.HostCPUs()
+	unpinned := p.EmulatorPins.IsEmpty()
+	for v := range p.VCPUs {
+		if p.VCPUPins[v].IsEmpty() {
+			unpinned = true
+		}
+	}
+	for _, id := range p.IOThreads {
+		if p.IOThreadPins[id].IsEmpty() {
+			unpinned = true
+		}
+	}
+	if unpinned {
+		out = out.Union(fallback)
+	}
+	return out
+}
+
 // PinsFor returns the pins Patch writes for placement p: vCPU and
-// emulator pins, the <memory> and per-cell <memnode> nodesets, the guest
+// emulator pins (or the <vcpu cpuset> of a guest without NUMA cells), the <memory> and per-cell <memnode> nodesets, the guest
 // cells and, when p names realtime vCPUs, their fifo scheduling (at
 // numa.DefaultRealtimePriority when p.RealtimePriority is 0). What comes
 // from the domain instead (memory modes, I/O thread pins, the realtime
-// vCPUs of a placement without any, <vcpu cpuset>) is left empty.
+// vCPUs of a placement without any) is left empty.
 func PinsFor(p *numa.Placement) (*Pins, error) {
 	if p == nil {
 		return nil, badPlacement("no placement given")
@@ -112,6 +161,9 @@ func PinsFor(p *numa.Placement) (*Pins, error) {
 		out.GuestCells = append(out.GuestCells, GuestCell{ID: c.GuestCell, VCPUs: vcpus, MemoryKiB: uint64(c.MemoryMB) * 1024})
 	}
 	sort.Slice(out.GuestCells, func(i, j int) bool { return out.GuestCells[i].ID < out.GuestCells[j].ID })
+	if !p.HasNUMA() {
+		out.DefaultCPUs = p.FloatCPUs
+	}
 	out.EmulatorPins = p.EmulatorPCPUs()
 	if !p.RealtimeVCPUs.IsEmpty() {
 		prio := p.RealtimePriority

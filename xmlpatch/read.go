@@ -15,7 +15,7 @@ func Read(domainXML string) (*Pins, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pins{VCPUs: d.vcpus}
+	p := &Pins{VCPUs: d.vcpus, IOThreads: d.iothreadIDs}
 	if v, ok := d.vcpu.attr("cpuset"); ok {
 		if p.DefaultCPUs, err = numa.Parse(v); err != nil {
 			return nil, malformed("<vcpu cpuset='%.40s'>: %v", v, err)

@@ -74,7 +74,7 @@ func TestRead(t *testing.T) {
   </numatune>
 `, ""), &Pins{
 			VCPUs:        2,
-			IOThreadPins: map[int]numa.CPUSet{1: set("4-5"), 2: set("6")},
+			IOThreadPins: map[int]numa.CPUSet{1: set("4-5"), 2: set("6")}, IOThreads: []int{1, 2},
 			Memory:       &MemoryPolicy{Mode: "strict", Placement: "auto"},
 		}},
 	}
@@ -240,6 +240,7 @@ func TestRoundTrip(t *testing.T) {
 					want.IOThreadPins = map[int]numa.CPUSet{}
 				}
 				want.IOThreadPins[id] = want.EmulatorPins
+				want.IOThreads = append(want.IOThreads, id)
 			}
 			if diff := cmp.Diff(want, read); diff != "" {
 				t.Errorf("Read(Patch(%s, %s)) differs from PinsFor (-want +got):\n%s", tt.name, p, diff)

@@ -62,8 +62,8 @@ type HostConfig struct {
 	// lets libvirt choose.
 	MigrateURI string `json:"migrate_uri,omitempty"`
 	// CPUDedicatedSet and CPUSharedSet split the host's online CPUs as
-	// Nova's options of the same names do; both empty makes every online
-	// CPU both pinnable and shared.
+	// Nova's options of the same names do, and must not overlap; both
+	// empty makes every online CPU pinnable and none shared.
 	CPUDedicatedSet string `json:"cpu_dedicated_set,omitempty"`
 	CPUSharedSet    string `json:"cpu_shared_set,omitempty"`
 	// DeviceSpec lists the host's PCI devices guests may take, as a JSON
@@ -85,16 +85,23 @@ func (c HostConfig) Validate() error {
 			return fmt.Errorf("migrate uri %q is invalid; want scheme://address[:port], such as tcp://10.0.0.2", c.MigrateURI)
 		}
 	}
-	for _, s := range []struct{ name, value string }{
+	var sets [2]numa.CPUSet
+	for i, s := range []struct{ name, value string }{
 		{"cpu_dedicated_set", c.CPUDedicatedSet},
 		{"cpu_shared_set", c.CPUSharedSet},
 	} {
 		if s.value == "" {
 			continue
 		}
-		if _, err := numa.Parse(s.value); err != nil {
+		set, err := numa.Parse(s.value)
+		if err != nil {
 			return fmt.Errorf("%s %q: %w", s.name, s.value, err)
 		}
+		sets[i] = set
+	}
+	if both := sets[0].Intersection(sets[1]); !both.IsEmpty() {
+		return fmt.Errorf("cpus %s are in both cpu_dedicated_set %q and cpu_shared_set %q; the sets must not overlap, or a floating guest would run on pinned pCPUs",
+			both, c.CPUDedicatedSet, c.CPUSharedSet)
 	}
 	if c.DeviceSpec != "" {
 		if _, err := ParseDeviceSpecs(c.DeviceSpec); err != nil {

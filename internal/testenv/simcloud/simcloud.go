@@ -90,21 +90,11 @@ func (w *World) At(t time.Time) {
 	w.mu.Unlock()
 }
 
-// AddHost registers a host of 8 pinnable pCPUs in one cell with the
-// ledger and the simulator.
+// AddHost registers a host of one cell of 8 cores, every one of them
+// pinnable and none shared, in the simulator and the ledger.
 func (w *World) AddHost(t testing.TB, name string) {
 	t.Helper()
-	h, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 8, Threads: 1, MemoryMB: 16384})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := w.Driver.AddHost(ctx, name, h); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Ledger.RegisterHost(ctx, name, h); err != nil {
-		t.Fatal(err)
-	}
+	w.addHost(t, name, numa.CPUSet{}, false)
 }
 
 // AddDeviceHost registers a host as AddHost does, with an SR-IOV NIC on
@@ -112,19 +102,37 @@ func (w *World) AddHost(t testing.TB, name string) {
 // all on physical network physnet1.
 func (w *World) AddDeviceHost(t testing.TB, name string) {
 	t.Helper()
-	h, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 8, Threads: 1, MemoryMB: 16384})
+	w.addHost(t, name, numa.CPUSet{}, true)
+}
+
+// AddSharedHost registers a host as AddDeviceHost does whose CPUs 0-1 are
+// shared, for guests that float, and 2-7 pinnable.
+func (w *World) AddSharedHost(t testing.TB, name string) {
+	t.Helper()
+	w.addHost(t, name, numa.Range(0, 1), true)
+}
+
+func (w *World) addHost(t testing.TB, name string, shared numa.CPUSet, devices bool) {
+	t.Helper()
+	spec := numa.UniformSpec{Cells: 1, Cores: 8, Threads: 1, MemoryMB: 16384}
+	if !shared.IsEmpty() {
+		spec.Shared, spec.Dedicated = shared, numa.Range(0, 7).Difference(shared)
+	}
+	h, err := numa.Uniform(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := 0
-	dev := func(addr string, typ numa.DeviceType, product, parent string) numa.PCIDevice {
-		return numa.PCIDevice{Address: addr, VendorID: "8086", ProductID: product, DevType: typ, PhysFunction: parent,
-			NUMANode: &node, Tags: map[string]string{"physical_network": "physnet1"}}
-	}
-	h.PCIDevices = []numa.PCIDevice{
-		dev("0000:81:00.0", numa.DeviceTypePF, "1572", ""),
-		dev("0000:81:10.0", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
-		dev("0000:81:10.1", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
+	if devices {
+		node := 0
+		dev := func(addr string, typ numa.DeviceType, product, parent string) numa.PCIDevice {
+			return numa.PCIDevice{Address: addr, VendorID: "8086", ProductID: product, DevType: typ, PhysFunction: parent,
+				NUMANode: &node, Tags: map[string]string{"physical_network": "physnet1"}}
+		}
+		h.PCIDevices = []numa.PCIDevice{
+			dev("0000:81:00.0", numa.DeviceTypePF, "1572", ""),
+			dev("0000:81:10.0", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
+			dev("0000:81:10.1", numa.DeviceTypeVF, "154c", "0000:81:00.0"),
+		}
 	}
 	ctx := context.Background()
 	if err := w.Driver.AddHost(ctx, name, h); err != nil {
