@@ -75,7 +75,7 @@ func TestRead(t *testing.T) {
 `, ""), &Pins{
 			VCPUs:        2,
 			IOThreadPins: map[int]numa.CPUSet{1: set("4-5"), 2: set("6")}, IOThreads: []int{1, 2},
-			Memory:       &MemoryPolicy{Mode: "strict", Placement: "auto"},
+			Memory: &MemoryPolicy{Mode: "strict", Placement: "auto"},
 		}},
 	}
 	for _, tt := range tests {
