@@ -74,8 +74,9 @@ func TestRead(t *testing.T) {
   </numatune>
 `, ""), &Pins{
 			VCPUs:        2,
-			IOThreadPins: map[int]numa.CPUSet{1: set("4-5"), 2: set("6")}, IOThreads: []int{1, 2},
-			Memory: &MemoryPolicy{Mode: "strict", Placement: "auto"},
+			IOThreadPins: map[int]numa.CPUSet{1: set("4-5"), 2: set("6")},
+			IOThreads:    []int{1, 2},
+			Memory:       &MemoryPolicy{Mode: "strict", Placement: "auto"},
 		}},
 	}
 	for _, tt := range tests {
