@@ -140,8 +140,12 @@ func (b Breach) String() string {
 	for i, o := range b.Owners {
 		owners[i] = fmt.Sprintf("claim %s of guest %s", o.Claim, o.Guest)
 	}
-	return fmt.Sprintf("domain %s (%s, %s) may run on pCPUs %s that %s dedicates",
-		b.Domain.Name, b.Domain.UUID, b.Domain.State, b.CPUs, strings.Join(owners, " and "))
+	verb := "dedicates"
+	if len(owners) > 1 {
+		verb = "dedicate"
+	}
+	return fmt.Sprintf("domain %s (%s, %s) may run on pCPUs %s that %s %s",
+		b.Domain.Name, b.Domain.UUID, b.Domain.State, b.CPUs, strings.Join(owners, " and "), verb)
 }
 
 // Breaches checks the promise on one host whose CPUs are all: no pCPU a

@@ -66,6 +66,8 @@ func TestUsedCPUs(t *testing.T) {
 		{"running", Domain{UUID: "u", State: StateRunning, XML: pinned}, "2-3,5", false},
 		{"paused", Domain{UUID: "u", State: StatePaused, XML: pinned}, "2-3,5", false},
 		{"shut off", Domain{UUID: "u", State: StateShutoff, XML: pinned}, "", false},
+		{"floating", Domain{UUID: "u", State: StateRunning, XML: `<domain><vcpu cpuset='0-1'>2</vcpu></domain>`}, "", false},
+		{"mixed", Domain{UUID: "u", State: StateRunning, XML: `<domain><vcpu>2</vcpu><cputune><vcpupin vcpu='0' cpuset='0-1'/><vcpupin vcpu='1' cpuset='3'/><emulatorpin cpuset='0-1,3'/></cputune></domain>`}, "3", false},
 		{"unreadable", Domain{UUID: "u", State: StateRunning, XML: "<domain>"}, "", true},
 	}
 	for _, tt := range tests {
@@ -78,5 +80,34 @@ func TestUsedCPUs(t *testing.T) {
 				t.Errorf("UsedCPUs(%s) = %q, want %q", tt.name, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBreaches: a domain whose threads may run on pCPUs another guest's
+// claim dedicates breaks the promise, whatever its state but shut off; a
+// guest's own claims and a floating guest kept to the shared set do not.
+func TestBreaches(t *testing.T) {
+	all := numa.Range(0, 5)
+	owners := map[int]Owner{2: {Claim: "c-p", Guest: "p"}, 3: {Claim: "c-p", Guest: "p"}, 4: {Claim: "c-q", Guest: "q"}}
+	pinned := `<domain><vcpu>2</vcpu><cputune><vcpupin vcpu='0' cpuset='2'/><vcpupin vcpu='1' cpuset='3'/><emulatorpin cpuset='2-3'/></cputune></domain>`
+	doms := []Domain{
+		{UUID: "p", Name: "pinned", State: StateRunning, XML: pinned},
+		{UUID: "f", Name: "kept", State: StateRunning, XML: `<domain><vcpu cpuset='0-1'>2</vcpu></domain>`},
+		{UUID: "w", Name: "whole", State: StateRunning, XML: `<domain><vcpu>2</vcpu></domain>`},
+		{UUID: "e", Name: "emulator", State: StatePaused, XML: `<domain><vcpu>1</vcpu><cputune><vcpupin vcpu='0' cpuset='0'/></cputune></domain>`},
+		{UUID: "o", Name: "off", State: StateShutoff, XML: `<domain><vcpu>2</vcpu></domain>`},
+	}
+	got := Breaches(doms, all, owners)
+	want := []string{
+		"domain whole (w, running) may run on pCPUs 2-4 that claim c-p of guest p and claim c-q of guest q dedicate",
+		"domain emulator (e, paused) may run on pCPUs 2-4 that claim c-p of guest p and claim c-q of guest q dedicate",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Breaches = %v, want %d: %v", got, len(want), want)
+	}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("Breaches[%d] = %q, want %q", i, got[i], want[i])
+		}
 	}
 }

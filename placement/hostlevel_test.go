@@ -15,7 +15,12 @@ func TestChooseSeesHostLevelUsage(t *testing.T) {
 	ctx := context.Background()
 	mine, other, _ := newLedgers(t)
 	for _, h := range []string{"a", "b"} {
-		if _, err := other.RegisterHost(ctx, h, uniform(t, 1, 4, 1)); err != nil {
+		host, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 4, Threads: 1, MemoryMB: 16384,
+			Shared: numa.Range(0, 1), Dedicated: numa.Range(2, 3)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.RegisterHost(ctx, h, host); err != nil {
 			t.Fatal(err)
 		}
 	}
