@@ -350,7 +350,11 @@ func (p *Placement) Check() error {
 // takes, e.g. "; pci 8086:154d x2 from pool 0 (h1)".
 func (p *Placement) String() string {
 	if !p.HasNUMA() {
-		return "no NUMA placement" + p.devicesString()
+		s := "no NUMA placement"
+		if !p.FloatCPUs.IsEmpty() {
+			s += ", floating on " + p.FloatCPUs.String()
+		}
+		return s + p.devicesString()
 	}
 	var parts []string
 	for _, c := range p.Cells {

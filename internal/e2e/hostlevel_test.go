@@ -32,8 +32,8 @@ func (s *stack) hostUsage(name string) hostUsage {
 func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
-	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192", "--shared", "0-1", "--dedicated", "2-3")
+	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192", "--shared", "0-1", "--dedicated", "2-3")
 	s.refused("host memory usage would be", "boot", "--name", "huge", "--vcpus", "2", "--memory-mb", "99999999999", "--wait")
 
 	var f struct {
@@ -62,7 +62,7 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	want("a", 1024, 0, "F's hold released")
 	want("b", 6144, 3, "F confirmed")
 	s.ok("check")
-	if out := s.ok("host", "list"); !strings.Contains(out, fmt.Sprintf("host  mem %d/%d MiB, shared vCPUs %d/%d", 6144, 8192, 3, 16)) {
+	if out := s.ok("host", "list"); !strings.Contains(out, fmt.Sprintf("host  mem %d/%d MiB, shared vCPUs %d/%d", 6144, 8192, 3, 8)) {
 		t.Errorf("host list does not show b's host-level usage:\n%s", out)
 	}
 
@@ -92,10 +92,18 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	s.ok("check")
 
 	s.refused("--cpu-allocation-ratio 0", "host", "add", "c", "--cells", "1", "--cores", "2", "--cpu-allocation-ratio", "0")
-	s.ok("host", "add", "c", "--cells", "1", "--cores", "2", "--memory-mb", "4096", "--ram-allocation-ratio", "1.5", "--reserved-host-memory-mb", "1024")
+	s.ok("host", "add", "c", "--cells", "1", "--cores", "3", "--memory-mb", "4096", "--ram-allocation-ratio", "1.5", "--reserved-host-memory-mb", "1024",
+		"--shared", "0-1", "--dedicated", "2")
 	if got := s.hostUsage("c"); got.MemoryLimitMB != 5120 || got.VCPULimit != 8 {
-		t.Errorf("host c limits %+v, want 4096×1.5−1024 = 5120 MiB and 2 CPUs × 4 = 8 vCPUs", got)
+		t.Errorf("host c limits %+v, want 4096×1.5−1024 = 5120 MiB and 2 shared CPUs × 4 = 8 vCPUs", got)
 	}
+	// A host given neither set keeps every CPU for pinned guests: none
+	// floats over them.
+	s.ok("host", "add", "d", "--cells", "1", "--cores", "2", "--memory-mb", "4096")
+	if got := s.hostUsage("d"); got.VCPULimit != 0 {
+		t.Errorf("host d limits %+v, want no shared vCPUs on a host without shared CPUs", got)
+	}
+	s.refused("has no shared CPUs", "boot", "--name", "G", "--host", "d", "--vcpus", "1", "--memory-mb", "512", "--wait")
 }
 
 // TestConcurrentBootsNeverOvercommit starts, all at once from separate
@@ -108,8 +116,8 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 func TestConcurrentBootsNeverOvercommit(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
-	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
-	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
+	s.ok("host", "add", "a", "--cells", "1", "--cores", "4", "--memory-mb", "8192", "--shared", "0-1", "--dedicated", "2-3")
+	s.ok("host", "add", "b", "--cells", "1", "--cores", "4", "--memory-mb", "8192", "--shared", "0-1", "--dedicated", "2-3")
 	var m struct {
 		UUID string `json:"uuid"`
 	}
