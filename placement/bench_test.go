@@ -163,13 +163,16 @@ func benchRequest(b testing.TB, rng *rand.Rand) *numa.Request {
 // go with it), and marks 2% of them down.
 func benchFleet(b testing.TB, led *ledger.Ledger, hosts int) []string {
 	ctx := context.Background()
-	// A few models, so that the fleet has a few topologies.
+	// A few models, so that the fleet has a few topologies; the first core
+	// of each cell is shared, for the guests that float.
 	var models []*numa.Host
+	shared := numa.NewCPUSet(0, 1, 48, 49)
 	for _, s := range []numa.UniformSpec{
 		{Cells: 2, Cores: 24, Threads: 2, MemoryMB: 196608},
 		{Cells: 2, Cores: 24, Threads: 2, MemoryMB: 393216},
 		{Cells: 2, Cores: 24, Threads: 2, MemoryMB: 393216, HugePages: map[int64]int64{2048: 65536}},
 	} {
+		s.Shared, s.Dedicated = shared, numa.Range(0, 95).Difference(shared)
 		h, err := numa.Uniform(s)
 		if err != nil {
 			b.Fatal(err)
