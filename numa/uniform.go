@@ -6,7 +6,8 @@ import "fmt"
 type UniformSpec struct {
 	Cells, Cores, Threads int
 	// Dedicated and Shared are the host's cpu_dedicated_set and
-	// cpu_shared_set; with neither, every CPU is both (and so pinnable).
+	// cpu_shared_set; with neither, every CPU is both, as in Nova's legacy
+	// form (a ledger keeps them pinnable only: Host.SeparatePools).
 	Dedicated, Shared CPUSet
 	// MemoryMB is each cell's memory.
 	MemoryMB int64

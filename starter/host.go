@@ -48,8 +48,10 @@ func hostAddCommand() *cobra.Command {
   host add NAME --libvirt URI [--migrate-uri URI]
       the topology libvirt reports for the host
 
---dedicated and --shared are Nova's cpu_dedicated_set and cpu_shared_set
-(with neither, every CPU is both). The limit flags are Nova's allocation
+--dedicated and --shared are Nova's cpu_dedicated_set and cpu_shared_set;
+they must not overlap. Guests without pinned vCPUs float on the shared set
+alone; with neither flag every CPU is for pinned guests and none is
+shared, so such guests go elsewhere. The limit flags are Nova's allocation
 ratios and reserved memory; with none of them the host takes Nova's
 defaults.`,
 		Args: hostArg,
