@@ -88,6 +88,18 @@
 // holds, tombstones and releases records, carries it as it does the pins;
 // a record without it took none.
 //
+// # The shared pool
+//
+// A guest's floating threads (vCPUs without a pin of their own, the
+// emulator, I/O threads) run on its host's shared CPUs, and no claim can
+// pin a shared CPU: RegisterHost keeps every cell's shared CPUs apart from
+// its pinnable ones (numa.Host.SeparatePools), refusing sets that overlap
+// and keeping a host given neither set all pinnable, and a stored topology
+// is read the same way. So no claim ever takes a pCPU a floating guest
+// may run on, and no step needs to change another guest's domain first.
+// Snapshot.Verify checks it from the claims' placements; the audit and
+// `pinflow check` check it from the domains (hypervisor.Breaches).
+//
 // # Holds and tombstones
 //
 // A claim's state changes (Commit, Hold, Unhold, Tombstone) rewrite its
