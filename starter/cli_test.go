@@ -122,6 +122,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"host", "drain", "--settle", "soon", "a"}, []string{`--settle "soon"`, "durations"}},
 		{[]string{"boot", "--vcpus", "1"}, []string{"--memory-mb and --name are required"}},
 		{[]string{"migrate", "u", "--dest", ""}, []string{"--dest is empty"}},
+		{[]string{"boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512", "--group", ""}, []string{"--group is empty; give a name, or leave --group out"}},
+		{[]string{"boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512", "--group", "a b"}, []string{"--group"}},
 	} {
 		_, err := run(tt.args...)
 		refusedAsUsage(t, tt.args, err, tt.want...)

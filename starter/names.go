@@ -8,13 +8,14 @@ import (
 	"github.com/pinflow/pinflow/ledger"
 )
 
-// nameFlags are the flags that take a host or a guest name, in every
+// nameFlags are the flags that take a host, guest or group name, in every
 // command: checkNameFlags checks them with the ledger's rules, so that a
 // name the ledger would refuse is refused before anything starts.
 var nameFlags = map[string]func(string) error{
-	"host": ledger.CheckHostName,
-	"dest": ledger.CheckHostName,
-	"name": ledger.CheckGuestName,
+	"host":  ledger.CheckHostName,
+	"dest":  ledger.CheckHostName,
+	"name":  ledger.CheckGuestName,
+	"group": ledger.CheckGroupName,
 }
 
 // checkNameFlags refuses a name flag of fs, given to command cmd, that
