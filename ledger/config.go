@@ -45,6 +45,13 @@ type Config struct {
 	KeyPrefix string `envconfig:"REDIS_KEY_PREFIX"`
 	// DialTimeout bounds connecting, including the first PING.
 	DialTimeout time.Duration `envconfig:"REDIS_DIAL_TIMEOUT"`
+	// OutageWait, when positive, has every command (and a first PING that
+	// finds the server loading its data) wait out a Redis that restarts or
+	// fails over, for up to that long,
+	// before it fails with an OutageError that says since when: the CLI
+	// sets it, so that an operator's command is not failed by a restart.
+	// The worker's steps wait in their own way (activities' waitLedger).
+	OutageWait time.Duration `ignored:"true"`
 	// WaitReplicas is how many replicas must have received each change
 	// (claim, release, commit, fence, registration, instance record)
 	// before the call that made it succeeds (Redis WAIT); one that is not
@@ -122,7 +129,15 @@ func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := client.Ping(pctx).Err(); err != nil {
+	hook := outageHook{wait: c.OutageWait, where: c.Endpoint()}
+	err = client.Ping(pctx).Err()
+	if c.OutageWait > 0 && loading(err) {
+		// Up, and loading its data after a restart: worth the wait. A
+		// server that refuses the connection may be a wrong address, said
+		// at once.
+		err = hook.retry(ctx, func() error { return client.Ping(ctx).Err() })
+	}
+	if err != nil {
 		_ = client.Close()
 		hint := ""
 		if opts.TLSConfig == nil && errors.Is(err, io.EOF) {
@@ -130,6 +145,9 @@ func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
 			hint = " (if the server only speaks TLS, use a rediss:// URL or REDIS_TLS=true)"
 		}
 		return nil, fmt.Errorf("the ledger's Redis at %s: cannot connect: %s%s", c.Endpoint(), c.redact(err), hint)
+	}
+	if c.OutageWait > 0 {
+		client.AddHook(hook)
 	}
 	return client, nil
 }

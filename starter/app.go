@@ -37,8 +37,14 @@ func newApp(ctx context.Context) (*app, error) {
 	return &app{ctx: ctx, cfg: cfg}, nil
 }
 
+// outageWait is how long a command waits out a Redis that restarts or
+// fails over before it says so: longer than a restart, short enough for
+// an operator to wait.
+const outageWait = 30 * time.Second
+
 func (a *app) ledger() (*ledger.Ledger, error) {
 	if a.led == nil {
+		a.cfg.OutageWait = outageWait
 		led, rdb, err := a.cfg.Redis(a.ctx)
 		if err != nil {
 			return nil, err
