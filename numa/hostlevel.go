@@ -70,7 +70,7 @@ func (h *Host) FitsHost(u HostUsage) error {
 		return &NoFitError{Reason: fmt.Sprintf("host memory usage would be %d MiB, above the limit %d MiB", h.MemoryUsedMB+u.MemoryMB, mem), Resource: ResourceHostMemory}
 	}
 	if u.VCPUs > 0 && h.SharedCPUs().IsEmpty() {
-		return &NoFitError{Reason: fmt.Sprintf("the host has no shared CPUs for %d floating vCPUs (no cpu_shared_set); its CPUs are for pinned vCPUs only", u.VCPUs), Resource: ResourceHostVCPUs}
+		return &NoFitError{Reason: "the host has no shared CPUs for vCPUs that float (no cpu_shared_set); its CPUs are for pinned vCPUs only", Resource: ResourceHostVCPUs}
 	}
 	if u.VCPUs > 0 && int64(h.VCPUUsage+u.VCPUs) > vcpus {
 		return &NoFitError{Reason: fmt.Sprintf("host shared vCPU usage would be %d, above the limit %d", h.VCPUUsage+u.VCPUs, vcpus), Resource: ResourceHostVCPUs}
