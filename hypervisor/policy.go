@@ -18,15 +18,17 @@ import (
 // abort that leaves the guest running on its source, or, when allowed, by
 // a switch to post-copy that completes it on the destination.
 type MigrationPolicy struct {
-	// CompletionTimeoutPerGiB bounds the whole migration, from its start:
-	// it may run this long per GiB of guest memory, a guest under 1 GiB
-	// counting as 1 GiB so that setup does not eat a small guest's time.
-	// 0: no bound.
+	// CompletionTimeoutPerGiB bounds the copy, from when the hypervisor
+	// first reports data sent: it may run this long per GiB of guest
+	// memory, a guest under 1 GiB counting as 1 GiB. 0: no bound. The
+	// same bound, counted from the migration's call, is how long the copy
+	// may take to start (the progress timeout without it): a loaded host
+	// starts a copy late, and that is no sign the copy will not converge.
 	CompletionTimeoutPerGiB time.Duration
 	// ProgressTimeout bounds how long the data remaining may go without
-	// falling below its lowest figure so far; a migration whose guest
-	// dirties memory as fast as it is sent stops making progress. 0: no
-	// bound.
+	// falling below its lowest figure so far, from the copy's start; a
+	// migration whose guest dirties memory as fast as it is sent stops
+	// making progress. 0: no bound.
 	ProgressTimeout time.Duration
 	// TimeoutAction is what a timeout does: TimeoutAbort (also when empty)
 	// or TimeoutPostCopy, which needs AllowPostCopy.
@@ -59,9 +61,8 @@ const (
 	// on the destination at once and fetches the memory still on the
 	// source as it touches it, so the migration completes. Past the
 	// switch it cannot be aborted, and a failure of either host or of the
-	// network between them loses the guest. A timeout that fires before
-	// the copy has begun switches once it begins; if it has not begun by
-	// twice the limit, the migration is aborted.
+	// network between them loses the guest. A copy that never started
+	// cannot switch: the start timeout aborts it.
 	TimeoutPostCopy TimeoutAction = "post-copy"
 )
 
@@ -130,12 +131,16 @@ var ErrMigrationTimeout = errors.New("migration timed out")
 const (
 	TimeoutCompletion = "completion"
 	TimeoutProgress   = "progress"
+	// TimeoutStart: the copy did not start (no data sent) within the
+	// completion timeout, or the progress timeout without one, of the
+	// migration's call.
+	TimeoutStart = "start"
 )
 
 // MigrationTimeoutError is the error of a migration a timeout of its
 // policy aborted. It matches ErrMigrationTimeout, and unwraps to NoPostCopy.
 type MigrationTimeoutError struct {
-	// Timeout is TimeoutCompletion or TimeoutProgress.
+	// Timeout is TimeoutCompletion, TimeoutProgress or TimeoutStart.
 	Timeout string
 	// Limit is the timeout that was reached: the completion timeout for
 	// the guest's memory, or the progress timeout.
@@ -164,8 +169,11 @@ func (e *MigrationTimeoutError) Error() string {
 		figures = "data remaining " + formatBytes(e.DataRemaining)
 	}
 	what := fmt.Sprintf("not completed within %s, the completion timeout of a guest with %s of memory (%s)", seconds(e.Limit), formatBytes(e.Memory), figures)
-	if e.Timeout == TimeoutProgress {
+	switch e.Timeout {
+	case TimeoutProgress:
 		what = fmt.Sprintf("no progress for %s (%s)", seconds(e.Limit), figures)
+	case TimeoutStart:
+		what = fmt.Sprintf("the copy had not started within %s of the migration's start", seconds(e.Limit))
 	}
 	if e.NoPostCopy != nil {
 		return fmt.Sprintf("aborted: %s, and the switch to post-copy failed: %v; the guest stays on the source", what, e.NoPostCopy)
@@ -187,8 +195,11 @@ type MigrationTimer struct {
 	completion time.Duration
 	remaining  uint64
 	lowest     uint64
+	// copying is set from the first report of data sent, at copyAt.
+	copying bool
+	copyAt  time.Duration
 	// lowAt is when the data remaining last fell below its lowest
-	// figure, or the start.
+	// figure, or the copy's start.
 	lowAt  time.Duration
 	hasLow bool
 }
@@ -198,29 +209,61 @@ func (p MigrationPolicy) Timer(memory uint64) *MigrationTimer {
 	return &MigrationTimer{policy: p, memory: memory, completion: p.CompletionTimeout(memory)}
 }
 
-// Observe takes the progress at elapsed since the start and returns the
-// timeout it brought about, or nil. A report without figures (DataTotal
-// 0, before the copy started) counts only towards the completion timeout
-// and the progress timeout's wait for a first figure. Neither does a
-// figure of nothing remaining: QEMU reports it between two passes over
-// memory, and taking it for the lowest would leave no later figure lower.
+// Observe takes the progress at elapsed since the migration's call and
+// returns the timeout it brought about, or nil. The completion and
+// progress timeouts count from the first report of data sent (the copy's
+// start, however late a loaded host starts it); before it only the start
+// timeout counts. A figure of nothing remaining is no low: QEMU reports
+// it between two passes over memory, and taking it for the lowest would
+// leave no later figure lower.
 func (t *MigrationTimer) Observe(elapsed time.Duration, p Progress) *MigrationTimeoutError {
+	fired := func(which string, limit time.Duration) *MigrationTimeoutError {
+		return &MigrationTimeoutError{Timeout: which, Limit: limit, Memory: t.memory, DataRemaining: t.remaining, LowestRemaining: t.lowest}
+	}
+	if p.DataProcessed > 0 {
+		t.CopyStarted(elapsed)
+	}
+	if !t.copying {
+		if limit := t.startLimit(); limit > 0 && elapsed >= limit {
+			return fired(TimeoutStart, limit)
+		}
+		return nil
+	}
 	if p.DataTotal > 0 && p.DataRemaining > 0 {
 		t.remaining = p.DataRemaining
 		if !t.hasLow || p.DataRemaining < t.lowest {
 			t.lowest, t.lowAt, t.hasLow = p.DataRemaining, elapsed, true
 		}
 	}
-	fired := func(which string, limit time.Duration) *MigrationTimeoutError {
-		return &MigrationTimeoutError{Timeout: which, Limit: limit, Memory: t.memory, DataRemaining: t.remaining, LowestRemaining: t.lowest}
-	}
-	if t.policy.CompletionTimeoutPerGiB > 0 && elapsed >= t.completion {
+	if t.policy.CompletionTimeoutPerGiB > 0 && elapsed-t.copyAt >= t.completion {
 		return fired(TimeoutCompletion, t.completion)
 	}
 	if t.policy.ProgressTimeout > 0 && elapsed-t.lowAt >= t.policy.ProgressTimeout {
 		return fired(TimeoutProgress, t.policy.ProgressTimeout)
 	}
 	return nil
+}
+
+// CopyStarted marks the copy's start at elapsed since the call, for a
+// driver that starts it itself; others leave it to Observe. A later mark
+// changes nothing.
+func (t *MigrationTimer) CopyStarted(elapsed time.Duration) {
+	if !t.copying {
+		t.copying, t.copyAt, t.lowAt = true, elapsed, elapsed
+	}
+}
+
+// Copying says whether the copy has started: only then can a migration
+// switch to post-copy.
+func (t *MigrationTimer) Copying() bool { return t.copying }
+
+// startLimit is how long the copy may take to start: the completion
+// timeout, or the progress timeout without one; 0: no bound.
+func (t *MigrationTimer) startLimit() time.Duration {
+	if t.policy.CompletionTimeoutPerGiB > 0 {
+		return t.completion
+	}
+	return t.policy.ProgressTimeout
 }
 
 // formatBytes formats a byte count for people: "512 MiB", "1.2 GiB".

@@ -52,7 +52,7 @@ func TestCompletionTimeout(t *testing.T) {
 func TestMigrationTimer(t *testing.T) {
 	const gib = 1 << 30
 	report := func(remaining uint64) Progress {
-		return Progress{DataTotal: gib, DataRemaining: remaining, Phase: "migrating"}
+		return Progress{DataTotal: gib, DataProcessed: gib - remaining, DataRemaining: remaining, Phase: "migrating"}
 	}
 	tests := []struct {
 		name    string
@@ -87,17 +87,33 @@ func TestMigrationTimer(t *testing.T) {
 			want:    MigrationTimeoutError{Timeout: TimeoutProgress, Limit: 2 * time.Second, Memory: gib, DataRemaining: 950, LowestRemaining: 900},
 		},
 		{
-			name:    "no figures before the copy count against progress",
+			name:    "a copy that never starts fails by the start timeout",
 			policy:  MigrationPolicy{ProgressTimeout: 2 * time.Second},
 			reports: []Progress{{Phase: "setup"}, {Phase: "setup"}},
 			fires:   2,
-			want:    MigrationTimeoutError{Timeout: TimeoutProgress, Limit: 2 * time.Second, Memory: gib},
+			want:    MigrationTimeoutError{Timeout: TimeoutStart, Limit: 2 * time.Second, Memory: gib},
+		},
+		{
+			name:   "the timeouts count from the copy's start, however late",
+			policy: MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, ProgressTimeout: 2 * time.Second},
+			// Data is first sent at 4 s: the completion timeout fires 4 s
+			// later, not at 4 s.
+			reports: []Progress{{Phase: "setup"}, {Phase: "setup"}, {DataTotal: gib, Phase: "setup"}, report(900), report(800), report(700), report(600), report(500)},
+			fires:   8,
+			want:    MigrationTimeoutError{Timeout: TimeoutCompletion, Limit: 4 * time.Second, Memory: gib, DataRemaining: 500, LowestRemaining: 500},
+		},
+		{
+			name:    "the start timeout is the completion timeout",
+			policy:  MigrationPolicy{CompletionTimeoutPerGiB: 3 * time.Second, ProgressTimeout: 1 * time.Second},
+			reports: []Progress{{Phase: "setup"}, {DataTotal: gib, Phase: "setup"}, {DataTotal: gib, Phase: "setup"}},
+			fires:   3,
+			want:    MigrationTimeoutError{Timeout: TimeoutStart, Limit: 3 * time.Second, Memory: gib},
 		},
 		{
 			name:    "completion fires first when both are due",
-			policy:  MigrationPolicy{CompletionTimeoutPerGiB: 3 * time.Second, ProgressTimeout: 2 * time.Second},
-			reports: []Progress{report(500), report(500), report(500)},
-			fires:   3,
+			policy:  MigrationPolicy{CompletionTimeoutPerGiB: 3 * time.Second, ProgressTimeout: 3 * time.Second},
+			reports: []Progress{report(500), report(500), report(500), report(500)},
+			fires:   4,
 			want:    MigrationTimeoutError{Timeout: TimeoutCompletion, Limit: 3 * time.Second, Memory: gib, DataRemaining: 500, LowestRemaining: 500},
 		},
 		{
@@ -138,6 +154,8 @@ func TestMigrationTimeoutError(t *testing.T) {
 			"aborted: not completed within 1.5s, the completion timeout of a guest with 10 GiB of memory (data remaining 512 MiB), and the switch to post-copy failed: fenced; the guest stays on the source"},
 		{&MigrationTimeoutError{Timeout: TimeoutProgress, Limit: time.Minute},
 			"aborted: no progress for 60s (no data reported yet); the guest stays on the source"},
+		{&MigrationTimeoutError{Timeout: TimeoutStart, Limit: 150 * time.Second, Memory: 1 << 30},
+			"aborted: the copy had not started within 150s of the migration's start; the guest stays on the source"},
 	}
 	for _, tt := range tests {
 		if got := tt.err.Error(); got != tt.want {

@@ -542,9 +542,10 @@ type outcome struct {
 
 // follow reports progress until the migration call returns, aborting the
 // job when ctx ends, req.Fence fails at a poll, or a timeout of req.Policy
-// fires (or switching to post-copy instead, when the policy says so). A
-// guest with memory bytes sizes the completion timeout, counted from the
-// call; postCopy says the job switched before it. Its error says the
+// fires (or switching to post-copy instead, when the policy says so, on
+// a copy under way). A guest with memory bytes sizes the completion
+// timeout, counted from the first data sent (MigrationTimer); postCopy
+// says the job switched before it. Its error says the
 // migration did not end within the abort timeout.
 func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, memory uint64,
 	postCopy bool, result <-chan error, progress func(hypervisor.Progress)) (outcome, error) {
@@ -590,17 +591,13 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 			if timeout == nil {
 				continue
 			}
-			if !req.Policy.PostCopyOnTimeout() {
+			// QEMU takes the switch only once the copy has begun: a copy
+			// that never started is aborted, whatever the policy.
+			if !req.Policy.PostCopyOnTimeout() || !timer.Copying() {
 				return stop(timeout)
 			}
 			if ctx.Err() != nil {
 				return stop(cancelled())
-			}
-			// QEMU takes the switch only once the copy has begun, which
-			// on a loaded host may be after the timeout; wait for the
-			// first figures as long again, then give up.
-			if o.last.DataTotal == 0 && time.Since(start) < 2*timeout.Limit {
-				continue
 			}
 			if err := startPostCopy(ctx, sc, dom, req); err != nil {
 				timeout.NoPostCopy = err

@@ -432,7 +432,9 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 // post-copy, ends the copy with postCopy set. A failure aborts the
 // attempt.
 func (d *Driver) copyMemory(ctx context.Context, a *attempt) (postCopy bool, err error) {
+	// The model's clock starts with the copy, which begins here.
 	timer := a.req.Policy.Timer(a.total)
+	timer.CopyStarted(0)
 	for {
 		st := a.model.next()
 		if err := d.sleep(ctx, st.wait); err != nil {
@@ -453,7 +455,7 @@ func (d *Driver) copyMemory(ctx context.Context, a *attempt) (postCopy bool, err
 			return false, nil
 		}
 		if a.timeout = timer.Observe(st.elapsed, st.progress); a.timeout != nil {
-			if a.req.Policy.PostCopyOnTimeout() {
+			if a.req.Policy.PostCopyOnTimeout() && timer.Copying() {
 				return true, nil
 			}
 			return false, d.abort(ctx, a, a.timeout)
