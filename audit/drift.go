@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -84,20 +85,33 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 	}
 	var found []Drift
 	hasDomain := map[string]bool{}
+	all := hostCPUs(snap.Topology)
+	// reach is where each readable domain's threads may run;
+	// pinnedToOther, the pCPUs of other claims it is reported pinned to.
+	reach, pinnedToOther := map[string]numa.CPUSet{}, map[string]numa.CPUSet{}
 	for _, d := range doms {
 		hasDomain[d.UUID] = true
 		// A resident guest whose hypervisor returns the very document
 		// pinflow defined carries its claim's pins and nothing else: no
-		// drift is possible, so its XML need not be parsed again.
+		// drift of its pins or devices is possible, so its XML need not
+		// be parsed again. Where its threads may run is still checked,
+		// from the memo of such documents.
 		if digest, ok := j.resident[d.UUID]; ok && digest != "" && digest == ledger.DomainDigest(d.XML) {
-			continue
+			if r, err := residentReach.of(digest, d.XML, all); err == nil {
+				reach[d.UUID] = r
+				continue
+			}
 		}
 		pins, err := xmlpatch.Read(d.XML)
 		if err != nil {
 			found = append(found, Drift{Kind: DriftUnreadableDomain, Instance: d.UUID, Detail: err.Error()})
 			continue
 		}
-		cpus := pins.HostCPUs().Intersection(pinnable)
+		reach[d.UUID] = pins.Reach(all)
+		// What it holds one to one: a pin to several CPUs, or <vcpu
+		// cpuset>, is where a floating guest may run, never pCPUs it
+		// holds, and floatsOnPinned judges it.
+		cpus := pins.PinnedCPUs().Intersection(pinnable)
 		var other, own numa.CPUSet
 		otherClaims := map[string]bool{}
 		for _, cpu := range cpus.List() {
@@ -129,6 +143,7 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 			sort.Strings(ids)
 			found = append(found, Drift{Kind: DriftPinnedToOther, Instance: d.UUID, CPUs: other.String(), Devices: otherDevs,
 				Detail: fmt.Sprintf("domain %s (%s) uses %s of claim %v", d.Name, d.State, holdings(other, otherDevs), ids)})
+			pinnedToOther[d.UUID] = other
 		}
 		switch {
 		case len(byInstance[d.UUID]) == 0 && d.State == hypervisor.StateRunning:
@@ -174,6 +189,7 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 		found = append(found, Drift{Kind: DriftClaimWithoutDomain, Instance: c.InstanceUUID, ClaimID: c.ID,
 			CPUs: claimCPUs(c).String(), Detail: fmt.Sprintf("committed claim %s has no domain on %s", c.ID, snap.Host)})
 	}
+	found = append(found, floatsOnPinned(doms, all, owners, reach, pinnedToOther)...)
 	found = append(found, j.inUse...)
 	found = append(found, au.groupDrift(ctx, snap.Host, doms)...)
 	for i := range found {
@@ -192,6 +208,122 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 		f.InFlight = st.State == OwnerRunning
 	}
 	au.res.Drift = found
+}
+
+// floatsOnPinned reports each running or paused domain that may run on
+// pCPUs another guest's claim dedicates (owners, by pCPU), as
+// hypervisor.Breaches finds it: a guest with no cpuset, which runs
+// anywhere on the host (all), or whose cpuset was written before its host
+// kept its shared CPUs apart from its pinnable ones. Nothing is freed or
+// quarantined: the pCPUs are rightly owned, and the fix is to move or
+// resize the floating guest. pCPUs a domain holds one to one are
+// pinned-to-other (pinnedToOther), not reported again. reach, where each
+// readable domain may run, picks the few domains Breaches reads again; an
+// unreadable one is reported as such, not here.
+func floatsOnPinned(doms []hypervisor.Domain, all numa.CPUSet, owners map[int]*ledger.Claim, reach, pinnedToOther map[string]numa.CPUSet) []Drift {
+	var suspects []hypervisor.Domain
+	for _, d := range doms {
+		r, ok := reach[d.UUID]
+		if !ok || d.State == hypervisor.StateShutoff {
+			continue
+		}
+		for _, cpu := range r.Difference(pinnedToOther[d.UUID]).List() {
+			if c := owners[cpu]; c != nil && c.InstanceUUID != d.UUID {
+				suspects = append(suspects, d)
+				break
+			}
+		}
+	}
+	if len(suspects) == 0 {
+		return nil
+	}
+	dedicated := make(map[int]hypervisor.Owner, len(owners))
+	for cpu, c := range owners {
+		dedicated[cpu] = hypervisor.Owner{Claim: c.ID, Guest: c.InstanceUUID}
+	}
+	var out []Drift
+	for _, b := range hypervisor.Breaches(suspects, all, dedicated) {
+		if held := pinnedToOther[b.Domain.UUID]; !held.IsEmpty() {
+			b.CPUs = b.CPUs.Difference(held)
+			b.Owners = slices.DeleteFunc(b.Owners, func(o hypervisor.Owner) bool {
+				for _, cpu := range b.CPUs.List() {
+					if dedicated[cpu] == o {
+						return false
+					}
+				}
+				return true
+			})
+		}
+		if !b.CPUs.IsEmpty() {
+			out = append(out, Drift{Kind: DriftFloatsOnPinned, Instance: b.Domain.UUID, CPUs: b.CPUs.String(), Detail: b.String()})
+		}
+	}
+	return out
+}
+
+// hostCPUs is every CPU of the host of topo, shared or pinnable: where a
+// domain without a cpuset runs.
+func hostCPUs(topo *numa.Host) numa.CPUSet {
+	var s numa.CPUSet
+	for _, c := range topo.Cells {
+		s = s.Union(c.CPUs).Union(c.PCPUs)
+	}
+	return s
+}
+
+// reachMemo remembers where the threads of a domain document may run on a
+// host, by the document's ledger.DomainDigest and the host's CPUs: a
+// resident guest's document is the same audit after audit, and reading
+// each one every minute would cost the audit more than its reads from
+// Redis do. Two generations of at most reachMemoSize entries each bound
+// its memory; an entry used in either generation stays.
+type reachMemo struct {
+	mu        sync.Mutex
+	cur, prev map[reachKey]numa.CPUSet
+}
+
+type reachKey struct{ digest, all string }
+
+// reachMemoSize is the entries of one generation of the memo: some tens
+// of bytes each.
+const reachMemoSize = 1 << 16
+
+// residentReach is shared by every audit: an entry is a function of its
+// key alone.
+var residentReach reachMemo
+
+// of returns xmlpatch.Pins.Reach(all) of domainXML, whose digest is
+// digest, reading the document only when the memo lacks it.
+func (m *reachMemo) of(digest, domainXML string, all numa.CPUSet) (numa.CPUSet, error) {
+	k := reachKey{digest: digest, all: all.String()}
+	m.mu.Lock()
+	r, ok := m.cur[k]
+	if !ok {
+		if r, ok = m.prev[k]; ok {
+			m.put(k, r)
+		}
+	}
+	m.mu.Unlock()
+	if ok {
+		return r, nil
+	}
+	pins, err := xmlpatch.Read(domainXML)
+	if err != nil {
+		return numa.CPUSet{}, err
+	}
+	r = pins.Reach(all)
+	m.mu.Lock()
+	m.put(k, r)
+	m.mu.Unlock()
+	return r, nil
+}
+
+// put adds an entry; the caller holds mu.
+func (m *reachMemo) put(k reachKey, r numa.CPUSet) {
+	if m.cur == nil || len(m.cur) >= reachMemoSize {
+		m.prev, m.cur = m.cur, make(map[reachKey]numa.CPUSet)
+	}
+	m.cur[k] = r
 }
 
 // quarantineVanished claims, as a quarantine, the pCPUs a running domain

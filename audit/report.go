@@ -78,12 +78,19 @@ const (
 
 // Kinds of drift between the ledger and a hypervisor.
 const (
-	// DriftPinnedToOther: a domain is pinned to pCPUs the ledger gives to
-	// another instance's claim.
+	// DriftPinnedToOther: a domain is pinned, one to one, to pCPUs the
+	// ledger gives to another instance's claim.
 	DriftPinnedToOther = "pinned-to-other"
-	// DriftPinsOutsideClaim: a domain with a claim on the host is pinned to
-	// pinnable pCPUs no claim owns.
+	// DriftPinsOutsideClaim: a domain with a claim on the host is pinned,
+	// one to one, to pinnable pCPUs no claim owns. A cpuset a guest floats
+	// over is not such a pin (see DriftFloatsOnPinned).
 	DriftPinsOutsideClaim = "pins-outside-claim"
+	// DriftFloatsOnPinned: a running or paused domain may run (it has no
+	// cpuset, or one over pinnable pCPUs) on pCPUs another guest's claim
+	// dedicates, breaking pinflow's promise to that guest. Only reported:
+	// the pCPUs are rightly owned, so nothing is freed or quarantined; the
+	// floating guest is to be moved or resized.
+	DriftFloatsOnPinned = "floats-on-pinned"
 	// DriftDomainWithoutClaim: a running domain has no claim on its host.
 	DriftDomainWithoutClaim = "domain-without-claim"
 	// DriftClaimWithoutDomain: a committed claim has no domain on its host.

@@ -188,7 +188,7 @@ func (a *Auditor) settleStoppedResize(ctx context.Context, inst *ledger.Instance
 		if err != nil {
 			return SettleResult{Reason: fmt.Sprintf("the guest's domain XML on %s cannot be read: %v", inst.Host, err)}, nil
 		}
-		if used, held := pins.HostCPUs().Intersection(pinnable(topo)), claimCPUs(hold); !used.Difference(held).IsEmpty() {
+		if used, held := pins.PinnedCPUs().Intersection(pinnable(topo)), claimCPUs(hold); !used.Difference(held).IsEmpty() {
 			claims, err := a.Ledger.Claims(ctx, inst.Host)
 			if err != nil {
 				return SettleResult{}, err
@@ -272,7 +272,9 @@ func (a *Auditor) runsOn(ctx context.Context, host, uuid string, topo *numa.Host
 	if err != nil {
 		return nil, fmt.Sprintf("the guest's domain XML on %s cannot be read: %v", host, err), nil
 	}
-	used, want := pins.HostCPUs().Intersection(pinnable(topo)), claimCPUs(claim)
+	// A claim's pCPUs are held one to one; a cpuset the guest floats over
+	// is no claim's.
+	used, want := pins.PinnedCPUs().Intersection(pinnable(topo)), claimCPUs(claim)
 	if !used.Equal(want) {
 		return nil, fmt.Sprintf("the guest runs on %s pinned to %s, and the claim holds %s", host, orNone(used), orNone(want)), nil
 	}

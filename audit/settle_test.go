@@ -344,3 +344,37 @@ func TestAuditEvacuatesDownHosts(t *testing.T) {
 		t.Errorf("audit of up host b started %v", res.Evacuated)
 	}
 }
+
+// TestSettleFloatingGuest: a floating guest whose boot was terminated
+// after its start runs on its claim, which holds no pCPU, even when its
+// domain pins its threads to a set of CPUs that takes in pinnable ones
+// (as on a host once registered with neither set): a cpuset it floats
+// over is no pin, so the claim is settled.
+func TestSettleFloatingGuest(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.AddSharedHost(t, "a")
+	u := simcloud.UUID(22)
+	floating := simcloud.Flavor()
+	floating.ExtraSpecs = nil
+	if _, err := w.Acts.CreateInstance(ctx, activities.CreateInstanceInput{UUID: u, Name: "vm", Flavor: floating}); err != nil {
+		t.Fatal(err)
+	}
+	c := w.ClaimFlavor(t, "a", "boot-run-1", u, ledger.KindBoot, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "run-1"}, floating)
+	if err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token}); err != nil {
+		t.Fatal(err)
+	}
+	w.redefine(t, "a", u, floatingXML(u, "vm", `<vcpu placement='static'>2</vcpu>`,
+		`<cputune><vcpupin vcpu='0' cpuset='0-7'/><vcpupin vcpu='1' cpuset='0-7'/><emulatorpin cpuset='0-7'/></cputune>`, false))
+	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: c.ClaimID})
+	if err != nil || !res.Settled {
+		t.Fatalf("SettleClaim of a floating guest over 0-7 = %+v, %v; want settled", res, err)
+	}
+	inst, err := w.Ledger.Instance(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Host != "a" || inst.ClaimID != c.ClaimID || inst.VMState != guest.VMActive {
+		t.Errorf("record after settling = host %s claim %s %s; want a, %s, active", inst.Host, inst.ClaimID, inst.VMState, c.ClaimID)
+	}
+}

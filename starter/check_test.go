@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -34,7 +38,11 @@ func TestCheckFindsALostHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	drv := sim.New(rdb, sim.Options{})
 	for _, h := range []string{"h1", "h2"} {
+		if err := drv.AddHost(ctx, h, topo); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := led.RegisterHost(ctx, h, topo); err != nil {
 			t.Fatal(err)
 		}
@@ -57,5 +65,146 @@ func TestCheckFindsALostHost(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "host h1") {
 		t.Errorf("check names the intact host h1:\n%s", out.String())
+	}
+}
+
+// TestBreachProblems: check's line for each domain of a host that may run
+// on pCPUs another guest's claim dedicates, and none for a domain on its
+// own pins, on the shared CPUs alone, or shut off.
+func TestBreachProblems(t *testing.T) {
+	const p, q, r = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003"
+	topo, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 8, Threads: 1, Shared: numa.Range(0, 1), Dedicated: numa.Range(2, 7), MemoryMB: 16384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Claim boot-p pins 2-3 for p; claim gone, which Verify would report
+	// missing, pins 4 for r.
+	snap := &ledger.Snapshot{Host: "h1", Topology: topo,
+		Pins: []ledger.Pin{
+			{CPU: 2, ClaimID: "boot-p", InstanceUUID: p},
+			{CPU: 3, ClaimID: "boot-p", InstanceUUID: p},
+			{CPU: 4, ClaimID: "gone", InstanceUUID: r},
+		},
+		Claims: []ledger.Claim{{ID: "boot-p", InstanceUUID: p}},
+	}
+	dom := func(uuid, name string, state hypervisor.State, vcpu, cputune string) hypervisor.Domain {
+		return hypervisor.Domain{UUID: uuid, Name: name, State: state,
+			XML: `<domain type='kvm'><name>` + name + `</name><uuid>` + uuid + `</uuid><memory unit='MiB'>512</memory>` + vcpu + cputune + `</domain>`}
+	}
+	pinned := dom(p, "p", hypervisor.StateRunning, `<vcpu>2</vcpu>`,
+		`<cputune><vcpupin vcpu='0' cpuset='2'/><vcpupin vcpu='1' cpuset='3'/><emulatorpin cpuset='2-3'/></cputune>`)
+	for _, tt := range []struct {
+		name string
+		dom  hypervisor.Domain
+		want []string
+	}{
+		{"only the pinned guest, on its own pins", hypervisor.Domain{}, nil},
+		{"no cpuset", dom(q, "q", hypervisor.StateRunning, `<vcpu>2</vcpu>`, ""),
+			[]string{"host h1: domain q (" + q + ", running) may run on pCPUs 2-4 that claim boot-p of guest " + p + " and claim gone of guest " + r + " dedicate"}},
+		{"paused, vCPUs pinned to a set", dom(q, "q", hypervisor.StatePaused, `<vcpu>1</vcpu>`,
+			`<cputune><vcpupin vcpu='0' cpuset='1-2'/><emulatorpin cpuset='0-1'/></cputune>`),
+			[]string{"host h1: domain q (" + q + ", paused) may run on pCPUs 2 that claim boot-p of guest " + p + " dedicates"}},
+		{"on the shared CPUs", dom(q, "q", hypervisor.StateRunning, `<vcpu cpuset='0-1'>2</vcpu>`, ""), nil},
+		{"shut off, no cpuset", dom(q, "q", hypervisor.StateShutoff, `<vcpu>2</vcpu>`, ""), nil},
+	} {
+		doms := []hypervisor.Domain{pinned}
+		if tt.dom.UUID != "" {
+			doms = append(doms, tt.dom)
+		}
+		if diff := cmp.Diff(tt.want, breachProblems(snap, doms)); diff != "" {
+			t.Errorf("breachProblems, %s (-want +got):\n%s", tt.name, diff)
+		}
+	}
+}
+
+// TestCheckReadsTheHypervisors: `pinflow check` reports a guest started
+// through the hypervisor without a cpuset, which runs on another guest's
+// pinned pCPUs, and a host whose domains cannot be read; it counts a
+// quarantine as such. --ledger-only reads no hypervisor, and passes.
+func TestCheckReadsTheHypervisors(t *testing.T) {
+	ctx := context.Background()
+	r := testenv.StartRedis(t)
+	t.Setenv("PINFLOW_REDIS_URL", r.URL())
+	rdb := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	led, err := ledger.New(rdb, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := sim.New(rdb, sim.Options{})
+	topo, err := numa.Uniform(numa.UniformSpec{Cells: 1, Cores: 8, Threads: 1, Shared: numa.Range(0, 1), Dedicated: numa.Range(2, 7), MemoryMB: 16384})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.AddHost(ctx, "h1", topo); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := led.RegisterHost(ctx, "h1", topo); err != nil {
+		t.Fatal(err)
+	}
+	const p, q, x = "00000000-0000-4000-8000-000000000001", "00000000-0000-4000-8000-000000000002", "00000000-0000-4000-8000-000000000003"
+	var pinned numa.CPUSet
+	for _, c := range []struct {
+		id, uuid string
+		kind     ledger.ClaimKind
+		vcpus    int
+	}{
+		{"boot-p", p, ledger.KindBoot, 2},
+		{"quarantine-x", x, ledger.KindQuarantine, 1},
+	} {
+		req, err := numa.NewRequest(c.vcpus, 512, map[string]string{"hw:cpu_policy": "dedicated"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := led.Claim(ctx, ledger.ClaimSpec{ID: c.id, Host: "h1", InstanceUUID: c.uuid, Kind: c.kind,
+			OwnerWorkflowID: "instance-" + c.uuid, OwnerRunID: "run-1", Request: req})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range cl.Placement.Cells {
+			pinned = pinned.Union(cl.Placement.Cells[i].PinnedPCPUs())
+		}
+	}
+	xml := `<domain type='kvm'><name>q</name><uuid>` + q + `</uuid><memory unit='MiB'>512</memory><vcpu>2</vcpu></domain>`
+	if err := drv.Define(ctx, "h1", xml); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Start(ctx, "h1", q); err != nil {
+		t.Fatal(err)
+	}
+
+	var out bytes.Buffer
+	if err := dispatch([]string{"check", "--ledger-only"}, &out); err != nil {
+		t.Fatalf("check --ledger-only = %v, want no problem in the ledger:\n%s", err, out.String())
+	}
+	for _, want := range []string{"1 hosts, 2 claims (1 pending: operations in flight; 1 quarantined; 0 source holds; 0 tombstones)", "(the hypervisors were not read)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check --ledger-only printed\n%s\nwant it to say %q", out.String(), want)
+		}
+	}
+
+	out.Reset()
+	err = dispatch([]string{"check"}, &out)
+	want := "PROBLEM: host h1: domain q (" + q + ", running) may run on pCPUs " + pinned.String() +
+		" that claim boot-p of guest " + p + " and claim quarantine-x of guest " + x + " dedicate\n"
+	if err == nil || !strings.Contains(out.String(), want) {
+		t.Errorf("check with q floating over the pins = %v:\n%s\nwant the problem %q", err, out.String(), want)
+	}
+
+	// A host the ledger has and the hypervisor does not know.
+	if _, err := led.RegisterHost(ctx, "h2", topo); err != nil {
+		t.Fatal(err)
+	}
+	if err := drv.Stop(ctx, "h1", q); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err = dispatch([]string{"check", "--json"}, &out)
+	var rep checkReport
+	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil {
+		t.Fatalf("check --json: %v in %s", jerr, out.String())
+	}
+	if err == nil || len(rep.Problems) != 1 || !strings.HasPrefix(rep.Problems[0], "host h2: its domains cannot be read") || rep.Quarantined != 1 || rep.Pending != 1 {
+		t.Errorf("check --json with q shut off and h2 unknown to the hypervisor = %v, %+v; want one problem naming h2, 1 pending and 1 quarantined", err, rep)
 	}
 }

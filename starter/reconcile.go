@@ -18,7 +18,10 @@ func reconcileCommand() *cobra.Command {
 against its owner's workflow and the hypervisors; claims whose owners have
 been closed for the grace are freed unless a domain of their instance uses
 their pCPUs, interrupted moves are settled forwards, and pCPUs a running
-domain uses that no claim explains are quarantined. --dry-run only reports.`}
+domain uses that no claim explains are quarantined. A guest that may run on
+another guest's pinned pCPUs (no cpuset, or one over pinnable pCPUs) is
+reported as floats-on-pinned, never repaired: move or resize it. --dry-run
+only reports.`}
 	hosts := c.Flags().StringArray("host", nil, "a `NAME` of a host to audit (repeatable; default: every registered host)")
 	dryRun := c.Flags().Bool("dry-run", false, "decide and report, but free nothing")
 	grace := c.Flags().String("grace", "", "judge only claims older than this, e.g. 0, 30s, 2m (default: the workers' PINFLOW_RECONCILE_GRACE)")

@@ -55,7 +55,8 @@
 //
 // Drift between the ledger and the hypervisors (a domain pinned to another
 // claim's pCPUs, a running domain without a claim, a committed claim
-// without a domain, pins outside the domain's claim) is reported, never
+// without a domain, pins outside the domain's claim, a guest whose cpuset
+// reaches another guest's pinned pCPUs) is reported, never
 // repaired automatically. Each case has more than one cause and the
 // repairs disagree: re-pinning or destroying a guest, claiming for it, or
 // freeing a claim a guest may come back to. The wrong guess destroys a
