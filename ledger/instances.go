@@ -12,7 +12,7 @@ import (
 
 // listFields are the record fields Instances reads: all but the domain
 // XML, kilobytes per guest that a listing does not show.
-var listFields = []string{"uuid", "name", "host", "node", "vm_state", "task_state", "request", "placement", "claim_id", "resize", "updated_at"}
+var listFields = []string{"uuid", "name", "host", "node", "vm_state", "task_state", "request", "placement", "claim_id", "group", "resize", "updated_at"}
 
 // listBatch is how many keys a SCAN step asks for and how many records one
 // pipeline reads.

@@ -36,8 +36,12 @@ func TestInstances(t *testing.T) {
 	if err := l.SetState(ctx, "u-placed", Transition{VM: guest.VMActive}); err != nil {
 		t.Fatal(err)
 	}
+	// A member of a group: a listing names its group too.
+	if err := l.CreateGroup(ctx, Group{Name: "db", Policy: PolicyAntiAffinity}); err != nil {
+		t.Fatal(err)
+	}
 	for _, u := range []string{"u-shelved", "u-gone"} {
-		if _, err := l.CreateInstance(ctx, u, "vm-"+u, flavor, guest.VMShelvedOffloaded, ""); err != nil {
+		if _, err := l.CreateMember(ctx, u, "vm-"+u, flavor, guest.VMShelvedOffloaded, "", "db"); err != nil {
 			t.Fatal(err)
 		}
 	}
