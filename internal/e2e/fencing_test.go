@@ -22,8 +22,9 @@ func (s *stack) waitClosed(uuid string) shownGuest {
 	return s.guest(uuid)
 }
 
-// noDoublePins fails the test if any pCPU of the hosts is used by two
-// running domains.
+// noDoublePins fails the test if pinflow's promise is broken on any of
+// the hosts (chaos.doublePins): a pCPU one running or paused domain pins
+// within reach of another, or a PCI device two running domains use.
 func (s *stack) noDoublePins(hosts ...string) {
 	s.t.Helper()
 	led, rdb, err := ledger.Open(context.Background(), s.redisConfig)
@@ -38,7 +39,7 @@ func (s *stack) noDoublePins(hosts ...string) {
 			s.t.Fatal(err)
 		}
 		if clash != "" {
-			s.t.Errorf("host %s: two running guests on one pCPU: %s", h, clash)
+			s.t.Errorf("host %s: the promise is broken: %s", h, clash)
 		}
 	}
 }

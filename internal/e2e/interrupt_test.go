@@ -30,7 +30,8 @@ import (
 )
 
 // chaos is one run of guests operated on, interrupted and audited at
-// once, with the hypervisors sampled for double pins all along.
+// once, with the hypervisors sampled for breaks of pinflow's promise all
+// along.
 type chaos struct {
 	s      *stack
 	t      testing.TB
@@ -40,6 +41,7 @@ type chaos struct {
 	led    *ledger.Ledger
 	drv    *sim.Driver
 	hosts  []string
+	shared map[string]bool // the hosts with shared CPUs (chaosHostSets)
 	seed   uint64
 	slots  int
 	ops    int
@@ -104,6 +106,10 @@ type chaos struct {
 	fences     atomic.Int64
 	recovers   atomic.Int64
 	foreign    atomic.Int64
+	// floating counts the domain reads that found a running guest with
+	// threads beside its pins (a floating or mixed guest): every run must
+	// have some.
+	floating atomic.Int64
 	// held are the hosts a drain, a fence cycle or a recovery works on,
 	// and which: no two of them take one host at once.
 	held map[string]string
@@ -127,8 +133,9 @@ type span struct {
 }
 
 // newChaos starts a stack with hosts h0.. of two cells of cores pCPUs
-// each (with SR-IOV NICs when devices is set); a durable Redis (an fsync
-// per write) when it is to be restarted.
+// each, some with shared CPUs beside them (chaosHostSets), with SR-IOV
+// NICs when devices is set; a durable Redis (an fsync per write) when it
+// is to be restarted.
 func newChaos(t *testing.T, hosts, cores int, durable, devices bool) *chaos {
 	var opts []testenv.RedisOption
 	if durable {
@@ -141,23 +148,21 @@ func newChaos(t *testing.T, hosts, cores int, durable, devices bool) *chaos {
 func chaosOn(s *stack, hosts, cores int, devices bool) *chaos {
 	t := s.t
 	c := &chaos{s: s, t: t, tc: s.tc, queue: "e2e-" + strings.ReplaceAll(t.Name(), "/", "-"), devices: devices,
-		outcomes: map[string]int{}, held: map[string]string{}, seed: uint64(time.Now().UnixNano())}
+		outcomes: map[string]int{}, held: map[string]string{}, shared: map[string]bool{}, seed: uint64(time.Now().UnixNano())}
 	if v := os.Getenv("PINFLOW_CHAOS_SEED"); v != "" {
 		fmt.Sscan(v, &c.seed)
 	}
 	t.Logf("seed %d (PINFLOW_CHAOS_SEED repeats it)", c.seed)
-	topo := ""
-	if devices {
-		topo = nicTopology(t, 2, cores, 4)
-	}
 	for i := range hosts {
 		h := fmt.Sprintf("h%d", i)
 		c.hosts = append(c.hosts, h)
+		shared, dedicated := chaosHostSets(i, cores)
+		c.shared[h] = !shared.IsEmpty()
 		if devices {
-			s.ok("host", "add", h, "--topology", topo)
+			s.ok("host", "add", h, "--topology", chaosTopology(t, cores, shared, dedicated))
 			continue
 		}
-		s.ok("host", "add", h, "--cells", "2", "--cores", fmt.Sprint(cores), "--memory-mb", "16384")
+		s.ok(append([]string{"host", "add", h, "--cells", "2", "--memory-mb", "16384"}, hostSetArgs(cores, shared, dedicated)...)...)
 	}
 	s.ok("group", "create", chaosGroup, "--policy", "anti-affinity", "--max-per-host", fmt.Sprint(chaosGroupMax))
 	c.members = map[string]bool{}
@@ -168,6 +173,120 @@ func chaosOn(s *stack, hosts, cores int, devices bool) *chaos {
 	}
 	c.drv = s.simulator()
 	return c
+}
+
+// chaosSharedPerCell is how many shared CPUs each cell of a host with
+// shared CPUs has beside its pinnable ones: enough for the largest
+// floating guest cell of a run.
+const chaosSharedPerCell = 2
+
+// chaosHostSets are the shared and dedicated CPUs of the i-th host of a
+// run of two cells of cores pinnable CPUs each. Every third host, from
+// h1, is registered with neither set, as a host of pinned guests only:
+// every CPU pinnable, none shared. The others have chaosSharedPerCell
+// more CPUs in each cell, shared: the first of each cell on one, the last
+// on the next, by turns, so that a guest moved between two of them with
+// its source's cpuset would float over its destination's pinnable CPUs.
+func chaosHostSets(i, cores int) (shared, dedicated numa.CPUSet) {
+	if i%3 == 1 {
+		return numa.CPUSet{}, numa.CPUSet{}
+	}
+	per := cores + chaosSharedPerCell
+	last := (i-(i+1)/3)%2 == 1 // the hosts with shared CPUs before this one, by turns
+	for cell := range 2 {
+		lo, hi := cell*per, (cell+1)*per-1
+		pool := numa.Range(lo, lo+chaosSharedPerCell-1)
+		if last {
+			pool = numa.Range(hi-chaosSharedPerCell+1, hi)
+		}
+		shared = shared.Union(pool)
+		dedicated = dedicated.Union(numa.Range(lo, hi).Difference(pool))
+	}
+	return shared, dedicated
+}
+
+// hostSetArgs are the `host add` flags of a host of chaosHostSets'.
+func hostSetArgs(cores int, shared, dedicated numa.CPUSet) []string {
+	if shared.IsEmpty() {
+		return []string{"--cores", fmt.Sprint(cores)}
+	}
+	return []string{"--cores", fmt.Sprint(cores + chaosSharedPerCell), "--shared", shared.String(), "--dedicated", dedicated.String()}
+}
+
+// chaosTopology is the topology file of a host of chaosHostSets' with an
+// SR-IOV NIC of four VFs on each of its two cells.
+func chaosTopology(t testing.TB, cores int, shared, dedicated numa.CPUSet) string {
+	t.Helper()
+	if shared.IsEmpty() {
+		return nicTopology(t, 2, cores, 4)
+	}
+	h, err := numa.Uniform(numa.UniformSpec{Cells: 2, Cores: cores + chaosSharedPerCell, Threads: 1, MemoryMB: 16384,
+		Shared: shared, Dedicated: dedicated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range 2 {
+		h.PCIDevices = append(h.PCIDevices, nic(c, c, 4)...)
+	}
+	return topologyFile(t, h)
+}
+
+// guestKind is what a chaos guest asks of its host's CPUs.
+type guestKind int
+
+const (
+	kindPinned guestKind = iota
+	// kindFloating has no CPU policy and no NUMA topology: its domain
+	// gets <vcpu cpuset> of its host's shared CPUs.
+	kindFloating
+	// kindFloatingNUMA has no CPU policy and one NUMA cell: its vCPUs are
+	// pinned to its cell's shared CPUs.
+	kindFloatingNUMA
+	// kindMixed is hw:cpu_policy=mixed: vCPU 0 floats over its cell's
+	// shared CPUs, the others are pinned.
+	kindMixed
+)
+
+func (k guestKind) String() string {
+	return [...]string{"pinned", "floating", "floating-numa", "mixed"}[k]
+}
+
+// floats says whether the guest needs shared CPUs: a host without any
+// refuses it.
+func (k guestKind) floats() bool { return k != kindPinned }
+
+// flavor is the kind's flavor at its smaller size; a resize takes it one
+// vCPU up and back.
+func (k guestKind) flavor() guest.Flavor {
+	f := guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{}}
+	switch k {
+	case kindPinned:
+		f.ExtraSpecs["hw:cpu_policy"] = "dedicated"
+	case kindFloatingNUMA:
+		f.VCPUs = 1
+		f.ExtraSpecs["hw:numa_nodes"] = "1"
+	case kindMixed:
+		f.ExtraSpecs["hw:cpu_policy"] = "mixed"
+		f.ExtraSpecs["hw:cpu_dedicated_mask"] = "^0"
+	}
+	return f
+}
+
+// slotKind is the kind of the boot-th guest a slot boots: odd slots (the
+// ones with devices in a run with devices) boot pinned guests, even slots
+// every kind by turns.
+func slotKind(slot, boot int) guestKind {
+	if slot%2 == 1 {
+		return kindPinned
+	}
+	return [...]guestKind{kindFloating, kindMixed, kindFloatingNUMA, kindPinned}[(slot/2+boot)%4]
+}
+
+// noSharedCPUs says whether a boot failed as one of a floating or mixed
+// guest on a host without shared CPUs is refused.
+func noSharedCPUs(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "the host has no shared CPUs") ||
+		strings.Contains(err.Error(), "shared CPUs, the cell has 0"))
 }
 
 // slow gives every hypervisor step a latency and a few faults, so that
@@ -206,9 +325,12 @@ func (c *chaos) report(format string, args ...any) {
 	}
 }
 
-// doublePins returns the pCPUs and PCI devices that two running domains
-// of a host use, and the run's server group if more of its members run
-// on the host than it allows.
+// doublePins returns what breaks pinflow's promise on a host's domains:
+// a pCPU that a running or paused domain pins (a <vcpupin>, <emulatorpin>
+// or <iothreadpin> of that CPU alone) within reach of another running or
+// paused domain (on its own pin, else its <vcpu cpuset>, else the whole
+// host); a PCI device two running domains use; and the run's server group
+// if more of its members run on the host than it allows.
 func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 	doms, err := c.drv.Domains(ctx, host)
 	if err != nil {
@@ -218,29 +340,39 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var pinnable numa.CPUSet
+	var pinnable, all numa.CPUSet
 	for _, cell := range topo.Cells {
 		pinnable = pinnable.Union(cell.PCPUs)
+		all = all.Union(cell.CPUs).Union(cell.PCPUs)
 	}
-	owner := map[int]string{}
+	// live is a running or paused domain: what it holds, and where its
+	// threads may run.
+	type live struct {
+		uuid, name  string
+		held, reach numa.CPUSet
+	}
+	var lives []live
 	devOwner := map[string]string{}
 	var clashes, members []string
 	for _, d := range doms {
-		if d.State != hypervisor.StateRunning {
+		if d.State != hypervisor.StateRunning && d.State != hypervisor.StatePaused {
 			continue
-		}
-		if c.isMember(d.UUID) {
-			members = append(members, d.UUID)
 		}
 		pins, err := xmlpatch.Read(d.XML)
 		if err != nil {
 			return "", fmt.Errorf("domain %s on %s: %w", d.UUID, host, err)
 		}
-		for _, cpu := range pins.HostCPUs().Intersection(pinnable).List() {
-			if other, ok := owner[cpu]; ok && other != d.UUID {
-				clashes = append(clashes, fmt.Sprintf("pCPU %d: %s and %s", cpu, other, d.UUID))
-			}
-			owner[cpu] = d.UUID
+		l := live{uuid: d.UUID, name: fmt.Sprintf("%s (%s)", d.UUID, d.State),
+			held: pins.PinnedCPUs().Intersection(pinnable), reach: pins.Reach(all)}
+		lives = append(lives, l)
+		if d.State != hypervisor.StateRunning {
+			continue
+		}
+		if !l.reach.Difference(l.held).IsEmpty() {
+			c.floating.Add(1)
+		}
+		if c.isMember(d.UUID) {
+			members = append(members, d.UUID)
 		}
 		if len(pins.Devices) > 0 {
 			c.passing.Add(1)
@@ -252,6 +384,25 @@ func (c *chaos) doublePins(ctx context.Context, host string) (string, error) {
 					clashes = append(clashes, fmt.Sprintf("PCI device %s: %s and %s", held, other, d.UUID))
 				}
 				devOwner[held] = d.UUID
+			}
+		}
+	}
+	for i, a := range lives {
+		for _, b := range lives[i+1:] {
+			if a.uuid == b.uuid {
+				continue
+			}
+			ab, ba := a.held.Intersection(b.reach), b.held.Intersection(a.reach)
+			switch {
+			case !ab.IsEmpty() && ab.Equal(ba):
+				clashes = append(clashes, fmt.Sprintf("pCPUs %s pinned by both %s and %s", ab, a.name, b.name))
+			default:
+				if !ab.IsEmpty() {
+					clashes = append(clashes, fmt.Sprintf("pCPUs %s pinned by %s are within reach of %s", ab, a.name, b.name))
+				}
+				if !ba.IsEmpty() {
+					clashes = append(clashes, fmt.Sprintf("pCPUs %s pinned by %s are within reach of %s", ba, b.name, a.name))
+				}
 			}
 		}
 	}
@@ -273,8 +424,9 @@ func (c *chaos) isMember(uuid string) bool {
 	return c.members[uuid]
 }
 
-// sample checks, every 50 ms until stop, that no pCPU of any host is used
-// by two running domains and that every host's ledger verifies.
+// sample checks, every 50 ms until stop, that no pCPU any domain of a
+// host pins is within reach of another (doublePins) and that every host's
+// ledger verifies.
 func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
 	for {
 		select {
@@ -292,7 +444,7 @@ func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
 			}
 			if clash != "" {
 				c.suspect(uuidsIn(clash)...)
-				c.report("sample %d: two running guests on one pCPU of %s: %s", c.samples.Load(), h, clash)
+				c.report("sample %d: the promise is broken on %s: %s", c.samples.Load(), h, clash)
 			}
 			snap, err := c.led.Snapshot(ctx, h)
 			if err != nil {
@@ -374,12 +526,9 @@ func unsettled(res *workflows.ReconcileResult) string {
 // some, until the operation budget or the window is spent.
 func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, deadline time.Time) {
 	rng := rand.New(rand.NewPCG(c.seed, uint64(slot)))
-	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
 	withDevices := c.devices && slot%2 == 1
-	if withDevices {
-		flavor.Ports = []numa.Port{{Name: "data", Physnet: "physnet1", VNICType: numa.VNICDirect}}
-	}
-	uuid := ""
+	uuid, kind, boots := "", kindPinned, 0
+	var flavor guest.Flavor
 	for n := 0; started.Add(1) <= int64(c.ops) && time.Now().Before(deadline) || !c.enoughAlongside(); n++ {
 		if ctx.Err() != nil {
 			return
@@ -387,6 +536,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		var op workflows.Operation
 		var wf, in any
 		var inst *ledger.Instance
+		aimed := "" // the host a boot asks for
 		if uuid != "" {
 			got, err := c.led.Instance(ctx, uuid)
 			switch {
@@ -400,7 +550,20 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		switch {
 		case inst == nil || inst.VMState == guest.VMDeleted:
 			uuid = fmt.Sprintf("c4a0%04x-0000-4000-8000-%012x", slot, n)
+			kind = slotKind(slot, boots)
+			boots++
+			flavor = kind.flavor()
+			if withDevices {
+				flavor.Ports = []numa.Port{{Name: "data", Physnet: "physnet1", VNICType: numa.VNICDirect}}
+			}
 			boot := workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
+			// Some floating and mixed guests ask for a host, any: one
+			// without shared CPUs must refuse them. A calm run expects
+			// every operation to complete, and asks for none.
+			if kind.floats() && !c.calm && rng.IntN(3) == 0 {
+				aimed = c.hosts[rng.IntN(len(c.hosts))]
+				boot.Host = aimed
+			}
 			c.mu.Lock()
 			c.uuids = append(c.uuids, uuid)
 			// A calm run expects every operation to complete, and a
@@ -414,12 +577,13 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4:
 			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 3:
-			// A resize between 2 and 3 vCPUs, or a cold migration; its
-			// confirm window is short, and some get a confirm or a revert.
+			// A resize one vCPU up from the flavor's size or back, or a
+			// cold migration; its confirm window is short, and some get a
+			// confirm or a revert.
 			var f *guest.Flavor
 			if rng.IntN(3) > 0 {
 				resized := flavor
-				resized.VCPUs = 5 - inst.Request.VCPUs
+				resized.VCPUs = 2*flavor.VCPUs + 1 - inst.Request.VCPUs
 				f = &resized
 			}
 			op, wf, in = workflows.OpResize, workflows.Resize, workflows.ResizeInput{UUID: uuid, Flavor: f,
@@ -486,13 +650,24 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			// Anywhere in the operation: before, inside or after any step.
 			c.interruptRun(ctx, rng, 3*time.Second, how, run, fmt.Sprintf("%s of %s", op, uuid))
 		}
-		outcome := c.outcomeOf(run.Get(ctx, nil), fmt.Sprintf("%s %s of %s", op, how, uuid))
+		err = run.Get(ctx, nil)
+		outcome := c.outcomeOf(err, fmt.Sprintf("%s %s of %s", op, how, uuid))
+		if aimed != "" && !c.shared[aimed] {
+			how = strings.TrimSpace("on a host without shared CPUs " + how)
+			switch {
+			case noSharedCPUs(err):
+				outcome = "refused"
+			case err == nil:
+				c.suspect(uuid)
+				c.report("the boot of %s guest %s on %s, a host without shared CPUs, went through", kind, uuid, aimed)
+			}
+		}
 		if c.idle > 0 {
 			time.Sleep(time.Duration(rng.Int64N(int64(c.idle))))
 		}
 		c.mu.Lock()
 		c.spans = append(c.spans, span{op: string(op), start: began, end: time.Now()})
-		c.outcomes[string(op)+" "+how+"->"+outcome]++
+		c.outcomes[strings.Join(strings.Fields(fmt.Sprintf("%s %s %s", op, kind, how)), " ")+"->"+outcome]++
 		c.finished++
 		if c.finished%500 == 0 {
 			c.t.Logf("%s: %d operations done, %d audits, %d claims freed, %d worker kills, %d Redis restarts, %d violations",
@@ -811,6 +986,10 @@ func (c *chaos) summary() {
 	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting or host off); %d drains; %d fence cycles; %d recoveries; %d workers of another namespace; %d worker kills; %d Redis restarts; %d violations",
 		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.drains.Load(), c.fences.Load(), c.recovers.Load(), c.foreign.Load(),
 		c.kills.Load(), c.restarts.Load(), len(c.violations))
+	c.t.Logf("%d reads of a running guest with floating threads", c.floating.Load())
+	if c.floating.Load() == 0 {
+		c.t.Errorf("no sample found a running floating or mixed guest: the run did not check them")
+	}
 	if c.devices {
 		c.t.Logf("%d reads of a running guest passing a device through", c.passing.Load())
 		if c.passing.Load() == 0 {
@@ -840,10 +1019,11 @@ func (c *chaos) waitIdle(ctx context.Context) {
 	}
 }
 
-// checkEnd checks the settled state: no pCPU used by two running guests,
-// every running guest pinned exactly to the committed claim its record
-// names on its host, passing through exactly its devices, and no claim
-// that no record names.
+// checkEnd checks the settled state: the promise kept on every host
+// (doublePins), every running guest pinned exactly to the committed claim
+// its record names on its host and floating over its host's shared CPUs
+// alone, passing through exactly its devices, and no claim that no record
+// names.
 func (c *chaos) checkEnd(ctx context.Context) {
 	t := c.t
 	named := map[string]string{} // host/claim -> uuid
@@ -914,6 +1094,13 @@ func (c *chaos) checkEnd(ctx context.Context) {
 				c.suspect(d.UUID)
 				t.Errorf("guest %s on %s is pinned to %s, its claim %s holds %s", d.UUID, h, got, cl.ID, want)
 			}
+			// What does not run on its own pCPUs floats over the host's
+			// shared CPUs, not over the source's of a move.
+			shared := snap.Topology.SharedCPUs()
+			if far := pins.Reach(shared.Union(pinnableOf(snap))).Difference(want).Difference(shared); !far.IsEmpty() {
+				c.suspect(d.UUID)
+				t.Errorf("guest %s on %s may run on %s, which are neither its claim %s's pCPUs %s nor the host's shared CPUs %s", d.UUID, h, far, cl.ID, want, shared)
+			}
 			var used []string
 			for _, a := range pins.Devices {
 				used = append(used, snap.Topology.DeviceHolds(a)...)
@@ -953,13 +1140,15 @@ func recordHost(inst *ledger.Instance) string {
 }
 
 // TestInterruptedOperations cancels and terminates boots, migrations,
-// offloads, unshelves, deletes and host drains at random points of slow,
-// faulty hypervisor steps while an audit with no grace runs every second,
-// and operators fence hosts and bring them back, recover healthy hosts'
-// ledgers, release quarantines and start a worker of another namespace. No
-// pCPU may ever be used by two running guests, and once everything has
-// settled every running guest sits on exactly its record's committed
-// claim and no claim is left that no record names.
+// offloads, unshelves, deletes and host drains of pinned, floating and
+// mixed guests, on hosts with and without shared CPUs, at random points of
+// slow, faulty hypervisor steps while an audit with no grace runs every
+// second, and operators fence hosts and bring them back, recover healthy
+// hosts' ledgers, release quarantines and start a worker of another
+// namespace. No pCPU a guest pins may ever be within reach of another
+// guest's running or paused domain, and once everything has settled every
+// running guest sits on exactly its record's committed claim and no claim
+// is left that no record names.
 func TestInterruptedOperations(t *testing.T) {
 	t.Parallel()
 	// Room enough that a drain can often plan its host's guests.
@@ -996,14 +1185,14 @@ func TestWorkerKilledUnderInterruptions(t *testing.T) {
 }
 
 // TestSoak is everything at once, for long: boots, migrations, offloads,
-// unshelves and deletes on many guests, host drains, a third of them cancelled or
-// terminated at random points, hypervisor faults and latencies, the
-// worker killed with SIGKILL and Redis restarted now and then, hosts
-// fenced and brought back, ledgers recovered, quarantines released and
-// workers of another namespace started, an audit every second, with the
-// same checks. `make soak` runs it long
-// (PINFLOW_SOAK_OPS=10000 on 8 hosts and 40 guests); make test runs a
-// short one.
+// unshelves and deletes on many pinned, floating and mixed guests, host
+// drains, a third of them cancelled or terminated at random points,
+// hypervisor faults and latencies, the worker killed with SIGKILL and
+// Redis restarted now and then, hosts fenced and brought back, ledgers
+// recovered, quarantines released and workers of another namespace
+// started, an audit every second, with the same checks. `make soak` runs
+// it long (PINFLOW_SOAK_OPS=10000 on 8 hosts and 40 guests); make test
+// runs a short one.
 func TestSoak(t *testing.T) {
 	t.Parallel()
 	ops, hosts, guests := envInt("PINFLOW_SOAK_OPS", 240), envInt("PINFLOW_SOAK_HOSTS", 8), envInt("PINFLOW_SOAK_GUESTS", 16)

@@ -27,18 +27,24 @@ const (
 )
 
 // TestReconcileRandomized runs many concurrent boots, migrations,
-// offloads, unshelves and deletes with hypervisor faults injected, while
-// an audit with no grace period runs every second. At every sample no
-// pCPU has two owners and every host's ledger verifies; no audit frees
-// anything (no workflow here is terminated, so nothing is orphaned); and
-// when everything has ended the ledger is exactly the instances'
-// placements, and each running guest agrees with its record.
+// offloads, unshelves and deletes of pinned, floating and mixed guests on
+// hosts with and without shared CPUs (chaosHostSets), with hypervisor
+// faults injected, while an audit with no grace period runs every second.
+// At every sample no pCPU a domain pins is within reach of another domain
+// and every host's ledger verifies; a floating or mixed guest asked onto a
+// host without shared CPUs is refused; no audit frees anything (no
+// workflow here is terminated, so nothing is orphaned); and when
+// everything has ended the ledger is exactly the instances' placements,
+// and each running guest agrees with its record.
 func TestReconcileRandomized(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	hosts := []string{"h0", "h1", "h2", "h3"}
-	for _, h := range hosts {
-		s.ok("host", "add", h, "--cells", "2", "--cores", "3", "--memory-mb", "8192")
+	shared := map[string]bool{}
+	for i, h := range hosts {
+		sh, ded := chaosHostSets(i, 3)
+		shared[h] = !sh.IsEmpty()
+		s.ok(append([]string{"host", "add", h, "--cells", "2", "--memory-mb", "8192"}, hostSetArgs(3, sh, ded)...)...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -49,6 +55,8 @@ func TestReconcileRandomized(t *testing.T) {
 		t.Fatal(err)
 	}
 	drv := s.simulator()
+	// The hypervisors' sampler, which counts the floating guests it saw.
+	hv := &chaos{s: s, t: t, led: led, drv: drv}
 	for _, h := range hosts {
 		for op, rate := range map[sim.Op]float64{sim.OpMigrate: 0.2, sim.OpStart: 0.15, sim.OpPrepare: 0.1, sim.OpStop: 0.05} {
 			if err := drv.SetFault(ctx, h, op, sim.Fault{Rate: rate}); err != nil {
@@ -80,7 +88,8 @@ func TestReconcileRandomized(t *testing.T) {
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
 
-	// The sampler: no pCPU with two owners, every host verifies.
+	// The sampler: the promise kept on every host's domains, every
+	// host's ledger verifies.
 	var samples atomic.Int64
 	bg.Add(1)
 	go func() {
@@ -92,6 +101,9 @@ func TestReconcileRandomized(t *testing.T) {
 			case <-time.After(100 * time.Millisecond):
 			}
 			for _, h := range hosts {
+				if clash, err := hv.doublePins(ctx, h); err != nil || clash != "" {
+					report("sample %d: the promise on %s: %s %v", samples.Load(), h, clash, err)
+				}
 				snap, err := led.Snapshot(ctx, h)
 				if err != nil {
 					report("snapshot %s: %v", h, err)
@@ -142,8 +154,8 @@ func TestReconcileRandomized(t *testing.T) {
 	}()
 
 	// The operators: each slot runs one guest's operations one after the
-	// other (the workflow id lock allows no more), all slots at once.
-	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 512, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
+	// other (the workflow id lock allows no more), all slots at once; its
+	// guests are of the kinds slotKind says.
 	var started atomic.Int64
 	deadline := time.Now().Add(randomDeadline)
 	var ops sync.WaitGroup
@@ -152,7 +164,7 @@ func TestReconcileRandomized(t *testing.T) {
 		go func() {
 			defer ops.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(slot)))
-			uuid := ""
+			uuid, kind, boots := "", kindPinned, 0
 			// Operations that fail fast (a full cloud refuses boots at
 			// once) can spend the budget before the audits have run
 			// alongside them: then they go on until three have.
@@ -160,6 +172,7 @@ func TestReconcileRandomized(t *testing.T) {
 				var op workflows.Operation
 				var wf, in any
 				var inst *ledger.Instance
+				aimed := "" // the host a boot asks for
 				if uuid != "" {
 					if got, err := led.Instance(ctx, uuid); err == nil {
 						inst = got
@@ -168,10 +181,19 @@ func TestReconcileRandomized(t *testing.T) {
 				switch {
 				case inst == nil:
 					uuid = fmt.Sprintf("5107%04x-0000-4000-8000-%012x", slot, n)
+					kind = slotKind(slot, boots)
+					boots++
 					mu.Lock()
 					uuids = append(uuids, uuid)
 					mu.Unlock()
-					op, wf, in = workflows.OpBoot, workflows.Boot, workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("r%d-%d", slot, n), Flavor: flavor}
+					boot := workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("r%d-%d", slot, n), Flavor: kind.flavor()}
+					// Some floating and mixed guests ask for a host, any:
+					// one without shared CPUs must refuse them.
+					if kind.floats() && rng.IntN(3) == 0 {
+						aimed = hosts[rng.IntN(len(hosts))]
+						boot.Host = aimed
+					}
+					op, wf, in = workflows.OpBoot, workflows.Boot, boot
 				case inst.VMState == guest.VMActive && rng.IntN(10) < 5:
 					op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
 				case inst.VMState == guest.VMActive && rng.IntN(10) < 6:
@@ -191,11 +213,17 @@ func TestReconcileRandomized(t *testing.T) {
 					return
 				}
 				outcome := "ok"
-				if err := run.Get(ctx, nil); err != nil {
+				err = run.Get(ctx, nil)
+				switch {
+				case aimed != "" && !shared[aimed] && noSharedCPUs(err):
+					outcome = "refused on a host without shared CPUs"
+				case aimed != "" && !shared[aimed] && err == nil:
+					report("the boot of %s guest %s on %s, a host without shared CPUs, went through", kind, uuid, aimed)
+				case err != nil:
 					outcome = "failed"
 				}
 				mu.Lock()
-				outcomes[string(op)+" "+outcome]++
+				outcomes[fmt.Sprintf("%s %s %s", op, kind, outcome)]++
 				mu.Unlock()
 			}
 		}()
@@ -209,6 +237,9 @@ func TestReconcileRandomized(t *testing.T) {
 	}
 	if audits.Load() < 3 || samples.Load() < 20 {
 		t.Errorf("only %d audits and %d samples ran alongside the operations; the test proves little", audits.Load(), samples.Load())
+	}
+	if hv.floating.Load() == 0 {
+		t.Errorf("no sample found a running floating or mixed guest: the run did not check them")
 	}
 
 	// Everything has ended: the ledger is exactly the instances' placements.
@@ -234,9 +265,10 @@ func TestReconcileRandomized(t *testing.T) {
 			t.Errorf("instance %s: claim %s is %s with %s, the record says %s", u, c.ID, c.State, c.Placement, inst.Placement)
 		}
 		if inst.VMState == guest.VMActive {
-			s.checkAgreement(u, inst.Host)
+			s.agrees(u, inst.Host)
 		}
 	}
+	s.noDoublePins(hosts...)
 	for _, h := range hosts {
 		snap, err := led.Snapshot(ctx, h)
 		if err != nil {
