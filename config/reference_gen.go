@@ -58,6 +58,7 @@ var fieldDocs = map[string]string{
 	"github.com/pinflow/pinflow/ledger.Config.Addrs":                        "Addrs are host:port seed addresses of a Redis Cluster.",
 	"github.com/pinflow/pinflow/ledger.Config.DialTimeout":                  "DialTimeout bounds connecting, including the first PING.",
 	"github.com/pinflow/pinflow/ledger.Config.KeyPrefix":                    "KeyPrefix starts every ledger key, so several deployments can share one Redis.",
+	"github.com/pinflow/pinflow/ledger.Config.OutageWait":                   "OutageWait, when positive, has every command (and a first PING that finds the server loading its data) wait out a Redis that restarts or fails over, for up to that long, before it fails with an OutageError that says since when: the CLI sets it, so that an operator's command is not failed by a restart. The worker's steps wait in their own way (activities' waitLedger).",
 	"github.com/pinflow/pinflow/ledger.Config.Password":                     "Username and Password authenticate (Redis ACL, or requirepass when Username is empty). They override those in URL.",
 	"github.com/pinflow/pinflow/ledger.Config.TLS":                          "TLS turns on TLS for Addrs, or for a redis:// URL.",
 	"github.com/pinflow/pinflow/ledger.Config.TLSCA":                        "TLSCA is a PEM file of CAs to trust instead of the system's.",
