@@ -20,10 +20,10 @@ import (
 type MigrationPolicy struct {
 	// CompletionTimeoutPerGiB bounds the copy, from when the hypervisor
 	// first reports data sent: it may run this long per GiB of guest
-	// memory, a guest under 1 GiB counting as 1 GiB. 0: no bound. The
-	// same bound, counted from the migration's call, is how long the copy
-	// may take to start (the progress timeout without it): a loaded host
-	// starts a copy late, and that is no sign the copy will not converge.
+	// memory, a guest under 1 GiB counting as 1 GiB. 0: no bound. A loaded
+	// host starts a copy late, and that is no sign the copy will not
+	// converge; a copy that has not started by the longest of the two
+	// timeouts and MinStartTimeout after the call fails (TimeoutStart).
 	CompletionTimeoutPerGiB time.Duration
 	// ProgressTimeout bounds how long the data remaining may go without
 	// falling below its lowest figure so far, from the copy's start; a
@@ -71,6 +71,12 @@ const (
 	DefaultCompletionTimeoutPerGiB = 150 * time.Second
 	DefaultProgressTimeout         = 150 * time.Second
 )
+
+// MinStartTimeout is the least time a policy with a timeout gives a copy
+// to start: QEMU sets a migration up (capabilities, the destination's
+// QEMU, the connection) before it sends anything, slowly on a loaded host,
+// and a small guest's completion timeout is no bound for that.
+const MinStartTimeout = 2 * time.Minute
 
 // DefaultMigrationPolicy aborts a migration that runs longer than 150s per
 // GiB of guest memory or makes no progress for 150s, and uses neither
@@ -132,8 +138,7 @@ const (
 	TimeoutCompletion = "completion"
 	TimeoutProgress   = "progress"
 	// TimeoutStart: the copy did not start (no data sent) within the
-	// completion timeout, or the progress timeout without one, of the
-	// migration's call.
+	// start timeout of the migration's call (MigrationTimer).
 	TimeoutStart = "start"
 )
 
@@ -257,13 +262,19 @@ func (t *MigrationTimer) CopyStarted(elapsed time.Duration) {
 // switch to post-copy.
 func (t *MigrationTimer) Copying() bool { return t.copying }
 
-// startLimit is how long the copy may take to start: the completion
-// timeout, or the progress timeout without one; 0: no bound.
+// startLimit is how long the copy may take to start: the longest of the
+// completion timeout, the progress timeout and MinStartTimeout, for a
+// policy with either timeout; 0: no bound.
 func (t *MigrationTimer) startLimit() time.Duration {
+	var limit time.Duration
 	if t.policy.CompletionTimeoutPerGiB > 0 {
-		return t.completion
+		limit = t.completion
 	}
-	return t.policy.ProgressTimeout
+	limit = max(limit, t.policy.ProgressTimeout)
+	if limit == 0 {
+		return 0
+	}
+	return max(limit, MinStartTimeout)
 }
 
 // formatBytes formats a byte count for people: "512 MiB", "1.2 GiB".

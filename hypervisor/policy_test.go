@@ -87,11 +87,9 @@ func TestMigrationTimer(t *testing.T) {
 			want:    MigrationTimeoutError{Timeout: TimeoutProgress, Limit: 2 * time.Second, Memory: gib, DataRemaining: 950, LowestRemaining: 900},
 		},
 		{
-			name:    "a copy that never starts fails by the start timeout",
-			policy:  MigrationPolicy{ProgressTimeout: 2 * time.Second},
-			reports: []Progress{{Phase: "setup"}, {Phase: "setup"}},
-			fires:   2,
-			want:    MigrationTimeoutError{Timeout: TimeoutStart, Limit: 2 * time.Second, Memory: gib},
+			name:    "a copy not started yet is timed by neither timeout",
+			policy:  MigrationPolicy{CompletionTimeoutPerGiB: time.Second, ProgressTimeout: time.Second},
+			reports: []Progress{{Phase: "setup"}, {Phase: "setup"}, {DataTotal: gib, Phase: "setup"}, {Phase: "setup"}},
 		},
 		{
 			name:   "the timeouts count from the copy's start, however late",
@@ -102,13 +100,7 @@ func TestMigrationTimer(t *testing.T) {
 			fires:   8,
 			want:    MigrationTimeoutError{Timeout: TimeoutCompletion, Limit: 4 * time.Second, Memory: gib, DataRemaining: 500, LowestRemaining: 500},
 		},
-		{
-			name:    "the start timeout is the completion timeout",
-			policy:  MigrationPolicy{CompletionTimeoutPerGiB: 3 * time.Second, ProgressTimeout: 1 * time.Second},
-			reports: []Progress{{Phase: "setup"}, {DataTotal: gib, Phase: "setup"}, {DataTotal: gib, Phase: "setup"}},
-			fires:   3,
-			want:    MigrationTimeoutError{Timeout: TimeoutStart, Limit: 3 * time.Second, Memory: gib},
-		},
+
 		{
 			name:    "completion fires first when both are due",
 			policy:  MigrationPolicy{CompletionTimeoutPerGiB: 3 * time.Second, ProgressTimeout: 3 * time.Second},
@@ -137,6 +129,42 @@ func TestMigrationTimer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMigrationStartTimeout: a copy that never starts fails after the
+// longest of the policy's timeouts and MinStartTimeout, and a policy
+// without timeouts waits for it forever.
+func TestMigrationStartTimeout(t *testing.T) {
+	const gib = 1 << 30
+	setup := Progress{DataTotal: gib, Phase: "setup"}
+	for _, tt := range []struct {
+		name   string
+		policy MigrationPolicy
+		limit  time.Duration
+	}{
+		{"small timeouts", MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, ProgressTimeout: 8 * time.Second}, MinStartTimeout},
+		{"a long completion timeout", MigrationPolicy{CompletionTimeoutPerGiB: 10 * time.Minute}, 10 * time.Minute},
+		{"a long progress timeout", MigrationPolicy{ProgressTimeout: 5 * time.Minute}, 5 * time.Minute},
+		{"no timeouts", MigrationPolicy{}, 0},
+	} {
+		timer := tt.policy.Timer(gib)
+		if tt.limit == 0 {
+			if got := timer.Observe(24*time.Hour, setup); got != nil {
+				t.Errorf("%s: a day without a copy: %v, want no timeout", tt.name, got)
+			}
+			continue
+		}
+		if got := timer.Observe(tt.limit-time.Second, setup); got != nil {
+			t.Errorf("%s: %s without a copy: %v, want no timeout yet", tt.name, tt.limit-time.Second, got)
+		}
+		want := MigrationTimeoutError{Timeout: TimeoutStart, Limit: tt.limit, Memory: gib}
+		if got := timer.Observe(tt.limit, setup); got == nil || *got != want {
+			t.Errorf("%s: %s without a copy: %+v, want %+v", tt.name, tt.limit, got, want)
+		}
+		if timer.Copying() {
+			t.Errorf("%s: Copying() before any data was sent", tt.name)
+		}
 	}
 }
 
