@@ -59,7 +59,7 @@ func TestFitDevices(t *testing.T) {
 				[]PCIRequest{vfRequest(2)}, nil),
 			"0->0,1->3", "pci 8086:154d x1 from pool 0 (h0), 8086:154d x1 from pool 1 (h3)"},
 		{"no NUMA topology", deviceHost(vfPool(intp(1), 1)), devicesRequest(t, 2, nil, []PCIRequest{vfRequest(1)}, nil),
-			"", "no NUMA placement; pci 8086:154d x1 from pool 0 (h1)"},
+			"", "no NUMA placement, floating on 0-15; pci 8086:154d x1 from pool 0 (h1)"},
 		{"no NUMA topology, too few", deviceHost(vfPool(intp(1), 1)), devicesRequest(t, 2, nil, []PCIRequest{vfRequest(2)}, nil),
 			"", "without a NUMA placement: PCI request 0 wants 2 of 8086:154d (legacy) and finds 1"},
 	}

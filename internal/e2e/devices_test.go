@@ -170,7 +170,7 @@ func TestPCIDevices(t *testing.T) {
 	// Both VFs are taken and the PF is held by them: a third port finds
 	// no device on a.
 	s.refused("PCI request 0 wants 1 of physical_network=physnet1", "boot", "--name", "Z", "--vcpus", "1", "--memory-mb", "512",
-		"--host", "a", "--port", port, "--wait")
+		"--spec", "hw:cpu_policy=dedicated", "--host", "a", "--port", port, "--wait")
 	if out := s.ok("host", "show", "a"); !strings.Contains(out, "0000:81:00.0  8086:1572 type-PF on physnet1, cell 0  (its VFs are in use)") {
 		t.Errorf("host show a = %q; want the PF shown held by its VFs", out)
 	}
