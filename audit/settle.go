@@ -56,6 +56,13 @@ type SettleResult struct {
 // and the claim released instead (finishDelete). Every step is
 // idempotent; anything less than certain changes nothing and says why.
 func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult, error) {
+	return a.settle(ctx, in, false)
+}
+
+// settle is SettleClaim; stopped also takes a guest whose domain on
+// in.Host is shut off, pinned to exactly the claim, as on it: the record
+// then says stopped (see settleStoppedResize).
+func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (SettleResult, error) {
 	inst, err := a.Ledger.Instance(ctx, in.UUID)
 	if errors.Is(err, ledger.ErrUnknownInstance) {
 		return a.finishDelete(ctx, in)
@@ -64,6 +71,7 @@ func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult
 		return SettleResult{}, err
 	}
 	res := SettleResult{}
+	vm := guest.VMActive
 	if inst.Host == in.Host && inst.ClaimID == in.ClaimID {
 		claim, err := a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
 		if err != nil && !errors.Is(err, ledger.ErrUnknownClaim) {
@@ -88,9 +96,12 @@ func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult
 		if err != nil {
 			return SettleResult{}, err
 		}
-		dom, why, err := a.runsOn(ctx, in.Host, in.UUID, topo, claim)
+		dom, why, err := a.runsOn(ctx, in.Host, in.UUID, topo, claim, stopped)
 		if err != nil || why != "" {
 			return SettleResult{Reason: why}, err
+		}
+		if dom.State == hypervisor.StateShutoff {
+			vm = guest.VMStopped
 		}
 		prevDown, err := a.hostDown(ctx, inst.Host)
 		if err != nil {
@@ -157,7 +168,7 @@ func (a *Auditor) SettleClaim(ctx context.Context, in SettleInput) (SettleResult
 			return SettleResult{}, err
 		}
 	}
-	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: guest.VMActive, Task: guest.TaskNone}); err != nil {
+	if err := a.Ledger.SetState(ctx, in.UUID, ledger.Transition{VM: vm, Task: guest.TaskNone}); err != nil {
 		return SettleResult{}, err
 	}
 	res.Settled = true
@@ -195,7 +206,11 @@ func (a *Auditor) settleStoppedResize(ctx context.Context, inst *ledger.Instance
 			}
 			for _, c := range claims {
 				if c.InstanceUUID == inst.UUID && c.Kind == ledger.KindResizeDest && claimCPUs(&c).Equal(used) {
-					return a.SettleClaim(ctx, SettleInput{UUID: inst.UUID, Host: inst.Host, ClaimID: c.ID})
+					// Defined on the new claim and perhaps not started (a
+					// start that failed after the workflow ended): the
+					// guest is there all the same, stopped as the resize
+					// left it, never started by the audit.
+					return a.settle(ctx, SettleInput{UUID: inst.UUID, Host: inst.Host, ClaimID: c.ID}, true)
 				}
 			}
 			return SettleResult{Reason: fmt.Sprintf("the guest's domain on %s is pinned to %s, outside its source hold's %s and not to a claim of its resize",
@@ -256,8 +271,9 @@ func (a *Auditor) finishDelete(ctx context.Context, in SettleInput) (SettleResul
 }
 
 // runsOn looks at the instance's domain on host and says why it is not
-// running pinned to exactly claim's pCPUs ("" when it is).
-func (a *Auditor) runsOn(ctx context.Context, host, uuid string, topo *numa.Host, claim *ledger.Claim) (*hypervisor.Domain, string, error) {
+// running (or, when stopped, shut off) pinned to exactly claim's pCPUs
+// ("" when it is).
+func (a *Auditor) runsOn(ctx context.Context, host, uuid string, topo *numa.Host, claim *ledger.Claim, stopped bool) (*hypervisor.Domain, string, error) {
 	dom, err := a.Driver.Lookup(ctx, host, uuid)
 	if errors.Is(err, hypervisor.ErrNotFound) {
 		return nil, fmt.Sprintf("the guest has no domain on %s", host), nil
@@ -265,7 +281,7 @@ func (a *Auditor) runsOn(ctx context.Context, host, uuid string, topo *numa.Host
 	if err != nil {
 		return nil, "", err
 	}
-	if dom.State != hypervisor.StateRunning {
+	if dom.State != hypervisor.StateRunning && (!stopped || dom.State != hypervisor.StateShutoff) {
 		return nil, fmt.Sprintf("the guest is %s on %s", dom.State, host), nil
 	}
 	pins, err := xmlpatch.Read(dom.XML)

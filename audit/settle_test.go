@@ -184,55 +184,68 @@ func TestSettleStoppedResize(t *testing.T) {
 }
 
 // TestSettleSameHostResizeThatMoved: a resize on the guest's own host
-// stopped after it defined and started the new flavor's domain leaves a
-// hold its record names and a new claim the domain runs on. Settling the
-// hold must not make it resident under that domain (the new claim would
-// then be freed while the guest runs on it): it settles the new claim,
-// forwards, and frees the hold.
+// stopped after it defined the new flavor's domain leaves a hold its
+// record names and a new claim the domain is pinned to. Settling the hold
+// must not make it resident under that domain (the new claim would then
+// be freed while the guest uses it): it settles the new claim, forwards,
+// and frees the hold; a domain whose start failed after the workflow
+// ended is stopped, and stays so.
 func TestSettleSameHostResizeThatMoved(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t)
-	w.AddHost(t, "a")
-	u := simcloud.UUID(23)
-	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
-	bigger := simcloud.Flavor()
-	bigger.VCPUs = 3
-	if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := w.Acts.Claim(ctx, activities.ClaimInput{Host: "a", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
-		Owner: activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "resize-1"}, Flavor: bigger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Acts.PowerOff(ctx, activities.DomainInput{UUID: u, Host: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Acts.MoveResized(ctx, activities.MoveResizedInput{UUID: u, Source: "a", Dest: "a", ClaimID: c.ClaimID, Token: c.Token,
-		Placement: c.Placement, Start: true}); err != nil {
-		t.Fatal(err)
-	}
-	// Terminated here: the record names the hold, the domain runs on c.
-	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
-	if err != nil || !res.Settled || res.PreviousClaimID != src.ClaimID {
-		t.Fatalf("SettleClaim of the hold = %+v, %v; want the new claim settled, freeing the hold %s", res, err, src.ClaimID)
-	}
-	inst, err := w.Ledger.Instance(ctx, u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if inst.Host != "a" || inst.ClaimID != c.ClaimID || inst.Request.VCPUs != 3 || inst.Resize != nil {
-		t.Errorf("record after settling = host %s claim %s %d vCPUs resize %+v; want a, %s, 3, no resize",
-			inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.Resize, c.ClaimID)
-	}
-	if w.HasClaim(t, "a", src.ClaimID) {
-		t.Errorf("the hold is still on a after settling")
-	}
-	if !w.HasClaim(t, "a", c.ClaimID) {
-		t.Errorf("the claim the guest runs on is gone after settling")
+	for _, started := range []bool{true, false} {
+		t.Run(fmt.Sprintf("started=%v", started), func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t)
+			w.AddHost(t, "a")
+			u := simcloud.UUID(23)
+			src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+			bigger := simcloud.Flavor()
+			bigger.VCPUs = 3
+			if err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: bigger}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := w.Acts.Claim(ctx, activities.ClaimInput{Host: "a", ClaimID: "resize-dest-1", UUID: u, Kind: ledger.KindResizeDest,
+				Owner: activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "resize-1"}, Flavor: bigger})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Acts.PowerOff(ctx, activities.DomainInput{UUID: u, Host: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Acts.MoveResized(ctx, activities.MoveResizedInput{UUID: u, Source: "a", Dest: "a", ClaimID: c.ClaimID, Token: c.Token,
+				Placement: c.Placement, Start: started}); err != nil {
+				t.Fatal(err)
+			}
+			// Terminated here: the record names the hold, the domain is
+			// pinned to c.
+			res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: src.ClaimID})
+			if err != nil || !res.Settled || res.PreviousClaimID != src.ClaimID {
+				t.Fatalf("SettleClaim of the hold = %+v, %v; want the new claim settled, freeing the hold %s", res, err, src.ClaimID)
+			}
+			inst, err := w.Ledger.Instance(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantVM, wantDom := guest.VMActive, hypervisor.StateRunning
+			if !started {
+				wantVM, wantDom = guest.VMStopped, hypervisor.StateShutoff
+			}
+			if inst.Host != "a" || inst.ClaimID != c.ClaimID || inst.Request.VCPUs != 3 || inst.Resize != nil || inst.VMState != wantVM {
+				t.Errorf("record after settling = host %s claim %s %d vCPUs resize %+v %s; want a, %s, 3, no resize, %s",
+					inst.Host, inst.ClaimID, inst.Request.VCPUs, inst.Resize, inst.VMState, c.ClaimID, wantVM)
+			}
+			if dom, err := w.Driver.Lookup(ctx, "a", u); err != nil || dom.State != wantDom {
+				t.Errorf("domain after settling = %+v, %v; want it %s", dom, err, wantDom)
+			}
+			if w.HasClaim(t, "a", src.ClaimID) {
+				t.Errorf("the hold is still on a after settling")
+			}
+			if !w.HasClaim(t, "a", c.ClaimID) {
+				t.Errorf("the claim the guest is pinned to is gone after settling")
+			}
+		})
 	}
 }
 
