@@ -87,6 +87,13 @@ func (s *stack) drainDone(host string) {
 func (s *stack) drainState(host string) client.DrainState {
 	s.t.Helper()
 	out, errOut, code := s.run("host", "drain", "status", host, "--json")
+	// A running drain answers a query through a worker: right after a
+	// test killed one, until its replacement polls, Temporal says none
+	// is there. Wait for that, as an operator would try again.
+	for i := 0; code != 0 && out == "" && strings.Contains(errOut, "worker may be down") && i < 120; i++ {
+		time.Sleep(500 * time.Millisecond)
+		out, errOut, code = s.run("host", "drain", "status", host, "--json")
+	}
 	var st client.DrainState
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		s.t.Fatalf("host drain status %s --json: exit %d: %v\n%s%s", host, code, err, out, errOut)
