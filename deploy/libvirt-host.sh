@@ -204,8 +204,10 @@ stop() {
 	for p in $(qemu_pids); do
 		kill -KILL "$p" 2>/dev/null || true
 	done
+	# A killed process always exits, but a loaded machine may take its
+	# time to reap one busy in the kernel: wait for it, a minute at most.
 	for p in $pid $(qemu_pids); do
-		for i in $(seq 1 100); do
+		for i in $(seq 1 600); do
 			alive "$p" || break
 			sleep 0.1
 		done
