@@ -63,12 +63,6 @@ waitall
 uuid() { cat "$PINFLOW_STATE_DIR/$1.uuid"; }
 $pinflow host list
 
-step "booting guests that float: they run on the shared CPUs alone, never on a pinned guest's"
-boot batch-1 host-1 2
-boot mixed-1 host-4 2 hw:cpu_policy=mixed hw:cpu_dedicated_mask=^0
-$pinflow show "$(uuid batch-1)"
-$pinflow show "$(uuid mixed-1)"
-
 step "live-migrating four guests at once (each migration takes 3 s in the simulator)"
 $pinflow sim latency --op migrate --seconds 3 >/dev/null
 $pinflow migrate "$(uuid db-1)" --dest host-4 --wait &
@@ -80,6 +74,12 @@ pids+=($!)
 $pinflow migrate "$(uuid rt-1)" --dest host-2 --wait &
 pids+=($!)
 waitall
+
+step "booting guests that float: they run on the shared CPUs alone, never on a pinned guest's"
+boot batch-1 host-1 2
+boot mixed-1 host-4 2 hw:cpu_policy=mixed hw:cpu_dedicated_mask=^0
+$pinflow show "$(uuid batch-1)"
+$pinflow show "$(uuid mixed-1)"
 
 step "shelving web-2 (its pins are freed at once), then unshelving it"
 $pinflow shelve "$(uuid web-2)" --offload --wait
