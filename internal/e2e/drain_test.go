@@ -86,14 +86,15 @@ func (s *stack) drainDone(host string) {
 // drain runs, completed (exit 0), or failed or was cancelled (exit 1).
 func (s *stack) drainState(host string) client.DrainState {
 	s.t.Helper()
-	out, errOut, code := s.run("host", "drain", "status", host, "--json")
 	// A running drain answers a query through a worker: right after a
 	// test killed one, until its replacement polls, Temporal says none
 	// is there. Wait for that, as an operator would try again.
-	for i := 0; code != 0 && out == "" && strings.Contains(errOut, "worker may be down") && i < 120; i++ {
-		time.Sleep(500 * time.Millisecond)
+	var out, errOut string
+	var code int
+	s.eventually("a worker answers the status of the drain of "+host, time.Minute, func() bool {
 		out, errOut, code = s.run("host", "drain", "status", host, "--json")
-	}
+		return code == 0 || out != "" || !strings.Contains(errOut, "worker may be down")
+	})
 	var st client.DrainState
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		s.t.Fatalf("host drain status %s --json: exit %d: %v\n%s%s", host, code, err, out, errOut)
