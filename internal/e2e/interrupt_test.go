@@ -469,7 +469,7 @@ func (c *chaos) audit(ctx context.Context, id string) (*workflows.ReconcileResul
 		return nil, err
 	}
 	var res workflows.ReconcileResult
-	if err := run.Get(ctx, &res); err != nil {
+	if err := c.await(ctx, run, &res); err != nil {
 		return nil, err
 	}
 	c.audits.Add(1)
@@ -650,7 +650,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			// Anywhere in the operation: before, inside or after any step.
 			c.interruptRun(ctx, rng, 3*time.Second, how, run, fmt.Sprintf("%s of %s", op, uuid))
 		}
-		err = run.Get(ctx, nil)
+		err = c.await(ctx, run, nil)
 		outcome := c.outcomeOf(err, fmt.Sprintf("%s %s of %s", op, how, uuid))
 		if aimed != "" && !c.shared[aimed] {
 			how = strings.TrimSpace("on a host without shared CPUs " + how)
@@ -693,6 +693,22 @@ func (c *chaos) start(ctx context.Context, opts client.StartWorkflowOptions, wf,
 			return run, err
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// await waits for run's result as run.Get does, and rides out a Temporal
+// node failing over as start does: a wait the cluster did not answer is
+// asked again, for up to two minutes.
+func (c *chaos) await(ctx context.Context, run client.WorkflowRun, out any) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := run.Get(ctx, out)
+		if err == nil || !unanswered(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		c.t.Logf("waiting again for %s: %v", run.GetID(), err)
+		time.Sleep(time.Second)
+		run = c.tc.GetWorkflow(ctx, run.GetID(), run.GetRunID())
 	}
 }
 
