@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -722,6 +723,17 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 // call (see Fences in the package doc), never by comparing that end with
 // its own time.
 func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length time.Duration) (time.Time, error) {
+	return l.fence(ctx, host, claimID, token, length, "")
+}
+
+// FenceTeardown is Fence for a step that only stops, undefines or unplugs
+// the guest: it may act on a host that is down or returning too (the
+// leftovers of an evacuation are cleared there).
+func (l *Ledger) FenceTeardown(ctx context.Context, host, claimID, token string, length time.Duration) (time.Time, error) {
+	return l.fence(ctx, host, claimID, token, length, "teardown")
+}
+
+func (l *Ledger) fence(ctx context.Context, host, claimID, token string, length time.Duration, mode string) (time.Time, error) {
 	wrap := func(err error) error { return fmt.Errorf("ledger: fence %s on %s: %w", claimID, host, err) }
 	if err := checkHostName(host); err != nil {
 		return time.Time{}, wrap(err)
@@ -733,7 +745,7 @@ func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length 
 		return time.Time{}, wrap(fmt.Errorf("%w: token %q and lease %s: a token and a positive lease are needed", ErrInvalid, token, length))
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, fenceScript, []string{k.undo, k.lease, k.state}, claimID, token, length.Milliseconds()).Slice()
+	res, err := l.change(ctx, fenceScript, []string{k.undo, k.lease, k.state}, claimID, token, length.Milliseconds(), mode).Slice()
 	if err != nil {
 		return time.Time{}, wrap(err)
 	}
@@ -747,6 +759,73 @@ func (l *Ledger) Fence(ctx context.Context, host, claimID, token string, length 
 		return time.Time{}, wrap(fmt.Errorf("%w: host %s is %s; no guest starts there", ErrHostDown, host, state))
 	}
 	return time.Time{}, wrap(fmt.Errorf("%w: claim %q was made again with another token", ErrConflict, claimID))
+}
+
+// Unfence ends the fence lease of token on the claim: the step that
+// renewed it has acted, or will not act. A lease of another token, or
+// none, is left as it is.
+func (l *Ledger) Unfence(ctx context.Context, host, claimID, token string) error {
+	if err := checkHostName(host); err != nil {
+		return fmt.Errorf("ledger: unfence %s: %w", claimID, err)
+	}
+	if err := checkClaimID(claimID); err != nil {
+		return fmt.Errorf("ledger: unfence %s on %s: %w", claimID, host, err)
+	}
+	if err := l.change(ctx, unfenceScript, []string{l.hostKeys(host).lease}, claimID, token).Err(); err != nil {
+		return fmt.Errorf("ledger: unfence %s on %s: %w", claimID, host, err)
+	}
+	return nil
+}
+
+// LeasedError is Take's answer while a step of another token may still
+// act for the claim: Until is when its fence lease ends, by the Redis
+// server's clock. It matches ErrConflict.
+type LeasedError struct {
+	Host, ClaimID string
+	Until         time.Time
+}
+
+func (e *LeasedError) Error() string {
+	return fmt.Sprintf("ledger: take %s on %s: a step of another operation may act for the claim until its fence lease ends at %s",
+		e.ClaimID, e.Host, e.Until.UTC().Format(time.RFC3339Nano))
+}
+
+func (e *LeasedError) Unwrap() error { return ErrConflict }
+
+// Take gives the claim the token to if its token now is one of from (any
+// when from is empty) or to already: an operation takes over its guest's
+// claim from the token it read when it began, so that every step that
+// fences with another token is refused from then on (see the package
+// doc, Fences). A claim whose token is none of them is ErrConflict: an
+// operation that began later took it. While a fence lease of a token
+// other than to runs it changes nothing and returns a *LeasedError.
+func (l *Ledger) Take(ctx context.Context, host, claimID string, from []string, to string) error {
+	wrap := func(err error) error { return fmt.Errorf("ledger: take %s on %s: %w", claimID, host, err) }
+	if err := checkHostName(host); err != nil {
+		return wrap(err)
+	}
+	if err := checkClaimID(claimID); err != nil {
+		return wrap(err)
+	}
+	for _, t := range append([]string{to}, from...) {
+		if t == "" || strings.ContainsAny(t, "|\"\\") {
+			return wrap(fmt.Errorf("%w: token %q: a token is not empty and has no '|', '\"' or '\\'", ErrInvalid, t))
+		}
+	}
+	k := l.hostKeys(host)
+	res, err := l.change(ctx, takeScript, []string{k.claims, k.undo, k.lease}, claimID, to, strings.Join(from, "|")).Slice()
+	if err != nil {
+		return wrap(err)
+	}
+	switch res[0] {
+	case "ok":
+		return nil
+	case "gone":
+		return wrap(fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID))
+	case "token":
+		return wrap(fmt.Errorf("%w: claim %q was taken by another operation", ErrConflict, claimID))
+	}
+	return &LeasedError{Host: host, ClaimID: claimID, Until: time.UnixMilli(toInt(res[1]))}
 }
 
 // Claims lists a host's claims by id. A host never registered, or with no
@@ -809,4 +888,22 @@ func decodeClaims(records []string) ([]Claim, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+// TakeOver is Take, waiting while a fence lease of another token runs
+// (asking again every second, by the caller's clock: no time of Redis'
+// is compared with it) until ctx ends.
+func (l *Ledger) TakeOver(ctx context.Context, host, claimID string, from []string, to string) error {
+	for {
+		err := l.Take(ctx, host, claimID, from, to)
+		var leased *LeasedError
+		if !errors.As(err, &leased) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
 }

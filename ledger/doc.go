@@ -134,18 +134,38 @@
 //
 // # Fences
 //
-// A hypervisor step that acts on a claim's pCPUs (starting a guest,
-// switching a migration over) calls Fence right before it acts. Fence
-// checks that the claim exists with the token the step was given and
-// renews the claim's lease, measured by the Redis server's clock. While
-// the lease runs, ReleaseIfUnchanged refuses the claim. So an attempt
-// that outlived its workflow is refused at its fence once the audit has
-// freed the claim, and the audit cannot free a claim between a passed
-// fence and the act it guards, provided the act ends within the lease
-// (the activities give the act half the lease as its deadline). A
-// hypervisor that completes an act after its caller's deadline can
-// break that proviso; the audit's last defence is that it never frees
-// pCPUs a domain of the claim's own instance is using.
+// Every hypervisor step that changes a domain (defining, starting,
+// switching a migration over, and as much stopping, undefining,
+// unplugging and rolling back) acts for a claim, and calls Fence (a step
+// that only tears down: FenceTeardown, which a host marked down or
+// returning does not refuse) right before it acts. Fence checks that the
+// claim exists with the token the step was given and renews the claim's
+// lease, measured by the Redis server's clock; the step ends its lease
+// (Unfence) once its call has returned. While the lease runs,
+// ReleaseIfUnchanged refuses the claim and Take waits. So an attempt that
+// outlived its workflow is refused at its fence once the audit has freed
+// the claim, and the audit cannot free a claim between a passed fence and
+// the act it guards, provided the act ends within the lease (the
+// activities give the act half the lease as its deadline). A hypervisor
+// that completes an act after its caller's deadline can break that
+// proviso; the audit's last defence is that it never frees pCPUs a domain
+// of the claim's own instance is using.
+//
+// A claim's token says which operation may act for it. A claim an
+// operation makes has a random token, which its workflow gives the steps
+// that start the guest there. An operation takes its guest's resident
+// claim with Take, from the token it read when it began on to a token of
+// its own run, before its first step that acts for it; a step past its
+// forward ones (a compensation that destroys one copy of the guest to
+// keep the other, a step after its commit) takes its claims on to a
+// final token of the run first; the audit's Settle takes the claim it
+// judges before it looks at the domain. Take is a compare-and-set, and
+// waits while a lease of another token runs. So a step of an operation
+// that ended or was overtaken (a frozen worker, resumed) fences in vain
+// once another has taken the claim, cannot take it back (it knows the
+// claim by a token it no longer has), and no taker acts while such a step
+// still may. The worker's driver (hypervisor.Guarded) refuses a call that
+// changes a domain without a fence, so no step can forget one.
 //
 // The lease has one clock on each side, and no time crosses between them.
 // Redis alone judges whether a lease runs: the fence script writes its end

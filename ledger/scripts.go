@@ -49,6 +49,8 @@ var (
 	claimAdoptScript      = loadScript("claim_adopt")
 	moveSlotScript        = loadScript("move_slot")
 	fenceScript           = loadScript("fence")
+	takeScript            = loadScript("take")
+	unfenceScript         = loadScript("unfence")
 	registerScript        = loadScript("register")
 	listHostScript        = loadScript("list_host")
 	touchScript           = loadScript("touch")

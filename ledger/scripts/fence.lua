@@ -3,9 +3,10 @@
 -- runs, the audit's compare-and-delete refuses to free the claim, so a
 -- step that passed its fence cannot be overtaken by a release. A host
 -- an operator marked down or returning is refused like a gone claim: no
--- guest starts there, nor switches over to it, until it is up.
+-- guest starts there, nor switches over to it, until it is up; a step
+-- that only tears a guest down (ARGV[4] 'teardown') may act there.
 -- KEYS: undo, lease, host state
--- ARGV: claim id, token, lease length in milliseconds
+-- ARGV: claim id, token, lease length in milliseconds, 'teardown' or ''
 -- Returns {'ok', lease end in ms of the server's clock}, {'gone'},
 -- {'token'} (the claim was made again by someone else) or {'down', host
 -- state}.
@@ -19,7 +20,7 @@ if string.match(entry, '^([^|]*)|') ~= ARGV[2] then
   return {'token'}
 end
 local host = redis.call('HGET', KEYS[3], 'state') or 'up'
-if host == 'down' or host == 'returning' then
+if ARGV[4] ~= 'teardown' and (host == 'down' or host == 'returning') then
   return {'down', host}
 end
 local t = redis.call('TIME')
