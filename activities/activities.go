@@ -65,7 +65,17 @@ func (a *Activities) LoadInstance(ctx context.Context, uuid string) (InstanceInf
 	if err != nil {
 		return InstanceInfo{}, classify(err)
 	}
-	return InfoOf(inst), nil
+	info := InfoOf(inst)
+	if inst.Host != "" && inst.ClaimID != "" {
+		c, err := a.Ledger.GetClaim(ctx, inst.Host, inst.ClaimID)
+		if err != nil && !errors.Is(err, ledger.ErrUnknownClaim) {
+			return InstanceInfo{}, classify(err)
+		}
+		if c != nil {
+			info.ClaimToken = c.Token
+		}
+	}
+	return info, nil
 }
 
 // InfoOf is what the workflows (and the CLI's pre-checks) know of the
@@ -265,17 +275,28 @@ func (a *Activities) ClearInstanceHost(ctx context.Context, in ClearHostInput) e
 }
 
 // DestroyDomain powers the guest off and removes it from the host; a guest
-// that is not there is no error.
+// that is not there is no error. It takes the claim it acts for first
+// (fenceDomain), so an attempt whose operation ended destroys nothing.
 func (a *Activities) DestroyDomain(ctx context.Context, in DomainInput) error {
 	return a.heartbeating(ctx, func(ctx context.Context) error {
-		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			return classify(err)
+		f, err := a.fenceDomain(ctx, in, true)
+		if err != nil {
+			return err
 		}
-		if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			return classify(err)
-		}
-		return nil
+		return a.destroy(ctx, f, in.Host, in.UUID)
 	})
+}
+
+// destroy stops and undefines the guest's domain on host, each under f; a
+// domain that is not there is no error.
+func (a *Activities) destroy(ctx context.Context, f *claimFence, host, uuid string) error {
+	if err := f.do(ctx, func(ctx context.Context) error { return a.Driver.Stop(ctx, host, uuid) }); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return err
+	}
+	if err := f.do(ctx, func(ctx context.Context) error { return a.Driver.Undefine(ctx, host, uuid) }); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return err
+	}
+	return nil
 }
 
 // Attach makes a spawned guest's claim committed, then points its record

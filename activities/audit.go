@@ -53,6 +53,7 @@ func (a *Activities) RecoverHost(ctx context.Context, in audit.RecoverHostInput)
 // SettleClaim makes a claim its instance already runs on the instance's
 // resident claim (audit.Auditor.SettleClaim).
 func (a *Activities) SettleClaim(ctx context.Context, in audit.SettleInput) (audit.SettleResult, error) {
+	in.Token = runToken(ctx)
 	res, err := a.Audit.SettleClaim(ctx, in)
 	return res, auditErr(err)
 }

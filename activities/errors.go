@@ -90,6 +90,8 @@ func classify(err error) error {
 		typ = ErrTypeUnknownHost
 	case errors.Is(err, hypervisor.ErrRejected):
 		typ = ErrTypeRejected
+	case errors.Is(err, hypervisor.ErrUnfenced):
+		typ = ErrTypeFenced
 	case errors.Is(err, ledger.ErrHostDown):
 		typ = ErrTypeHostDown
 	case errors.Is(err, hypervisor.ErrMigrationTimeout):

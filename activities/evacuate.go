@@ -8,7 +8,6 @@ import (
 
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
-	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -77,6 +76,9 @@ type Leftover struct {
 	Host    string `json:"host"`
 	UUID    string `json:"uuid"`
 	ClaimID string `json:"claim_id"`
+	// Token is the tombstone's token as the host's return found it: the
+	// clearing takes the tombstone from it.
+	Token string `json:"token,omitempty"`
 }
 
 // HostLeftovers lists the tombstones of a returning host. It refuses
@@ -102,7 +104,7 @@ func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]Leftover
 			busy = append(busy, c.InstanceUUID)
 		}
 		if c.State == ledger.StateTombstone {
-			out = append(out, Leftover{Host: host, UUID: c.InstanceUUID, ClaimID: c.ID})
+			out = append(out, Leftover{Host: host, UUID: c.InstanceUUID, ClaimID: c.ID, Token: c.Token})
 		}
 	}
 	if len(busy) > 0 {
@@ -126,11 +128,17 @@ func (a *Activities) ClearTombstone(ctx context.Context, in Leftover) error {
 		case home.Host == in.Host && home.ClaimID == in.ClaimID:
 			return BadState(fmt.Sprintf("instance %s lives on %s by its record; its claim %s is no leftover", in.UUID, in.Host, in.ClaimID))
 		}
-		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			return classify(err)
+		// Under the tombstone, taken for this run: an attempt of an
+		// earlier one, on a host that came up since, destroys nothing.
+		f, err := a.fenceDomain(ctx, DomainInput{UUID: in.UUID, Host: in.Host, ClaimID: in.ClaimID, Token: in.Token}, true)
+		if errors.Is(err, ledger.ErrUnknownClaim) {
+			return nil // released: by this step's retry, or another run's
 		}
-		if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			return classify(err)
+		if err != nil {
+			return err
+		}
+		if err := a.destroy(ctx, f, in.Host, in.UUID); err != nil {
+			return err
 		}
 		return classify(waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.Release(ctx, in.Host, in.ClaimID) }))
 	})

@@ -211,8 +211,9 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 		return err
 	}
 	// The driver's context ends on a cancel or timeout of this attempt,
-	// but not when the worker stops.
-	driverCtx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	// but not when the worker stops. The migration fences itself on the
+	// destination claim (req.Fence).
+	driverCtx, abort := context.WithCancel(hypervisor.WithFence(context.WithoutCancel(ctx), in.Dest+"/"+in.DestClaimID))
 	defer abort()
 	var stopping <-chan struct{}
 	if activity.IsActivity(ctx) {
@@ -235,7 +236,8 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 		}}
 	// Keep the lease running while the migration does, past the driver's
 	// last fence: the audit cannot free the claim under it.
-	defer lease.keep(driverCtx, a.beat())()
+	stopKeeping := lease.keep(driverCtx, a.beat())
+	defer stopKeeping()
 	progress := make(chan hypervisor.Progress, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -254,6 +256,9 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 	for {
 		select {
 		case err := <-done:
+			// The migration is over, whichever way: it holds nothing back.
+			stopKeeping()
+			lease.end(ctx)
 			// A fence the ledger refused is final; one that failed for the
 			// ledger's silence aborted the migration, and a retry starts it
 			// again once the ledger answers.
@@ -313,7 +318,13 @@ func (a *Activities) rollback(ctx context.Context, in MigrateInput) (RollbackRes
 	if err != nil || onDest {
 		return RollbackResult{OnDest: onDest}, err
 	}
-	err = a.Driver.Rollback(ctx, in.Source, in.Dest, in.UUID)
+	// Under the destination claim, taken for the operation: a migration
+	// attempt that outlived this decision switches over in vain.
+	f, err := a.fenceDomain(ctx, DomainInput{UUID: in.UUID, Host: in.Dest, ClaimID: in.DestClaimID, Token: in.DestToken, Final: true}, true)
+	if err != nil {
+		return RollbackResult{}, err
+	}
+	err = f.do(ctx, func(ctx context.Context) error { return a.Driver.Rollback(ctx, in.Source, in.Dest, in.UUID) })
 	if errors.Is(err, hypervisor.ErrNotFound) {
 		// The guest is on neither host and no migration of it between them
 		// is recorded: it never left, because it was never there (a record
@@ -348,14 +359,20 @@ func (a *Activities) migratedAlready(ctx context.Context, in MigrateInput) (bool
 
 // Offload asks the guest to power itself off, waits up to ShutdownTimeout
 // for it, then powers it off for good, keeps its domain XML in its record
-// for a later unshelve, and removes it from the host.
+// for a later unshelve, and removes it from the host. It takes the
+// guest's claim there first, so an attempt whose operation ended changes
+// nothing.
 func (a *Activities) Offload(ctx context.Context, in DomainInput) error {
 	return a.heartbeating(ctx, func(ctx context.Context) error {
-		if err := a.shutdown(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		f, err := a.fenceDomain(ctx, in, true)
+		if err != nil {
+			return err
+		}
+		if err := a.shutdown(ctx, f, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 			return classify(err)
 		}
-		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			return classify(err)
+		if err := f.do(ctx, func(ctx context.Context) error { return a.Driver.Stop(ctx, in.Host, in.UUID) }); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return err
 		}
 		dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
 		switch {
@@ -368,17 +385,18 @@ func (a *Activities) Offload(ctx context.Context, in DomainInput) error {
 		if err := waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.SetDomainXML(ctx, in.UUID, dom.XML) }); err != nil {
 			return classify(err)
 		}
-		return classify(a.Driver.Undefine(ctx, in.Host, in.UUID))
+		return f.do(ctx, func(ctx context.Context) error { return a.Driver.Undefine(ctx, in.Host, in.UUID) })
 	})
 }
 
-// shutdown asks the guest to power off and waits until it has, or until
-// ShutdownTimeout has passed; the caller destroys what is still running.
-func (a *Activities) shutdown(ctx context.Context, host, uuid string) error {
+// shutdown asks the guest to power off (under f) and waits until it has,
+// or until ShutdownTimeout has passed; the caller destroys what is still
+// running.
+func (a *Activities) shutdown(ctx context.Context, f *claimFence, host, uuid string) error {
 	if a.ShutdownTimeout <= 0 {
 		return nil
 	}
-	if err := a.Driver.Shutdown(ctx, host, uuid); err != nil {
+	if err := f.do(ctx, func(ctx context.Context) error { return a.Driver.Shutdown(ctx, host, uuid) }); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(a.ShutdownTimeout)
@@ -417,18 +435,23 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 	if err := a.takesGuests(ctx, in.Host); err != nil {
 		return err
 	}
+	f, err := a.fenceDomain(ctx, in, false)
+	if err != nil {
+		return err
+	}
 	inst, err := a.Ledger.Instance(ctx, in.UUID)
 	if err != nil {
 		return classify(err)
 	}
+	define := func(ctx context.Context) error { return a.Driver.Define(ctx, in.Host, inst.DomainXML) }
 	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
 	switch {
 	case errors.Is(err, hypervisor.ErrNotFound):
 		if inst.DomainXML == "" {
 			return BadState(fmt.Sprintf("instance %s is gone from %s and its record keeps no domain XML to define it again", in.UUID, in.Host))
 		}
-		if err := a.Driver.Define(ctx, in.Host, inst.DomainXML); err != nil {
-			return classify(err)
+		if err := f.do(ctx, define); err != nil {
+			return err
 		}
 	case err != nil:
 		return classify(err)
@@ -437,11 +460,11 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 		// step being undone that outlived it defined its own (a resize's
 		// new flavor, on claims about to be freed). The record's goes
 		// back in its place.
-		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			return classify(err)
+		if err := f.do(ctx, func(ctx context.Context) error { return a.Driver.Stop(ctx, in.Host, in.UUID) }); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return err
 		}
-		if err := a.Driver.Define(ctx, in.Host, inst.DomainXML); err != nil {
-			return classify(err)
+		if err := f.do(ctx, define); err != nil {
+			return err
 		}
 	case dom.State == hypervisor.StateRunning:
 		return nil
@@ -449,7 +472,7 @@ func (a *Activities) restore(ctx context.Context, in DomainInput) error {
 	if in.LeaveOff {
 		return nil
 	}
-	return classify(a.Driver.Start(ctx, in.Host, in.UUID))
+	return f.do(ctx, func(ctx context.Context) error { return a.Driver.Start(ctx, in.Host, in.UUID) })
 }
 
 // samePins says whether two domain XMLs pin the guest to the same host
@@ -519,21 +542,10 @@ func (a *Activities) defineAndStart(ctx context.Context, host, uuid, xml, claimI
 	if start {
 		acts = append(acts, func(ctx context.Context) error { return a.Driver.Start(ctx, host, uuid) })
 	}
-	lease := a.claimLease(host, claimID, token)
 	for _, act := range acts {
-		until, err := lease.renew(ctx)
-		if refused(err) {
-			return fenced(err)
-		}
-		if err != nil {
-			// A host marked down is final too (ErrTypeHostDown).
-			return classify(err)
-		}
-		actx, cancel := context.WithDeadline(ctx, until)
-		err = act(actx)
-		cancel()
-		if err != nil {
-			return classify(err)
+		// A host marked down is final too (ErrTypeHostDown).
+		if err := a.act(ctx, host, claimID, token, false, act); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -23,6 +23,9 @@ type claimLease struct {
 	ledger               *ledger.Ledger
 	host, claimID, token string
 	length               time.Duration
+	// teardown fences for a step that only stops, undefines or unplugs:
+	// a host marked down or returning does not refuse it.
+	teardown bool
 	// now is this worker's clock; time.Now, whose monotonic reading is
 	// what every comparison of the lease's times uses.
 	now func() time.Time
@@ -60,7 +63,11 @@ func (l *claimLease) renew(ctx context.Context) (time.Time, error) {
 	wait := 100 * time.Millisecond
 	for {
 		sent := l.now()
-		_, err := l.ledger.Fence(ctx, l.host, l.claimID, l.token, l.length)
+		fence := l.ledger.Fence
+		if l.teardown {
+			fence = l.ledger.FenceTeardown
+		}
+		_, err := fence(ctx, l.host, l.claimID, l.token, l.length)
 		if err == nil {
 			return l.extend(leaseEnd(sent, l.length)), nil
 		}
@@ -126,6 +133,15 @@ func (l *claimLease) keep(ctx context.Context, interval time.Duration) (stop fun
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// end ends the lease in the ledger, once the step's act has returned, so
+// that another operation may take the claim at once. Best effort: a
+// lease left runs out.
+func (l *claimLease) end(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseRetry)
+	defer cancel()
+	_ = l.ledger.Unfence(ctx, l.host, l.claimID, l.token)
 }
 
 func (l *claimLease) extend(until time.Time) time.Time {

@@ -34,7 +34,11 @@ func (a *Activities) UnplugDevices(ctx context.Context, in DomainInput) error {
 		for i, d := range devs {
 			aliases[i] = d.Alias
 		}
-		return classify(a.Driver.DetachDevices(ctx, in.Host, in.UUID, aliases))
+		f, err := a.fenceDomain(ctx, in, true)
+		if err != nil {
+			return err
+		}
+		return f.do(ctx, func(ctx context.Context) error { return a.Driver.DetachDevices(ctx, in.Host, in.UUID, aliases) })
 	})
 }
 
@@ -44,6 +48,9 @@ type PlugDevicesInput struct {
 	UUID    string `json:"uuid"`
 	Host    string `json:"host"`
 	ClaimID string `json:"claim_id"`
+	// Token and Final: as DomainInput's.
+	Token string `json:"token,omitempty"`
+	Final bool   `json:"final,omitempty"`
 }
 
 // PlugDevices plugs into the guest on in.Host the devices its record's
@@ -72,27 +79,13 @@ func (a *Activities) PlugDevices(ctx context.Context, in PlugDevicesInput) error
 		for i, d := range devs {
 			elements[i] = d.Element
 		}
-		var claim *ledger.Claim
-		if err := waitLedger(ctx, func(ctx context.Context) (err error) {
-			claim, err = a.Ledger.GetClaim(ctx, in.Host, in.ClaimID)
-			return err
-		}); err != nil {
-			if errors.Is(err, ledger.ErrUnknownClaim) {
-				return fenced(err)
-			}
-			return classify(err)
-		}
-		lease := a.claimLease(in.Host, in.ClaimID, claim.Token)
-		until, err := lease.renew(ctx)
-		if refused(err) {
-			return fenced(err)
-		}
+		// Under the claim, taken for the operation: a plug of one that
+		// ended plugs in nothing another guest may now own.
+		f, err := a.fenceDomain(ctx, DomainInput{UUID: in.UUID, Host: in.Host, ClaimID: in.ClaimID, Token: in.Token, Final: in.Final}, false)
 		if err != nil {
-			return classify(err)
+			return err
 		}
-		actx, cancel := context.WithDeadline(ctx, until)
-		defer cancel()
-		err = a.Driver.AttachDevices(actx, in.Host, in.UUID, elements)
+		err = f.do(ctx, func(ctx context.Context) error { return a.Driver.AttachDevices(ctx, in.Host, in.UUID, elements) })
 		if errors.Is(err, hypervisor.ErrNotFound) {
 			return BadState(fmt.Sprintf("instance %s has no domain on %s to plug its devices into", in.UUID, in.Host))
 		}

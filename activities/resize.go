@@ -119,14 +119,19 @@ func (a *Activities) UnholdClaim(ctx context.Context, in ClaimRef) error {
 }
 
 // PowerOff asks the guest to power itself off, waits up to
-// ShutdownTimeout, then powers it off for good; its definition stays.
+// ShutdownTimeout, then powers it off for good; its definition stays. It
+// takes the guest's claim on the host first.
 func (a *Activities) PowerOff(ctx context.Context, in DomainInput) error {
 	return a.heartbeating(ctx, func(ctx context.Context) error {
-		if err := a.shutdown(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		f, err := a.fenceDomain(ctx, in, true)
+		if err != nil {
+			return err
+		}
+		if err := a.shutdown(ctx, f, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 			return classify(err)
 		}
-		if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-			return classify(err)
+		if err := f.do(ctx, func(ctx context.Context) error { return a.Driver.Stop(ctx, in.Host, in.UUID) }); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return err
 		}
 		return nil
 	})
@@ -140,6 +145,8 @@ type MoveResizedInput struct {
 	ClaimID   string         `json:"claim_id"`
 	Token     string         `json:"token"`
 	Placement numa.Placement `json:"placement"`
+	// SourceToken is the source hold's token as the operation found it.
+	SourceToken string `json:"source_token,omitempty"`
 	// Start the guest on the destination (it was running before).
 	Start bool `json:"start,omitempty"`
 }
@@ -175,8 +182,13 @@ func (a *Activities) MoveResized(ctx context.Context, in MoveResizedInput) error
 		case err != nil:
 			return classify(err)
 		case src.State == hypervisor.StateShutoff:
-			if err := a.Driver.Undefine(ctx, in.Source, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-				return classify(err)
+			// Under the source hold, which PowerOff took for the operation.
+			f, err := a.fenceDomain(ctx, DomainInput{UUID: in.UUID, Host: in.Source, ClaimID: inst.Resize.SourceClaimID, Token: in.SourceToken}, true)
+			if err != nil {
+				return err
+			}
+			if err := f.do(ctx, func(ctx context.Context) error { return a.Driver.Undefine(ctx, in.Source, in.UUID) }); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+				return err
 			}
 		case in.Source != in.Dest:
 			return BadState(fmt.Sprintf("instance %s is %s on %s; it must be powered off before it moves", in.UUID, src.State, in.Source))

@@ -20,6 +20,9 @@ type InstanceInfo struct {
 	Flavor    guest.Flavor    `json:"flavor"`
 	Placement *numa.Placement `json:"placement,omitempty"`
 	ClaimID   string          `json:"claim_id,omitempty"`
+	// ClaimToken is the resident claim's token as the operation found it
+	// when it began: its steps take the claim from it (see DomainInput).
+	ClaimToken string `json:"claim_token,omitempty"`
 	// ResizeSource is the source hold of a resize in VERIFY_RESIZE (or one
 	// interrupted), which a delete frees too.
 	ResizeSource *ClaimRef `json:"resize_source,omitempty"`
@@ -190,6 +193,19 @@ type TaskStateInput struct {
 type DomainInput struct {
 	UUID string `json:"uuid"`
 	Host string `json:"host"`
+	// ClaimID is the claim on Host the step acts for: the guest's
+	// resident claim, or the one its operation made there; Token is its
+	// token as the operation knows it (read when it began, or given by the
+	// claim). The step takes the claim from Token for its operation's
+	// run, or, with Final (a step past the run's forward steps: a
+	// compensation that tears one copy down or keeps the other, a step
+	// after the commit), on to the run's final token, so that no forward
+	// attempt of the run acts after it. A run from before steps named
+	// them leaves them empty: the step finds the claim, and fences with
+	// the token it has.
+	ClaimID string `json:"claim_id,omitempty"`
+	Token   string `json:"token,omitempty"`
+	Final   bool   `json:"final,omitempty"`
 	// LeaveOff: RestoreDomain defines the guest again but does not start
 	// it (it was powered off before the operation).
 	LeaveOff bool `json:"leave_off,omitempty"`

@@ -98,7 +98,11 @@ func (au *pass) undefineLeftover(ctx context.Context, host, uuid string) string 
 	case dom.State != hypervisor.StateShutoff:
 		return fmt.Sprintf("; not undefined: it is %s now", dom.State)
 	}
-	if err := au.a.Driver.Undefine(ctx, host, uuid); err != nil {
+	// No claim names the domain: it holds no pCPU another guest could
+	// lose, and undefining a shut-off domain stops nothing.
+	uctx, cancel := context.WithTimeout(hypervisor.Unclaimed(ctx, "a shut-off leftover no claim names"), settleLease/2)
+	defer cancel()
+	if err := au.a.Driver.Undefine(uctx, host, uuid); err != nil {
 		au.fail("leftover domain of %s: undefine: %v", uuid, err)
 		return fmt.Sprintf("; not undefined: %v", err)
 	}

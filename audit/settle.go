@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -31,6 +32,57 @@ type SettleInput struct {
 	UUID    string `json:"uuid"`
 	Host    string `json:"host"`
 	ClaimID string `json:"claim_id"`
+	// Token is what the settle takes the claims it decides on with
+	// (ledger.Take), so that a step of the interrupted operation fences
+	// in vain after it; the settle's run sets it. Empty: settleToken.
+	Token string `json:"token,omitempty"`
+}
+
+// settleToken is the token of a settle called without one (a test).
+const settleToken = "audit-settle"
+
+// settleLease is the fence lease of a settle's own calls on a domain.
+const settleLease = time.Minute
+
+func (in SettleInput) token() string {
+	if in.Token == "" {
+		return settleToken
+	}
+	return in.Token
+}
+
+// takeFor takes the claim for the settle: a step of the operation that
+// held it, still able to act under its fence lease, is waited out, and
+// every later one is refused at its fence.
+func (a *Auditor) takeFor(ctx context.Context, in SettleInput, host, claimID string) error {
+	return a.Ledger.TakeOver(ctx, host, claimID, nil, in.token())
+}
+
+// actFor runs call, which changes the guest's domain on host, for the
+// claim: it takes the claim, fences on it and gives call half the lease
+// as its deadline. A claim that is gone holds nothing call could take
+// from another guest: call then runs unclaimed.
+func (a *Auditor) actFor(ctx context.Context, in SettleInput, host, claimID string, call func(ctx context.Context) error) error {
+	err := a.takeFor(ctx, in, host, claimID)
+	if errors.Is(err, ledger.ErrUnknownClaim) {
+		uctx, cancel := context.WithTimeout(hypervisor.Unclaimed(ctx, "the claim "+claimID+" is released"), settleLease/2)
+		defer cancel()
+		return call(uctx)
+	}
+	if err != nil {
+		return err
+	}
+	sent := time.Now()
+	if _, err := a.Ledger.FenceTeardown(ctx, host, claimID, in.token(), settleLease); err != nil {
+		return err
+	}
+	actx, cancel := context.WithDeadline(hypervisor.WithFence(ctx, host+"/"+claimID), sent.Add(settleLease/2))
+	defer cancel()
+	err = call(actx)
+	if actx.Err() == nil {
+		_ = a.Ledger.Unfence(context.WithoutCancel(ctx), host, claimID, in.token())
+	}
+	return err
 }
 
 // SettleResult says what SettleClaim did.
@@ -78,7 +130,7 @@ func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (Set
 			return SettleResult{}, err
 		}
 		if err == nil && claim.State == ledger.StateHeld {
-			return a.settleStoppedResize(ctx, inst, claim)
+			return a.settleStoppedResize(ctx, in, inst, claim)
 		}
 	}
 	if inst.Host != in.Host || inst.ClaimID != in.ClaimID {
@@ -91,6 +143,11 @@ func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (Set
 		}
 		if claim.InstanceUUID != in.UUID {
 			return SettleResult{}, invalid(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
+		}
+		// Taken before the domain is judged: a step of the operation
+		// that made the claim can no longer act after the judgement.
+		if err := a.takeFor(ctx, in, in.Host, in.ClaimID); err != nil {
+			return SettleResult{}, err
 		}
 		topo, err := a.Ledger.Host(ctx, in.Host)
 		if err != nil {
@@ -118,7 +175,8 @@ func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (Set
 			default:
 				// The source's shut-off copy that a migration leaves
 				// until it confirms: the guest lives on in.Host now.
-				if err := a.Driver.Undefine(ctx, inst.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+				undefine := func(ctx context.Context) error { return a.Driver.Undefine(ctx, inst.Host, in.UUID) }
+				if err := a.actFor(ctx, in, inst.Host, inst.ClaimID, undefine); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 					return SettleResult{}, err
 				}
 			}
@@ -182,7 +240,11 @@ func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (Set
 // off. A resize on the guest's own host that defined the new flavor's
 // domain before it stopped did move the guest: the claim its domain is
 // pinned to is settled instead, forwards.
-func (a *Auditor) settleStoppedResize(ctx context.Context, inst *ledger.Instance, hold *ledger.Claim) (SettleResult, error) {
+func (a *Auditor) settleStoppedResize(ctx context.Context, in SettleInput, inst *ledger.Instance, hold *ledger.Claim) (SettleResult, error) {
+	// Taken before the domain is judged, as in settle.
+	if err := a.takeFor(ctx, in, inst.Host, inst.ClaimID); err != nil {
+		return SettleResult{}, err
+	}
 	dom, err := a.Driver.Lookup(ctx, inst.Host, inst.UUID)
 	if err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
 		return SettleResult{}, err
@@ -210,7 +272,7 @@ func (a *Auditor) settleStoppedResize(ctx context.Context, inst *ledger.Instance
 					// start that failed after the workflow ended): the
 					// guest is there all the same, stopped as the resize
 					// left it, never started by the audit.
-					return a.settle(ctx, SettleInput{UUID: inst.UUID, Host: inst.Host, ClaimID: c.ID}, true)
+					return a.settle(ctx, SettleInput{UUID: inst.UUID, Host: inst.Host, ClaimID: c.ID, Token: in.Token}, true)
 				}
 			}
 			return SettleResult{Reason: fmt.Sprintf("the guest's domain on %s is pinned to %s, outside its source hold's %s and not to a claim of its resize",
@@ -258,11 +320,11 @@ func (a *Auditor) finishDelete(ctx context.Context, in SettleInput) (SettleResul
 	if claim.InstanceUUID != in.UUID {
 		return SettleResult{}, invalid(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
 	}
-	if err := a.Driver.Stop(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-		return SettleResult{}, err
-	}
-	if err := a.Driver.Undefine(ctx, in.Host, in.UUID); err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
-		return SettleResult{}, err
+	for _, call := range []func(context.Context, string, string) error{a.Driver.Stop, a.Driver.Undefine} {
+		err := a.actFor(ctx, in, in.Host, in.ClaimID, func(ctx context.Context) error { return call(ctx, in.Host, in.UUID) })
+		if err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+			return SettleResult{}, err
+		}
 	}
 	if err := a.Ledger.Release(ctx, in.Host, in.ClaimID); err != nil {
 		return SettleResult{}, err

@@ -27,11 +27,6 @@ func TestSettleClaim(t *testing.T) {
 	src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
 	dst := w.Claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "mig-1"})
 
-	// Nothing to settle while the guest has not moved.
-	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
-	if err != nil || res.Settled {
-		t.Fatalf("SettleClaim before the move = %+v, %v; want not settled", res, err)
-	}
 	if err := w.Acts.PrepareMigration(ctx, activities.PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +34,7 @@ func TestSettleClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // idempotent
-		res, err = w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
+		res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
 		if err != nil || !res.Settled {
 			t.Fatalf("SettleClaim after the move = %+v, %v; want settled", res, err)
 		}
@@ -57,6 +52,37 @@ func TestSettleClaim(t *testing.T) {
 	c, err := w.Ledger.GetClaim(ctx, "b", dst.ClaimID)
 	if err != nil || c.State != ledger.StateCommitted {
 		t.Errorf("destination claim after settling = %+v, %v; want committed", c, err)
+	}
+}
+
+// TestSettleJudgesTheClaimItTook: a settle that finds the guest not yet
+// moved settles nothing, and a step of the interrupted operation that
+// comes after its judgement (a frozen worker's migration, resumed) is
+// refused at its fence: the settle took the claim before it looked.
+func TestSettleJudgesTheClaimItTook(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t)
+	w.AddHost(t, "a")
+	w.AddHost(t, "b")
+	u := simcloud.UUID(16)
+	w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+	dst := w.Claim(t, "b", "migration-dest-1", u, ledger.KindMigrationDest, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "mig-1"})
+	if err := w.Acts.PrepareMigration(ctx, activities.PrepareMigrationInput{UUID: u, Source: "a", Dest: "b", Placement: dst.Placement, DestClaimID: dst.ClaimID}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
+	if err != nil || res.Settled {
+		t.Fatalf("SettleClaim before the move = %+v, %v; want not settled", res, err)
+	}
+	err = w.Acts.Migrate(ctx, activities.MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID, DestToken: dst.Token})
+	if !errors.Is(err, hypervisor.ErrFenced) {
+		t.Errorf("the operation's migration after the settle's judgement = %v, want fenced", err)
+	}
+	if dom, err := w.Driver.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
+		t.Errorf("guest on a = %+v, %v; want it running where it was", dom, err)
+	}
+	if _, err := w.Driver.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {
+		t.Errorf("guest on b after the refused migration: lookup error %v, want none there", err)
 	}
 }
 

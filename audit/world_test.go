@@ -210,7 +210,7 @@ func (w *world) waitLeaseEnds(t testing.TB, host, id string) {
 	for {
 		lease, err := w.RDB.HGet(ctx, key, id).Result()
 		if errors.Is(err, redis.Nil) {
-			t.Fatalf("claim %s on %s has no fence lease; the test expects the spawn's", id, host)
+			return // ended by the step whose call returned
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/placement"
@@ -69,7 +70,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	driver = tel.Driver(driver)
+	// Every call that changes a domain must come fenced (hypervisor.Guarded).
+	driver = hypervisor.Guarded(tel.Driver(driver))
 	tc, err := cfg.Dial(ctx, logger, config.WithTelemetry(tel))
 	if err != nil {
 		return err

@@ -74,7 +74,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 	s.phase(PhaseAccepted, "CPUs claimed on "+dst+": "+claim.Placement.String())
 
 	s.phase(PhaseRebuilding, "rebuilding on "+dst)
-	dom := activities.DomainInput{UUID: in.UUID, Host: dst}
+	dom := activities.DomainInput{UUID: in.UUID, Host: dst, ClaimID: claim.ClaimID, Token: claim.Token, Final: true}
 	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, dom).Get(ctx, nil)
 	})

@@ -91,7 +91,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 		return nil, s.fail(err)
 	}
 	if inst.Host != "" {
-		dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
+		dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host, ClaimID: inst.ClaimID, Token: inst.ClaimToken}
 		if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+inst.Host), a.DestroyDomain, dom).Get(ctx, nil); err != nil {
 			return nil, s.fail(err)
 		}

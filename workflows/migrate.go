@@ -173,14 +173,14 @@ func (m *migration) unplug(ctx workflow.Context) error {
 	}
 	m.phase(PhaseUnplugging, "unplugging the guest's PCI devices on "+m.src)
 	m.onFailure("plug the devices in again on "+m.src, func(ctx workflow.Context) error {
-		in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.src, ClaimID: m.inst.ClaimID}
+		in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.src, ClaimID: m.inst.ClaimID, Token: m.inst.ClaimToken, Final: true}
 		err := workflow.ExecuteActivity(m.hypervisorStep(ctx, "plug the devices in again on "+m.src), a.PlugDevices, in).Get(ctx, nil)
 		if isType(err, activities.ErrTypeHostDown) {
 			return nil // the guest is the evacuation's, which plugs them where it rebuilds it
 		}
 		return err
 	})
-	return m.hypervisorTry(ctx, "unplug the devices on "+m.src, nil, a.UnplugDevices, activities.DomainInput{UUID: m.uuid, Host: m.src})
+	return m.hypervisorTry(ctx, "unplug the devices on "+m.src, nil, a.UnplugDevices, activities.DomainInput{UUID: m.uuid, Host: m.src, ClaimID: m.inst.ClaimID, Token: m.inst.ClaimToken})
 }
 
 // plug plugs the destination's devices into the guest, which runs there:
@@ -191,7 +191,7 @@ func (m *migration) plug(ctx workflow.Context) error {
 		return nil
 	}
 	m.phase(PhasePlugging, "plugging the guest's PCI devices in on "+m.dst)
-	in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.dst, ClaimID: m.destClaim}
+	in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.dst, ClaimID: m.destClaim, Token: m.claimed.Token, Final: true}
 	return workflow.ExecuteActivity(m.hypervisorStep(ctx, "plug the devices in on "+m.dst), a.PlugDevices, in).Get(ctx, nil)
 }
 

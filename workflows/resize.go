@@ -251,9 +251,9 @@ func (r *resizing) powerOff(ctx workflow.Context) error {
 		return err
 	}
 	r.onFailure("run the guest on its source again", func(ctx workflow.Context) error {
-		return restoreOrLeave(ctx, r.saga, r.srcDom())
+		return restoreOrLeave(ctx, r.saga, r.srcDom(true))
 	})
-	if err := r.hypervisorTry(ctx, "power off the guest on "+r.src, nil, a.PowerOff, r.srcDom()); err != nil {
+	if err := r.hypervisorTry(ctx, "power off the guest on "+r.src, nil, a.PowerOff, r.srcDom(false)); err != nil {
 		return err
 	}
 	r.step()
@@ -264,7 +264,7 @@ func (r *resizing) powerOff(ctx workflow.Context) error {
 // flavor's domain XML pinned to its claim there, and starts it if it ran.
 func (r *resizing) moveToDestination(ctx workflow.Context) error {
 	r.phase(PhaseSpawning, "moving the guest to "+r.dst)
-	in := activities.MoveResizedInput{UUID: r.uuid, Source: r.src, Dest: r.dst, ClaimID: r.destClaim, Token: r.claimed.Token,
+	in := activities.MoveResizedInput{UUID: r.uuid, Source: r.src, Dest: r.dst, ClaimID: r.destClaim, Token: r.claimed.Token, SourceToken: r.inst.ClaimToken,
 		Placement: r.claimed.Placement, Start: r.vmState == guest.VMActive}
 	if err := r.hypervisorTry(ctx, "move the guest to "+r.dst, nil, a.MoveResized, in); err != nil {
 		return err
@@ -366,7 +366,7 @@ func (r *resizing) revert(ctx workflow.Context) (*ResizeResult, error) {
 	if err := workflow.ExecuteActivity(r.hypervisorStep(ctx, "destroy the domain on "+r.dst), a.DestroyDomain, r.destDom()).Get(ctx, nil); err != nil {
 		return nil, err
 	}
-	if err := workflow.ExecuteActivity(r.hypervisorStep(ctx, "run the guest on "+r.src), a.RestoreDomain, r.srcDom()).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(r.hypervisorStep(ctx, "run the guest on "+r.src), a.RestoreDomain, r.srcDom(true)).Get(ctx, nil); err != nil {
 		return nil, err
 	}
 	if err := r.ledger(ctx, "release claim on "+r.dst, a.ReleaseClaim,
@@ -432,12 +432,17 @@ func (r *resizing) keepDestination(ctx workflow.Context, what string, why error)
 	return activities.BadState(msg)
 }
 
-func (r *resizing) srcDom() activities.DomainInput {
-	return activities.DomainInput{UUID: r.uuid, Host: r.src, LeaveOff: r.vmState != guest.VMActive}
+// srcDom is the guest on its source, under its source hold; final for
+// the steps that keep it there (a compensation, a revert).
+func (r *resizing) srcDom(final bool) activities.DomainInput {
+	return activities.DomainInput{UUID: r.uuid, Host: r.src, ClaimID: r.inst.ClaimID, Token: r.inst.ClaimToken, Final: final,
+		LeaveOff: r.vmState != guest.VMActive}
 }
 
+// destDom is the guest on its destination, under the claim the resize
+// made there, for the steps that tear it down.
 func (r *resizing) destDom() activities.DomainInput {
-	return activities.DomainInput{UUID: r.uuid, Host: r.dst}
+	return activities.DomainInput{UUID: r.uuid, Host: r.dst, ClaimID: r.destClaim, Token: r.claimed.Token, Final: true}
 }
 
 // restoreOrLeave runs the guest on its host again (a compensation), or

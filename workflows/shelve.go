@@ -41,11 +41,13 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 	}
 
 	s.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
-	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host}
+	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host, ClaimID: inst.ClaimID, Token: inst.ClaimToken}
 	// An offload that did not finish leaves the guest running on its
 	// resident claim, as before.
 	s.onFailure("run the guest again", func(ctx workflow.Context) error {
-		return restoreOrLeave(ctx, s, dom)
+		restore := dom
+		restore.Final = true
+		return restoreOrLeave(ctx, s, restore)
 	})
 	if err := s.hypervisorTry(ctx, "offload the guest from "+inst.Host, nil, a.Offload, dom); err != nil {
 		return nil, s.fail(err)
@@ -149,7 +151,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	s.phase(PhaseAccepted, "CPUs claimed: "+claim.Placement.String())
 
 	s.phase(PhaseSpawning, "spawning on "+host)
-	dom := activities.DomainInput{UUID: inst.UUID, Host: host}
+	dom := activities.DomainInput{UUID: inst.UUID, Host: host, ClaimID: id, Token: claim.Token, Final: true}
 	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
 	})

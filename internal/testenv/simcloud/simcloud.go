@@ -72,7 +72,7 @@ func NewOn(t testing.TB, ledgerSrv, simSrv *testenv.Redis) *World {
 		t.Fatal(err)
 	}
 	w.Ledger, w.Driver = led, sim.New(simRDB, sim.Options{})
-	w.Acts = &activities.Activities{Ledger: led, Driver: w.Driver, Simulated: w.Driver}
+	w.Acts = &activities.Activities{Ledger: led, Driver: hypervisor.Guarded(w.Driver), Simulated: w.Driver}
 	return w
 }
 
