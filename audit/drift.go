@@ -192,6 +192,7 @@ func (au *pass) drift(ctx context.Context, snap *ledger.Snapshot, doms []hypervi
 	found = append(found, floatsOnPinned(doms, all, owners, reach, pinnedToOther)...)
 	found = append(found, j.inUse...)
 	found = append(found, au.groupDrift(ctx, snap.Host, doms)...)
+	found = append(found, au.powerDrift(ctx, snap.Host, doms, j)...)
 	for i := range found {
 		f := &found[i]
 		au.res.Tally.Drift.Add(f.Kind, 1)

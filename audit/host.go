@@ -67,7 +67,7 @@ func (a *Auditor) AuditHost(ctx context.Context, in AuditHostInput) (HostAudit, 
 	}
 	au.pinnable, au.topology = pinnable(snap.Topology), snap.Topology
 	now := time.Now()
-	j := judged{freed: map[string]bool{}, resident: map[string]string{}, residentClaim: map[string]string{}}
+	j := judged{freed: map[string]bool{}, resident: map[string]string{}, residentClaim: map[string]string{}, states: map[string]recordStates{}}
 	for i := range snap.Claims {
 		j.add(&snap.Claims[i], au.judge(ctx, &snap.Claims[i], now))
 	}
@@ -164,6 +164,8 @@ type judged struct {
 	resident map[string]string
 	// residentClaim is, per such instance, the id of that claim.
 	residentClaim map[string]string
+	// states are, per such instance, its record's vm and task states.
+	states map[string]recordStates
 	// inUse are the claims kept because their instance's domain uses
 	// them, reported as drift.
 	inUse []Drift
@@ -176,6 +178,7 @@ func (j *judged) add(c *ledger.Claim, o claimOutcome) {
 	if o.resident {
 		j.resident[c.InstanceUUID] = o.digest
 		j.residentClaim[c.InstanceUUID] = c.ID
+		j.states[c.InstanceUUID] = o.states
 	}
 	if o.inUse != nil {
 		j.inUse = append(j.inUse, *o.inUse)
@@ -186,9 +189,11 @@ func (j *judged) add(c *ledger.Claim, o claimOutcome) {
 type claimOutcome struct {
 	kept, freed string
 	// resident is set for a claim its instance record names, with the
-	// digest of the domain XML the record says pinflow defined.
+	// digest of the domain XML the record says pinflow defined and the
+	// record's states.
 	resident bool
 	digest   string
+	states   recordStates
 	inUse    *Drift
 }
 
@@ -209,6 +214,7 @@ func (au *pass) judge(ctx context.Context, c *ledger.Claim, now time.Time) claim
 	o := claimOutcome{kept: v.kept}
 	if f.record.Names(c) {
 		o.resident, o.digest = true, f.record.DomainDigest
+		o.states = recordStates{vm: f.record.VMState, task: f.record.TaskState}
 	}
 	if v.settle {
 		o.kept = KeptResident

@@ -114,6 +114,12 @@ const (
 	// that was terminated left them out. Only reported: the claim keeps
 	// the devices, so no other guest takes them.
 	DriftDevicesUnplugged = "devices-unplugged"
+	// DriftPowerState: a guest's domain on its host is shut off while its
+	// record says active, or runs while it says stopped, with no
+	// operation of the guest open (a crashed host came back, an operator
+	// used the hypervisor). As Nova's power-state sync does, the audit
+	// records the state it sees; it never starts or stops a guest.
+	DriftPowerState = "power-state"
 )
 
 // AuditHostInput asks for an audit of one host.

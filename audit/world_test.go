@@ -111,7 +111,9 @@ type world struct {
 func newWorld(t testing.TB) *world {
 	t.Helper()
 	w := &world{World: simcloud.New(t), owners: newFakeOwners()}
-	w.auditor = &audit.Auditor{Ledger: w.Ledger, Driver: w.Driver, Owners: w.owners, Grace: time.Minute}
+	// The worker's driver refuses an unfenced change to a domain; so
+	// does the audit's here.
+	w.auditor = &audit.Auditor{Ledger: w.Ledger, Driver: hypervisor.Guarded(w.Driver), Owners: w.owners, Grace: time.Minute}
 	return w
 }
 

@@ -569,6 +569,9 @@ type Home struct {
 	// DomainDigest is DomainDigest of the domain XML pinflow last defined
 	// for the instance; "" when unknown.
 	DomainDigest string
+	// VMState and TaskState are the record's states.
+	VMState   guest.VMState
+	TaskState guest.TaskState
 }
 
 // Names says whether the home is claim c: c is its instance's resident
@@ -596,7 +599,7 @@ func (l *Ledger) Home(ctx context.Context, uuid string) (Home, error) {
 	if err := checkInstanceKeyName(uuid); err != nil {
 		return Home{}, wrap(err)
 	}
-	v, err := l.rdb.HMGet(ctx, l.instKey(uuid), "uuid", "host", "claim_id", "domain_digest").Result()
+	v, err := l.rdb.HMGet(ctx, l.instKey(uuid), "uuid", "host", "claim_id", "domain_digest", "vm_state", "task_state").Result()
 	if err != nil {
 		return Home{}, wrap(err)
 	}
@@ -604,5 +607,6 @@ func (l *Ledger) Home(ctx context.Context, uuid string) (Home, error) {
 		return Home{}, wrap(fmt.Errorf("%w: no record of %q", ErrUnknownInstance, uuid))
 	}
 	str := func(x any) string { s, _ := x.(string); return s }
-	return Home{Host: str(v[1]), ClaimID: str(v[2]), DomainDigest: str(v[3])}, nil
+	return Home{Host: str(v[1]), ClaimID: str(v[2]), DomainDigest: str(v[3]),
+		VMState: guest.VMState(str(v[4])), TaskState: guest.TaskState(str(v[5]))}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -156,6 +157,7 @@ func checkHost(ctx context.Context, led *ledger.Ledger, drv hypervisor.Driver, h
 		return nil, err
 	}
 	hc := &hostCheck{}
+	records := map[string]*ledger.Instance{} // of the committed claims their records name
 	if err := snap.Verify(); err != nil {
 		hc.problems = append(hc.problems, fmt.Sprintf("host %s: %v", h, err))
 	}
@@ -188,6 +190,8 @@ func checkHost(ctx context.Context, led *ledger.Ledger, drv hypervisor.Driver, h
 			hc.problems = append(hc.problems, fmt.Sprintf("host %s: committed claim %s of %s, but its record names claim %q on %q", h, c.ID, inst.Name, inst.ClaimID, inst.Host))
 		case inst.Placement == nil || c.Placement == nil || inst.Placement.String() != c.Placement.String():
 			hc.problems = append(hc.problems, fmt.Sprintf("host %s: instance %s's placement differs from its claim %s", h, inst.Name, c.ID))
+		default:
+			records[inst.UUID] = inst
 		}
 	}
 	if drv == nil || snap.Status.State == ledger.HostDown {
@@ -200,7 +204,26 @@ func checkHost(ctx context.Context, led *ledger.Ledger, drv hypervisor.Driver, h
 		return hc, nil
 	}
 	hc.problems = append(hc.problems, breachProblems(snap, doms)...)
+	hc.problems = append(hc.problems, powerProblems(h, doms, records)...)
 	return hc, nil
+}
+
+// powerProblems are the guests of records whose domain on host h is shut
+// off while the record says active, or runs while it says stopped, with
+// no operation's task under way: the audit records the state it sees.
+func powerProblems(h string, doms []hypervisor.Domain, records map[string]*ledger.Instance) []string {
+	var out []string
+	for _, d := range doms {
+		inst := records[d.UUID]
+		if inst == nil || inst.TaskState != guest.TaskNone {
+			continue
+		}
+		if (inst.VMState == guest.VMActive && d.State == hypervisor.StateShutoff) || (inst.VMState == guest.VMStopped && d.State == hypervisor.StateRunning) {
+			out = append(out, fmt.Sprintf("host %s: instance %s is recorded %s but its domain is %s; the audit records the state it sees",
+				h, inst.Name, inst.VMState, d.State))
+		}
+	}
+	return out
 }
 
 // breachProblems are the problem lines of the domains (doms) of the host

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -206,5 +207,32 @@ func TestCheckReadsTheHypervisors(t *testing.T) {
 	}
 	if err == nil || len(rep.Problems) != 1 || !strings.HasPrefix(rep.Problems[0], "host h2: its domains cannot be read") || rep.Quarantined != 1 || rep.Pending != 1 {
 		t.Errorf("check --json with q shut off and h2 unknown to the hypervisor = %v, %+v; want one problem naming h2, 1 pending and 1 quarantined", err, rep)
+	}
+}
+
+// TestPowerProblems: a guest shut off while its record says active, or
+// running while it says stopped, is a problem line naming it; one whose
+// operation has a task under way, or whose domain agrees, is not.
+func TestPowerProblems(t *testing.T) {
+	doms := []hypervisor.Domain{
+		{UUID: "u1", State: hypervisor.StateShutoff},
+		{UUID: "u2", State: hypervisor.StateRunning},
+		{UUID: "u3", State: hypervisor.StateShutoff},
+		{UUID: "u4", State: hypervisor.StateRunning},
+		{UUID: "u5", State: hypervisor.StateShutoff},
+	}
+	records := map[string]*ledger.Instance{
+		"u1": {UUID: "u1", Name: "crashed", VMState: guest.VMActive},
+		"u2": {UUID: "u2", Name: "started-by-hand", VMState: guest.VMStopped},
+		"u3": {UUID: "u3", Name: "resizing", VMState: guest.VMActive, TaskState: guest.TaskResizePrep},
+		"u4": {UUID: "u4", Name: "fine", VMState: guest.VMActive},
+	}
+	got := powerProblems("h1", doms, records)
+	want := []string{
+		"host h1: instance crashed is recorded active but its domain is shutoff; the audit records the state it sees",
+		"host h1: instance started-by-hand is recorded stopped but its domain is running; the audit records the state it sees",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("powerProblems (-want +got):\n%s", diff)
 	}
 }
