@@ -537,6 +537,10 @@ type Budget struct {
 	Taken bool
 	// Moving are the members holding the slots, when none was free.
 	Moving []string
+	// Expired are, when no slot was free, the members whose slot's lease
+	// ran out: the caller judges whether each one's operation is still
+	// open (KeepGroupSlot) or ended (DropGroupSlot), and takes again.
+	Expired []string
 }
 
 // TakeGroupSlot takes a slot of the disruption budget of instance uuid's
@@ -573,13 +577,44 @@ func (l *Ledger) TakeGroupSlot(ctx context.Context, uuid string, lease time.Dura
 		return Budget{}, wrap(fmt.Errorf("%w: group %s of the instance is gone", ErrUnknownGroup, r.Name))
 	case "full":
 		b.Max, _ = strconv.Atoi(res[1])
-		b.Moving = res[2:]
+		b.Moving = slices.Sorted(slices.Values(res[2:]))
+	case "expired":
+		b.Max, _ = strconv.Atoi(res[1])
+		b.Expired = slices.Sorted(slices.Values(res[2:]))
 	}
 	return b, nil
 }
 
+// KeepGroupSlot renews the slot member uuid holds, whose lease ran out
+// while its operation is still open (its workers were away); a slot no
+// longer held stays so.
+func (l *Ledger) KeepGroupSlot(ctx context.Context, group, uuid string, lease time.Duration) error {
+	return l.slotOp(ctx, group, uuid, "keep", lease.Milliseconds())
+}
+
+// DropGroupSlot gives back the slot of member uuid whose operation ended
+// without giving it back, only while its lease has run out: a renewal
+// that came meanwhile keeps it.
+func (l *Ledger) DropGroupSlot(ctx context.Context, group, uuid string) error {
+	return l.slotOp(ctx, group, uuid, "drop")
+}
+
+// slotOp runs op of the slot script on member uuid's slot in group: by
+// the group's name, since a member deleted since it took its slot has no
+// rule to find the group by.
+func (l *Ledger) slotOp(ctx context.Context, group, uuid, op string, args ...any) error {
+	if err := CheckGroupName(group); err != nil {
+		return fmt.Errorf("ledger: %s the disruption slot of %s: %w", op, uuid, err)
+	}
+	if err := l.change(ctx, groupSlotScript, []string{l.groupKey(group), l.movingKey(group)}, append([]any{op, uuid}, args...)...).Err(); err != nil {
+		return fmt.Errorf("ledger: %s the disruption slot of %s: %w", op, uuid, err)
+	}
+	return nil
+}
+
 // RenewGroupSlot renews the slot instance uuid holds in its group's
-// disruption budget, and says whether it still held one.
+// disruption budget, and says whether it still held one: one dropped
+// meanwhile is taken again, past the budget, since its guest is moving.
 func (l *Ledger) RenewGroupSlot(ctx context.Context, uuid string, lease time.Duration) (bool, error) {
 	r, err := l.MemberRule(ctx, uuid)
 	if err != nil || r == nil {
@@ -608,7 +643,9 @@ func (l *Ledger) GiveGroupSlot(ctx context.Context, uuid string) error {
 // GroupMoving lists the members of group name holding a slot of its
 // disruption budget now.
 func (l *Ledger) GroupMoving(ctx context.Context, name string) ([]string, error) {
-	ms, err := l.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: l.movingKey(name), Start: "(" + strconv.FormatInt(time.Now().UnixMilli(), 10), Stop: "+inf", ByScore: true}).Result()
+	// A slot whose lease ran out counts until its operation is judged
+	// ended (TakeGroupSlot's caller).
+	ms, err := l.rdb.ZRange(ctx, l.movingKey(name), 0, -1).Result()
 	if err != nil {
 		return nil, fmt.Errorf("ledger: members of group %s moving: %w", name, err)
 	}

@@ -347,8 +347,9 @@ func dumpDiff(before, after map[string]string) string {
 
 // TestDisruptionBudget: at most MaxUnavailable members hold a slot at
 // once; a holder renews its own, an evacuation's is counted past the
-// budget, a slot given back or whose lease ran out frees room, and a
-// member of a group without a budget, or no member, needs none.
+// budget, a slot given back frees room, one whose lease ran out counts
+// until the taker has judged its operation, and a member of a group
+// without a budget, or no member, needs none.
 func TestDisruptionBudget(t *testing.T) {
 	ctx := context.Background()
 	l, _, _ := newLedger(t)
@@ -391,21 +392,51 @@ func TestDisruptionBudget(t *testing.T) {
 	if b := take("d", false); !b.Taken {
 		t.Fatalf("a slot given back: %+v", b)
 	}
-	// A slot whose holder stopped renewing ends with its lease.
+	// A slot whose holder stopped renewing still counts: the taker is
+	// told whose leases ran out, and judges each one's operation.
 	if _, err := l.TakeGroupSlot(ctx, "c", time.Millisecond, true); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := l.RenewGroupSlot(ctx, "b", time.Millisecond); err != nil || !ok {
 		t.Fatalf("RenewGroupSlot(b) = %v %v", ok, err)
 	}
+	var b Budget
 	for {
-		if b := take("a", false); b.Taken {
+		if b = take("a", false); len(b.Expired) == 2 {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if ok, err := l.RenewGroupSlot(ctx, "c", time.Minute); err != nil || ok {
-		t.Errorf("renewing a slot whose lease ran out = %v %v, want not held", ok, err)
+	if b.Taken || !slices.Equal(b.Expired, []string{"b", "c"}) {
+		t.Fatalf("a past a full budget with two leases run out: %+v, want refused naming b and c as expired", b)
+	}
+	if moving, err := l.GroupMoving(ctx, "db"); err != nil || !slices.Equal(moving, []string{"b", "c", "d"}) {
+		t.Fatalf("GroupMoving = %v %v, want b, c and d: a slot past its lease counts until judged", moving, err)
+	}
+	// b's operation is open (its workers were away), c's ended.
+	if err := l.KeepGroupSlot(ctx, "db", "b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.DropGroupSlot(ctx, "db", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if b := take("a", false); b.Taken || !slices.Equal(b.Moving, []string{"b", "d"}) {
+		t.Fatalf("a with b kept and d moving: %+v, want refused naming b and d", b)
+	}
+	// A drop is refused while the lease runs.
+	if err := l.DropGroupSlot(ctx, "db", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if moving, _ := l.GroupMoving(ctx, "db"); !slices.Equal(moving, []string{"b", "d"}) {
+		t.Errorf("GroupMoving after dropping a running lease = %v, want b and d still", moving)
+	}
+	// An open operation whose slot was dropped takes it again, past the
+	// budget: its guest is moving.
+	if ok, err := l.RenewGroupSlot(ctx, "c", time.Minute); err != nil || !ok {
+		t.Errorf("renewing a dropped slot = %v %v, want held again", ok, err)
+	}
+	if moving, _ := l.GroupMoving(ctx, "db"); !slices.Equal(moving, []string{"b", "c", "d"}) {
+		t.Errorf("GroupMoving after c's renewal = %v, want b, c and d", moving)
 	}
 	for _, u := range []string{"e", "nobody"} {
 		if b := take(u, false); !b.Taken || b.Max != 0 {
