@@ -25,6 +25,9 @@ type GroupView struct {
 	// how they do not.
 	Holds  bool     `json:"holds"`
 	Broken []string `json:"broken,omitempty"`
+	// AtRisk says how the rule breaks when a host fenced down comes back
+	// with members that were not evacuated.
+	AtRisk []string `json:"at_risk,omitempty"`
 	// Moving are the members holding a slot of the disruption budget.
 	Moving []string `json:"moving"`
 }
@@ -143,7 +146,60 @@ func (c *Client) view(ctx context.Context, g *ledger.Group) (*GroupView, error) 
 	}
 	v.Broken = breaches(g, live)
 	v.Holds = len(v.Broken) == 0
+	v.AtRisk = atRisk(g, v.Guests, states)
 	return v, nil
+}
+
+// atRisk says how an affinity group's rule breaks when a host fenced
+// down comes back: its members there that were not evacuated run again,
+// beside members on another host (evacuated, or booted elsewhere).
+func atRisk(g *ledger.Group, guests []GroupMember, states map[string]ledger.HostStatus) []string {
+	if g.Policy != ledger.PolicyAffinity && g.Policy != ledger.PolicySoftAffinity {
+		return nil
+	}
+	down := map[string][]string{}
+	var elsewhere []string
+	for _, m := range guests {
+		switch {
+		case m.Host == "":
+		case states[m.Host].State == ledger.HostDown:
+			down[m.Host] = append(down[m.Host], m.UUID)
+		default:
+			elsewhere = append(elsewhere, m.Host)
+		}
+	}
+	var out []string
+	for _, h := range slices.Sorted(maps.Keys(down)) {
+		line := fmt.Sprintf("host %s is down with members %s not evacuated: 'pinflow host evacuate %s' moves them to the group's new host",
+			h, strings.Join(down[h], ", "), h)
+		if len(elsewhere) > 0 {
+			slices.Sort(elsewhere)
+			line += fmt.Sprintf("; if it comes back first, they run beside the members on %s", strings.Join(slices.Compact(elsewhere), ", "))
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// GroupRulesOn says how the hard rules of the server groups with members
+// on host are broken now, each with the way to repair it: a fenced host
+// that came back runs its members that were not evacuated beside those
+// moved or booted elsewhere meanwhile.
+func (c *Client) GroupRulesOn(ctx context.Context, host string) ([]string, error) {
+	views, err := c.Groups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, v := range views {
+		if v.Holds || !v.Policy.Hard() || !slices.ContainsFunc(v.Guests, func(m GroupMember) bool { return m.Host == host }) {
+			continue
+		}
+		for _, b := range v.Broken {
+			out = append(out, fmt.Sprintf("group %s: %s; migrate members until 'pinflow group show %s' says it holds", v.Name, b, v.Name))
+		}
+	}
+	return out, nil
 }
 
 // breaches says how the members' claims break the group's rule, hard or

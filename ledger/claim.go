@@ -199,7 +199,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		}
 		// A retried claim that exists was let through already.
 		if !made {
-			if berr := l.bindAffinity(ctx, rule, spec.Host); berr != nil {
+			if berr := l.bindAffinity(ctx, rule, spec.Host, spec.Kind); berr != nil {
 				return nil, wrap(berr)
 			}
 			defer func() {

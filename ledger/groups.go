@@ -378,10 +378,13 @@ func (l *Ledger) claimRule(ctx context.Context, spec *ClaimSpec) (*GroupRule, st
 func enforced(k ClaimKind) bool { return k != KindQuarantine && k != KindInstance }
 
 // bindAffinity lets a claim of an affinity member on host through: the
-// group's host is host, or becomes it. When the group is bound to a host
-// that an operator fenced down, its members are being evacuated: the
-// first claim elsewhere takes the group with it.
-func (l *Ledger) bindAffinity(ctx context.Context, r *GroupRule, host string) error {
+// group's host is host, or becomes it. A group bound to a host that an
+// operator fenced down keeps its place there: only an evacuation, which
+// moves the group's members off it, takes the group with its first claim
+// elsewhere; any other claim (a boot, an unshelve, a move) is refused,
+// naming the host and the way out. A host removed holds no member: the
+// first claim elsewhere takes the group.
+func (l *Ledger) bindAffinity(ctx context.Context, r *GroupRule, host string, kind ClaimKind) error {
 	from := ""
 	for range 2 {
 		res, err := l.change(ctx, groupBindScript, []string{l.groupKey(r.Name)}, host, from).Slice()
@@ -403,6 +406,9 @@ func (l *Ledger) bindAffinity(ctx context.Context, r *GroupRule, host string) er
 		if from != "" || (err == nil && st.State != HostDown) {
 			return &GroupRuleError{Group: r.Name, Policy: r.Policy, Host: host, BoundTo: bound}
 		}
+		if err == nil && kind != KindEvacuationDest {
+			return &GroupRuleError{Group: r.Name, Policy: r.Policy, Host: host, BoundTo: bound, BoundDown: true}
+		}
 		// Fenced down, or removed: its members cannot be there.
 		from = bound
 	}
@@ -422,8 +428,10 @@ type GroupRuleError struct {
 	Group  string
 	Policy GroupPolicy
 	Host   string
-	// BoundTo is the host an affinity group's members are on.
-	BoundTo string
+	// BoundTo is the host an affinity group's members are on; BoundDown
+	// says an operator fenced it down.
+	BoundTo   string
+	BoundDown bool
 	// Members are the group's members on the host, for anti-affinity.
 	Members []string
 	// Max is the most members of an anti-affinity group a host may hold.
@@ -434,6 +442,11 @@ func (e *GroupRuleError) Error() string {
 	if e.Policy == PolicyAffinity {
 		if e.BoundTo == "" {
 			return fmt.Sprintf("host %s would break the affinity of group %s", e.Host, e.Group)
+		}
+		if e.BoundDown {
+			return fmt.Sprintf("host %s would break the affinity of group %s, whose members are on host %s, which is down: "+
+				"evacuate them first ('pinflow host evacuate %s'), which takes the group to their new host, or remove host %s",
+				e.Host, e.Group, e.BoundTo, e.BoundTo, e.BoundTo)
 		}
 		return fmt.Sprintf("host %s would break the affinity of group %s, whose members are on host %s", e.Host, e.Group, e.BoundTo)
 	}

@@ -249,12 +249,25 @@ func TestAffinityHoldsUnderRacingFirstClaims(t *testing.T) {
 		t.Fatalf("first member's claim elsewhere after a failure: %v", err)
 	}
 
-	// Fenced down, the group's host gives way to the first claim
-	// elsewhere, an evacuation's.
+	// Fenced down, the group's host keeps its place against a boot
+	// elsewhere, and gives way to the first claim elsewhere of an
+	// evacuation, which moves the group's members.
 	if _, err := l.SetHostDown(ctx, "h3", "fenced"); err != nil {
 		t.Fatal(err)
 	}
 	member(t, l, "late", "loose")
+	var rule *GroupRuleError
+	for _, kind := range []ClaimKind{KindBoot, KindUnshelve, KindMigrationDest, KindResizeDest} {
+		spec := memberSpec(t, "op-late", "h2", "late")
+		spec.Kind = kind
+		_, err := l.Claim(ctx, spec)
+		if !errors.As(err, &rule) || !rule.BoundDown || !strings.Contains(err.Error(), "host h3, which is down: evacuate them first") {
+			t.Errorf("%s claim elsewhere while the group's host is down = %v, want refused naming h3 and the way out", kind, err)
+		}
+	}
+	if g, _ := l.Group(ctx, "loose"); g.Host != "h3" {
+		t.Errorf("group's host %q after the refused claims, want h3 still", g.Host)
+	}
 	late := memberSpec(t, "evac-late", "h2", "late")
 	late.Kind = KindEvacuationDest
 	if _, err := l.Claim(ctx, late); err != nil {

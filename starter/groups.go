@@ -136,6 +136,9 @@ func writeGroup(stdout io.Writer, g *client.GroupView, asJSON bool) error {
 		fmt.Fprintf(stdout, "host: %s\n", g.Host)
 	}
 	fmt.Fprintf(stdout, "rule: %s\n", holdsText(g))
+	for _, r := range g.AtRisk {
+		fmt.Fprintf(stdout, "  at risk: %s\n", r)
+	}
 	if g.MaxUnavailable > 0 {
 		fmt.Fprintf(stdout, "moving: %d of %d (%s)\n", len(g.Moving), g.MaxUnavailable, orDash(strings.Join(g.Moving, ", ")))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/workflows"
 )
 
 func hostRemoveCommand() *cobra.Command {
@@ -174,10 +175,22 @@ func hostUp(host string, of opFlags, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		// The host's guests that were not evacuated run again: say which
+		// group rules they break beside members moved elsewhere.
+		rules, err := api.GroupRulesOn(a.ctx, host)
+		if err != nil {
+			return err
+		}
 		if *of.json {
-			return writeJSON(stdout, res)
+			return writeJSON(stdout, struct {
+				*workflows.HostUpResult
+				GroupRules []string `json:"group_rules,omitempty"`
+			}{res, rules})
 		}
 		fmt.Fprintf(stdout, "host %s is up: %d leftover guests destroyed and their tombstones cleared\n", host, len(res.Leftovers))
+		for _, r := range rules {
+			fmt.Fprintln(stdout, "  RULE BROKEN: "+r)
+		}
 		return nil
 	})
 }
