@@ -32,9 +32,16 @@ func (d Deployment) serves(want Deployment) bool {
 // deployment.
 type OtherDeploymentError struct {
 	Bound, Want Deployment
+	// Unbound: no deployment key bound the ledger, but its claims name
+	// Bound's namespace.
+	Unbound bool
 }
 
 func (e *OtherDeploymentError) Error() string {
+	if e.Unbound {
+		return fmt.Sprintf("the ledger's deployment key is gone, and its claims name Temporal namespace %q, not %q: "+
+			"it serves that namespace; run a worker or CLI of it to bind the ledger again", e.Bound.Namespace, e.Want.Namespace)
+	}
 	if e.Bound.Namespace == e.Want.Namespace {
 		return fmt.Sprintf("the ledger serves Temporal namespace %q with id %s, of another cluster than this one's (id %s)",
 			e.Bound.Namespace, e.Bound.NamespaceID, e.Want.NamespaceID)
@@ -59,6 +66,22 @@ func (l *Ledger) Bind(ctx context.Context, want Deployment) error {
 	if err != nil {
 		return fmt.Errorf("ledger: bind: %w", err)
 	}
+	// A ledger with no binding may have lost its key (deleted, or lost
+	// with its node): its claims still name the namespace it serves, and
+	// a process of another may not take it.
+	n, err := l.rdb.Exists(ctx, l.deploymentKey()).Result()
+	if err != nil {
+		return fmt.Errorf("ledger: bind to Temporal namespace %q: %w", want.Namespace, err)
+	}
+	if n == 0 {
+		other, err := l.claimsNamespace(ctx, want.Namespace)
+		if err != nil {
+			return fmt.Errorf("ledger: bind to Temporal namespace %q: %w", want.Namespace, err)
+		}
+		if other != "" {
+			return &OtherDeploymentError{Bound: Deployment{Namespace: other}, Want: want, Unbound: true}
+		}
+	}
 	reply, err := l.change(ctx, bindScript, []string{l.deploymentKey()}, arg).Text()
 	if err != nil {
 		return fmt.Errorf("ledger: bind to Temporal namespace %q: %w", want.Namespace, err)
@@ -72,6 +95,28 @@ func (l *Ledger) Bind(ctx context.Context, want Deployment) error {
 	}
 	l.namespace = want.Namespace
 	return nil
+}
+
+// claimsNamespace returns a namespace other than ns that a claim of a
+// registered host records ("" when none does): read only when the ledger
+// has no binding, which is rare.
+func (l *Ledger) claimsNamespace(ctx context.Context, ns string) (string, error) {
+	hosts, err := l.Hosts(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hosts {
+		claims, err := l.Claims(ctx, h)
+		if err != nil {
+			return "", err
+		}
+		for _, c := range claims {
+			if c.Namespace != "" && c.Namespace != ns {
+				return c.Namespace, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // Namespace is the Temporal namespace the ledger's process serves: its

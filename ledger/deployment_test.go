@@ -105,3 +105,44 @@ func TestBindNamespaceID(t *testing.T) {
 		t.Errorf("Bind with the bound id: %v", err)
 	}
 }
+
+// TestBindAfterTheKeyIsLost: a ledger whose deployment key was deleted
+// still serves the namespace its claims name: a process of another
+// namespace is refused and binds nothing, and one of the namespace the
+// claims name binds it again.
+func TestBindAfterTheKeyIsLost(t *testing.T) {
+	ctx := context.Background()
+	l, rdb, _ := newLedger(t)
+	if err := l.Bind(ctx, Deployment{Namespace: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	register(t, l, "h1", testHost(1, 4))
+	if _, err := l.Claim(ctx, spec("c1", "h1", dedicated(t, 2, 512))); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Del(ctx, l.deploymentKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(rdb, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = other.Bind(ctx, Deployment{Namespace: "other"})
+	var refused *OtherDeploymentError
+	if !errors.As(err, &refused) || !refused.Unbound || !strings.Contains(err.Error(), `its claims name Temporal namespace "default", not "other"`) {
+		t.Fatalf("Bind(other) on a ledger whose key is gone and whose claims name default = %v, want refused naming both", err)
+	}
+	if n, _ := rdb.Exists(ctx, l.deploymentKey()).Result(); n != 0 {
+		t.Errorf("a refused Bind(other) wrote the deployment key")
+	}
+	again, err := New(rdb, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Bind(ctx, Deployment{Namespace: "default"}); err != nil {
+		t.Errorf("Bind(default) on a ledger whose claims name default: %v", err)
+	}
+	if err := other.Bind(ctx, Deployment{Namespace: "other"}); !errors.As(err, &refused) || refused.Unbound {
+		t.Errorf("Bind(other) once default bound the ledger again = %v, want the plain refusal", err)
+	}
+}
