@@ -78,8 +78,9 @@ type Steps struct {
 	// power itself off before it destroys it.
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"60s"`
 	// FenceLease is how long a hypervisor step that passed its fence may
-	// take to act (start a guest, switch a migration over); the audit
-	// cannot free the claim meanwhile.
+	// take to act (define, start, stop or undefine a guest, switch a
+	// migration over); neither the audit nor another operation takes the
+	// claim meanwhile.
 	FenceLease time.Duration `envconfig:"FENCE_LEASE"`
 	// WorkerStopTimeout is how long a stopping worker lets running
 	// activities finish; a live migration is handed to the next attempt
