@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,6 +53,13 @@ type chaos struct {
 	// killEvery, when set, kills the worker with SIGKILL this often and
 	// starts a new one.
 	killEvery time.Duration
+	// freezeEvery, when set, freezes the newest worker (SIGSTOP) this long
+	// after the last one resumed, with a new worker beside it, for
+	// freezeFor, longer than the fence lease and the steps' heartbeat
+	// timeout: its steps are tried again elsewhere, their operations
+	// interrupted, settled and overtaken meanwhile, and then it resumes
+	// (SIGCONT) inside whatever step it was in.
+	freezeEvery, freezeFor time.Duration
 	// restartRedisEvery, when set, restarts Redis cleanly this often.
 	restartRedisEvery time.Duration
 	// drainEvery, when set, drains a random host this long after the
@@ -104,6 +112,7 @@ type chaos struct {
 	started    atomic.Int64
 	unreadable atomic.Int64
 	fences     atomic.Int64
+	freezes    atomic.Int64
 	recovers   atomic.Int64
 	foreign    atomic.Int64
 	// floating counts the domain reads that found a running guest with
@@ -677,6 +686,35 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 	}
 }
 
+// freezeWorker freezes the newest worker for c.freezeFor with a new one
+// beside it, then lets it resume; a run that ends meanwhile resumes it at
+// once. At most maxWorkers run, the frozen one among them.
+func (c *chaos) freezeWorker(stop <-chan struct{}) {
+	const maxWorkers = 4
+	w := c.s.workers[len(c.s.workers)-1]
+	running := 0
+	for _, w := range c.s.workers {
+		if w.ProcessState == nil {
+			running++
+		}
+	}
+	if running < maxWorkers {
+		c.s.startWorker()
+	}
+	if err := w.Process.Signal(syscall.SIGSTOP); err != nil {
+		c.report("freeze worker %d: %v", w.Process.Pid, err)
+		return
+	}
+	c.freezes.Add(1)
+	select {
+	case <-stop:
+	case <-time.After(c.freezeFor):
+	}
+	if err := w.Process.Signal(syscall.SIGCONT); err != nil {
+		c.report("resume worker %d: %v", w.Process.Pid, err)
+	}
+}
+
 // start starts wf as ExecuteWorkflow does, and rides out a Temporal node
 // failing over as a client that retries would: a start the cluster did
 // not answer in time is asked again for up to a minute, and a run that
@@ -909,6 +947,7 @@ func (c *chaos) run() {
 		c.s.startWorker()
 		c.kills.Add(1)
 	})
+	every(c.freezeEvery, func() { c.freezeWorker(stop) })
 	drainRNG := rand.New(rand.NewPCG(c.seed, 1<<32))
 	every(c.drainEvery, func() { c.drain(ctx, drainRNG) })
 	fenceRNG, recoverRNG := rand.New(rand.NewPCG(c.seed, 2<<32)), rand.New(rand.NewPCG(c.seed, 3<<32))
@@ -999,9 +1038,9 @@ func (c *chaos) summary() {
 		fmt.Fprintf(&b, "\n  %-40s %d", k, c.outcomes[k])
 	}
 	c.t.Logf("%d operations on %d guests over %d hosts:%s", total, len(c.uuids), len(c.hosts), b.String())
-	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting or host off); %d drains; %d fence cycles; %d recoveries; %d workers of another namespace; %d worker kills; %d Redis restarts; %d violations",
+	c.t.Logf("%d audits freed %d claims; %d samples of every host (%d host reads failed, Redis restarting or host off); %d drains; %d fence cycles; %d recoveries; %d workers of another namespace; %d worker kills; %d worker freezes; %d Redis restarts; %d violations",
 		c.audits.Load(), c.freed.Load(), c.samples.Load(), c.unreadable.Load(), c.drains.Load(), c.fences.Load(), c.recovers.Load(), c.foreign.Load(),
-		c.kills.Load(), c.restarts.Load(), len(c.violations))
+		c.kills.Load(), c.freezes.Load(), c.restarts.Load(), len(c.violations))
 	c.t.Logf("%d reads of a running guest with floating threads", c.floating.Load())
 	if c.floating.Load() == 0 {
 		c.t.Errorf("no sample found a running floating or mixed guest: the run did not check them")
@@ -1198,6 +1237,33 @@ func TestWorkerKilledUnderInterruptions(t *testing.T) {
 		return ""
 	}
 	c.run()
+}
+
+// TestWorkersFrozenUnderInterruptions freezes a worker (SIGSTOP) now and
+// then for longer than the fence lease, with a new worker beside it,
+// while operations are cancelled and terminated at random points and at
+// the gates of the steps that change domains, and the audit settles what
+// they leave; each frozen worker then resumes inside whatever step it was
+// in. With the same checks: a resumed step of an operation that ended
+// must change nothing.
+func TestWorkersFrozenUnderInterruptions(t *testing.T) {
+	t.Parallel()
+	c := newChaos(t, 4, 3, false, false)
+	c.slots, c.ops, c.window = 6, 60, 50*time.Second
+	c.freezeEvery, c.freezeFor = 6*time.Second, 16*time.Second
+	c.interrupt = func(rng *rand.Rand) string {
+		switch rng.IntN(10) {
+		case 0, 1, 2:
+			return "terminate"
+		case 3, 4:
+			return "cancel"
+		}
+		return ""
+	}
+	c.run()
+	if c.freezes.Load() == 0 {
+		t.Errorf("no worker was frozen: the run tested nothing of it")
+	}
 }
 
 // TestSoak is everything at once, for long: boots, migrations, offloads,
