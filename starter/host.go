@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -160,8 +161,18 @@ func readTopology(file string) (*numa.Host, error) {
 	}
 	var spec numa.HostSpec
 	dec := json.NewDecoder(strings.NewReader(string(data)))
+	// A misspelt key ("cpu_dedicated_sets", "tag") would leave its
+	// setting out and register the host otherwise than meant.
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
+		if _, field, ok := strings.Cut(err.Error(), "json: unknown field "); ok {
+			return nil, fmt.Errorf("host add: --topology %s: unknown key %s; allowed are, in the host object %s, in a cell %s, in a device of pci_devices %s",
+				file, field, jsonKeys(numa.HostSpec{}), jsonKeys(numa.CellSpec{}), jsonKeys(numa.PCIDevice{}))
+		}
 		return nil, fmt.Errorf("host add: --topology %s: not a JSON host object: %v", file, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("host add: --topology %s: more than one JSON value; a topology file holds one host object", file)
 	}
 	host, err := spec.Host(nil)
 	if err != nil {
@@ -175,6 +186,18 @@ func readTopology(file string) (*numa.Host, error) {
 		}
 	}
 	return host, nil
+}
+
+// jsonKeys lists the JSON keys of struct v's fields.
+func jsonKeys(v any) string {
+	t := reflect.TypeOf(v)
+	var keys []string
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			keys = append(keys, name)
+		}
+	}
+	return strings.Join(keys, ", ")
 }
 
 // parseHugePages reads "2M:512,1G:4" into page size (KiB) -> count.
