@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/pinflow/pinflow/numa"
 )
@@ -137,4 +138,19 @@ func (g guarded) AttachDevices(ctx context.Context, host, uuid string, elements 
 		return err
 	}
 	return g.d.AttachDevices(ctx, host, uuid, elements)
+}
+
+// Expired is ctx's error, or context.DeadlineExceeded once ctx's
+// deadline has passed by the clock even if its timer has not fired yet:
+// a worker that resumes after a freeze runs on before its timers do, and
+// a call made then would act after its fence's lease. A driver checks it
+// right before each call that changes a domain.
+func Expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

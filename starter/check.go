@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -210,9 +212,20 @@ func checkHost(ctx context.Context, led *ledger.Ledger, drv hypervisor.Driver, h
 
 // powerProblems are the guests of records whose domain on host h is shut
 // off while the record says active, or runs while it says stopped, with
-// no operation's task under way: the audit records the state it sees.
+// no operation's task under way (the audit records the state it sees),
+// and those recorded active or stopped on h with no domain there at all.
 func powerProblems(h string, doms []hypervisor.Domain, records map[string]*ledger.Instance) []string {
 	var out []string
+	seen := map[string]bool{}
+	for _, d := range doms {
+		seen[d.UUID] = true
+	}
+	for _, u := range slices.Sorted(maps.Keys(records)) {
+		inst := records[u]
+		if !seen[u] && inst.TaskState == guest.TaskNone && (inst.VMState == guest.VMActive || inst.VMState == guest.VMStopped) {
+			out = append(out, fmt.Sprintf("host %s: instance %s is recorded %s there, but the host has no domain of it", h, inst.Name, inst.VMState))
+		}
+	}
 	for _, d := range doms {
 		inst := records[d.UUID]
 		if inst == nil || inst.TaskState != guest.TaskNone {

@@ -211,8 +211,9 @@ func TestCheckReadsTheHypervisors(t *testing.T) {
 }
 
 // TestPowerProblems: a guest shut off while its record says active, or
-// running while it says stopped, is a problem line naming it; one whose
-// operation has a task under way, or whose domain agrees, is not.
+// running while it says stopped, or with no domain where its record
+// says, is a problem line naming it; one whose operation has a task under
+// way, or whose domain agrees, is not.
 func TestPowerProblems(t *testing.T) {
 	doms := []hypervisor.Domain{
 		{UUID: "u1", State: hypervisor.StateShutoff},
@@ -226,9 +227,11 @@ func TestPowerProblems(t *testing.T) {
 		"u2": {UUID: "u2", Name: "started-by-hand", VMState: guest.VMStopped},
 		"u3": {UUID: "u3", Name: "resizing", VMState: guest.VMActive, TaskState: guest.TaskResizePrep},
 		"u4": {UUID: "u4", Name: "fine", VMState: guest.VMActive},
+		"u6": {UUID: "u6", Name: "vanished", VMState: guest.VMActive},
 	}
 	got := powerProblems("h1", doms, records)
 	want := []string{
+		"host h1: instance vanished is recorded active there, but the host has no domain of it",
 		"host h1: instance crashed is recorded active but its domain is shutoff; the audit records the state it sees",
 		"host h1: instance started-by-hand is recorded stopped but its domain is running; the audit records the state it sees",
 	}

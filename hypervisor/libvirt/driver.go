@@ -353,7 +353,7 @@ func (c *conn) drop() {
 // finishes in the background, since the protocol cannot cancel it.
 func call[T any](ctx context.Context, c *conn, f func(l *golibvirt.Libvirt) (T, error)) (T, error) {
 	var zero T
-	if err := ctx.Err(); err != nil {
+	if err := hypervisor.Expired(ctx); err != nil {
 		return zero, err
 	}
 	type result struct {

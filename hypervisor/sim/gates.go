@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pinflow/pinflow/hypervisor"
 )
 
 // Gate names a point of the simulated operations where a test can hold
@@ -148,7 +150,7 @@ func (d *Driver) gate(ctx context.Context, g Gate, uuid string, unstoppable bool
 	}
 	noted := false
 	for {
-		if ctx.Err() != nil && !noted {
+		if hypervisor.Expired(ctx) != nil && !noted {
 			noted = true
 			for _, k := range keys {
 				if err := d.rdb.HIncrBy(bg, k, "cancelled", 1).Err(); err != nil {
@@ -156,10 +158,14 @@ func (d *Driver) gate(ctx context.Context, g Gate, uuid string, unstoppable bool
 				}
 			}
 			if !unstoppable {
-				return ctx.Err()
+				return hypervisor.Expired(ctx)
 			}
 		}
 		if keys, err = d.heldGates(bg, g, uuid); err != nil || len(keys) == 0 {
+			if err == nil && !unstoppable {
+				// Released: the call goes on only within its deadline.
+				err = hypervisor.Expired(ctx)
+			}
 			return err
 		}
 		time.Sleep(gatePoll)
