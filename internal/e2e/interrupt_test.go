@@ -1249,8 +1249,9 @@ func TestWorkerKilledUnderInterruptions(t *testing.T) {
 func TestWorkersFrozenUnderInterruptions(t *testing.T) {
 	t.Parallel()
 	c := newChaos(t, 4, 3, false, false)
-	c.slots, c.ops, c.window = 6, 60, 50*time.Second
-	c.freezeEvery, c.freezeFor = 6*time.Second, 16*time.Second
+	c.slots, c.ops, c.window = 6, 48, 40*time.Second
+	// Past the fence lease (10 s) and the steps' heartbeat timeout (5 s).
+	c.freezeEvery, c.freezeFor = 5*time.Second, 13*time.Second
 	c.interrupt = func(rng *rand.Rand) string {
 		switch rng.IntN(10) {
 		case 0, 1, 2:
