@@ -204,15 +204,19 @@ stop() {
 	for p in $(qemu_pids); do
 		kill -KILL "$p" 2>/dev/null || true
 	done
-	# A killed process always exits, but a loaded machine may take its
-	# time to reap one busy in the kernel: wait for it, a minute at most.
+	# A killed process always exits, but on a loaded machine one busy in
+	# the kernel (freeing a guest's memory, closing its files) takes its
+	# time: wait for it, and say where it hangs if it never goes.
 	for p in $pid $(qemu_pids); do
-		for i in $(seq 1 600); do
+		for i in $(seq 1 3000); do
 			alive "$p" || break
 			sleep 0.1
 		done
 		if alive "$p"; then
-			echo "libvirt-host: process $p of $name did not exit" >&2
+			echo "libvirt-host: process $p of $name did not exit within 5 minutes of SIGKILL:" \
+				"$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null)," \
+				"$(grep -E '^(State|Threads):' "/proc/$p/status" 2>/dev/null | tr '\n\t' '  ')" \
+				"wchan $(cat "/proc/$p/wchan" 2>/dev/null)" >&2
 			exit 1
 		fi
 	done
