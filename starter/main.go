@@ -106,6 +106,7 @@ per-host Redis ledger. Connections come from the PINFLOW_* variables
 			root.AddCommand(c)
 		}
 	}
+	root.AddCommand(docsCommand())
 	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
 		if c.Name() == "help" {
