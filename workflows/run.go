@@ -68,7 +68,7 @@ var tries = &temporal.RetryPolicy{
 // untriedAttempts bounds the attempts of a step of driverAttempts tries
 // that are no tries of it:
 //   - lost: Temporal can record an attempt as started that no worker
-//     received when its store is slow (docs/operations.md, "Lost
+//     received when its store is slow (docs/benchmarks.md, "Lost
 //     dispatches"); such an attempt ends in a heartbeat timeout with no
 //     heartbeat, and says nothing about the hypervisor.
 //   - handed over: a stopping worker left the step to the next attempt

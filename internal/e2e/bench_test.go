@@ -53,7 +53,7 @@ func noop(context.Context) error { return nil }
 // migration costs Temporal without any of pinflow's work. Its activities
 // are bounded as tightly as pinflow's remote steps are by their heartbeat
 // timeout, so an attempt Temporal records as started but never delivers
-// costs both sides of a comparison the same (docs/operations.md, "Lost
+// costs both sides of a comparison the same (docs/benchmarks.md, "Lost
 // dispatches").
 func bareWorkflow(ctx workflow.Context, n int) error {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 5 * time.Second})

@@ -127,7 +127,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // stall is the longest time in which some workflow waited for its first
 // task and none got one: a queue that stopped moving (a stall) rather
 // than one that moved slowly. lost counts first tasks recorded as started
-// that timed out, never delivered to a worker (docs/operations.md, "Lost
+// that timed out, never delivered to a worker (docs/benchmarks.md, "Lost
 // dispatches"). Of every workflow task of the burst, longestTask is the
 // longest from its start to its completion, the margin a workflow task
 // timeout must keep, and timedOut counts those that timed out after they

@@ -127,7 +127,7 @@ func startDevServer(cli, logPath string, port int, cfg temporalConfig) (*devServ
 		"--dynamic-config-value", "frontend.enableServerVersionCheck=false",
 		// The history shard reads its new tasks at most 20 times a second
 		// by default, so every workflow and activity task waited up to
-		// 50 ms before any worker could take it (docs/operations.md).
+		// 50 ms before any worker could take it (docs/benchmarks.md).
 		"--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"}
 	if cfg.ui {
 		var err error
