@@ -12,33 +12,64 @@ import (
 	"github.com/pinflow/pinflow/internal/testenv"
 )
 
-// TestReadmeCommandsParse: every pinflow command the README shows names a
-// command that exists, with flags it takes, values they accept and the
-// arguments it wants; nothing runs.
+// TestReadmeCommandsParse: every pinflow command the README and the
+// operator's guide show names a command that exists, with flags it takes,
+// values they accept and the arguments it wants; nothing runs.
 func TestReadmeCommandsParse(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmds := readmeCommands(string(data))
-	if len(cmds) < 30 {
-		t.Fatalf("found %d pinflow commands in the README, want its usage section's", len(cmds))
-	}
-	for _, args := range cmds {
-		root := newRoot()
-		walk(root, func(c *cobra.Command) {
-			onlyOnce(c.Flags())
-			onlyOnce(c.PersistentFlags())
-			if c.RunE != nil {
-				c.RunE = func(*cobra.Command, []string) error { return nil }
+	for _, doc := range []struct {
+		path string
+		// least is how many command lines the file shows at least, so
+		// that a change to its blocks' form cannot make the test vacuous.
+		least int
+		// tour names the commands the file must show.
+		tour []string
+	}{
+		{"README.md", 12, []string{"boot", "list", "show", "migrate", "resize", "resize confirm", "shelve", "unshelve",
+			"host drain", "group create", "explain", "ops", "check", "reconcile"}},
+		{"docs/guide.md", 60, nil},
+	} {
+		data, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), filepath.FromSlash(doc.path)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds := readmeCommands(string(data))
+		if len(cmds) < doc.least {
+			t.Errorf("found %d pinflow commands in %s, want at least %d", len(cmds), doc.path, doc.least)
+		}
+		shown := map[string]bool{}
+		for _, args := range cmds {
+			path := commandPath(args)
+			shown[path] = true
+			root := newRoot()
+			walk(root, func(c *cobra.Command) {
+				onlyOnce(c.Flags())
+				onlyOnce(c.PersistentFlags())
+				if c.RunE != nil {
+					c.RunE = func(*cobra.Command, []string) error { return nil }
+				}
+			})
+			root.SetArgs(args)
+			root.SetOut(&bytes.Buffer{})
+			if err := root.Execute(); err != nil {
+				t.Errorf("%s: pinflow %s: %v", doc.path, strings.Join(args, " "), err)
 			}
-		})
-		root.SetArgs(args)
-		root.SetOut(&bytes.Buffer{})
-		if err := root.Execute(); err != nil {
-			t.Errorf("README: pinflow %s: %v", strings.Join(args, " "), err)
+		}
+		for _, want := range doc.tour {
+			if !shown[want] {
+				t.Errorf("%s shows no 'pinflow %s' command", doc.path, want)
+			}
 		}
 	}
+}
+
+// commandPath is the command args name, without pinflow: the words
+// before the first flag or argument that names no subcommand.
+func commandPath(args []string) string {
+	c, _, err := newRoot().Find(args)
+	if err != nil {
+		return ""
+	}
+	return pathOf(c)
 }
 
 // readmeCommands reads the pinflow command lines of the README's shell
