@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -208,18 +211,16 @@ func (a *Auditor) recoverDomain(ctx context.Context, in RecoverHostInput, topo *
 // of the instance's open operation that the running domain is pinned to
 // exactly (the incoming side of a migration, a guest an unshelve or a
 // resize has started), so that the operation goes on as if nothing had
-// been lost. It says whether there was such a claim; when Temporal cannot
-// tell, there is none, and the pCPUs are quarantined instead.
+// been lost. It says whether there was such a claim; when the operation
+// does not answer (askHeld), there is none, and the pCPUs are quarantined
+// instead.
 func (a *Auditor) restoreHeld(ctx context.Context, host string, dryRun bool, topo *numa.Host, uuid string, used holding) (RecoveredClaim, bool, error) {
 	if a.Holders == nil || a.Owners == nil {
 		return RecoveredClaim{}, false, nil
 	}
 	wid := guest.InstanceWorkflowID(uuid)
-	if st, err := a.Owners.OwnerStatus(ctx, wid); err != nil || st.State != OwnerRunning {
-		return RecoveredClaim{}, false, nil
-	}
-	held, err := a.Holders.HeldClaims(ctx, wid)
-	if err != nil {
+	held, ok := a.askHeld(ctx, wid)
+	if !ok {
 		return RecoveredClaim{}, false, nil
 	}
 	for _, h := range held {
@@ -243,6 +244,45 @@ func (a *Auditor) restoreHeld(ctx context.Context, host string, dryRun bool, top
 		return rc, true, nil
 	}
 	return RecoveredClaim{}, false, nil
+}
+
+// heldPatience bounds how long a recovery asks an open operation for its
+// claims. A worker busy on a loaded machine answers late; an operation
+// that never answers has its guest's pCPUs quarantined, which keeps them
+// safe but fails the operation at its next fence.
+const heldPatience = 2 * time.Minute
+
+// askHeld asks the open operation wid which claims it made, again and
+// again while it stays open and its answer is late, for up to
+// heldPatience. It says whether the operation answered.
+func (a *Auditor) askHeld(ctx context.Context, wid string) ([]HeldClaim, bool) {
+	deadline := time.Now().Add(heldPatience)
+	pause := 250 * time.Millisecond
+	for {
+		st, err := a.Owners.OwnerStatus(ctx, wid)
+		if err == nil && st.State != OwnerRunning {
+			return nil, false
+		}
+		if err == nil {
+			held, qerr := a.Holders.HeldClaims(ctx, wid)
+			if qerr == nil {
+				return held, true
+			}
+			var failed *serviceerror.QueryFailed
+			if errors.As(qerr, &failed) {
+				return nil, false
+			}
+		}
+		if ctx.Err() != nil || time.Now().Add(pause).After(deadline) {
+			return nil, false
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
 }
 
 // quarantine claims what h holds of host for the instance's domain, as
