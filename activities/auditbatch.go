@@ -113,7 +113,21 @@ feed:
 		}
 	}
 	close(todo)
-	wg.Wait()
+	// The last hosts may take long on a loaded machine: beat on until
+	// they are done, or the attempt would time out with its work in hand.
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+wait:
+	for {
+		select {
+		case <-finished:
+			break wait
+		case <-beat.C:
+			if activity.IsActivity(ctx) {
+				activity.RecordHeartbeat(ctx, progress())
+			}
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return AuditBatch{}, err
 	}
