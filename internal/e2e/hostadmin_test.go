@@ -49,12 +49,15 @@ func TestHostChangesAreOperations(t *testing.T) {
 	}
 
 	// b comes back while its leftover of B is held at the simulator's
-	// stop: every other change of b is refused meanwhile, naming it.
+	// stop: every other change of b is refused meanwhile, naming it. The
+	// worker is killed there, so that the held stop's own deadline cannot
+	// end the host up before the refusals are done, however slow they are.
 	s.ok("evacuate", vmB, "--host", "a", "--wait")
 	s.ok("sim", "power", "--host", "b", "--on")
 	s.ok("sim", "gate", "--at", "stop", "--guest", vmB, "--hold")
 	s.ok("host", "up", "b")
 	s.ok("sim", "gate", "--at", "stop", "--guest", vmB, "--wait-arrived", "1")
+	s.killWorkers()
 	returning := state()
 	s.refused("host down b: it is coming back already (workflow host-b)", "host", "down", "b", "--fence", "--reason", "again")
 	s.refused("host remove b: it is coming back already (workflow host-b)", "host", "remove", "b")
@@ -62,6 +65,7 @@ func TestHostChangesAreOperations(t *testing.T) {
 	if after := state(); after != returning {
 		t.Errorf("the changes refused while b came back changed the hosts:\nbefore %s\nafter  %s", returning, after)
 	}
+	s.startWorker()
 	s.ok("sim", "gate", "--at", "stop", "--guest", vmB, "--release")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
