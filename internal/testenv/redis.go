@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,6 +41,9 @@ type Redis struct {
 
 	cfg    redisConfig
 	server *server // nil while stopped
+	// held has the next start keep the server loading its data
+	// (RestartLoadingHeld).
+	held bool
 }
 
 type redisConfig struct {
@@ -190,6 +195,11 @@ func (r *Redis) writeConfig() (string, error) {
 			"cluster-config-file nodes.conf", "cluster-node-timeout 5000")
 	}
 	lines = append(lines, r.cfg.extra...)
+	if r.held {
+		// A pause per key loaded, and events processed every KiB read:
+		// the server answers (-LOADING) while it loads.
+		lines = append(lines, "key-load-delay "+strconv.Itoa(heldKeyDelay), "loading-process-events-interval-bytes 1024")
+	}
 	path := filepath.Join(r.Dir, "redis.conf")
 	return path, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600)
 }
@@ -201,9 +211,171 @@ func (r *Redis) start() error {
 	}
 	cmd := exec.Command(r.cfg.server, conf)
 	cmd.Dir = r.Dir
+	ready := func() error { return ping(r.Addr) }
+	if r.held {
+		ready = func() error { return r.loadingHeld() }
+	}
 	r.server, err = startServer(cmd, r.cfg.server+" on "+r.Addr, filepath.Join(r.Dir, "redis.log"),
-		startTimeout, 20*time.Millisecond, func() error { return ping(r.Addr) })
+		startTimeout, 20*time.Millisecond, ready)
 	return err
+}
+
+// Keys RestartLoadingHeld fills db heldDB with, each loaded heldKeyDelay
+// microseconds apart: the load takes minutes unless released, longer
+// than any wait of a test, and a release takes effect within a tenth of
+// a second (the keys of one KiB read).
+const (
+	heldDB       = "15"
+	heldKeys     = 500_000
+	heldKeyDelay = 1000
+)
+
+// RestartLoadingHeld restarts the server (keeping its data, persisted by
+// SHUTDOWN SAVE, or by an AOF rewrite with AppendOnly) and holds it
+// loading that data: it accepts connections and answers most commands
+// with -LOADING, as a restarted Redis does, until release is called.
+// Release lets the load finish, waits until the server answers PING, and
+// drops the keys that made the load long (in db 15). A restart with
+// Restart, Stop or KillAndRestart after it loads without the hold.
+func (r *Redis) RestartLoadingHeld(t testing.TB) (release func()) {
+	t.Helper()
+	script := "redis.call('SELECT', " + heldDB + ") for i = 1, " + strconv.Itoa(heldKeys) +
+		" do redis.call('SET', 'testenv:held:' .. i, 'x') end return 1"
+	if _, err := r.Do("EVAL", script, "0"); err != nil {
+		t.Fatalf("testenv: fill %s for a held load: %v", r.Addr, err)
+	}
+	if r.cfg.appendOnly {
+		// The AOF's base file is an RDB that the delay applies to.
+		if _, err := r.Do("BGREWRITEAOF"); err != nil {
+			t.Fatalf("testenv: rewrite the AOF of %s: %v", r.Addr, err)
+		}
+		r.until(t, "the AOF rewrite of "+r.Addr+" to end", func() bool {
+			info, err := r.Do("INFO", "persistence")
+			return err == nil && strings.Contains(info, "aof_rewrite_in_progress:0") &&
+				strings.Contains(info, "aof_rewrite_scheduled:0") && strings.Contains(info, "aof_last_bgrewrite_status:ok")
+		})
+	}
+	// SHUTDOWN SAVE writes the RDB as the server exits: no change slips
+	// in between.
+	if _, err := r.Do("SHUTDOWN", "SAVE"); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("testenv: SHUTDOWN SAVE on %s: %v", r.Addr, err)
+	}
+	r.stop(syscall.SIGTERM)
+	r.held = true
+	err := r.start()
+	r.held = false
+	if err != nil {
+		t.Fatalf("testenv: restart with its load held: %v", err)
+	}
+	var once sync.Once
+	return func() {
+		t.Helper()
+		once.Do(func() {
+			if _, err := r.Do("CONFIG", "SET", "key-load-delay", "0"); err != nil {
+				t.Fatalf("testenv: release the load of %s: %v", r.Addr, err)
+			}
+			r.until(t, r.Addr+" to load its data", func() bool { return ping(r.Addr) == nil })
+			if _, err := r.Do("EVAL", "redis.call('SELECT', "+heldDB+") return redis.call('FLUSHDB')", "0"); err != nil {
+				t.Fatalf("testenv: drop the keys of the held load on %s: %v", r.Addr, err)
+			}
+		})
+	}
+}
+
+// loadingHeld is the readiness of a server started to stay loading: it
+// answers -LOADING, and says it is loading.
+func (r *Redis) loadingHeld() error {
+	if _, err := r.Do("PING"); err == nil {
+		return errors.New("the server answers PING: its load was not held")
+	} else if !strings.HasPrefix(err.Error(), "LOADING") {
+		return err
+	}
+	info, err := r.Do("INFO", "persistence")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "loading:1") {
+		return errors.New("the server is not loading its data")
+	}
+	return nil
+}
+
+// until polls cond for up to startTimeout.
+func (r *Redis) until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("testenv: timed out after %s waiting for %s", startTimeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Do sends one command and returns its reply as text: a status, integer
+// or bulk string as it is, an array's elements one a line. A Redis error
+// reply is returned as an error with Redis' words ("LOADING Redis is
+// loading ..."); a closed connection as io.EOF.
+func (r *Redis) Do(args ...string) (string, error) {
+	c, err := net.DialTimeout("tcp", r.Addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	// A fill of the keys of a held load takes seconds on a loaded machine.
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	var req strings.Builder
+	req.WriteString("*" + strconv.Itoa(len(args)) + "\r\n")
+	for _, a := range args {
+		req.WriteString("$" + strconv.Itoa(len(a)) + "\r\n" + a + "\r\n")
+	}
+	if _, err := c.Write([]byte(req.String())); err != nil {
+		return "", err
+	}
+	return readReply(bufio.NewReader(c))
+}
+
+// readReply reads one RESP2 reply.
+func readReply(br *bufio.Reader) (string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSuffix(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch body := line[1:]; line[0] {
+	case '+', ':':
+		return body, nil
+	case '-':
+		return "", errors.New(body)
+	case '$':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return "", err
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(br, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	case '*':
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return "", err
+		}
+		var parts []string
+		for range n {
+			p, err := readReply(br)
+			if err != nil {
+				return "", err
+			}
+			parts = append(parts, p)
+		}
+		return strings.Join(parts, "\n"), nil
+	}
+	return "", errors.New("unexpected reply " + line)
 }
 
 // stop signals the server and waits for it to exit, killing it if a clean

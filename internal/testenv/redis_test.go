@@ -147,3 +147,37 @@ func TestWithWAITAOFAnswersWAITAOF(t *testing.T) {
 		t.Errorf("WAITAOF 1 0 1000 on %s = %q, want a two-element array", srv.Addr, got)
 	}
 }
+
+// TestRestartLoadingHeld: a server restarted with its load held answers
+// -LOADING, and says it is loading, until released; then it has its data
+// and none of the keys that held the load.
+func TestRestartLoadingHeld(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		opts []RedisOption
+	}{
+		{"rdb", nil},
+		{"aof", []RedisOption{AppendOnly()}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := StartRedis(t, tt.opts...)
+			if _, err := r.Do("SET", "k", "v"); err != nil {
+				t.Fatal(err)
+			}
+			release := r.RestartLoadingHeld(t)
+			if _, err := r.Do("GET", "k"); err == nil || !strings.HasPrefix(err.Error(), "LOADING") {
+				t.Errorf("GET k while the load is held = %v, want a LOADING error", err)
+			}
+			if info, err := r.Do("INFO", "persistence"); err != nil || !strings.Contains(info, "loading:1") {
+				t.Errorf("INFO persistence while the load is held = %v, %q; want loading:1", err, info)
+			}
+			release()
+			if got, err := r.Do("GET", "k"); err != nil || got != "v" {
+				t.Errorf("GET k after the release = %q, %v; want v", got, err)
+			}
+			if got, err := r.Do("EVAL", "redis.call('SELECT', 15) return redis.call('DBSIZE')", "0"); err != nil || got != "0" {
+				t.Errorf("keys left in db 15 after the release = %q, %v; want 0", got, err)
+			}
+		})
+	}
+}
