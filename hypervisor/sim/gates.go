@@ -29,6 +29,10 @@ const (
 	GateUndefine Gate = "undefine"
 	GatePrepare  Gate = "prepare"
 	GateMigrate  Gate = "migrate"
+	// GateCopy holds a migration that has begun (the destination holds
+	// the incoming domain) before its copy starts, as QEMU holds a copy
+	// it has not started yet: a cancel there aborts it.
+	GateCopy Gate = "copy"
 	// GateSwitchover holds a migration whose copy is done, before its
 	// point of no return: a cancel there aborts it.
 	GateSwitchover Gate = "switchover"
@@ -42,7 +46,7 @@ const (
 
 // Gates lists every Gate in the order an operation meets them.
 func Gates() []Gate {
-	return []Gate{GateDefine, GateStart, GateShutdown, GateStop, GateUndefine, GateDetach, GatePrepare, GateMigrate, GateSwitchover, GateSwitched, GateAttach}
+	return []Gate{GateDefine, GateStart, GateShutdown, GateStop, GateUndefine, GateDetach, GatePrepare, GateMigrate, GateCopy, GateSwitchover, GateSwitched, GateAttach}
 }
 
 // ParseGate reads a gate name, case-insensitively.

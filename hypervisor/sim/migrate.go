@@ -182,7 +182,8 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 // error, ErrInjected, or hypervisor.ErrFenced and the fence's error.
 //
 // The timeouts of req.Policy count the copy's own time (the steps of the
-// latency), not the wall clock, so that a test's Sleep that does not wait
+// latency, after the copy start delay that only the start timeout
+// counts), not the wall clock, so that a test's Sleep that does not wait
 // still times out as a real migration would: a latency longer than the
 // completion timeout makes one. One that fires aborts the migration as a
 // cancel does and returns a *hypervisor.MigrationTimeoutError, or, when
@@ -198,8 +199,9 @@ func (d *Driver) PrepareMigration(ctx context.Context, dst, uuid, destXML string
 //     home = src;
 //  2. the source domain, which must run, is marked with the token;
 //  3. the destination gets the domain, paused and marked as incoming;
-//  4. the memory copy: latency and progress, touching the record and
-//     checking ctx at every step;
+//  4. the memory copy, after the copy gate and the source's copy start
+//     delay (SetCopyStartDelay; ProgressSetup reports): latency and
+//     progress, touching the record and checking ctx at every step;
 //  5. switchover: phase switchover and home = dst, if the record still
 //     carries this attempt's token; past this point ctx is ignored;
 //  6. the destination domain runs with destXML;
@@ -432,11 +434,20 @@ func (d *Driver) begin(ctx context.Context, a *attempt, srcDom *domState) error 
 // post-copy, ends the copy with postCopy set. A failure aborts the
 // attempt.
 func (d *Driver) copyMemory(ctx context.Context, a *attempt) (postCopy bool, err error) {
-	// The model's clock starts with the copy, which begins here.
 	timer := a.req.Policy.Timer(a.total)
-	timer.CopyStarted(0)
+	// The model's clock starts with the attempt; the copy starts after
+	// the copy gate and the source's copy start delay.
+	if err := d.gate(ctx, GateCopy, a.u, false); err != nil {
+		return false, d.abort(ctx, a, err)
+	}
+	startAt, err := d.awaitCopyStart(ctx, a, timer)
+	if err != nil {
+		return false, err
+	}
+	timer.CopyStarted(startAt)
 	for {
 		st := a.model.next()
+		st.elapsed += startAt
 		if err := d.sleep(ctx, st.wait); err != nil {
 			return false, d.abort(ctx, a, err)
 		}
@@ -461,6 +472,36 @@ func (d *Driver) copyMemory(ctx context.Context, a *attempt) (postCopy bool, err
 			return false, d.abort(ctx, a, a.timeout)
 		}
 	}
+}
+
+// ProgressSetup is reported while a migration waits for its copy to
+// start (SetCopyStartDelay).
+const ProgressSetup = "setup"
+
+// awaitCopyStart waits out the source's copy start delay, in steps that
+// each touch the record and report no data sent, and returns it; the
+// policy's start timeout, when it fires first, aborts the attempt.
+func (d *Driver) awaitCopyStart(ctx context.Context, a *attempt, timer *hypervisor.MigrationTimer) (time.Duration, error) {
+	delay, err := d.copyStartDelay(ctx, a.req.Source)
+	if err != nil {
+		return 0, d.abort(ctx, a, err)
+	}
+	var at time.Duration
+	for at < delay {
+		step := min(stepInterval, delay-at)
+		if err := d.sleep(ctx, step); err != nil {
+			return 0, d.abort(ctx, a, err)
+		}
+		at += step
+		if err := d.touch(ctx, a); err != nil {
+			return 0, d.abort(ctx, a, err)
+		}
+		a.progress(hypervisor.Progress{Phase: ProgressSetup})
+		if a.timeout = timer.Observe(at, hypervisor.Progress{Phase: ProgressSetup}); a.timeout != nil {
+			return 0, d.abort(ctx, a, a.timeout)
+		}
+	}
+	return delay, nil
 }
 
 // touch marks the attempt's record as making progress; its error says why

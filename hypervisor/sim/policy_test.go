@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -207,4 +208,85 @@ func TestMigratePolicyRejected(t *testing.T) {
 		}
 	}
 	e.stayedOnSource("after the refused migrations", src)
+}
+
+// TestMigratePolicyCountsFromTheCopysStart: a copy whose start is held at
+// the copy gate and then starts past the completion timeout (30s late,
+// within the start timeout), and itself lasts 8s, completes under a 10s
+// completion timeout: the timeout counts the copy, not the wait before it.
+func TestMigratePolicyCountsFromTheCopysStart(t *testing.T) {
+	e, _ := policyEnv(t)
+	if err := e.d.SetLatency(e.ctx, "h1", OpMigrate, 8*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.SetCopyStartDelay(e.ctx, "h1", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.HoldGate(e.ctx, GateCopy, uuidA); err != nil {
+		t.Fatal(err)
+	}
+	p := hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 10 * time.Second}
+	var log progressLog
+	done := make(chan error, 1)
+	go func() { done <- e.d.Migrate(e.ctx, policyReq(p), log.add) }()
+	if _, err := e.d.AwaitGate(e.ctx, GateCopy, uuidA, func(st GateState) bool { return st.Arrived == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if got := log.all(); len(got) != 0 {
+		t.Errorf("Migrate held before its copy reported %v, want nothing yet", got)
+	}
+	if err := e.d.ReleaseGate(e.ctx, GateCopy, uuidA); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Migrate whose copy started 30s late and lasted 8s, under a 10s completion timeout: %v, want nil", err)
+	}
+	e.movedToDest("after a copy that started late")
+	setup, copying := 0, 0
+	for _, pr := range log.all() {
+		switch pr.Phase {
+		case ProgressSetup:
+			setup++
+		case ProgressCopying:
+			copying++
+		}
+	}
+	if want := int(30 * time.Second / stepInterval); setup != want || copying != int(8*time.Second/stepInterval) {
+		t.Errorf("Migrate whose copy started late: %d setup and %d copying reports, want %d and %d", setup, copying, want, int(8*time.Second/stepInterval))
+	}
+}
+
+// TestMigratePolicyCopyNeverStarts: a copy that has not started within
+// the start timeout (the completion timeout, at least MinStartTimeout)
+// fails by it, with its own line,
+// and the guest stays on the source, also under a post-copy policy: only
+// a copy under way can switch.
+func TestMigratePolicyCopyNeverStarts(t *testing.T) {
+	for _, p := range []hypervisor.MigrationPolicy{
+		{CompletionTimeoutPerGiB: 10 * time.Second},
+		{CompletionTimeoutPerGiB: 10 * time.Second, AllowPostCopy: true, TimeoutAction: hypervisor.TimeoutPostCopy},
+	} {
+		e, src := policyEnv(t)
+		if err := e.d.SetCopyStartDelay(e.ctx, "", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		err := e.d.Migrate(e.ctx, policyReq(p), nil)
+		what := fmt.Sprintf("Migrate under %+v of a copy that never starts", p)
+		to := timeoutOf(t, what, err)
+		if to.Timeout != hypervisor.TimeoutStart || to.Limit != hypervisor.MinStartTimeout {
+			t.Errorf("%s: timeout %s after %s, want start after %s", what, to.Timeout, to.Limit, hypervisor.MinStartTimeout)
+		}
+		if want := "aborted: the copy had not started within 120s of the migration's start; the guest stays on the source"; !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("%s: %q, want it to end %q", what, err, want)
+		}
+		e.stayedOnSource(what, src)
+	}
+}
+
+func TestSetCopyStartDelayRefusesNegative(t *testing.T) {
+	e := newEnv(t, Options{Sleep: noWait})
+	err := e.d.SetCopyStartDelay(e.ctx, "", -time.Second)
+	if err == nil || !strings.Contains(err.Error(), "-1s: must be 0 or more") {
+		t.Errorf("SetCopyStartDelay(-1s) = %v, want it refused naming -1s", err)
+	}
 }

@@ -58,6 +58,44 @@ func (d *Driver) storeLatency(ctx context.Context, host string, op Op, value str
 	return nil
 }
 
+// copyStart is the field of the latency settings that holds how long a
+// migration's copy takes to start (SetCopyStartDelay); it is no Op, and
+// no configured latency applies to it.
+const copyStart = "copy-start"
+
+// SetCopyStartDelay sets how long the copy of a migration from host (every
+// host, for "") takes to start after the migration began, as QEMU on a busy
+// host starts a copy late: 0, the default, starts it at once. The
+// migration policy's start timeout counts it; its completion and progress
+// timeouts count from the copy's start.
+func (d *Driver) SetCopyStartDelay(ctx context.Context, host string, l time.Duration) error {
+	if l < 0 {
+		return fmt.Errorf("sim: set copy start delay: %s: must be 0 or more", l)
+	}
+	return d.storeLatency(ctx, host, copyStart, l.String())
+}
+
+// copyStartDelay is the copy start delay of a migration from host: the
+// host's setting, else the all-hosts one, else 0.
+func (d *Driver) copyStartDelay(ctx context.Context, host string) (time.Duration, error) {
+	pipe := d.rdb.Pipeline()
+	onHost := pipe.HGet(ctx, d.latencyKey(host), copyStart)
+	global := pipe.HGet(ctx, d.globalLatencyKey(), copyStart)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	for _, c := range []*redis.StringCmd{onHost, global} {
+		if c.Err() == nil {
+			l, err := time.ParseDuration(c.Val())
+			if err != nil {
+				return 0, fmt.Errorf("stored copy start delay %q: %w", c.Val(), err)
+			}
+			return l, nil
+		}
+	}
+	return 0, nil
+}
+
 // SetFault makes op fail on host: the next f.Times calls, then each call
 // with probability f.Rate. It replaces the host's previous fault for op
 // and overrides the configured rate; SetFault with the zero Fault stops
