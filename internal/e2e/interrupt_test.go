@@ -762,7 +762,7 @@ func unanswered(err error) bool {
 // pass, where the chaos run may hold one and interrupt it there.
 var opGates = map[workflows.Operation][]sim.Gate{
 	workflows.OpBoot:          {sim.GateDefine, sim.GateStart},
-	workflows.OpLiveMigration: {sim.GatePrepare, sim.GateMigrate, sim.GateSwitchover, sim.GateSwitched},
+	workflows.OpLiveMigration: {sim.GatePrepare, sim.GateMigrate, sim.GateCopy, sim.GateSwitchover, sim.GateSwitched},
 	workflows.OpResize:        {sim.GateShutdown, sim.GateDefine, sim.GateStart},
 	workflows.OpColdMigration: {sim.GateShutdown, sim.GateDefine, sim.GateStart},
 	workflows.OpShelveOffload: {sim.GateShutdown, sim.GateUndefine},
