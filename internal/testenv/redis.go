@@ -239,10 +239,14 @@ const (
 // Restart, Stop or KillAndRestart after it loads without the hold.
 func (r *Redis) RestartLoadingHeld(t testing.TB) (release func()) {
 	t.Helper()
-	script := "redis.call('SELECT', " + heldDB + ") for i = 1, " + strconv.Itoa(heldKeys) +
-		" do redis.call('SET', 'testenv:held:' .. i, 'x') end return 1"
-	if _, err := r.Do("EVAL", script, "0"); err != nil {
-		t.Fatalf("testenv: fill %s for a held load: %v", r.Addr, err)
+	// In scripts short enough not to keep the server busy for clients.
+	const chunk = 20_000
+	for from := 1; from <= heldKeys; from += chunk {
+		script := "redis.call('SELECT', " + heldDB + ") for i = " + strconv.Itoa(from) + ", " + strconv.Itoa(from+chunk-1) +
+			" do redis.call('SET', 'testenv:held:' .. i, 'x') end return 1"
+		if _, err := r.Do("EVAL", script, "0"); err != nil {
+			t.Fatalf("testenv: fill %s for a held load: %v", r.Addr, err)
+		}
 	}
 	if r.cfg.appendOnly {
 		// The AOF's base file is an RDB that the delay applies to.
