@@ -137,6 +137,13 @@ func (c Config) NewClient(ctx context.Context) (redis.UniversalClient, error) {
 		// at once.
 		err = hook.retry(ctx, func() error { return client.Ping(ctx).Err() })
 	}
+	var outage *OutageError
+	if errors.As(err, &outage) {
+		// It names the server by its endpoint, which holds no password,
+		// and says since when already.
+		_ = client.Close()
+		return nil, err
+	}
 	if err != nil {
 		_ = client.Close()
 		hint := ""
