@@ -252,11 +252,12 @@ func simGateCommand() *cobra.Command {
 	c := &cobra.Command{Use: "gate --at GATE --hold|--release|--wait-arrived N|--wait-cancelled N", Short: "hold simulated calls at a gate, release them, or wait for them", Args: noArgs,
 		Long: `Hold the next simulated calls at a gate until released, so that a test
 interrupts an operation exactly there: before an operation, or inside a live
-migration before its switchover (switchover) or past it (switched).
+migration before its copy starts (copy), before its switchover (switchover)
+or past it (switched).
 --wait-arrived and --wait-cancelled wait, up to 3 minutes, until that many
 calls arrived at the held gate or were cancelled there.`}
 	fs := c.Flags()
-	at := fs.String("at", "", "the gate: define, start, shutdown, stop, undefine, detach (a device unplugged), prepare, migrate, switchover (a migration's copy done, before its point of no return), switched (past it) or attach (a device plugged in)")
+	at := fs.String("at", "", "the gate: define, start, shutdown, stop, undefine, detach (a device unplugged), prepare, migrate, copy (a migration begun, before its copy starts), switchover (a migration's copy done, before its point of no return), switched (past it) or attach (a device plugged in)")
 	guest := fs.String("guest", "", "only the calls on this guest's domain (default: every guest's)")
 	hold := fs.Bool("hold", false, "hold the next calls at the gate, and count them afresh")
 	release := fs.Bool("release", false, "let the held calls go on, and the next ones pass")
