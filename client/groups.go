@@ -236,7 +236,8 @@ func (c *Client) checkGroupTarget(ctx context.Context, op, uuid, group, host str
 		return err
 	}
 	if why := g.Refuses(host, uuid); why != "" {
-		return fmt.Errorf("%s: host %s: %s; choose another host, or let pinflow choose: %w", op, host, why, ErrInvalid)
+		// The group's state refuses, not the request: no ErrInvalid.
+		return fmt.Errorf("%s: host %s: %s; choose another host, or let pinflow choose", op, host, why)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
@@ -251,5 +253,51 @@ func TestCompletionFromLedger(t *testing.T) {
 	out, err := run(cobra.ShellCompRequestCmd, "host", "show", "")
 	if err != nil || strings.TrimSpace(out) != ":4" {
 		t.Errorf("completion with no ledger = %q, %v; want no candidates and no error", out, err)
+	}
+}
+
+// TestExitStatus: a command line that cannot work as typed exits 2
+// whichever command finds it, the root's help states the convention, and
+// a word before a flag that names no command is refused as a command.
+func TestExitStatus(t *testing.T) {
+	t.Setenv("PINFLOW_REDIS_URL", "redis://127.0.0.1:1/0")
+	boot := []string{"boot", "--name", "x", "--vcpus", "2", "--memory-mb", "512"}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{append(boot, "--spec", "hw:cpu_polcy=dedicated"), "did you mean hw:cpu_policy"},
+		{[]string{"explain", "--vcpus", "2", "--memory-mb", "512", "--spec", "hw:cpu_polcy=dedicated"}, "did you mean hw:cpu_policy"},
+		{[]string{"host", "add", "x", "--cells", "1", "--cores", "4", "--dedicated", "2-20"}, "cpus 4-20 are not on the host (it has 0-3)"},
+		{[]string{"host", "add", "x", "--memory-mb", "64G"}, `--memory-mb "64G"`},
+		{[]string{"bot", "--name", "x"}, `unknown command "bot"; did you mean boot`},
+		{[]string{"--nope"}, "unknown flag: --nope; 'pinflow --help' lists the flags"},
+	} {
+		_, err := run(tt.args...)
+		if code := exitCode(err); code != exitUsage {
+			t.Errorf("pinflow %s: exit %d (%v), want %d", strings.Join(tt.args, " "), code, err, exitUsage)
+		}
+		if line := operatorLine(err); !strings.Contains(line, tt.want) || strings.Contains(line, "numa:") || strings.Contains(line, "pinflow pinflow") {
+			t.Errorf("pinflow %s: line %q, want it to contain %q and no package prefix", strings.Join(tt.args, " "), line, tt.want)
+		}
+	}
+	if out, _ := run("help"); !strings.Contains(out, "Exit status: 0") || !strings.Contains(out, "130") {
+		t.Errorf("pinflow help does not state the exit statuses:\n%s", out)
+	}
+	for _, tt := range []struct {
+		err  error
+		code int
+		line string
+	}{
+		{fmt.Errorf("boot x: %w", &numa.InvalidRequestError{Message: "bad"}), exitUsage, "boot x: bad"},
+		{fmt.Errorf("migrate u: %w", client.ErrUnknownGuest), exitUsage, "migrate u"},
+		{fmt.Errorf("stopped: %w", errInterrupted), exitInterrupted, "stopped"},
+		{errors.New("migrate u failed: ledger: claim c-1 on d: host d would break the affinity of group g"), exitFailed,
+			"migrate u failed: host d would break the affinity of group g"},
+		{errors.New("ledger: host e holds claims"), exitFailed, "host e holds claims"},
+	} {
+		if code, line := exitCode(tt.err), operatorLine(tt.err); code != tt.code || line != tt.line {
+			t.Errorf("exitCode, operatorLine(%q) = %d, %q; want %d, %q", tt.err, code, line, tt.code, tt.line)
+		}
 	}
 }

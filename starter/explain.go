@@ -51,6 +51,10 @@ one host of each group. Nothing is claimed or changed.
 			return fmt.Errorf("explain: --vcpus %d --memory-mb %d: name a guest, or give a flavor of at least 1 vCPU and 1 MiB: %w", *vcpus, *memory, errUsage)
 		default:
 			r.Flavor = guest.Flavor{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props}
+			// Refused as boot refuses it, before any connection.
+			if _, err := r.Flavor.Request(); err != nil {
+				return fmt.Errorf("explain: %w", err)
+			}
 		}
 		return withApp(func(a *app) error {
 			api, err := a.ledgerClient()

@@ -97,21 +97,21 @@ defaults.`,
 				return fmt.Errorf("host add: give --topology or --cells/--cores/--threads, not both: %w", errUsage)
 			case *topology != "":
 				if host, err = readTopology(*topology); err != nil {
-					return err
+					return fmt.Errorf("%w: %w", err, errUsage)
 				}
 			case *cells != 0 || *cores != 0:
 				spec := numa.UniformSpec{Cells: *cells, Cores: *cores, Threads: *threads, MemoryMB: *memory}
 				if spec.Dedicated, err = numa.Parse(*dedicated); err != nil {
-					return fmt.Errorf("host add: --dedicated: %w", err)
+					return fmt.Errorf("host add: --dedicated: %w: %w", err, errUsage)
 				}
 				if spec.Shared, err = numa.Parse(*shared); err != nil {
-					return fmt.Errorf("host add: --shared: %w", err)
+					return fmt.Errorf("host add: --shared: %w: %w", err, errUsage)
 				}
 				if spec.HugePages, err = parseHugePages(*huge); err != nil {
 					return err
 				}
 				if host, err = numa.Uniform(spec); err != nil {
-					return fmt.Errorf("host add: %w", err)
+					return fmt.Errorf("host add: %w: %w", err, errUsage)
 				}
 			default:
 				return fmt.Errorf("host add %s: give --topology FILE or --cells N --cores N: %w", name, errUsage)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"strings"
 
@@ -18,6 +19,8 @@ import (
 
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
+	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
 )
 
 // errUsage marks an error whose message is the whole story (exit 2).
@@ -30,25 +33,62 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func main() {
-	if err := dispatch(os.Args[1:], os.Stdout); err != nil {
-		// These marks only set the exit status; the message says the rest.
-		// A message that merely ends in a mark's words (a failure whose
-		// reason is "unknown host") keeps them.
-		msg := strings.TrimPrefix(err.Error(), "pinflow: ")
-		for _, mark := range []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost, errInterrupted} {
-			if errors.Is(err, mark) {
-				msg = strings.TrimSuffix(msg, ": "+mark.Error())
-			}
-		}
-		fmt.Fprintln(os.Stderr, "pinflow: "+msg)
-		switch {
-		case errors.Is(err, errInterrupted):
-			os.Exit(130)
-		case errors.Is(err, errUsage), errors.Is(err, client.ErrInvalid):
-			os.Exit(2)
-		}
-		os.Exit(1)
+	err := dispatch(os.Args[1:], os.Stdout)
+	if err == nil {
+		return
 	}
+	fmt.Fprintln(os.Stderr, "pinflow: "+operatorLine(err))
+	os.Exit(exitCode(err))
+}
+
+// The exit statuses 'pinflow help' states.
+const (
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130
+)
+
+// badInput marks the errors of a command line that cannot work as typed:
+// a bad value, a contradiction, a name of nothing there.
+var badInput = []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost, ledger.ErrUnknownGroup}
+
+// exitCode is the exit status of a command that ended in err: 2 for bad
+// input, 130 for an interrupt, 1 for an operation refused or failed.
+func exitCode(err error) int {
+	var invalid *numa.InvalidRequestError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errInterrupted):
+		return exitInterrupted
+	case errors.As(err, &invalid):
+		return exitUsage
+	}
+	for _, mark := range badInput {
+		if errors.Is(err, mark) {
+			return exitUsage
+		}
+	}
+	return exitFailed
+}
+
+// packagePrefix matches the Go package names that lead the errors of
+// pinflow's libraries, where a message or a wrapped cause starts: the
+// operator reads what went wrong, not where in the code.
+var packagePrefix = regexp.MustCompile(`(^|: )(?:numa: invalid request|numa|ledger: claim \S+ on \S+|ledger|placement|guestxml|xmlpatch): `)
+
+// operatorLine is err as the operator reads it: without the marks that
+// only set the exit status and without package prefixes. A message that
+// merely ends in a mark's words (a failure whose reason is "unknown
+// host") keeps them.
+func operatorLine(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "pinflow: ")
+	for _, mark := range append([]error{errInterrupted}, badInput...) {
+		if errors.Is(err, mark) {
+			msg = strings.TrimSuffix(msg, ": "+mark.Error())
+		}
+	}
+	return packagePrefix.ReplaceAllString(msg, "$1")
 }
 
 // dispatch runs the command args name, printing to stdout.
@@ -75,7 +115,14 @@ func newRoot() *cobra.Command {
 		Long: `pinflow moves CPU-pinned, NUMA-placed guests between hypervisor hosts as
 durable Temporal workflows, with every pinned pCPU owned by one claim in a
 per-host Redis ledger. Connections come from the PINFLOW_* variables
-('pinflow config' lists them); the connection flags override three of them.`,
+('pinflow config' lists them); the connection flags override three of them.
+
+Exit status: 0 when the command did what it says; 2 when the command line
+cannot work as typed (a bad flag value, a misspelt extra spec, the name of
+no guest, host, group or PCI alias), and nothing changed; 1 when an
+operation was refused or failed (a busy guest, no host that fits, a server
+group's rule, a workflow that failed); 130 when an interrupt stopped the
+following of an operation, which goes on.`,
 		Version:           buildVersion(),
 		Args:              subcommand,
 		RunE:              showHelp,
@@ -277,8 +324,11 @@ func flagError(c *cobra.Command, err error) error {
 			why = allowed
 		}
 		err = fmt.Errorf("--%s %q: %s", f.Name, invalid.GetValue(), why)
+	case errors.As(err, &unknown) && c.HasAvailableSubCommands() && c.Flags().NArg() > 0:
+		// "pinflow bot --name x": the word before the flag names no command.
+		return unknownCommand(c, c.Flags().Arg(0))
 	case errors.As(err, &unknown):
-		err = fmt.Errorf("%v; 'pinflow %s --help' lists the flags", err, pathOf(c))
+		err = fmt.Errorf("%v; '%s --help' lists the flags", err, c.CommandPath())
 	case errors.As(err, &missing):
 		err = fmt.Errorf("--%s needs a value", missing.GetFlag().Name)
 	}
