@@ -129,7 +129,7 @@ $pinflow show "$(uuid web-2)"
 
 resized() { $pinflow show "$(uuid "$1")" | grep -F 'vm_state resized' >/dev/null; }
 step "resizing cache-1 from 6 to 4 vCPUs: in VERIFY_RESIZE its old pins stay held (^), then a revert puts it back on them"
-$pinflow resize "$(uuid cache-1)" --vcpus 4 --confirm-window 0 >/dev/null
+$pinflow resize "$(uuid cache-1)" --vcpus 4 --confirm-window never >/dev/null
 await "cache-1 to be resized" resized cache-1
 $pinflow show "$(uuid cache-1)"
 $pinflow host list
@@ -137,7 +137,7 @@ $pinflow resize revert "$(uuid cache-1)" --wait
 $pinflow show "$(uuid cache-1)"
 
 step "resizing it again and confirming: the hold is freed at once"
-$pinflow resize "$(uuid cache-1)" --vcpus 4 --confirm-window 0 >/dev/null
+$pinflow resize "$(uuid cache-1)" --vcpus 4 --confirm-window never >/dev/null
 await "cache-1 to be resized" resized cache-1
 $pinflow resize confirm "$(uuid cache-1)" --wait
 $pinflow show "$(uuid cache-1)"

@@ -170,6 +170,10 @@ func (kv keyValues) Set(s string) error {
 			if i == 0 {
 				break
 			}
+			// A key given twice would silently keep the last value.
+			if v, ok := kv[s[:i]]; ok {
+				return fmt.Errorf("%s given twice (as %s=%s too); a key takes one value", s[:i], s[:i], v)
+			}
 			kv[s[:i]] = s[i+1:]
 			return nil
 		}

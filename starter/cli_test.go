@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -126,6 +127,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"migrate", "u", "--dest", ""}, []string{"--dest is empty"}},
 		{[]string{"boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512", "--group", ""}, []string{"--group is empty; give a name, or leave --group out"}},
 		{[]string{"boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512", "--group", "a b"}, []string{"--group"}},
+		{[]string{"resize", "u", "--vcpus", "0"}, []string{"--vcpus 0: allowed are whole numbers from 1, or the flag left out"}},
+		{[]string{"boot", "--name", "x", "--vcpus", "1", "--memory-mb", "4"}, []string{"--memory-mb 4: allowed are 128 MiB"}},
+		{[]string{"resize", "u", "--memory-mb", "127"}, []string{"--memory-mb 127: allowed are 128 MiB"}},
+		{[]string{"boot", "--name", "x", "--vcpus", "1", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated", "--spec", "hw:cpu_policy=shared"},
+			[]string{`--spec "hw:cpu_policy=shared": hw:cpu_policy given twice`}},
+		{[]string{"resize", "u", "--vcpus", "2", "--confirm-window", "0"}, []string{`--confirm-window "0"`, "never for no automatic confirm"}},
+		{[]string{"migrate", "u", "--confirm-window", "2h"}, []string{"--confirm-window is for a cold migration", "a live migration has no confirm step"}},
 	} {
 		_, err := run(tt.args...)
 		refusedAsUsage(t, tt.args, err, tt.want...)
@@ -147,6 +155,8 @@ func TestUsageErrors(t *testing.T) {
 			switch {
 			case f.Value.Type() == "bool":
 				first, second = "true", "false"
+			case f.Value.Type() == "DURATION|never":
+				first, second = "never", "never"
 			case first == "":
 				first, second = "x", "x"
 			}
@@ -298,6 +308,25 @@ func TestExitStatus(t *testing.T) {
 	} {
 		if code, line := exitCode(tt.err), operatorLine(tt.err); code != tt.code || line != tt.line {
 			t.Errorf("exitCode, operatorLine(%q) = %d, %q; want %d, %q", tt.err, code, line, tt.code, tt.line)
+		}
+	}
+}
+
+// TestConfirmWindowFlag: left out, --confirm-window is the client's zero
+// value (the default window); never is NoAutoConfirm.
+func TestConfirmWindowFlag(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]string{"--confirm-window", "never"}, client.NoAutoConfirm},
+		{[]string{"--confirm-window", "90s"}, 90 * time.Second},
+	} {
+		fs := pflag.NewFlagSet("resize", pflag.ContinueOnError)
+		w := confirmWindowFlag(fs)
+		if err := fs.Parse(tt.args); err != nil || time.Duration(*w) != tt.want {
+			t.Errorf("--confirm-window from %q = %v, %v; want %v", tt.args, time.Duration(*w), err, tt.want)
 		}
 	}
 }

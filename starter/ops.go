@@ -68,6 +68,9 @@ keeps the group's rule. The boot runs as workflow instance-<uuid>.`,
 		if *vcpus <= 0 || *memory <= 0 {
 			return fmt.Errorf("boot %s: --vcpus %d --memory-mb %d: allowed are whole numbers from 1: %w", *name, *vcpus, *memory, errUsage)
 		}
+		if err := checkFlavorFlags("boot "+*name, c.Flags(), *vcpus, *memory); err != nil {
+			return err
+		}
 		if _, err := flavor.Request(); err != nil {
 			return fmt.Errorf("boot %s: %w", *name, err)
 		}
@@ -115,15 +118,18 @@ only when the hypervisor cannot live-migrate the guest.`)
 	cold := fs.Bool("cold", false, "cold-migrate: power the guest off, move it, start it, then confirm or revert (resize confirm|revert)")
 	fallback := fs.Bool("cold-fallback", false, "live-migrate, and cold-migrate instead if the hypervisor cannot live-migrate the guest")
 	window := confirmWindowFlag(fs)
+	c.PreRunE = func(_ *cobra.Command, args []string) error {
+		switch {
+		case *cold && *fallback:
+			return fmt.Errorf("migrate %s: --cold and --cold-fallback exclude each other: %w", args[0], errUsage)
+		case fs.Changed("confirm-window") && !*cold && !*fallback:
+			return fmt.Errorf("migrate %s: --confirm-window is for a cold migration (--cold or --cold-fallback); a live migration has no confirm step: %w",
+				args[0], errUsage)
+		}
+		return nil
+	}
 	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
-		if *cold && *fallback {
-			return nil, fmt.Errorf("migrate %s: --cold and --cold-fallback exclude each other: %w", ref, errUsage)
-		}
-		w, err := windowInput(*window)
-		if err != nil {
-			return nil, err
-		}
-		return api.Migrate(a.ctx, ref, client.MigrateRequest{Dest: *dest, Cold: *cold, ColdFallback: *fallback, ConfirmWindow: w})
+		return api.Migrate(a.ctx, ref, client.MigrateRequest{Dest: *dest, Cold: *cold, ColdFallback: *fallback, ConfirmWindow: time.Duration(*window)})
 	})
 	return c
 }

@@ -11,21 +11,60 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-// confirmWindowFlag adds --confirm-window.
-func confirmWindowFlag(fs *pflag.FlagSet) *time.Duration {
-	return fs.Duration("confirm-window", workflows.DefaultConfirmWindow,
-		"how long VERIFY_RESIZE waits for a confirm or revert before confirming by itself; 0 waits for an operator however long")
+// confirmWindowFlag adds --confirm-window: left out, the default window.
+func confirmWindowFlag(fs *pflag.FlagSet) *confirmWindow {
+	w := new(confirmWindow)
+	fs.Var(w, "confirm-window", fmt.Sprintf("how long VERIFY_RESIZE waits for a confirm or revert before confirming by itself "+
+		"(default %s); never waits for an operator however long", workflows.DefaultConfirmWindow))
+	return w
 }
 
-// windowInput turns the flag into the client's ConfirmWindow.
-func windowInput(d time.Duration) (time.Duration, error) {
-	switch {
-	case d < 0:
-		return 0, fmt.Errorf("--confirm-window %s: allowed are 0 (no auto-confirm) or a positive duration: %w", d, errUsage)
-	case d == 0:
-		return client.NoAutoConfirm, nil
+// confirmWindow is client.MigrateRequest's ConfirmWindow as a flag: 0
+// (the flag left out) is the default window, "never" is
+// client.NoAutoConfirm. A typed 0 is refused: it once meant "never".
+type confirmWindow time.Duration
+
+func (w *confirmWindow) Type() string { return "DURATION|never" }
+
+func (w *confirmWindow) String() string {
+	switch d := time.Duration(*w); d {
+	case 0:
+		return ""
+	case client.NoAutoConfirm:
+		return "never"
+	default:
+		return d.String()
 	}
-	return d, nil
+}
+
+func (w *confirmWindow) Set(s string) error {
+	if s == "never" {
+		*w = confirmWindow(client.NoAutoConfirm)
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("allowed are a positive duration such as 90s or 2h, never for no automatic confirm, or the flag left out for %s", workflows.DefaultConfirmWindow)
+	}
+	*w = confirmWindow(d)
+	return nil
+}
+
+// minMemoryMB is the least memory a guest boots or is resized to: QEMU's
+// own default guest memory (-m 128M); firmware and a kernel fail to boot
+// in much less, and a smaller value is more likely a unit mistake.
+const minMemoryMB = 128
+
+// checkFlavorFlags refuses a --vcpus or --memory-mb given but below the
+// least a guest takes; left out, they are 0 and keep the guest's value.
+func checkFlavorFlags(op string, fs *pflag.FlagSet, vcpus int, memory int64) error {
+	if fs.Changed("vcpus") && vcpus < 1 {
+		return fmt.Errorf("%s: --vcpus %d: allowed are whole numbers from 1, or the flag left out to keep the guest's: %w", op, vcpus, errUsage)
+	}
+	if fs.Changed("memory-mb") && memory < minMemoryMB {
+		return fmt.Errorf("%s: --memory-mb %d: allowed are %d MiB (QEMU's default guest memory) or more: %w", op, memory, minMemoryMB, errUsage)
+	}
+	return nil
 }
 
 func resizeCommand() *cobra.Command {
@@ -38,7 +77,7 @@ both), and waits in VERIFY_RESIZE with both placements held. 'pinflow resize
 confirm UUID' then frees the hold; 'pinflow resize revert UUID' puts the guest
 back on the same source pCPUs. The confirm window (--confirm-window, default
 1h) bounds that wait: when it passes with no decision the resize confirms by
-itself, and 0 waits for an operator however long. Cancelling it there
+itself, and never waits for an operator however long. Cancelling it there
 reverts.`)
 	c.AddCommand(resizeDecisionCommand(workflows.DecisionConfirm, "keep a resized guest where it runs and free its source hold"),
 		resizeDecisionCommand(workflows.DecisionRevert, "take a resized guest back to its source pCPUs"))
@@ -50,15 +89,12 @@ reverts.`)
 	fs.Var(props, "image-prop", "an image property KEY=VALUE (repeatable; given, they replace the guest's)")
 	host := fs.String("host", "", "destination host (default: pinflow chooses, the guest's own host included)")
 	window := confirmWindowFlag(fs)
+	c.PreRunE = func(c *cobra.Command, args []string) error {
+		return checkFlavorFlags("resize "+args[0], c.Flags(), *vcpus, *memory)
+	}
 	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
-		w, err := windowInput(*window)
-		if err != nil {
-			return nil, err
-		}
-		if *vcpus < 0 || *memory < 0 {
-			return nil, fmt.Errorf("resize %s: --vcpus %d --memory-mb %d: allowed are whole numbers from 1, or the flag left out to keep the guest's: %w", ref, *vcpus, *memory, errUsage)
-		}
-		return api.Resize(a.ctx, ref, client.ResizeRequest{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props, Host: *host, ConfirmWindow: w})
+		return api.Resize(a.ctx, ref, client.ResizeRequest{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props, Host: *host,
+			ConfirmWindow: time.Duration(*window)})
 	})
 	return c
 }

@@ -262,7 +262,7 @@ func TestFrozenWorkerRevertSparesSettledGuest(t *testing.T) {
 	t.Parallel()
 	s, x, _ := twoHosts(t) // X on a 0-1, B on b 0-1
 	w := s.freezableWorker()
-	s.ok("resize", x, "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", x, "--memory-mb", "2048", "--host", "b", "--confirm-window", "never")
 	s.waitResized(x)
 	s.ok("sim", "gate", "--at", "stop", "--guest", x, "--hold")
 	s.ok("resize", "revert", x)

@@ -53,7 +53,7 @@ func TestGuestsWithoutNUMATakeTheirHost(t *testing.T) {
 	s.boot("P", "a", 1)
 	want("a", 5120, 2, "pinned P booted beside F")
 
-	s.ok("resize", f.UUID, "--vcpus", "3", "--memory-mb", "6144", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", f.UUID, "--vcpus", "3", "--memory-mb", "6144", "--host", "b", "--confirm-window", "never")
 	s.waitResized(f.UUID)
 	want("a", 5120, 2, "F's source hold")
 	want("b", 6144, 3, "F resized")

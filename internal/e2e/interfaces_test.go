@@ -20,7 +20,7 @@ func TestOperatorFollows(t *testing.T) {
 
 	// A resize --wait returns in VERIFY_RESIZE with both commands to
 	// decide; the decision's --wait says where the guest stays.
-	out := s.ok("resize", vmB, "--vcpus", "1", "--host", "a", "--confirm-window", "0", "--wait")
+	out := s.ok("resize", vmB, "--vcpus", "1", "--host", "a", "--confirm-window", "never", "--wait")
 	for _, want := range []string{"awaits confirmation (VERIFY_RESIZE)", "it runs on a, pinned to pCPUs 2", "its source on b is held",
 		"'pinflow resize confirm " + vmB + "'", "'pinflow resize revert " + vmB + "'"} {
 		if !strings.Contains(out, want) {
@@ -28,7 +28,7 @@ func TestOperatorFollows(t *testing.T) {
 		}
 	}
 	if strings.Contains(out, "confirms by itself") {
-		t.Errorf("resize --wait --confirm-window 0: %q says it confirms by itself", out)
+		t.Errorf("resize --wait --confirm-window never: %q says it confirms by itself", out)
 	}
 	if out := s.ok("resize", "confirm", vmB, "--wait"); !strings.Contains(out, "resize "+vmB+" confirmed: it runs on a, pinned to pCPUs 2") {
 		t.Errorf("resize confirm --wait: %q, want the guest on a, pCPU 2", out)

@@ -325,7 +325,7 @@ func lvmHostScript(t *testing.T, h *testenv.LibvirtHost, cmd string) {
 func lvmVerifyResize(s *stack, h1, h2 *testenv.LibvirtHost, uuid, before string) {
 	t := s.t
 	t.Helper()
-	s.ok("resize", uuid, "--vcpus", "2", "--host", "h2", "--confirm-window", "0")
+	s.ok("resize", uuid, "--vcpus", "2", "--host", "h2", "--confirm-window", "never")
 	lvmWaitState(s, uuid, "resized", 3*time.Minute)
 
 	g := lvmShow(s, uuid)

@@ -50,7 +50,7 @@ func (s *stack) vcpusOf(uuid string) int {
 func TestResizeHoldsTheSource(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t) // A on a 0-1, B on b 0-1; 4 cores each
-	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "never")
 	s.waitResized(vmA)
 	if got := s.claimStates("a", vmA); got != "boot/held" {
 		t.Errorf("in VERIFY_RESIZE a holds %q of A, want its boot claim held", got)
@@ -79,7 +79,7 @@ func TestResizeHoldsTheSource(t *testing.T) {
 	}
 	s.checkAgreement(vmA, "a")
 
-	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "never")
 	s.waitResized(vmA)
 	s.ok("resize", "confirm", vmA, "--wait")
 	if got := s.claimStates("a", vmA); got != "" {
@@ -98,7 +98,7 @@ func TestResizeHoldsTheSource(t *testing.T) {
 func TestResizeOnItsHost(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
-	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "a", "--confirm-window", "0")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "a", "--confirm-window", "never")
 	s.waitResized(vmA)
 	if got := s.claimStates("a", vmA); got != "boot/held,resize-dest/committed" {
 		t.Errorf("same-host VERIFY_RESIZE: a holds %q of A, want the hold and the new claim", got)
@@ -126,7 +126,7 @@ func TestResizeOnItsHost(t *testing.T) {
 func TestResizeRacingDecisions(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
-	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "never")
 	s.waitResized(vmA)
 	var wg sync.WaitGroup
 	codes := map[string]int{}
@@ -174,7 +174,7 @@ func TestResizeInterrupted(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			s, vmA, _ := twoHosts(t)
 			s.ok("sim", "gate", "--at", st.op, "--hold")
-			s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+			s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "never")
 			s.ok("sim", "gate", "--at", st.op, "--wait-arrived", "1")
 			s.ok("cancel", vmA)
 			s.ok("sim", "gate", "--at", st.op, "--wait-cancelled", "1")
@@ -203,7 +203,7 @@ func TestResizeInterrupted(t *testing.T) {
 func TestResizeTerminatedInVerify(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t)
-	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "never")
 	s.waitResized(vmA)
 	if err := s.tc.TerminateWorkflow(context.Background(), guest.InstanceWorkflowID(vmA), "", "test"); err != nil {
 		t.Fatal(err)
@@ -258,7 +258,7 @@ func TestMovesBadInput(t *testing.T) {
 	s.refused("no resize awaiting confirmation", "resize", "confirm", vmA)
 	s.refused("no resize awaiting confirmation", "resize", "revert", vmA)
 	s.refused("no fit", "resize", vmA, "--vcpus", "64", "--wait")
-	s.refused("allowed are 0", "resize", vmA, "--vcpus", "2", "--confirm-window", "-1s")
+	s.refused("allowed are a positive duration", "resize", vmA, "--vcpus", "2", "--confirm-window", "-1s")
 	s.refused("only from a host fenced", "evacuate", vmA)
 	s.refused("add --fence", "host", "down", "a", "--reason", "maybe")
 	s.refused("unknown host", "host", "down", "nowhere", "--fence", "--reason", "x")
@@ -324,7 +324,7 @@ func TestEvacuation(t *testing.T) {
 func TestRevertToAFencedHost(t *testing.T) {
 	t.Parallel()
 	s, vmA, _ := twoHosts(t) // A on a 0-1, B on b 0-1
-	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", vmA, "--vcpus", "2", "--memory-mb", "2048", "--host", "b", "--confirm-window", "never")
 	s.waitResized(vmA)
 	s.ok("sim", "power", "--host", "a", "--off")
 	s.ok("host", "down", "a", "--fence", "--reason", "power supply failed")

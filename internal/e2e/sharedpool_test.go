@@ -250,7 +250,7 @@ func TestMovesFloatOverTheDestinationsSharedSet(t *testing.T) {
 	s.keepsToShared("b", f, n)
 	s.agrees(n, "b")
 
-	s.ok("resize", m, "--vcpus", "3", "--memory-mb", "1024", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", m, "--vcpus", "3", "--memory-mb", "1024", "--host", "b", "--confirm-window", "never")
 	s.waitResized(m)
 	s.keepsToShared("b", f, n, m)
 	s.keepsToShared("a")
@@ -261,7 +261,7 @@ func TestMovesFloatOverTheDestinationsSharedSet(t *testing.T) {
 	// The other way, onto Pa, and back with a resize.
 	s.ok("migrate", f, "--dest", "a", "--wait")
 	s.keepsToShared("a", f)
-	s.ok("resize", f, "--vcpus", "3", "--memory-mb", "1024", "--host", "b", "--confirm-window", "0")
+	s.ok("resize", f, "--vcpus", "3", "--memory-mb", "1024", "--host", "b", "--confirm-window", "never")
 	s.waitResized(f)
 	s.keepsToShared("b", f, n, m)
 	s.ok("resize", "confirm", f, "--wait")
