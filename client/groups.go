@@ -47,6 +47,21 @@ func (c *Client) CreateGroup(ctx context.Context, g ledger.Group) error {
 	if err := ledger.CheckGroup(&g); err != nil {
 		return fmt.Errorf("group create: %v: %w", err, ErrInvalid)
 	}
+	// Groups are keyed by name: a second create of one, even with the
+	// same rule, is a mistake worth a line (the ledger lets it through).
+	switch old, err := c.led.Group(ctx, g.Name); {
+	case err == nil:
+		rule := fmt.Sprintf("policy %s", old.Policy)
+		if old.Policy == ledger.PolicyAntiAffinity {
+			rule += fmt.Sprintf(", at most %d per host", old.MaxPerHost)
+		}
+		if old.MaxUnavailable > 0 {
+			rule += fmt.Sprintf(", at most %d moving at once", old.MaxUnavailable)
+		}
+		return fmt.Errorf("group create %s: group %s exists with %s; choose another name, or 'pinflow group delete %s' first", g.Name, g.Name, rule, g.Name)
+	case !errors.Is(err, ledger.ErrUnknownGroup):
+		return err
+	}
 	if err := c.led.CreateGroup(ctx, g); err != nil {
 		if errors.Is(err, ledger.ErrExists) {
 			return fmt.Errorf("group create %s: %s", g.Name, strings.TrimPrefix(err.Error(), "ledger: create group "+g.Name+": "))

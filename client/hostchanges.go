@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	tclient "go.temporal.io/sdk/client"
 
@@ -209,6 +211,14 @@ func (c *Client) RemoveHost(ctx context.Context, host string) (*workflows.HostRe
 	if _, err := c.hostToChange(ctx, verb, host, nil); err != nil {
 		return nil, err
 	}
+	// The ledger refuses too, naming a claim; the operator moves guests.
+	guests, err := c.guestsHeldOn(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", verb, host, err)
+	}
+	if len(guests) > 0 {
+		return nil, fmt.Errorf("%s %s: it holds guests %s; evacuate, migrate or delete them first", verb, host, strings.Join(guests, ", "))
+	}
 	var res workflows.HostRemoveResult
 	p := plan{op: workflows.OpHostRemove, wf: workflows.HostRemove, input: workflows.HostRemoveInput{Host: host},
 		summary: "remove host " + host, source: host}
@@ -216,6 +226,30 @@ func (c *Client) RemoveHost(ctx context.Context, host string) (*workflows.HostRe
 		return nil, err
 	}
 	return &res, nil
+}
+
+// guestsHeldOn names the guests with a live claim (not a tombstone) on
+// host as "NAME (UUID)", sorted.
+func (c *Client) guestsHeldOn(ctx context.Context, host string) ([]string, error) {
+	claims, err := c.led.Claims(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, cl := range claims {
+		if cl.State == ledger.StateTombstone || seen[cl.InstanceUUID] {
+			continue
+		}
+		seen[cl.InstanceUUID] = true
+		name := "(no record)"
+		if inst, err := c.led.Instance(ctx, cl.InstanceUUID); err == nil {
+			name = inst.Name
+		}
+		out = append(out, fmt.Sprintf("%s (%s)", name, cl.InstanceUUID))
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // HostEvacuation is the evacuation of one guest of a fenced host: Op once

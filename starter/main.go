@@ -3,7 +3,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,7 +49,8 @@ const (
 
 // badInput marks the errors of a command line that cannot work as typed:
 // a bad value, a contradiction, a name of nothing there.
-var badInput = []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost, ledger.ErrUnknownGroup}
+var badInput = []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost,
+	ledger.ErrUnknownHost, ledger.ErrUnknownInstance, ledger.ErrUnknownGroup}
 
 // exitCode is the exit status of a command that ended in err: 2 for bad
 // input, 130 for an interrupt, 1 for an operation refused or failed.
@@ -401,18 +401,32 @@ func (o *outputFormat) Set(s string) error {
 	return errors.New("allowed are json and table")
 }
 
-// version is the release, set with -ldflags "-X main.version=v0.1.0".
+// version is the release, set at build time by the Makefile with
+// -ldflags "-X main.version=$(git describe --tags --always --dirty)".
 var version string
 
-// buildVersion is version, or else the module version and the VCS
-// revision the build info records.
+// buildVersion is what --version prints.
 func buildVersion() string {
 	info, ok := debug.ReadBuildInfo()
-	if version != "" || !ok {
-		return cmp.Or(version, "(devel)")
+	if !ok {
+		return versionOf("", version, nil)
 	}
-	v := cmp.Or(info.Main.Version, "(devel)")
-	for _, s := range info.Settings {
+	return versionOf(info.Main.Version, version, info.Settings)
+}
+
+// versionOf picks the version to print: the module's when it is a
+// release (go install ...@v1.2.0), else the one set at build time (a
+// clone built with make), else "(devel)" with the VCS revision the build
+// recorded.
+func versionOf(module, stamped string, settings []debug.BuildSetting) string {
+	if module != "" && module != "(devel)" {
+		return module
+	}
+	if stamped != "" {
+		return stamped
+	}
+	v := "(devel)"
+	for _, s := range settings {
 		if s.Key == "vcs.revision" {
 			v += " " + s.Value
 		}

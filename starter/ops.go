@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
@@ -186,10 +187,26 @@ VERIFY_RESIZE reverts.`)
 				fmt.Fprintf(c.OutOrStdout(), "cancellation of the %s of %s requested; it compensates and ends in phase error\n", op.Kind, op.UUID)
 				return nil
 			}
-			return followOp(a, c.OutOrStdout(), *of.json, op, op.WaitEnd)
+			err = followOp(a, c.OutOrStdout(), *of.json, op, op.WaitEnd)
+			if err == nil || errors.Is(err, errInterrupted) || !endedCancelled(a, api, op) {
+				return err
+			}
+			// Cancelled and compensated is what the operator asked for.
+			if *of.json {
+				return writeJSON(c.OutOrStdout(), map[string]string{"uuid": op.UUID, "operation": string(op.Kind), "outcome": "cancelled"})
+			}
+			fmt.Fprintf(c.OutOrStdout(), "the %s of %s was cancelled; its steps were compensated\n", op.Kind, op.UUID)
+			return nil
 		})
 	}
 	return c
+}
+
+// endedCancelled says whether op's run ended cancelled: undone in full. A
+// run whose compensation failed ends failed instead.
+func endedCancelled(a *app, api *client.Client, op *client.Operation) bool {
+	d, err := api.Temporal().DescribeWorkflowExecution(a.ctx, op.WorkflowID, op.RunID)
+	return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
 }
 
 func followCommand() *cobra.Command {

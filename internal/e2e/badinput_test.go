@@ -123,3 +123,84 @@ func (s *stack) domains(host string) any {
 	}
 	return doms
 }
+
+// TestBadInputExitStatus: a command line that cannot work as typed exits
+// 2 whichever command finds it; an operation refused or failed exits 1,
+// with one line that names what the operator can act on (guests by name
+// and UUID, the group's rule) and no Go package prefix; a cancel that
+// ends cancelled, as asked, exits 0.
+func TestBadInputExitStatus(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	for _, h := range []string{"a", "b"} {
+		s.ok("host", "add", h, "--cells", "1", "--cores", "8", "--memory-mb", "16384")
+	}
+	vmA := s.boot("A", "a", 2)
+	s.ok("group", "create", "g", "--policy", "anti-affinity")
+	s.ok("group", "create", "p", "--policy", "affinity")
+	member := func(name, group, host string) string {
+		var res struct {
+			UUID string `json:"uuid"`
+		}
+		s.jsonOf(&res, "boot", "--name", name, "--group", group, "--host", host, "--vcpus", "1", "--memory-mb", "512",
+			"--spec", "hw:cpu_policy=dedicated", "--wait")
+		return res.UUID
+	}
+	m1, p1 := member("M1", "g", "a"), member("P1", "p", "a")
+	member("M2", "g", "b")
+	boot := []string{"boot", "--name", "X", "--vcpus", "1", "--memory-mb", "512"}
+	for _, tc := range []struct {
+		code int
+		want string
+		args []string
+	}{
+		{2, "did you mean hw:cpu_policy", append(boot, "--spec", "hw:cpu_polcy=dedicated")},
+		{2, "did you mean hw:cpu_policy", []string{"explain", "--vcpus", "1", "--memory-mb", "512", "--spec", "hw:cpu_polcy=dedicated"}},
+		{2, "cpus 4-20 are not on the host", []string{"host", "add", "c", "--cells", "1", "--cores", "4", "--dedicated", "2-20"}},
+		{2, `--memory-mb "64G"`, []string{"host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "64G"}},
+		{2, `unknown host "nowhere"`, append(boot, "--host", "nowhere", "--spec", "hw:cpu_policy=dedicated")},
+		{2, `unknown host "nowhere"`, []string{"host", "show", "nowhere"}},
+		{2, `unknown instance "nobody"`, []string{"migrate", "nobody"}},
+		{2, `no server group "nosuch"`, append(boot, "--group", "nosuch")},
+		{2, `unknown command "bot"; did you mean boot`, []string{"bot", "--name", "x"}},
+		{1, "anti-affinity group g allows 1 of its members per host", append(boot, "--group", "g", "--host", "b")},
+		{1, "anti-affinity group g allows 1 of its members per host", []string{"migrate", m1, "--dest", "b", "--wait"}},
+		{1, "anti-affinity group g allows 1 of its members per host", []string{"migrate", m1, "--cold", "--dest", "b", "--wait"}},
+		{1, "affinity group p keeps its members on host a", []string{"migrate", p1, "--dest", "b", "--wait"}},
+		{1, "affinity group p keeps its members on host a", []string{"migrate", p1, "--cold", "--dest", "b", "--wait"}},
+		{1, "group g exists with policy anti-affinity, at most 1 per host; choose another name", []string{"group", "create", "g", "--policy", "anti-affinity"}},
+		{1, "host remove a: it holds guests A (" + vmA + "), M1 (" + m1 + "), P1 (" + p1 + "); evacuate, migrate or delete them first",
+			[]string{"host", "remove", "a"}},
+		{1, "no", []string{"boot", "--name", "big", "--host", "b", "--vcpus", "8", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated", "--wait"}},
+	} {
+		_, errOut, code := s.run(tc.args...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		line := lines[len(lines)-1]
+		if code != tc.code || !strings.HasPrefix(line, "pinflow: ") || !strings.Contains(line, tc.want) {
+			t.Errorf("pinflow %s: exit %d, %q; want exit %d and a line containing %q", strings.Join(tc.args, " "), code, line, tc.code, tc.want)
+		}
+		for _, prefix := range []string{"numa:", "ledger:", "invalid request"} {
+			if strings.Contains(line, prefix) {
+				t.Errorf("pinflow %s: line %q has the package prefix %q", strings.Join(tc.args, " "), line, prefix)
+			}
+		}
+	}
+	// The moves refused by their group started nothing.
+	for _, u := range []string{m1, p1} {
+		if g := s.guest(u); hostOf(g) != "a" || g.TaskState != nil {
+			t.Errorf("guest %s after refused moves: on %q with task %v, want on a with none", u, hostOf(g), g.TaskState)
+		}
+	}
+
+	// A cancel followed to its end, cancelled as asked, exits 0.
+	s.ok("sim", "gate", "--at", "migrate", "--hold")
+	s.ok("migrate", vmA, "--dest", "b")
+	s.ok("sim", "gate", "--at", "migrate", "--wait-arrived", "1")
+	bg := s.start("cancel", vmA, "--wait")
+	s.ok("sim", "gate", "--at", "migrate", "--wait-cancelled", "1")
+	s.ok("sim", "gate", "--at", "migrate", "--release")
+	out, errOut, code := bg.wait(t)
+	if code != 0 || !strings.Contains(out, "was cancelled; its steps were compensated") {
+		t.Errorf("cancel %s --wait: exit %d, %q %q; want exit 0 saying it was cancelled", vmA, code, out, errOut)
+	}
+}
