@@ -13,8 +13,14 @@ WORKFLOWCHECK_VERSION ?= v0.6.0
 
 all: build
 
+# The release a build reports ('pinflow --version'): the nearest tag and
+# how far past it, or the commit when no tag is reachable; empty without
+# git, and the binary falls back to the module's version.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION)
+
 build:
-	$(GO) build -o $(BIN)/pinflow ./starter
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/pinflow ./starter
 	$(GO) build -o $(BIN)/pinflow-worker ./worker
 
 deps:

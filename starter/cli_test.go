@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +231,9 @@ func TestCompletionFromLedger(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := led.CreateGroup(ctx, ledger.Group{Name: "g1", Policy: ledger.PolicyAffinity}); err != nil {
+		t.Fatal(err)
+	}
 	const id = "0f8fad5b-d9cb-469f-a165-70867728950e"
 	if _, err := led.CreateInstance(ctx, id, "db", guest.Flavor{VCPUs: 1, MemoryMB: 512}, guest.VMBuilding, "test"); err != nil {
 		t.Fatal(err)
@@ -239,18 +245,25 @@ func TestCompletionFromLedger(t *testing.T) {
 		{[]string{"host", "show", ""}, []string{"h1", "h2"}},
 		{[]string{"migrate", "x", "--dest", "h"}, []string{"h1", "h2"}},
 		{[]string{"list", "--host", ""}, []string{"h1", "h2"}},
-		{[]string{"show", ""}, []string{id + "\tdb on -"}},
+		{[]string{"show", ""}, []string{id + "\tdb on -", "db\t" + id + " on -"}},
 		{[]string{"host", "drain", "--policy", ""}, []string{"live", "cold", "live-then-cold"}},
 		{[]string{"show", id, ""}, nil},
-		{[]string{"follow", ""}, []string{id + "\tdb on -"}},
-		{[]string{"ops", ""}, []string{id + "\tdb on -"}},
+		{[]string{"follow", "0f8"}, []string{id + "\tdb on -"}},
+		{[]string{"ops", ""}, []string{id + "\tdb on -", "db\t" + id + " on -"}},
 		{[]string{"ops", "--host", ""}, []string{"h1", "h2"}},
-		{[]string{"explain", ""}, []string{id + "\tdb on -"}},
+		{[]string{"explain", "db"}, []string{"db\t" + id + " on -"}},
 		{[]string{"explain", "--host", "h"}, []string{"h1", "h2"}},
 		{[]string{"host", "drain", "status", ""}, []string{"h1", "h2"}},
 		{[]string{"host", "undrain", ""}, []string{"h1", "h2"}},
 		{[]string{"host", "remove", ""}, []string{"h1", "h2"}},
 		{[]string{"resize", "--output", ""}, []string{"json", "table"}},
+		{[]string{"migrate", "d"}, []string{"db\t" + id + " on -"}},
+		{[]string{"host", "drain", "h"}, []string{"h1", "h2"}},
+		{[]string{"host", "plan-drain", "h"}, []string{"h1", "h2"}},
+		{[]string{"boot", "--group", ""}, []string{"g1\taffinity"}},
+		{[]string{"group", "show", ""}, []string{"g1\taffinity"}},
+		{[]string{"group", "create", "x", "--policy", ""}, []string{"affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"}},
+		{[]string{"quarantine", "release", "--host", ""}, []string{"h1", "h2"}},
 	} {
 		out, err := run(append([]string{cobra.ShellCompRequestCmd}, tt.args...)...)
 		got := strings.Split(strings.TrimSpace(out), "\n")
@@ -328,5 +341,47 @@ func TestConfirmWindowFlag(t *testing.T) {
 		if err := fs.Parse(tt.args); err != nil || time.Duration(*w) != tt.want {
 			t.Errorf("--confirm-window from %q = %v, %v; want %v", tt.args, time.Duration(*w), err, tt.want)
 		}
+	}
+}
+
+// TestVersionOf: a release's module version wins, then the version make
+// stamps from git describe, then "(devel)" with the revision.
+func TestVersionOf(t *testing.T) {
+	rev := []debug.BuildSetting{{Key: "vcs.revision", Value: "abc123"}}
+	for _, tt := range []struct {
+		module, stamped string
+		want            string
+	}{
+		{"v1.2.0", "v1.1.0-3-gabc", "v1.2.0"},
+		{"(devel)", "v1.1.0-3-gabc123", "v1.1.0-3-gabc123"},
+		{"", "abc123-dirty", "abc123-dirty"},
+		{"(devel)", "", "(devel) abc123"},
+	} {
+		if got := versionOf(tt.module, tt.stamped, rev); got != tt.want {
+			t.Errorf("versionOf(%q, %q) = %q, want %q", tt.module, tt.stamped, got, tt.want)
+		}
+	}
+}
+
+// TestVersionFromMake: make stamps main.version from git describe, and
+// the binary prints it.
+func TestVersionFromMake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the CLI")
+	}
+	root := testenv.ModuleRoot(t)
+	cmd := exec.Command("make", "-n", "build", "VERSION=v9.8.7-1-gfeed")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "-X main.version=v9.8.7-1-gfeed") {
+		t.Fatalf("make -n build = %v, want a go build stamping main.version:\n%s", err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "pinflow")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-1-gfeed", "-o", bin, ".")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	if b, err := exec.Command(bin, "--version").Output(); err != nil || strings.TrimSpace(string(b)) != "pinflow version v9.8.7-1-gfeed" {
+		t.Errorf("pinflow --version = %q, %v; want pinflow version v9.8.7-1-gfeed", b, err)
 	}
 }

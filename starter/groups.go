@@ -109,7 +109,7 @@ func groupListCommand() *cobra.Command {
 }
 
 func groupShowCommand() *cobra.Command {
-	c := &cobra.Command{Use: "show NAME", Short: "show a server group: its rule, members, their hosts, and whether the rule holds", Args: groupArg}
+	c := &cobra.Command{Use: "show NAME", Short: "show a server group: its rule, members, their hosts, and whether the rule holds", Args: groupArg, ValidArgsFunction: groupNames}
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error {
 		return withApp(func(a *app) error {
@@ -158,7 +158,7 @@ func writeGroup(stdout io.Writer, g *client.GroupView, asJSON bool) error {
 }
 
 func groupDeleteCommand() *cobra.Command {
-	c := &cobra.Command{Use: "delete NAME", Short: "delete a server group that has no members", Args: groupArg}
+	c := &cobra.Command{Use: "delete NAME", Short: "delete a server group that has no members", Args: groupArg, ValidArgsFunction: groupNames}
 	c.RunE = func(c *cobra.Command, args []string) error {
 		return withApp(func(a *app) error {
 			api, err := a.ledgerClient()
