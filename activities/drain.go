@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pinflow/pinflow/drain"
@@ -12,10 +13,16 @@ import (
 	"github.com/pinflow/pinflow/placement"
 )
 
-// PlanDrainInput names the host to empty.
+// PlanDrainInput names the host to empty and how its guests move.
 type PlanDrainInput struct {
 	Host string `json:"host"`
+	// Policy is the drain's policy (workflows.DrainPolicy): under "live"
+	// a guest whose devices cannot be unplugged is planned as NotLive.
+	Policy string `json:"policy,omitempty"`
 }
+
+// drainLive is workflows.DrainLive, which this package cannot import.
+const drainLive = "live"
 
 // PlanDrain plans where every guest at rest on the host goes (drain.Make),
 // from the ledger as it is now: the host's resident claims and their
@@ -28,7 +35,7 @@ func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Pl
 		return drain.Plan{}, classify(err)
 	}
 	var guests []drain.Guest
-	var blocked []drain.Unplaceable
+	var blocked, notLive []drain.Unplaceable
 	groups := map[string]*placement.ServerGroup{}
 	for _, c := range snap.Claims {
 		inst, err := a.Ledger.Instance(ctx, c.InstanceUUID)
@@ -45,6 +52,11 @@ func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Pl
 			if err != nil {
 				return drain.Plan{}, classify(err)
 			}
+			if fixed := InfoOf(inst).fixedDevices(); in.Policy == drainLive && len(fixed) > 0 {
+				notLive = append(notLive, drain.Unplaceable{UUID: inst.UUID, Name: inst.Name,
+					Reason: fmt.Sprintf("it passes through %s, which cannot be unplugged; --policy live-then-cold moves it cold", strings.Join(fixed, " and "))})
+				continue
+			}
 			guests = append(guests, drain.Guest{UUID: inst.UUID, Name: inst.Name, Request: req, Group: g})
 			continue
 		}
@@ -59,7 +71,7 @@ func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Pl
 		return drain.Plan{}, err
 	}
 	plan := drain.Make(in.Host, guests, targets)
-	plan.Blocked = blocked
+	plan.Blocked, plan.NotLive = blocked, notLive
 	return plan, nil
 }
 

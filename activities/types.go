@@ -68,6 +68,17 @@ func (i InstanceInfo) notResizing() error {
 // remote-managed port's VF are the guest's for good: such a guest is
 // refused, and cold-migrates instead.
 func (i InstanceInfo) Unpluggable() error {
+	fixed := i.fixedDevices()
+	if len(fixed) == 0 {
+		return nil
+	}
+	return BadRequest(fmt.Sprintf("instance %s passes through %s, which cannot be unplugged for a live migration (only the interfaces of ports other than remote-managed can); cold-migrate it (migrate --cold), or let the migration fall back to a cold one (migrate --cold-fallback)",
+		i.UUID, strings.Join(fixed, " and ")))
+}
+
+// fixedDevices names the devices of the instance that a live migration
+// cannot unplug.
+func (i InstanceInfo) fixedDevices() []string {
 	if i.Placement == nil || len(i.Placement.Devices) == 0 {
 		return nil
 	}
@@ -83,11 +94,7 @@ func (i InstanceInfo) Unpluggable() error {
 			fixed = append(fixed, fmt.Sprintf("the %s port %s", p.VNICType, p.Name))
 		}
 	}
-	if len(fixed) == 0 {
-		return nil
-	}
-	return BadRequest(fmt.Sprintf("instance %s passes through %s, which cannot be unplugged for a live migration (only the interfaces of ports other than remote-managed can); cold-migrate it (migrate --cold), or let the migration fall back to a cold one (migrate --cold-fallback)",
-		i.UUID, strings.Join(fixed, " and ")))
+	return fixed
 }
 
 // CanShelve says why the instance cannot be shelved and offloaded, or nil.

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,15 +17,18 @@ import (
 	"github.com/pinflow/pinflow/workflows"
 )
 
-// PlanDrain plans where every guest of host would go, as a drain started
-// now would plan it, with the guests that fit nowhere and the claims of
-// operations in flight that block it. It changes nothing, and needs only
-// the ledger.
-func (c *Client) PlanDrain(ctx context.Context, host string) (drain.Plan, error) {
+// PlanDrain plans where every guest of host would go, as a drain with
+// policy ("" for live) started now would plan it, with the guests that
+// fit nowhere, those the policy cannot move, and the claims of operations
+// in flight that block it. It changes nothing, and needs only the ledger.
+func (c *Client) PlanDrain(ctx context.Context, host string, policy workflows.DrainPolicy) (drain.Plan, error) {
+	if err := (workflows.DrainInput{Host: host, Policy: policy}).WithDefaults().Check(); err != nil {
+		return drain.Plan{}, fmt.Errorf("host plan-drain %s: %v: %w", host, err, ErrInvalid)
+	}
 	if _, err := c.HostStatus(ctx, host); err != nil {
 		return drain.Plan{}, err
 	}
-	return (&activities.Activities{Ledger: c.led}).PlanDrain(ctx, activities.PlanDrainInput{Host: host})
+	return (&activities.Activities{Ledger: c.led}).PlanDrain(ctx, activities.PlanDrainInput{Host: host, Policy: string(cmp.Or(policy, workflows.DrainLive))})
 }
 
 // DrainRun is a run of a host's drain, to follow.

@@ -69,7 +69,7 @@ func TestHostRequestsRefused(t *testing.T) {
 			nil, "host drain down: the host is down; a drain moves guests off a running host (evacuate a fenced one)"},
 		{"an undrain of a down host", func() error { _, err := c.Undrain(ctx, "down"); return err },
 			nil, "host undrain down: the host is down; bring it back with 'pinflow host up down --wait' first"},
-		{"a plan of an unknown host", func() error { _, err := c.PlanDrain(ctx, "nowhere"); return err }, ErrUnknownHost, `unknown host "nowhere"`},
+		{"a plan of an unknown host", func() error { _, err := c.PlanDrain(ctx, "nowhere", ""); return err }, ErrUnknownHost, `unknown host "nowhere"`},
 		{"a drain status of an unknown host", func() error { _, err := c.DrainStatus(ctx, "nowhere"); return err }, ErrUnknownHost, `unknown host "nowhere"`},
 		{"a pause of an unknown host", func() error { _, err := c.PauseDrain(ctx, "nowhere"); return err }, ErrUnknownHost, `unknown host "nowhere"`},
 		{"an audit of an unknown host", func() error {
@@ -99,7 +99,7 @@ func TestHostRequestsRefused(t *testing.T) {
 // TestPlanDrainOfAnEmptyHost: the plan of a host without guests is
 // complete and moves nothing.
 func TestPlanDrainOfAnEmptyHost(t *testing.T) {
-	plan, err := ledgerOnly(t).PlanDrain(context.Background(), "a")
+	plan, err := ledgerOnly(t).PlanDrain(context.Background(), "a", "")
 	if err != nil || !plan.Complete() || len(plan.Moves) != 0 || plan.Source != "a" {
 		t.Errorf("PlanDrain(a) = %+v, %v; want a complete plan of a that moves nothing", plan, err)
 	}

@@ -54,10 +54,15 @@ type Plan struct {
 	// operation in flight, a resize awaiting its confirmation, a
 	// quarantine): the host is not empty until they are gone.
 	Blocked []Unplaceable `json:"blocked,omitempty"`
+	// NotLive are guests a live drain cannot move: their devices cannot
+	// be unplugged. The live-then-cold and cold policies move them cold.
+	NotLive []Unplaceable `json:"not_live,omitempty"`
 }
 
 // Complete says whether every guest has a target and nothing blocks.
-func (p *Plan) Complete() bool { return len(p.Unplaceable) == 0 && len(p.Blocked) == 0 }
+func (p *Plan) Complete() bool {
+	return len(p.Unplaceable) == 0 && len(p.Blocked) == 0 && len(p.NotLive) == 0
+}
 
 // Make plans guests onto targets (host name to its current ledger state;
 // the caller leaves out the source and every host that must not take

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/drain"
@@ -25,18 +26,30 @@ func hostPlanDrainCommand() *cobra.Command {
 drain' would, and report the guests that fit nowhere and the claims of
 operations in flight that block the drain. It changes nothing, and exits 1
 when the drain could not complete.`)
+	policy := policyFlag(c.Flags())
 	asJSON := outputFlags(c.Flags())
-	c.RunE = func(c *cobra.Command, args []string) error { return hostPlanDrain(args[0], asJSON, c.OutOrStdout()) }
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if err := (workflows.DrainInput{Host: args[0], Policy: workflows.DrainPolicy(*policy)}).WithDefaults().Check(); err != nil {
+			return fmt.Errorf("host plan-drain %s: %v: %w", args[0], err, errUsage)
+		}
+		return hostPlanDrain(args[0], workflows.DrainPolicy(*policy), asJSON, c.OutOrStdout())
+	}
 	return c
 }
 
-func hostPlanDrain(host string, asJSON *bool, stdout io.Writer) error {
+// policyFlag adds --policy, how a drain moves each guest.
+func policyFlag(fs *pflag.FlagSet) *string {
+	return fs.String("policy", string(workflows.DrainLive),
+		"how each guest moves: live, cold or live-then-cold (live, then cold for a guest whose devices cannot be unplugged)")
+}
+
+func hostPlanDrain(host string, policy workflows.DrainPolicy, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
 		api, err := a.ledgerClient()
 		if err != nil {
 			return err
 		}
-		plan, err := api.PlanDrain(a.ctx, host)
+		plan, err := api.PlanDrain(a.ctx, host, policy)
 		if err != nil {
 			return err
 		}
@@ -48,7 +61,8 @@ func hostPlanDrain(host string, asJSON *bool, stdout io.Writer) error {
 			renderPlan(stdout, &plan)
 		}
 		if !plan.Complete() {
-			return fmt.Errorf("host plan-drain %s: %w: %d guests fit nowhere, %d claims block it", host, errIncomplete, len(plan.Unplaceable), len(plan.Blocked))
+			return fmt.Errorf("host plan-drain %s: %w: %d guests fit nowhere, %d cannot move live, %d claims block it",
+				host, errIncomplete, len(plan.Unplaceable), len(plan.NotLive), len(plan.Blocked))
 		}
 		return nil
 	})
@@ -56,12 +70,16 @@ func hostPlanDrain(host string, asJSON *bool, stdout io.Writer) error {
 
 // renderPlan prints a drain plan for people.
 func renderPlan(w io.Writer, p *drain.Plan) {
-	fmt.Fprintf(w, "drain of %s: %d guests move, %d fit nowhere, %d claims block it\n", p.Source, len(p.Moves), len(p.Unplaceable), len(p.Blocked))
+	fmt.Fprintf(w, "drain of %s: %d guests move, %d fit nowhere, %d cannot move live, %d claims block it\n",
+		p.Source, len(p.Moves), len(p.Unplaceable), len(p.NotLive), len(p.Blocked))
 	for _, m := range p.Moves {
 		fmt.Fprintf(w, "  %s (%s) -> %s: %s\n", m.UUID, m.Name, m.Target, m.Placement.String())
 	}
 	for _, u := range p.Unplaceable {
 		fmt.Fprintf(w, "  %s (%s) fits nowhere: %s\n", u.UUID, u.Name, u.Reason)
+	}
+	for _, n := range p.NotLive {
+		fmt.Fprintf(w, "  %s (%s) cannot move live: %s\n", n.UUID, n.Name, n.Reason)
 	}
 	for _, b := range p.Blocked {
 		fmt.Fprintf(w, "  %s (%s) blocks the drain: %s\n", b.UUID, b.Name, b.Reason)
@@ -88,7 +106,7 @@ it and moves the guests back.`)
 		hostDrainStatusCommand())
 	fs := c.Flags()
 	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing (as host plan-drain)")
-	policy := fs.String("policy", string(workflows.DrainLive), "how each guest moves: live, cold or live-then-cold")
+	policy := policyFlag(fs)
 	parallel := fs.Int("parallel", workflows.DefaultDrainParallel, "moves running at once off the host")
 	perTarget := fs.Int("per-target", workflows.DefaultDrainPerTarget, "moves running at once onto one target")
 	attempts := fs.Int("attempts", workflows.DefaultDrainAttempts, "targets tried per guest before it is left on the host")
@@ -109,7 +127,7 @@ func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, st
 		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
 	}
 	if dryRun {
-		return hostPlanDrain(host, of.json, stdout)
+		return hostPlanDrain(host, in.Policy, of.json, stdout)
 	}
 	return withClient(func(a *app, api *client.Client) error {
 		run, err := api.Drain(a.ctx, in)

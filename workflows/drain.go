@@ -339,10 +339,10 @@ func (d *drainRun) plan(ctx workflow.Context) (drain.Plan, error) {
 	d.s.phase(PhaseScheduling, "planning where every guest of "+d.in.Host+" goes")
 	for {
 		var plan drain.Plan
-		if err := d.s.ledger(ctx, "plan the drain of "+d.in.Host, a.PlanDrain, activities.PlanDrainInput{Host: d.in.Host}).Get(ctx, &plan); err != nil {
+		if err := d.s.ledger(ctx, "plan the drain of "+d.in.Host, a.PlanDrain, activities.PlanDrainInput{Host: d.in.Host, Policy: string(d.in.Policy)}).Get(ctx, &plan); err != nil {
 			return plan, err
 		}
-		if plan.Complete() || len(plan.Unplaceable) > 0 || !workflow.Now(ctx).Before(deadline) {
+		if plan.Complete() || len(plan.Unplaceable) > 0 || len(plan.NotLive) > 0 || !workflow.Now(ctx).Before(deadline) {
 			return plan, nil
 		}
 		d.s.phase(PhaseScheduling, fmt.Sprintf("waiting up to %s for %d claims in flight on %s to settle: %s", readable(d.in.Settle), len(plan.Blocked), d.in.Host, plan.Blocked[0].Reason))
@@ -367,6 +367,9 @@ func incomplete(p *drain.Plan) string {
 	var parts []string
 	for _, u := range p.Unplaceable {
 		parts = append(parts, fmt.Sprintf("%s (%s) fits nowhere: %s", u.UUID, u.Name, u.Reason))
+	}
+	for _, n := range p.NotLive {
+		parts = append(parts, fmt.Sprintf("%s (%s) cannot move live: %s", n.UUID, n.Name, n.Reason))
 	}
 	for _, b := range p.Blocked {
 		parts = append(parts, fmt.Sprintf("%s blocks it: %s", b.UUID, b.Reason))

@@ -159,7 +159,7 @@ func TestBadInputExitStatus(t *testing.T) {
 		{2, "cpus 4-20 are not on the host", []string{"host", "add", "c", "--cells", "1", "--cores", "4", "--dedicated", "2-20"}},
 		{2, `--memory-mb "64G"`, []string{"host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "64G"}},
 		{2, `unknown host "nowhere"`, append(boot, "--host", "nowhere", "--spec", "hw:cpu_policy=dedicated")},
-		{2, `unknown host "nowhere"`, []string{"host", "show", "nowhere"}},
+		{2, `"nowhere" is not registered`, []string{"host", "show", "nowhere"}},
 		{2, `unknown instance "nobody"`, []string{"migrate", "nobody"}},
 		{2, `no server group "nosuch"`, append(boot, "--group", "nosuch")},
 		{2, `unknown command "bot"; did you mean boot`, []string{"bot", "--name", "x"}},
@@ -181,7 +181,7 @@ func TestBadInputExitStatus(t *testing.T) {
 		}
 		for _, prefix := range []string{"numa:", "ledger:", "invalid request"} {
 			if strings.Contains(line, prefix) {
-				t.Errorf("pinflow %s: line %q has the package prefix %q", strings.Join(tc.args, " "), line, prefix)
+				t.Errorf("pinflow %s: line %q has the package prefix %q; stderr:\n%s", strings.Join(tc.args, " "), line, prefix, errOut)
 			}
 		}
 	}

@@ -240,3 +240,38 @@ func TestPCIDevices(t *testing.T) {
 	}
 	s.ok("check")
 }
+
+// TestDrainPlanPolicy: a live drain's plan names a guest whose GPU cannot
+// be unplugged as one it cannot move and the policy that moves it cold;
+// the drain refuses it in one short line, moving nothing, and the plan
+// under that policy moves it.
+func TestDrainPlanPolicy(t *testing.T) {
+	t.Parallel()
+	alias := `[{"name": "gpu", "vendor_id": "10de", "product_id": "1db4", "device_type": "type-PCI"}]`
+	s := newStack(t, "PINFLOW_PCI_ALIAS="+alias)
+	topo := deviceTopology(t)
+	s.ok("host", "add", "a", "--topology", topo)
+	s.ok("host", "add", "b", "--topology", topo)
+	var g struct {
+		UUID string `json:"uuid"`
+	}
+	s.jsonOf(&g, "boot", "--name", "G", "--vcpus", "1", "--memory-mb", "512", "--spec", "hw:cpu_policy=dedicated",
+		"--spec", "pci_passthrough:alias=gpu:1", "--host", "a", "--wait")
+	why := g.UUID + " (G) cannot move live: it passes through the device of PCI alias gpu, which cannot be unplugged; " +
+		"--policy live-then-cold moves it cold"
+	out, errOut, code := s.run("host", "plan-drain", "a")
+	if code != 1 || !strings.Contains(out, "0 guests move, 0 fit nowhere, 1 cannot move live") || !strings.Contains(out, why) {
+		t.Errorf("host plan-drain a: exit %d, %q %q; want exit 1 and the guest that cannot move live: %q", code, out, errOut, why)
+	}
+	if out := s.ok("host", "plan-drain", "a", "--policy", "live-then-cold"); !strings.Contains(out, g.UUID+" (G) -> b") {
+		t.Errorf("host plan-drain a --policy live-then-cold:\n%s\nwant G moved to b", out)
+	}
+	s.refused(`drain policy "fast": policies are live, cold and live-then-cold`, "host", "plan-drain", "a", "--policy", "fast")
+	line := s.refused(why, "host", "drain", "a", "--wait")
+	if len(line) > 300 {
+		t.Errorf("host drain a refused in %d characters, want a short line: %q", len(line), line)
+	}
+	if got := s.guest(g.UUID); hostOf(got) != "a" {
+		t.Errorf("after the refused drain G is on %q, want a", hostOf(got))
+	}
+}
