@@ -318,6 +318,7 @@ func TestExitStatus(t *testing.T) {
 		{errors.New("migrate u failed: ledger: claim c-1 on d: host d would break the affinity of group g"), exitFailed,
 			"migrate u failed: host d would break the affinity of group g"},
 		{errors.New("ledger: host e holds claims"), exitFailed, "host e holds claims"},
+		{errors.New("boot u failed: ledger: claim c-1 on b: numa: no fit: needs 8 free pCPUs"), exitFailed, "boot u failed: no fit: needs 8 free pCPUs"},
 	} {
 		if code, line := exitCode(tt.err), operatorLine(tt.err); code != tt.code || line != tt.line {
 			t.Errorf("exitCode, operatorLine(%q) = %d, %q; want %d, %q", tt.err, code, line, tt.code, tt.line)

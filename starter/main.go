@@ -75,7 +75,8 @@ func exitCode(err error) int {
 // packagePrefix matches the Go package names that lead the errors of
 // pinflow's libraries, where a message or a wrapped cause starts: the
 // operator reads what went wrong, not where in the code.
-var packagePrefix = regexp.MustCompile(`(^|: )(?:numa: invalid request|numa|ledger: claim \S+ on \S+|ledger|placement|guestxml|xmlpatch): `)
+// Nested prefixes ("ledger: claim C on H: numa: no fit: ") go together.
+var packagePrefix = regexp.MustCompile(`(^|: )(?:(?:numa: invalid request|numa|ledger: claim \S+ on \S+|ledger|placement|guestxml|xmlpatch): )+`)
 
 // operatorLine is err as the operator reads it: without the marks that
 // only set the exit status and without package prefixes. A message that

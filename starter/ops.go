@@ -205,8 +205,8 @@ VERIFY_RESIZE reverts.`)
 // endedCancelled says whether op's run ended cancelled: undone in full. A
 // run whose compensation failed ends failed instead.
 func endedCancelled(a *app, api *client.Client, op *client.Operation) bool {
-	d, err := api.Temporal().DescribeWorkflowExecution(a.ctx, op.WorkflowID, op.RunID)
-	return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
+	d, err := api.Temporal().DescribeWorkflow(a.ctx, op.WorkflowID, op.RunID)
+	return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
 }
 
 func followCommand() *cobra.Command {
