@@ -103,5 +103,15 @@ func classify(err error) error {
 	default:
 		return err
 	}
-	return temporal.NewNonRetryableApplicationError(err.Error(), typ, err)
+	// The details let a client say which hosts refused a guest, or which
+	// rule a claim broke, without parsing the message.
+	var details []any
+	switch typ {
+	case ErrTypeNoFit:
+		details = []any{noFit.Hosts, noFit.More}
+	case ErrTypeGroupRule:
+		details = []any{rule}
+	}
+	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{
+		NonRetryable: true, Cause: err, Details: details})
 }

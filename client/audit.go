@@ -77,7 +77,8 @@ func (a *Audit) Status(ctx context.Context) (workflows.Status, error) {
 
 // Wait follows the audit to its end and returns what it kept, freed and
 // found. progress, when not nil, is called whenever its status changes.
-// A failure is an error of one line.
+// A failure is an *OperationError of one line; when ctx ends first, the
+// audit goes on and the error wraps ctx's.
 func (a *Audit) Wait(ctx context.Context, progress func(workflows.Status)) (*workflows.ReconcileResult, error) {
 	var res workflows.ReconcileResult
 	var last workflows.Status
@@ -91,11 +92,8 @@ func (a *Audit) Wait(ctx context.Context, progress func(workflows.Status)) (*wor
 		}
 		return false
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("reconcile %s failed: %s", a.WorkflowID, RootMessage(err))
+	if err := waitError(ctx, workflows.OpReconcile, a.WorkflowID, a.WorkflowID, a.RunID, err); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
@@ -123,8 +121,8 @@ func (c *Client) Recover(ctx context.Context, in workflows.RecoverInput) (*workf
 		return nil, fmt.Errorf("recover: %w", err)
 	}
 	var res workflows.RecoverResult
-	if err := run.Get(ctx, &res); err != nil {
-		return nil, fmt.Errorf("recover failed: %s", RootMessage(err))
+	if err := waitError(ctx, workflows.OpRecover, "", id, run.GetRunID(), c.result(ctx, id, run.GetRunID(), &res)); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
@@ -139,7 +137,7 @@ func (c *Client) ReleaseQuarantine(ctx context.Context, host, claimID string) (*
 		return nil, fmt.Errorf("quarantine release: %v: %w", err, ErrInvalid)
 	}
 	if claimID == "" {
-		return nil, fmt.Errorf("quarantine release: an empty claim id; 'pinflow host show %s' lists its claims: %w", host, ErrInvalid)
+		return nil, fmt.Errorf("quarantine release: an empty claim id; allowed is the id of a quarantine claim on %s: %w", host, ErrInvalid)
 	}
 	id := workflows.QuarantineReleaseWorkflowID(host, claimID)
 	run, err := c.startWorkflow(ctx, id, plan{op: workflows.OpUnquarantine, wf: workflows.ReleaseQuarantine,
@@ -147,13 +145,14 @@ func (c *Client) ReleaseQuarantine(ctx context.Context, host, claimID string) (*
 		summary: "release quarantine " + claimID + " on " + host, source: host}, "")
 	switch {
 	case alreadyRunning(err):
-		return nil, fmt.Errorf("quarantine release: claim %s on %s is being released already (workflow %s)", claimID, host, id)
+		return nil, fmt.Errorf("quarantine release: claim %s on %s is being released already: %w", claimID, host,
+			&BusyError{Host: host, Operation: workflows.OpUnquarantine, WorkflowID: id})
 	case err != nil:
 		return nil, fmt.Errorf("quarantine release: %w", err)
 	}
 	var res audit.ReleasedQuarantine
-	if err := run.Get(ctx, &res); err != nil {
-		return nil, fmt.Errorf("quarantine release: %s", RootMessage(err))
+	if err := waitError(ctx, workflows.OpUnquarantine, host, id, run.GetRunID(), c.result(ctx, id, run.GetRunID(), &res)); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }

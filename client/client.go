@@ -8,13 +8,18 @@
 // live-migrates it.
 //
 // Every guest is named by its UUID, a unique prefix of it, or its unique
-// name. Every refusal is an error of one line naming what was wrong;
-// those caused by the request itself wrap ErrInvalid.
+// name. Every refusal is an error of one line naming what was wrong, and
+// matches with errors.Is one of the kinds in errors.go: ErrInvalid for a
+// request wrong in itself, ErrUnknownGuest, ErrUnknownHost and
+// ErrUnknownGroup for a name that names nothing, ErrBusy, ErrState,
+// ErrHostDown, ErrGroupRule and ErrNoHost for the state of the cloud. An
+// operation that failed on the workers is an *OperationError, which
+// matches the same kinds. A wait cut by the caller's context is that
+// context's error: the operation goes on.
 package client
 
 import (
 	"context"
-	"errors"
 
 	tclient "go.temporal.io/sdk/client"
 
@@ -22,10 +27,6 @@ import (
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
-
-// ErrInvalid marks a refusal caused by the request itself (a bad value,
-// a contradiction), not by the state of a guest or host.
-var ErrInvalid = errors.New("invalid request")
 
 // Client starts and follows pinflow's operations and reads its state. It
 // is safe for concurrent use.

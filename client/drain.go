@@ -57,13 +57,14 @@ func (c *Client) Drain(ctx context.Context, in workflows.DrainInput) (*DrainRun,
 		return nil, err
 	}
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-		return nil, fmt.Errorf("host drain %s: the host is %s; a drain moves guests off a running host (evacuate a fenced one)", host, st.State)
+		return nil, fmt.Errorf("host drain %s: the host is %s; a drain moves guests off a running host (evacuate a fenced one): %w", host, st.State, ErrState)
 	}
 	id := workflows.DrainWorkflowID(host)
 	run, err := c.startWorkflow(ctx, id, plan{op: workflows.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
 	switch {
 	case alreadyRunning(err):
-		return nil, fmt.Errorf("host drain %s: the host is being drained already (workflow %s); 'pinflow host drain status %s' follows it", host, id, host)
+		return nil, fmt.Errorf("host drain %s: the host is being drained already (workflow %s; FollowDrain follows it): %w", host, id,
+			&BusyError{Host: host, Operation: workflows.OpDrain, WorkflowID: id})
 	case err != nil:
 		return nil, fmt.Errorf("host drain %s: %w", host, err)
 	}
@@ -79,8 +80,9 @@ func (d *DrainRun) Status(ctx context.Context) (workflows.DrainStatus, error) {
 
 // Wait follows the drain to its end. progress, when not nil, is called
 // whenever the drain's status changes. A drain that failed or was
-// cancelled is an error of one line; the guests a completed drain left
-// on the host are in its result. When ctx ends first, the drain goes on.
+// cancelled is an *OperationError of one line; the guests a completed
+// drain left on the host are in its result. When ctx ends first, the
+// drain goes on and the error wraps ctx's.
 func (d *DrainRun) Wait(ctx context.Context, progress func(workflows.DrainStatus)) (*workflows.DrainResult, error) {
 	var res workflows.DrainResult
 	var last *workflows.DrainStatus
@@ -96,11 +98,8 @@ func (d *DrainRun) Wait(ctx context.Context, progress func(workflows.DrainStatus
 		last = &st
 		return false
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("host drain %s failed: %s", d.Host, RootMessage(err))
+	if err := waitError(ctx, workflows.OpDrain, d.Host, d.WorkflowID, d.RunID, err); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
@@ -164,7 +163,7 @@ func (c *Client) lastDrain(ctx context.Context, verb, host string) (*DrainState,
 		var nf *serviceerror.NotFound
 		switch {
 		case errors.As(err, &nf):
-			return nil, fmt.Errorf("%s %s: no drain of %s has run (or its last one is past the namespace's retention)", verb, host, host)
+			return nil, fmt.Errorf("%s %s: no drain of %s has run (or its last one is past the namespace's retention): %w", verb, host, host, ErrState)
 		case err != nil:
 			return nil, fmt.Errorf("%s %s: %w", verb, host, err)
 		}
@@ -242,9 +241,9 @@ func (c *Client) controlDrain(ctx context.Context, host, verb, name string) (wor
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return st, fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
+		return st, fmt.Errorf("host drain %s %s: no drain of %s is running: %w", verb, host, host, ErrState)
 	case err != nil:
-		return st, fmt.Errorf("host drain %s %s: %s", verb, host, RootMessage(err))
+		return st, fmt.Errorf("host drain %s %s: %w", verb, host, refusal(err))
 	}
 	// The drain took it: its status says so now.
 	if after, err := run.Status(ctx); err == nil {
@@ -264,7 +263,7 @@ func (c *Client) runningDrain(ctx context.Context, host, verb string) (*DrainRun
 	d, err := c.temporal.DescribeWorkflow(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) || err == nil && d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return nil, st, fmt.Errorf("host drain %s %s: no drain of %s is running", verb, host, host)
+		return nil, st, fmt.Errorf("host drain %s %s: no drain of %s is running: %w", verb, host, host, ErrState)
 	}
 	if err != nil {
 		return nil, st, fmt.Errorf("host drain %s %s: %w", verb, host, err)
@@ -306,7 +305,7 @@ func (c *Client) Undrain(ctx context.Context, host string) (*Undrain, error) {
 		return nil, err
 	}
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-		return nil, fmt.Errorf("host undrain %s: the host is %s; bring it back with 'pinflow host up %s --wait' first", host, st.State, host)
+		return nil, fmt.Errorf("host undrain %s: the host is %s; a host marked down is undrained once it is back up: %w", host, st.State, ErrState)
 	}
 	last, err := c.lastDrain(ctx, "host undrain", host)
 	if err != nil {
@@ -314,9 +313,10 @@ func (c *Client) Undrain(ctx context.Context, host string) (*Undrain, error) {
 	}
 	switch {
 	case last.Running():
-		return nil, fmt.Errorf("host undrain %s: the host is being drained; 'pinflow host drain cancel %s' first", host, host)
+		return nil, fmt.Errorf("host undrain %s: the host is being drained; cancel the drain first: %w", host,
+			&BusyError{Host: host, Operation: workflows.OpDrain, WorkflowID: last.WorkflowID, RunID: last.RunID})
 	case !last.Completed() && len(last.Guests) == 0:
-		return nil, fmt.Errorf("host undrain %s: its last drain %s (%s) and no worker could replay what it moved; move guests back one by one", host, last.Status, last.Reason)
+		return nil, fmt.Errorf("host undrain %s: its last drain %s (%s) and no worker could replay what it moved; move guests back one by one: %w", host, last.Status, last.Reason, ErrState)
 	}
 	if st.State == ledger.HostDisabled {
 		if _, err := c.EnableHost(ctx, host); err != nil {
@@ -351,7 +351,7 @@ func (u *Undrain) Wait(ctx context.Context) error {
 		}
 		if _, err := b.Op.Wait(ctx, nil); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return err
 			}
 			b.Error = RootMessage(err)
 			continue

@@ -74,8 +74,11 @@ func (o *Outcome) AwaitingDecision() bool { return o.Phase == workflows.PhaseVer
 // Wait follows the operation until the operator's next decision: its end,
 // or VERIFY_RESIZE for a resize or cold migration (after a confirm or
 // revert, the end). progress, when not nil, is called whenever the
-// operation's progress changes. A failure is an error of one line
-// saying what failed and why. When ctx ends first, the operation goes on.
+// operation's progress changes. A failure is an *OperationError of one
+// line saying what failed and why. When ctx ends first, the operation
+// goes on and the error wraps ctx's (context.DeadlineExceeded or
+// context.Canceled): the operation was not waited out, and may still
+// succeed.
 func (o *Operation) Wait(ctx context.Context, progress func(Progress)) (*Outcome, error) {
 	return o.wait(ctx, progress, !o.decided)
 }
@@ -112,11 +115,10 @@ func (o *Operation) wait(ctx context.Context, progress func(Progress), stopAtVer
 		last = p
 		return false
 	})
+	if err := waitError(ctx, o.Kind, o.UUID, o.WorkflowID, o.RunID, err); err != nil {
+		return nil, err
+	}
 	switch {
-	case ctx.Err() != nil:
-		return nil, ctx.Err()
-	case err != nil:
-		return nil, fmt.Errorf("%s %s failed: %s", o.Kind, o.UUID, RootMessage(err))
 	case paused != nil || pausedErr != nil:
 		return paused, pausedErr
 	}
@@ -152,7 +154,7 @@ func (o *Operation) outcome(ctx context.Context, phase workflows.Phase) (*Outcom
 	case errors.Is(err, ledger.ErrUnknownInstance):
 		return out, nil // deleted
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("%s %s reached %s; reading where the guest is: %w", o.Kind, o.UUID, phase, err)
 	}
 	out.Host, out.Placement, out.VMState = inst.Host, inst.Placement, inst.VMState
 	if inst.Placement != nil {

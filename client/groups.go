@@ -120,7 +120,7 @@ func (c *Client) group(ctx context.Context, name string) (*ledger.Group, error) 
 	}
 	g, err := c.led.Group(ctx, name)
 	if errors.Is(err, ledger.ErrUnknownGroup) {
-		return nil, fmt.Errorf("no server group %q; 'pinflow group list' lists them: %w", name, ErrInvalid)
+		return nil, fmt.Errorf("no server group %q: %w", name, ErrUnknownGroup)
 	}
 	return g, err
 }
@@ -251,8 +251,7 @@ func (c *Client) checkGroupTarget(ctx context.Context, op, uuid, group, host str
 		return err
 	}
 	if why := g.Refuses(host, uuid); why != "" {
-		// The group's state refuses, not the request: no ErrInvalid.
-		return fmt.Errorf("%s: host %s: %s; choose another host, or let pinflow choose", op, host, why)
+		return fmt.Errorf("%s: %w", op, &GroupRuleError{Host: host, Reason: why + "; another host, or none named, may keep it"})
 	}
 	return nil
 }

@@ -12,9 +12,6 @@ import (
 	"github.com/pinflow/pinflow/ledger"
 )
 
-// ErrUnknownGuest is the error for a name that names no guest.
-var ErrUnknownGuest = errors.New("unknown guest")
-
 // maxListed bounds how many candidates a refusal names: a fleet's worth
 // would make a line nobody reads.
 const maxListed = 5
@@ -28,7 +25,7 @@ func (c *Client) Instance(ctx context.Context, ref string) (*ledger.Instance, er
 	if id, err := uuid.Parse(ref); err == nil && len(ref) == 36 {
 		inst, err := c.led.Instance(ctx, id.String())
 		if errors.Is(err, ledger.ErrUnknownInstance) {
-			return nil, fmt.Errorf("unknown instance %q; 'pinflow list' shows the guests: %w", ref, ErrUnknownGuest)
+			return nil, fmt.Errorf("unknown instance %q: no guest has that UUID: %w", ref, ErrUnknownGuest)
 		}
 		return inst, err
 	}
@@ -56,7 +53,7 @@ func (c *Client) Instance(ctx context.Context, ref string) (*ledger.Instance, er
 	case len(byPrefix) > 1:
 		return nil, fmt.Errorf("instance %q is ambiguous: the UUIDs of %s start with it; give more of the UUID: %w", ref, candidates(byPrefix), ErrInvalid)
 	}
-	return nil, fmt.Errorf("unknown instance %q: no guest has that UUID, UUID prefix or name; 'pinflow list' shows the guests: %w", ref, ErrUnknownGuest)
+	return nil, fmt.Errorf("unknown instance %q: no guest has that UUID, UUID prefix or name: %w", ref, ErrUnknownGuest)
 }
 
 // candidates lists the guests a name matches, a few of them by UUID.

@@ -91,7 +91,7 @@ func (c *Client) DisableHost(ctx context.Context, host, reason string) (ledger.H
 		return st, err
 	}
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-		return st, fmt.Errorf("%s %s: the host is %s; only an up host is disabled: bring it back with 'pinflow host up %s --wait' first", verb, host, st.State, host)
+		return st, fmt.Errorf("%s %s: the host is %s; only an up host is disabled, once it is back up: %w", verb, host, st.State, ErrState)
 	}
 	p := plan{op: workflows.OpHostDisable, wf: workflows.HostDisable, input: workflows.HostStateInput{Host: host, Reason: reason},
 		summary: fmt.Sprintf("disable host %s: %s", host, reason), source: host}
@@ -107,7 +107,7 @@ func (c *Client) EnableHost(ctx context.Context, host string) (ledger.HostStatus
 		return st, err
 	}
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
-		return st, fmt.Errorf("%s %s: the host is %s, not disabled; bring it back with 'pinflow host up %s --wait'", verb, host, st.State, host)
+		return st, fmt.Errorf("%s %s: the host is %s, not disabled; a host marked down comes back with UpHost: %w", verb, host, st.State, ErrState)
 	}
 	p := plan{op: workflows.OpHostEnable, wf: workflows.HostEnable, input: workflows.HostStateInput{Host: host},
 		summary: "enable host " + host, source: host}
@@ -145,7 +145,7 @@ func (c *Client) AutoEvacuateHost(ctx context.Context, host string, on bool) (le
 		return st, err
 	}
 	if st.State != ledger.HostDown {
-		return st, fmt.Errorf("%s %s: the host is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'", verb, host, st.State, host)
+		return st, fmt.Errorf("%s %s: the host is %s; pinflow evacuates only from a host marked down (fenced): %w", verb, host, st.State, ErrState)
 	}
 	summary := "evacuate host " + host + " at every audit"
 	if !on {
@@ -177,9 +177,9 @@ func (c *Client) UpHost(ctx context.Context, host string) (*HostUpRun, error) {
 	}
 	switch st.State {
 	case ledger.HostUp:
-		return nil, fmt.Errorf("%s %s: the host is up already; host up brings back a host marked down with 'pinflow host down'", verb, host)
+		return nil, fmt.Errorf("%s %s: the host is up already; only a host marked down comes back: %w", verb, host, ErrState)
 	case ledger.HostDisabled:
-		return nil, fmt.Errorf("%s %s: the host is disabled, not down; 'pinflow host enable %s' lets pinflow choose it again", verb, host, host)
+		return nil, fmt.Errorf("%s %s: the host is disabled, not down; EnableHost lets pinflow choose it again: %w", verb, host, ErrState)
 	}
 	run, err := c.startHostChange(ctx, verb, plan{op: workflows.OpHostUp, wf: workflows.HostUp, input: workflows.HostUpInput{Host: host},
 		summary: "bring host " + host + " back", source: host})
@@ -190,15 +190,12 @@ func (c *Client) UpHost(ctx context.Context, host string) (*HostUpRun, error) {
 }
 
 // Wait waits until the host is up and says which leftovers were
-// destroyed. A failure is an error of one line; when ctx ends first, the
-// host up goes on.
+// destroyed. A failure is an *OperationError of one line; when ctx ends
+// first, the host up goes on and the error wraps ctx's.
 func (r *HostUpRun) Wait(ctx context.Context) (*workflows.HostUpResult, error) {
 	var res workflows.HostUpResult
-	if err := r.c.temporal.GetWorkflow(ctx, r.WorkflowID, r.RunID).Get(ctx, &res); err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("host up %s failed: %s", r.Host, RootMessage(err))
+	if err := waitError(ctx, workflows.OpHostUp, r.Host, r.WorkflowID, r.RunID, r.c.result(ctx, r.WorkflowID, r.RunID, &res)); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
@@ -325,13 +322,7 @@ func (c *Client) changeHost(ctx context.Context, verb string, p plan, result any
 	if err != nil {
 		return err
 	}
-	if err := run.Get(ctx, result); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("%s %s: %s", verb, p.source, RootMessage(err))
-	}
-	return nil
+	return waitError(ctx, p.op, p.source, run.GetID(), run.GetRunID(), c.result(ctx, run.GetID(), run.GetRunID(), result))
 }
 
 // startHostChange starts p under the workflow id of its host, p.source.
@@ -350,14 +341,12 @@ func (c *Client) startHostChange(ctx context.Context, verb string, p plan) (tcli
 
 // hostBusy explains that another change holds the host's workflow id.
 func (c *Client) hostBusy(ctx context.Context, verb, host string) error {
-	id := workflows.HostWorkflowID(host)
-	what := "another change of it"
-	if d, err := c.temporal.DescribeWorkflow(ctx, id, ""); err == nil {
-		kind := c.operation(d, "").Kind
-		if kind == workflows.OpHostUp {
-			return fmt.Errorf("%s %s: it is coming back already (workflow %s)", verb, host, id)
+	e := &BusyError{Host: host, WorkflowID: workflows.HostWorkflowID(host)}
+	if d, err := c.temporal.DescribeWorkflow(ctx, e.WorkflowID, ""); err == nil {
+		e.Operation, e.RunID = c.operation(d, "").Kind, d.WorkflowExecution.RunID
+		if e.Operation == workflows.OpHostUp {
+			return fmt.Errorf("%s %s: it is coming back already (workflow %s): %w", verb, host, e.WorkflowID, e)
 		}
-		what = "a " + string(kind)
 	}
-	return fmt.Errorf("%s %s: %s is running as workflow %s; wait for it to end", verb, host, what, id)
+	return fmt.Errorf("%s: %w", verb, e)
 }

@@ -10,9 +10,6 @@ import (
 	"github.com/pinflow/pinflow/ledger"
 )
 
-// ErrUnknownHost is the error for a name that names no registered host.
-var ErrUnknownHost = errors.New("unknown host")
-
 // HostStatus is the state of a registered host; an unknown one is
 // refused naming a few registered hosts.
 func (c *Client) HostStatus(ctx context.Context, host string) (ledger.HostStatus, error) {
@@ -33,9 +30,9 @@ func (c *Client) unknownHost(ctx context.Context, host string) error {
 	sort.Strings(hosts)
 	switch {
 	case len(hosts) == 0:
-		return fmt.Errorf("unknown host %q; no host is registered ('pinflow host add'): %w", host, ErrUnknownHost)
+		return fmt.Errorf("unknown host %q; no host is registered: %w", host, ErrUnknownHost)
 	case len(hosts) > maxListed:
-		return fmt.Errorf("unknown host %q; %d hosts are registered, 'pinflow host list' shows them: %w", host, len(hosts), ErrUnknownHost)
+		return fmt.Errorf("unknown host %q; %d hosts are registered, none of that name: %w", host, len(hosts), ErrUnknownHost)
 	}
 	return fmt.Errorf("unknown host %q; registered hosts are %s: %w", host, strings.Join(hosts, ", "), ErrUnknownHost)
 }
@@ -53,7 +50,7 @@ func (c *Client) checkTarget(ctx context.Context, host string) error {
 		return nil
 	}
 	if st.State != ledger.HostUp {
-		return fmt.Errorf("host %s is %s (%s) and takes no guests; choose another, or bring it back with 'pinflow host up %s'", host, st.State, st.Reason, host)
+		return fmt.Errorf("host %s is %s (%s) and takes no guests until it is back up: %w", host, st.State, st.Reason, ErrHostDown)
 	}
 	return nil
 }

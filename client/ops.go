@@ -240,9 +240,9 @@ func (c *Client) decide(ctx context.Context, ref, decision string) (*Operation, 
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return nil, fmt.Errorf("resize %s %s: it has no resize awaiting confirmation (vm_state %s, no operation running)", decision, inst.UUID, inst.VMState)
+		return nil, fmt.Errorf("resize %s %s: it has no resize awaiting confirmation (vm_state %s, no operation running): %w", decision, inst.UUID, inst.VMState, ErrState)
 	case err != nil:
-		return nil, fmt.Errorf("resize %s %s: %s", decision, inst.UUID, RootMessage(err))
+		return nil, fmt.Errorf("resize %s %s: %w", decision, inst.UUID, refusal(err))
 	}
 	d, err := c.temporal.DescribeWorkflow(ctx, id, h.RunID())
 	if err != nil {
@@ -319,15 +319,15 @@ func (c *Client) evacuate(ctx context.Context, inst *ledger.Instance, dest strin
 		return nil, err
 	}
 	if st.State != ledger.HostDown {
-		return nil, fmt.Errorf("evacuate %s: its host %s is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'",
-			inst.UUID, inst.Host, st.State, inst.Host)
+		return nil, fmt.Errorf("evacuate %s: its host %s is %s; pinflow evacuates only from a host marked down (fenced): %w",
+			inst.UUID, inst.Host, st.State, ErrState)
 	}
 	if dest != "" {
 		if err := c.checkTarget(ctx, dest); err != nil {
 			return nil, err
 		}
 		if dest == inst.Host {
-			return nil, fmt.Errorf("evacuate %s: --host %s is the fenced host itself; choose another: %w", inst.UUID, dest, ErrInvalid)
+			return nil, fmt.Errorf("evacuate %s: destination %s is the fenced host itself; allowed is any other host: %w", inst.UUID, dest, ErrInvalid)
 		}
 		if err := c.checkGroupTarget(ctx, "evacuate "+inst.UUID, inst.UUID, inst.Group, dest); err != nil {
 			return nil, err
@@ -352,15 +352,15 @@ func (c *Client) Cancel(ctx context.Context, ref string) (*Operation, error) {
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return nil, fmt.Errorf("cancel %s: no operation is running on it", uuid)
+		return nil, fmt.Errorf("cancel %s: no operation is running on it: %w", uuid, ErrState)
 	case err != nil:
 		return nil, fmt.Errorf("cancel %s: %w", uuid, err)
 	case d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		return nil, fmt.Errorf("cancel %s: no operation is running on it (the last one, %s, is %s)", uuid, d.WorkflowType.Name, statusWord(d.Status))
+		return nil, fmt.Errorf("cancel %s: no operation is running on it (the last one, %s, is %s): %w", uuid, d.WorkflowType.Name, statusWord(d.Status), ErrState)
 	}
 	if err := c.temporal.CancelWorkflow(ctx, id, d.WorkflowExecution.RunID); err != nil {
 		if errors.As(err, &nf) {
-			return nil, fmt.Errorf("cancel %s: no operation is running on it", uuid)
+			return nil, fmt.Errorf("cancel %s: no operation is running on it: %w", uuid, ErrState)
 		}
 		return nil, fmt.Errorf("cancel %s: %w", uuid, err)
 	}
@@ -378,7 +378,7 @@ func (c *Client) Follow(ctx context.Context, ref string) (*Operation, error) {
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return nil, fmt.Errorf("follow %s: no operation ran on it", uuid)
+		return nil, fmt.Errorf("follow %s: no operation ran on it: %w", uuid, ErrState)
 	case err != nil:
 		return nil, fmt.Errorf("follow %s: %w", uuid, err)
 	}
@@ -489,12 +489,11 @@ func alreadyRunning(err error) bool {
 
 // busy explains that another operation holds the guest's workflow id.
 func (c *Client) busy(ctx context.Context, uuid string) error {
-	id := guest.InstanceWorkflowID(uuid)
-	what := "another operation"
-	if d, err := c.temporal.DescribeWorkflow(ctx, id, ""); err == nil {
-		what = "a " + d.WorkflowType.Name
+	e := &BusyError{UUID: uuid, WorkflowID: guest.InstanceWorkflowID(uuid)}
+	if d, err := c.temporal.DescribeWorkflow(ctx, e.WorkflowID, ""); err == nil {
+		e.Operation, e.RunID = c.operation(d, uuid).Kind, d.WorkflowExecution.RunID
 	}
-	return fmt.Errorf("instance %s is busy: %s is running as workflow %s; wait for it or cancel it with 'pinflow cancel %s'", uuid, what, id, uuid)
+	return e
 }
 
 // checkWindow refuses a confirm window that is neither the default, a
@@ -504,15 +503,6 @@ func checkWindow(d time.Duration) error {
 		return fmt.Errorf("confirm window %s: allowed are a positive duration, 0 for the default (%s) or no auto-confirm: %w", d, workflows.DefaultConfirmWindow, ErrInvalid)
 	}
 	return nil
-}
-
-// refusal turns an activity's application error into a plain error.
-func refusal(err error) error {
-	var appErr *temporal.ApplicationError
-	if errors.As(err, &appErr) {
-		return errors.New(appErr.Message())
-	}
-	return err
 }
 
 func orChosen(host string) string {

@@ -49,6 +49,16 @@ type NoFitError struct {
 	Reason string
 	// Resource is what the host as a whole lacks, when Misses is empty.
 	Resource Resource
+	// Hosts, from a choice among hosts, are the first few that refused
+	// and why; More counts the others. Reason says them all already.
+	Hosts []HostMiss `json:",omitempty"`
+	More  int        `json:",omitempty"`
+}
+
+// HostMiss is why one host refused a guest.
+type HostMiss struct {
+	Host   string
+	Reason string
 }
 
 // Lacks is what the host lacks for the guest: each resource that some

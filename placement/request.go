@@ -139,7 +139,11 @@ func (m *misses) err(uuid string) error {
 	if m.more > 0 {
 		msg += fmt.Sprintf("; %d more hosts cannot take it either ('pinflow explain' lists every host)", m.more)
 	}
-	return &numa.NoFitError{Reason: msg}
+	hosts := make([]numa.HostMiss, len(m.first))
+	for i, x := range m.first {
+		hosts[i] = numa.HostMiss{Host: x.host, Reason: x.group + ": " + x.why}
+	}
+	return &numa.NoFitError{Reason: msg, Hosts: hosts, More: m.more}
 }
 
 // query is a request with what the index filters and orders by, worked

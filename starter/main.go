@@ -49,18 +49,27 @@ const (
 
 // badInput marks the errors of a command line that cannot work as typed:
 // a bad value, a contradiction, a name of nothing there.
-var badInput = []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost,
+var badInput = []error{errUsage, client.ErrInvalid, client.ErrUnknownGuest, client.ErrUnknownHost, client.ErrUnknownGroup,
 	ledger.ErrUnknownHost, ledger.ErrUnknownInstance, ledger.ErrUnknownGroup}
+
+// refusals mark the errors of an operation the state of a guest, host or
+// group refused; like badInput's, their words end a message only to be
+// matched.
+var refusals = []error{client.ErrState, client.ErrHostDown, client.ErrBusy, client.ErrGroupRule}
 
 // exitCode is the exit status of a command that ended in err: 2 for bad
 // input, 130 for an interrupt, 1 for an operation refused or failed.
 func exitCode(err error) int {
 	var invalid *numa.InvalidRequestError
+	var failed *client.OperationError
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errInterrupted):
 		return exitInterrupted
+	case errors.As(err, &failed):
+		// An operation that failed on the workers, whatever its kind.
+		return exitFailed
 	case errors.As(err, &invalid):
 		return exitUsage
 	}
@@ -84,7 +93,7 @@ var packagePrefix = regexp.MustCompile(`(^|: )(?:(?:numa: invalid request|numa|l
 // host") keeps them.
 func operatorLine(err error) string {
 	msg := strings.TrimPrefix(err.Error(), "pinflow: ")
-	for _, mark := range append([]error{errInterrupted}, badInput...) {
+	for _, mark := range append(append([]error{errInterrupted}, badInput...), refusals...) {
 		if errors.Is(err, mark) {
 			msg = strings.TrimSuffix(msg, ": "+mark.Error())
 		}
