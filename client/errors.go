@@ -252,15 +252,23 @@ func refusal(err error) error {
 	if kind == nil {
 		return errors.New(app.Message())
 	}
-	return &refused{msg: app.Message(), kind: kind}
+	return &refused{msg: app.Message(), kind: kind, err: err}
 }
 
-// refused is an error of one line that matches kind.
+// refused is an error of one line that matches kind, and err below it.
 type refused struct {
-	msg  string
-	kind error
+	msg       string
+	kind, err error
 }
 
 func (e *refused) Error() string { return e.msg }
 
-func (e *refused) Unwrap() error { return e.kind }
+func (e *refused) Unwrap() []error { return []error{e.kind, e.err} }
+
+// invalid marks err, a refusal of the request's values, ErrInvalid.
+func invalid(err error) error {
+	if errors.Is(err, ErrInvalid) {
+		return err
+	}
+	return &refused{msg: err.Error(), kind: ErrInvalid, err: err}
+}

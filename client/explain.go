@@ -51,7 +51,7 @@ func (c *Client) Explain(ctx context.Context, r ExplainRequest) (*placement.Expl
 	}
 	req, err := flavor.Request()
 	if err != nil {
-		return nil, fmt.Errorf("explain %s: %w: %w", name, err, ErrInvalid)
+		return nil, fmt.Errorf("explain %s: %w", name, invalid(err))
 	}
 	if r.Host != "" {
 		if _, err := c.HostStatus(ctx, r.Host); err != nil {

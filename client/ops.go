@@ -45,7 +45,7 @@ func (c *Client) Boot(ctx context.Context, r BootRequest) (*Operation, error) {
 		return nil, fmt.Errorf("boot %s: %w", r.Name, err)
 	}
 	if _, err := r.Flavor.Request(); err != nil {
-		return nil, fmt.Errorf("boot %s: %w", r.Name, err)
+		return nil, fmt.Errorf("boot %s: %w", r.Name, invalid(err))
 	}
 	if err := c.checkPhysnets(ctx, r.Flavor.Ports); err != nil {
 		return nil, fmt.Errorf("boot %s: %w", r.Name, err)
@@ -203,7 +203,7 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 		}
 	}
 	if _, err := flavor.Request(); err != nil {
-		return nil, fmt.Errorf("resize %s: %w", inst.UUID, err)
+		return nil, fmt.Errorf("resize %s: %w", inst.UUID, invalid(err))
 	}
 	if r.Host != "" {
 		if err := c.checkTarget(ctx, r.Host); err != nil {
