@@ -19,11 +19,8 @@
 package client
 
 import (
-	"context"
-
 	tclient "go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -37,7 +34,7 @@ type Client struct {
 	// Notify, when set, receives notes that do not stop a request, such
 	// as a disabled host taking a guest because it was named.
 	Notify func(note string)
-	// closers are the connections Dial opened.
+	// closers close the connections its maker handed it (CloseWith).
 	closers []func()
 	// aliases resolve the flavors' pci_passthrough:alias.
 	aliases numa.PCIAliases
@@ -49,33 +46,12 @@ func New(led *ledger.Ledger, temporal tclient.Client, taskQueue string) *Client 
 	return &Client{led: led, temporal: temporal, taskQueue: taskQueue}
 }
 
-// Dial opens the ledger and Temporal that cfg names and binds the ledger
-// to the namespace: a ledger that serves another namespace, or the same
-// name on another cluster, is refused before anything starts. extra
-// options go to the Temporal client.
-func Dial(ctx context.Context, cfg *config.Config, extra ...func(*tclient.Options)) (*Client, error) {
-	led, rdb, err := cfg.Redis(ctx)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := cfg.Dial(ctx, nil, extra...)
-	if err != nil {
-		_ = rdb.Close()
-		return nil, err
-	}
-	if err := cfg.BindCluster(ctx, led, tc); err != nil {
-		tc.Close()
-		_ = rdb.Close()
-		return nil, err
-	}
-	c := New(led, tc, cfg.TaskQueue)
-	c.closers = []func(){tc.Close, func() { _ = rdb.Close() }}
-	// Load refused aliases that do not parse.
-	c.aliases, _ = cfg.PCIAliases()
-	return c, nil
-}
+// CloseWith hands c the closing of connections opened for it alone
+// (config.Config.Client does): Close calls each f.
+func (c *Client) CloseWith(f ...func()) { c.closers = append(c.closers, f...) }
 
-// Close closes the connections Dial opened; those given to New stay open.
+// Close closes the connections handed over with CloseWith; those given
+// to New stay open.
 func (c *Client) Close() {
 	for _, f := range c.closers {
 		f()

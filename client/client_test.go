@@ -11,7 +11,6 @@ import (
 
 	"go.temporal.io/api/operatorservice/v1"
 
-	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
@@ -41,7 +40,8 @@ func TestExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	// Generous: the worker is built with -race first.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	led, rdb, err := cfg.Redis(ctx)
 	if err != nil {
@@ -66,7 +66,7 @@ func TestExample(t *testing.T) {
 	}
 	// Before any worker has registered pinflow's search attributes, which
 	// every start carries, a start says what to do.
-	c, err := client.Dial(ctx, cfg)
+	c, err := cfg.Client(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

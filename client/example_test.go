@@ -16,7 +16,7 @@ import (
 // guest, live-migrates it to a host pinflow chooses, and says where the
 // guest runs.
 func bootAndMigrate(ctx context.Context, cfg *config.Config, out io.Writer) error {
-	c, err := client.Dial(ctx, cfg)
+	c, err := cfg.Client(ctx)
 	if err != nil {
 		return err
 	}
@@ -50,3 +50,4 @@ func Example() {
 		log.Fatal(err)
 	}
 }
+
