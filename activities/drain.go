@@ -52,7 +52,7 @@ func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Pl
 			if err != nil {
 				return drain.Plan{}, classify(err)
 			}
-			if fixed := InfoOf(inst).fixedDevices(); in.Policy == drainLive && len(fixed) > 0 {
+			if fixed := InfoOf(inst).Facts().FixedDevices(); in.Policy == drainLive && len(fixed) > 0 {
 				notLive = append(notLive, drain.Unplaceable{UUID: inst.UUID, Name: inst.Name,
 					Reason: fmt.Sprintf("it passes through %s, which cannot be unplugged; --policy live-then-cold moves it cold", strings.Join(fixed, " and "))})
 				continue

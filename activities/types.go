@@ -1,8 +1,7 @@
 package activities
 
 import (
-	"fmt"
-	"strings"
+	"errors"
 
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
@@ -31,107 +30,47 @@ type InstanceInfo struct {
 	Resizing bool `json:"resizing,omitempty"`
 }
 
-// CanLiveMigrate says why the instance cannot be live-migrated, or nil.
-func (i InstanceInfo) CanLiveMigrate() error {
-	if err := i.Running(); err != nil {
-		return err
-	}
-	return i.Unpluggable()
+// Facts are what the guest's rules (guest.Facts) read of the instance.
+func (i InstanceInfo) Facts() guest.Facts {
+	return guest.Facts{UUID: i.UUID, Host: i.Host, VMState: i.VMState, TaskState: i.TaskState, Flavor: i.Flavor,
+		Placement: i.Placement, ClaimID: i.ClaimID, Resizing: i.Resizing}
 }
+
+// CanLiveMigrate says why the instance cannot be live-migrated, or nil.
+func (i InstanceInfo) CanLiveMigrate() error { return ruled(i.Facts().CanLiveMigrate()) }
 
 // Running says why the instance is not active on a host, as a live
 // migration needs, or nil.
-func (i InstanceInfo) Running() error {
-	if i.VMState != guest.VMActive || i.Host == "" {
-		return BadState(fmt.Sprintf("instance %s is %s; only an active instance on a host can be live-migrated", i.UUID, i.VMState))
-	}
-	return i.notResizing()
-}
-
-// notResizing refuses a guest whose record keeps a resize that has not
-// ended: its domain may be the new flavor's while its record names the
-// old, and a move would act on the one with the other's placement.
-func (i InstanceInfo) notResizing() error {
-	if i.Resizing {
-		return BadState(fmt.Sprintf("instance %s has a resize that has not ended (task state %q); confirm or revert it, or, if it was interrupted, let the audit settle it", i.UUID, i.TaskState))
-	}
-	return nil
-}
+func (i InstanceInfo) Running() error { return ruled(i.Facts().Running()) }
 
 // Unpluggable says why the instance's PCI devices cannot be unplugged
-// for a live migration, or nil. QEMU cannot migrate a passed-through
-// device, so a live migration unplugs the guest's devices before its copy
-// and plugs the destination's in after it, as Nova does for SR-IOV and
-// vDPA ports: a port's interface, which the guest's network stack lets go
-// and takes back (direct, direct-physical, macvtap, vdpa,
-// virtio-forwarder). A PCI alias's device (a GPU, an accelerator) and a
-// remote-managed port's VF are the guest's for good: such a guest is
-// refused, and cold-migrates instead.
-func (i InstanceInfo) Unpluggable() error {
-	fixed := i.fixedDevices()
-	if len(fixed) == 0 {
-		return nil
-	}
-	return BadRequest(fmt.Sprintf("instance %s passes through %s, which cannot be unplugged for a live migration (only the interfaces of ports other than remote-managed can); cold-migrate it (migrate --cold), or let the migration fall back to a cold one (migrate --cold-fallback)",
-		i.UUID, strings.Join(fixed, " and ")))
-}
-
-// fixedDevices names the devices of the instance that a live migration
-// cannot unplug.
-func (i InstanceInfo) fixedDevices() []string {
-	if i.Placement == nil || len(i.Placement.Devices) == 0 {
-		return nil
-	}
-	var fixed []string
-	for _, r := range i.Flavor.PCIRequests {
-		fixed = append(fixed, "the device of PCI alias "+r.Alias)
-	}
-	for _, p := range i.Flavor.Ports {
-		if p.VNICType == "" || p.VNICType == numa.VNICNormal {
-			continue // a virtual NIC, no device
-		}
-		if p.VNICType == numa.VNICRemoteManaged {
-			fixed = append(fixed, fmt.Sprintf("the %s port %s", p.VNICType, p.Name))
-		}
-	}
-	return fixed
-}
+// for a live migration (guest.Facts.Unpluggable), or nil.
+func (i InstanceInfo) Unpluggable() error { return ruled(i.Facts().Unpluggable()) }
 
 // CanShelve says why the instance cannot be shelved and offloaded, or nil.
-func (i InstanceInfo) CanShelve() error {
-	if (i.VMState != guest.VMActive && i.VMState != guest.VMStopped) || i.Host == "" {
-		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be shelved", i.UUID, i.VMState))
-	}
-	return i.notResizing()
-}
+func (i InstanceInfo) CanShelve() error { return ruled(i.Facts().CanShelve()) }
 
 // CanUnshelve says why the instance cannot be unshelved, or nil.
-func (i InstanceInfo) CanUnshelve() error {
-	if i.VMState != guest.VMShelvedOffloaded {
-		return BadState(fmt.Sprintf("instance %s is %s; only a shelved_offloaded instance can be unshelved", i.UUID, i.VMState))
-	}
-	return nil
-}
+func (i InstanceInfo) CanUnshelve() error { return ruled(i.Facts().CanUnshelve()) }
 
 // CanResize says why the instance cannot be resized or cold-migrated, or
 // nil.
-func (i InstanceInfo) CanResize() error {
-	if (i.VMState != guest.VMActive && i.VMState != guest.VMStopped) || i.Host == "" {
-		return BadState(fmt.Sprintf("instance %s is %s; only an active or stopped instance on a host can be resized or cold-migrated", i.UUID, i.VMState))
-	}
-	return i.notResizing()
-}
+func (i InstanceInfo) CanResize() error { return ruled(i.Facts().CanResize()) }
 
 // CanEvacuate says why the instance cannot be evacuated, or nil; its
 // host's state is the workflow's to check.
-func (i InstanceInfo) CanEvacuate() error {
-	if i.Host == "" || i.ClaimID == "" {
-		return BadState(fmt.Sprintf("instance %s is %s on no host; only a guest of a host can be evacuated", i.UUID, i.VMState))
+func (i InstanceInfo) CanEvacuate() error { return ruled(i.Facts().CanEvacuate()) }
+
+// ruled is a refusal of the guest's rules as the workflows' error: a
+// state that forbids it now, or devices that always will.
+func ruled(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, guest.ErrFixedDevices):
+		return BadRequest(err.Error())
 	}
-	if i.VMState == guest.VMResized {
-		return BadState(fmt.Sprintf("instance %s is in VERIFY_RESIZE; confirm or revert its resize first", i.UUID))
-	}
-	return nil
+	return BadState(err.Error())
 }
 
 // Owner names the workflow run that owns a claim.

@@ -6,6 +6,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/workflows"
@@ -241,9 +242,16 @@ func notWaited(op workflows.Operation, subject, workflowID string, err error) er
 	return fmt.Errorf("%s %s: not waited out; it goes on as workflow %s: %w", op, subject, workflowID, err)
 }
 
-// refusal turns a check's application error (activities.InfoOf) into the
-// client's: the same message, matching ErrState or ErrInvalid.
+// refusal turns a refusal of the guest's rules (guest.Facts) or a
+// workflow's application error into the client's: the same message,
+// matching ErrState, ErrInvalid or the kind of its type.
 func refusal(err error) error {
+	switch {
+	case errors.Is(err, guest.ErrState):
+		return &refused{msg: err.Error(), kind: ErrState, err: err}
+	case errors.Is(err, guest.ErrFixedDevices):
+		return &refused{msg: err.Error(), kind: ErrInvalid, err: err}
+	}
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) {
 		return err

@@ -15,7 +15,6 @@ import (
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -101,7 +100,7 @@ func (c *Client) Migrate(ctx context.Context, ref string, r MigrateRequest) (*Op
 	if err := checkWindow(r.ConfirmWindow); err != nil {
 		return nil, err
 	}
-	info := activities.InfoOf(inst)
+	info := inst.Facts()
 	check := info.CanLiveMigrate
 	switch {
 	case r.Cold:
@@ -182,7 +181,7 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 	if err != nil {
 		return nil, err
 	}
-	if err := activities.InfoOf(inst).CanResize(); err != nil {
+	if err := inst.Facts().CanResize(); err != nil {
 		return nil, refusal(err)
 	}
 	if err := checkWindow(r.ConfirmWindow); err != nil {
@@ -259,7 +258,7 @@ func (c *Client) Shelve(ctx context.Context, ref string) (*Operation, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := activities.InfoOf(inst).CanShelve(); err != nil {
+	if err := inst.Facts().CanShelve(); err != nil {
 		return nil, refusal(err)
 	}
 	return c.start(ctx, plan{op: workflows.OpShelveOffload, wf: workflows.ShelveOffload, uuid: inst.UUID,
@@ -274,7 +273,7 @@ func (c *Client) Unshelve(ctx context.Context, ref, host string) (*Operation, er
 	if err != nil {
 		return nil, err
 	}
-	if err := activities.InfoOf(inst).CanUnshelve(); err != nil {
+	if err := inst.Facts().CanUnshelve(); err != nil {
 		return nil, refusal(err)
 	}
 	if host != "" {
@@ -311,7 +310,7 @@ func (c *Client) Evacuate(ctx context.Context, ref, dest string) (*Operation, er
 }
 
 func (c *Client) evacuate(ctx context.Context, inst *ledger.Instance, dest string) (*Operation, error) {
-	if err := activities.InfoOf(inst).CanEvacuate(); err != nil {
+	if err := inst.Facts().CanEvacuate(); err != nil {
 		return nil, refusal(err)
 	}
 	st, err := c.led.HostStatus(ctx, inst.Host)

@@ -76,6 +76,12 @@ type Instance struct {
 	UpdatedAt time.Time     `json:"updated_at"`
 }
 
+// Facts are what the guest's rules (guest.Facts) read of the record.
+func (i *Instance) Facts() guest.Facts {
+	return guest.Facts{UUID: i.UUID, Host: i.Host, VMState: i.VMState, TaskState: i.TaskState, Flavor: i.Request,
+		Placement: i.Placement, ClaimID: i.ClaimID, Resizing: i.Resize != nil}
+}
+
 // CreateInstance records a new instance, not on any host, in vmState
 // (usually building) with no task. creator names the operation that
 // creates it (its workflow's first run id): creating it again for the
