@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/pinflow/pinflow/drain"
@@ -30,98 +29,8 @@ const drainLive = "live"
 // disabled, down and returning hosts are no targets). Claims that are no
 // guest at rest are reported as blocking. It changes nothing.
 func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Plan, error) {
-	snap, err := a.Ledger.Snapshot(ctx, in.Host)
-	if err != nil {
-		return drain.Plan{}, classify(err)
-	}
-	var guests []drain.Guest
-	var blocked, notLive []drain.Unplaceable
-	groups := map[string]*placement.ServerGroup{}
-	for _, c := range snap.Claims {
-		inst, err := a.Ledger.Instance(ctx, c.InstanceUUID)
-		if err != nil && !errors.Is(err, ledger.ErrUnknownInstance) {
-			return drain.Plan{}, classify(err)
-		}
-		if c.State == ledger.StateCommitted && inst != nil && inst.Host == in.Host && inst.ClaimID == c.ID {
-			req, err := inst.Request.Request()
-			if err != nil {
-				blocked = append(blocked, drain.Unplaceable{UUID: inst.UUID, Name: inst.Name, Reason: fmt.Sprintf("its flavor makes no request: %v", err)})
-				continue
-			}
-			g, err := a.sharedGroup(ctx, groups, inst)
-			if err != nil {
-				return drain.Plan{}, classify(err)
-			}
-			if fixed := InfoOf(inst).Facts().FixedDevices(); in.Policy == drainLive && len(fixed) > 0 {
-				notLive = append(notLive, drain.Unplaceable{UUID: inst.UUID, Name: inst.Name,
-					Reason: fmt.Sprintf("it passes through %s, which cannot be unplugged; --policy live-then-cold moves it cold", strings.Join(fixed, " and "))})
-				continue
-			}
-			guests = append(guests, drain.Guest{UUID: inst.UUID, Name: inst.Name, Request: req, Group: g})
-			continue
-		}
-		b := drain.Unplaceable{UUID: c.InstanceUUID, Reason: blockReason(&c)}
-		if inst != nil {
-			b.Name = inst.Name
-		}
-		blocked = append(blocked, b)
-	}
-	targets, err := a.drainTargets(ctx, in.Host)
-	if err != nil {
-		return drain.Plan{}, err
-	}
-	plan := drain.Make(in.Host, guests, targets)
-	plan.Blocked, plan.NotLive = blocked, notLive
-	return plan, nil
-}
-
-// blockReason says why a claim on a host to drain is no guest at rest.
-func blockReason(c *ledger.Claim) string {
-	switch {
-	case c.Kind == ledger.KindQuarantine:
-		return fmt.Sprintf("quarantine %s holds pCPUs until an operator releases it", c.ID)
-	case c.State == ledger.StatePending:
-		return fmt.Sprintf("claim %s (%s) is pending: operation %s is in flight", c.ID, c.Kind, c.OwnerWorkflowID)
-	case c.State == ledger.StateHeld:
-		return fmt.Sprintf("claim %s is a resize's source hold: confirm or revert the resize", c.ID)
-	case c.State == ledger.StateTombstone:
-		return fmt.Sprintf("claim %s is a tombstone of an evacuated guest", c.ID)
-	default:
-		return fmt.Sprintf("claim %s (%s, %s) is not its instance's resident claim on this host", c.ID, c.Kind, c.State)
-	}
-}
-
-// drainTargets reads every host but source that takes new guests, in
-// pipelines: one read per host in turn made a plan over 100,000 hosts
-// wait on 100,000 round trips.
-func (a *Activities) drainTargets(ctx context.Context, source string) (map[string]*numa.Host, error) {
-	names, err := a.Ledger.Hosts(ctx)
-	if err != nil {
-		return nil, classify(err)
-	}
-	states, err := a.Ledger.HostStatuses(ctx, names)
-	if err != nil {
-		return nil, classify(err)
-	}
-	var usable []string
-	for _, n := range names {
-		if n != source && placement.Usable(states[n]) {
-			usable = append(usable, n)
-		}
-	}
-	views, err := a.Ledger.ReadHosts(ctx, usable, nil)
-	if err != nil {
-		return nil, classify(err)
-	}
-	// The views of one topology share its parts; drain.Make clones each
-	// host before it places a guest on it.
-	targets := make(map[string]*numa.Host, len(views))
-	for _, v := range views {
-		if v.Host != nil { // removed meanwhile
-			targets[v.Name] = v.Host
-		}
-	}
-	return targets, nil
+	plan, err := drain.PlanHost(ctx, a.Ledger, in.Host, in.Policy == drainLive)
+	return plan, classify(err)
 }
 
 // Reservation is capacity a drain holds for one guest on its target: the
@@ -227,9 +136,9 @@ func (a *Activities) PlanGuest(ctx context.Context, in PlanGuestInput) (drain.Pl
 	if err != nil {
 		return drain.Plan{}, classify(err)
 	}
-	targets, err := a.drainTargets(ctx, in.Host)
+	targets, err := drain.Targets(ctx, a.Ledger, in.Host)
 	if err != nil {
-		return drain.Plan{}, err
+		return drain.Plan{}, classify(err)
 	}
 	for _, h := range in.Exclude {
 		delete(targets, h)
@@ -239,23 +148,6 @@ func (a *Activities) PlanGuest(ctx context.Context, in PlanGuestInput) (drain.Pl
 		return drain.Plan{}, classify(err)
 	}
 	return drain.Make(in.Host, []drain.Guest{{UUID: inst.UUID, Name: inst.Name, Request: req, Group: g}}, targets), nil
-}
-
-// sharedGroup is serverGroup of inst, read once per group for a plan of
-// many guests: the plan counts its moves in it.
-func (a *Activities) sharedGroup(ctx context.Context, groups map[string]*placement.ServerGroup, inst *ledger.Instance) (*placement.ServerGroup, error) {
-	if inst.Group == "" {
-		return nil, nil
-	}
-	if g, ok := groups[inst.Group]; ok {
-		return g, nil
-	}
-	g, err := placement.MemberGroup(ctx, a.Ledger, inst.UUID)
-	if err != nil {
-		return nil, err
-	}
-	groups[inst.Group] = g
-	return g, nil
 }
 
 // DefaultDrainMaxMoves is the cloud's limit on drain moves running at

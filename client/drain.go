@@ -11,7 +11,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
-	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -28,7 +27,7 @@ func (c *Client) PlanDrain(ctx context.Context, host string, policy workflows.Dr
 	if _, err := c.HostStatus(ctx, host); err != nil {
 		return drain.Plan{}, err
 	}
-	return (&activities.Activities{Ledger: c.led}).PlanDrain(ctx, activities.PlanDrainInput{Host: host, Policy: string(cmp.Or(policy, workflows.DrainLive))})
+	return drain.PlanHost(ctx, c.led, host, cmp.Or(policy, workflows.DrainLive) == workflows.DrainLive)
 }
 
 // DrainRun is a run of a host's drain, to follow.
