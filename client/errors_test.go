@@ -3,11 +3,13 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
@@ -231,4 +233,17 @@ func TestErrors(t *testing.T) {
 			t.Errorf("WaitEnd after the confirm: %+v, %v; want the guest on b", out, err)
 		}
 	})
+}
+
+// TestRootMessageOfFailure: the one line of an operation's failure is its reason,
+// whether the error is the client's or Temporal's.
+func TestRootMessageOfFailure(t *testing.T) {
+	line := "prepare the destination b failed: injected fault"
+	failed := temporal.NewApplicationErrorWithOptions(line, "OperationFailed", temporal.ApplicationErrorOptions{
+		NonRetryable: true, Details: []any{workflows.Failure{Step: "prepare the destination b", Reason: "injected fault"}}})
+	for _, err := range []error{failed, fmt.Errorf("evacuate: %w", client.RunFailedForTest(failed))} {
+		if got := client.RootMessage(err); got != line {
+			t.Errorf("RootMessage(%v) = %q, want %q", err, got, line)
+		}
+	}
 }

@@ -175,7 +175,13 @@ func PinnedPCPUs(p *numa.Placement) numa.CPUSet {
 	return out
 }
 
-// RootMessage says in one line why an operation failed
-// (workflows.RootCause, the rule a drain records its guests' failures
-// with too).
-func RootMessage(err error) string { return workflows.RootCause(err) }
+// RootMessage says in one line why an operation failed: an
+// *OperationError's failure line, or workflows.RootCause of a Temporal
+// error (the rule a drain records its guests' failures with too).
+func RootMessage(err error) string {
+	var failed *OperationError
+	if errors.As(err, &failed) {
+		return failed.Failure.Line()
+	}
+	return workflows.RootCause(err)
+}

@@ -185,8 +185,8 @@ func atRisk(g *ledger.Group, guests []GroupMember, states map[string]ledger.Host
 	}
 	var out []string
 	for _, h := range slices.Sorted(maps.Keys(down)) {
-		line := fmt.Sprintf("host %s is down with members %s not evacuated: 'pinflow host evacuate %s' moves them to the group's new host",
-			h, strings.Join(down[h], ", "), h)
+		line := fmt.Sprintf("host %s is down with members %s not evacuated: evacuating the host moves them to the group's new host",
+			h, strings.Join(down[h], ", "))
 		if len(elsewhere) > 0 {
 			slices.Sort(elsewhere)
 			line += fmt.Sprintf("; if it comes back first, they run beside the members on %s", strings.Join(slices.Compact(elsewhere), ", "))
@@ -211,7 +211,7 @@ func (c *Client) GroupRulesOn(ctx context.Context, host string) ([]string, error
 			continue
 		}
 		for _, b := range v.Broken {
-			out = append(out, fmt.Sprintf("group %s: %s; migrate members until 'pinflow group show %s' says it holds", v.Name, b, v.Name))
+			out = append(out, fmt.Sprintf("group %s: %s; migrate members until the group's rule holds", v.Name, b))
 		}
 	}
 	return out, nil

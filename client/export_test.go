@@ -1,0 +1,9 @@
+package client
+
+import "github.com/pinflow/pinflow/workflows"
+
+// RunFailedForTest is the client's error of an evacuation of guest u
+// whose run ended with err.
+func RunFailedForTest(err error) error {
+	return runFailed(workflows.OpEvacuation, "u", "instance-u", "r", err)
+}
