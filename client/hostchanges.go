@@ -267,7 +267,7 @@ func (c *Client) EvacuateHost(ctx context.Context, host string) ([]HostEvacuatio
 		return nil, err
 	}
 	if st.State != ledger.HostDown {
-		return nil, fmt.Errorf("%s %s: the host is %s; pinflow evacuates only from a host fenced with 'pinflow host down %s --fence'", verb, host, st.State, host)
+		return nil, fmt.Errorf("%s %s: the host is %s; pinflow evacuates only from a host marked down (fenced): %w", verb, host, st.State, ErrState)
 	}
 	claims, err := c.led.Claims(ctx, host)
 	if err != nil {
