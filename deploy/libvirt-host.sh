@@ -94,10 +94,13 @@ start() {
 	host_uuid="${h:0:8}-${h:8:4}-${h:12:4}-${h:16:4}-${h:20:12}"
 	# Hosts on one machine would race for libvirt's default migration
 	# ports (each daemon checks a port is free, then QEMU binds it), so
-	# each takes eight of its own, picked by its directory.
+	# each takes eight of its own, picked by its directory, from 10000 to
+	# 15999: below the kernel's ephemeral ports (32768 up), which any
+	# connection may hold for a moment, and below the test servers' ports
+	# (20000 up) and the dev stacks' (16379 up).
 	local d migration_port
 	d=$(printf '%s' "$dir" | sha256sum)
-	migration_port=$((49152 + (16#${d:0:4} % 2000) * 8))
+	migration_port=$((10000 + (16#${d:0:4} % 750) * 8))
 
 	cat >"$dir/etc/libvirtd.conf" <<EOF
 # Written by pinflow's deploy/libvirt-host.sh for host $name.
