@@ -82,7 +82,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"resize decision without a resize", "no resize awaiting confirmation", []string{"resize", "confirm", vmA}},
 		{"unshelve of an active guest", "only a shelved_offloaded instance can be unshelved", []string{"unshelve", vmA}},
 		{"shelve without --offload", "add --offload", []string{"shelve", vmA}},
-		{"evacuate from a host that is up", "pinflow evacuates only from a host fenced", []string{"evacuate", vmA}},
+		{"evacuate from a host that is up", "pinflow evacuates only from a host marked down (fenced)", []string{"evacuate", vmA}},
 		{"cancel with nothing running", "no operation is running on it", []string{"cancel", vmB}},
 		{"host down without --fence", "add --fence", []string{"host", "down", "a", "--reason", "x"}},
 		{"host disable without a reason", "--reason is required", []string{"host", "disable", "a"}},

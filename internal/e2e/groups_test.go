@@ -409,7 +409,7 @@ func TestAutomaticEvacuation(t *testing.T) {
 			onA = u
 		}
 	}
-	s.refused("host evacuate b: the host is up; pinflow evacuates only from a host fenced", "host", "evacuate", "b", "--retry")
+	s.refused("host evacuate b: the host is up; pinflow evacuates only from a host marked down (fenced)", "host", "evacuate", "b", "--retry")
 	s.ok("sim", "power", "--host", "a", "--off")
 	if out := s.ok("host", "down", "a", "--fence", "--reason", "PSU failed", "--auto-evacuate"); !strings.Contains(out, "every audit evacuates its guests") {
 		t.Fatalf("host down --auto-evacuate said %q", out)

@@ -259,11 +259,11 @@ func TestMovesBadInput(t *testing.T) {
 	s.refused("no resize awaiting confirmation", "resize", "revert", vmA)
 	s.refused("no fit", "resize", vmA, "--vcpus", "64", "--wait")
 	s.refused("allowed are a positive duration", "resize", vmA, "--vcpus", "2", "--confirm-window", "-1s")
-	s.refused("only from a host fenced", "evacuate", vmA)
+	s.refused("only from a host marked down (fenced)", "evacuate", vmA)
 	s.refused("add --fence", "host", "down", "a", "--reason", "maybe")
 	s.refused("unknown host", "host", "down", "nowhere", "--fence", "--reason", "x")
 	s.refused("is up already", "host", "up", "a")
-	s.refused("only from a host fenced", "host", "evacuate", "a")
+	s.refused("only from a host marked down (fenced)", "host", "evacuate", "a")
 	if after := state(); after != before {
 		t.Errorf("the refusals changed the state:\nbefore %s\nafter  %s", before, after)
 	}
@@ -280,7 +280,7 @@ func TestEvacuation(t *testing.T) {
 	s.ok("host", "add", "c", "--cells", "1", "--cores", "4", "--memory-mb", "8192")
 	vmC := s.boot("C", "a", 2) // a 2-3
 	s.ok("sim", "power", "--host", "a", "--off")
-	s.refused("only from a host fenced", "evacuate", vmA)
+	s.refused("only from a host marked down (fenced)", "evacuate", vmA)
 	s.ok("host", "down", "a", "--fence", "--reason", "power supply failed")
 	s.refused("is down", "boot", "--name", "X", "--host", "a", "--vcpus", "1", "--memory-mb", "512")
 	s.ok("host", "evacuate", "a")
