@@ -62,7 +62,7 @@ func (c *Client) Drain(ctx context.Context, in workflows.DrainInput) (*DrainRun,
 	run, err := c.startWorkflow(ctx, id, plan{op: workflows.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
 	switch {
 	case alreadyRunning(err):
-		return nil, fmt.Errorf("host drain %s: the host is being drained already (workflow %s; FollowDrain follows it): %w", host, id,
+		return nil, fmt.Errorf("host drain %s: the host is being drained already (workflow %s): %w", host, id,
 			&BusyError{Host: host, Operation: workflows.OpDrain, WorkflowID: id})
 	case err != nil:
 		return nil, fmt.Errorf("host drain %s: %w", host, err)

@@ -179,7 +179,7 @@ func (c *Client) UpHost(ctx context.Context, host string) (*HostUpRun, error) {
 	case ledger.HostUp:
 		return nil, fmt.Errorf("%s %s: the host is up already; only a host marked down comes back: %w", verb, host, ErrState)
 	case ledger.HostDisabled:
-		return nil, fmt.Errorf("%s %s: the host is disabled, not down; EnableHost lets pinflow choose it again: %w", verb, host, ErrState)
+		return nil, fmt.Errorf("%s %s: the host is disabled, not down; enable it to let pinflow choose it again: %w", verb, host, ErrState)
 	}
 	run, err := c.startHostChange(ctx, verb, plan{op: workflows.OpHostUp, wf: workflows.HostUp, input: workflows.HostUpInput{Host: host},
 		summary: "bring host " + host + " back", source: host})

@@ -90,7 +90,7 @@ func TestHostChangesRefused(t *testing.T) {
 			`unknown host "nowhere"`, client.ErrUnknownHost},
 		{"up: up host", func() error { _, err := c.UpHost(ctx, "a"); return err }, "host up a: the host is up already", client.ErrState},
 		{"up: disabled host", func() error { _, err := c.UpHost(ctx, "c"); return err },
-			"the host is disabled, not down; EnableHost lets pinflow choose it again", client.ErrState},
+			"the host is disabled, not down; enable it to let pinflow choose it again", client.ErrState},
 		{"remove: unknown host", func() error { _, err := c.RemoveHost(ctx, "nowhere"); return err },
 			`unknown host "nowhere"`, client.ErrUnknownHost},
 		{"evacuate: disabled host", func() error { _, err := c.EvacuateHost(ctx, "c"); return err },

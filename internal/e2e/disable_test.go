@@ -115,7 +115,7 @@ func TestHostDisableBadInput(t *testing.T) {
 	s.refused("host disable takes one host NAME, got 2", "host", "disable", "a", "c", "--reason", "x")
 	s.refused("host enable b: the host is down, not disabled", "host", "enable", "b")
 	s.refused("host disable b: the host is down", "host", "disable", "b", "--reason", "x")
-	s.refused("the host is disabled, not down; 'pinflow host enable c'", "host", "up", "c")
+	s.refused("the host is disabled, not down; enable it to let pinflow choose it again", "host", "up", "c")
 	s.refused("only from a host marked down (fenced)", "host", "evacuate", "c")
 	if after := state(); after != before {
 		t.Errorf("the refusals changed the hosts:\nbefore %s\nafter  %s", before, after)

@@ -90,7 +90,7 @@ func TestAffinityHoldsAcrossAFence(t *testing.T) {
 	s.ok("evacuate", pair[0], "--wait")
 	s.ok("sim", "power", "--host", "c", "--on")
 	out = s.ok("host", "up", "c", "--wait")
-	if !strings.Contains(out, "RULE BROKEN: group pair: members are on 2 hosts") || !strings.Contains(out, "'pinflow group show pair'") {
+	if !strings.Contains(out, "RULE BROKEN: group pair: members are on 2 hosts") || !strings.Contains(out, "migrate members until the group's rule holds") {
 		t.Errorf("host up c with P2 never evacuated and P1 on another host: %s; want the broken rule named with the way to repair it", out)
 	}
 	s.noDoublePins("a", "b", "c")
