@@ -77,16 +77,7 @@ func TestExample(t *testing.T) {
 	startWorker(t)
 	// The worker registers pinflow's search attributes, which a start
 	// carries, as it starts.
-	for {
-		sa, err := tmp.Client.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: tmp.Namespace})
-		if err == nil && sa.GetCustomAttributes()[workflows.AttrInstance.GetName()] != 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the worker registered no search attributes: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitSearchAttributes(t, ctx, tmp)
 
 	var out bytes.Buffer
 	if err := bootAndMigrate(ctx, cfg, &out); err != nil {
@@ -95,6 +86,22 @@ func TestExample(t *testing.T) {
 	got := out.String()
 	if got != "web-1 booted on a, now runs on b pinned to 2 pCPUs\n" && got != "web-1 booted on b, now runs on a pinned to 2 pCPUs\n" {
 		t.Errorf("the example printed %q, want web-1 moved between a and b with its 2 pCPUs", got)
+	}
+}
+
+// waitSearchAttributes waits until a worker has registered pinflow's
+// search attributes, which every start carries, or ctx ends.
+func waitSearchAttributes(t *testing.T, ctx context.Context, tmp *testenv.Temporal) {
+	t.Helper()
+	for {
+		sa, err := tmp.Client.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: tmp.Namespace})
+		if err == nil && sa.GetCustomAttributes()[workflows.AttrInstance.GetName()] != 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the worker registered no search attributes: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/client"
@@ -68,16 +67,7 @@ func startStack(t *testing.T, ctx context.Context, hosts ...string) *stack {
 		}
 	}
 	startWorker(t)
-	for {
-		sa, err := tmp.Client.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: tmp.Namespace})
-		if err == nil && sa.GetCustomAttributes()[workflows.AttrInstance.GetName()] != 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("the worker registered no search attributes: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitSearchAttributes(t, ctx, tmp)
 	return &stack{cfg: cfg, led: led}
 }
 
