@@ -48,9 +48,12 @@ sock=$dir/sock/libvirt-sock
 uri="qemu+unix:///system?socket=$sock"
 pidfile=$dir/libvirtd.pid
 
-# alive PID: whether the process exists and is not a zombie.
+# alive PID: whether the process exists and is not a zombie. Its status
+# is read once: a process reaped between two reads is gone, not alive.
 alive() {
-	[ -e "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null
+	local state
+	state=$(grep '^State:' "/proc/$1/status" 2>/dev/null) || return 1
+	[[ $state != *Z* ]]
 }
 
 # qemu_pids: the live guests this host started, from libvirt's pid files.
