@@ -79,10 +79,19 @@ func (r MigrateRequest) CheckFence(ctx context.Context, point string) error {
 	if r.Fence == nil {
 		return nil
 	}
-	if err := r.Fence(ctx); err != nil {
+	if err := r.Fence(context.WithValue(ctx, fencePointKey{}, point)); err != nil {
 		return fmt.Errorf("%w (checked %s): %w", ErrFenced, point, err)
 	}
 	return nil
+}
+
+type fencePointKey struct{}
+
+// FencePoint is where in a migration CheckFence asks its fence, from the
+// context the fence gets ("before the switch to post-copy"), or "".
+func FencePoint(ctx context.Context) string {
+	p, _ := ctx.Value(fencePointKey{}).(string)
+	return p
 }
 
 // ErrFenced: the step's fence did not let it act, because the operation
