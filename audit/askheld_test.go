@@ -66,3 +66,28 @@ func TestAskHeld(t *testing.T) {
 		})
 	}
 }
+
+// TestAskHeldLeavesTimeToQuarantine: an operation that never answers is
+// asked only while the caller's deadline leaves time for the quarantine
+// that follows, so a recovery run in a short activity does not lose its
+// whole time to asking.
+func TestAskHeldLeavesTimeToQuarantine(t *testing.T) {
+	late := serviceerror.NewDeadlineExceeded("query timed out")
+	errs := make([]error, 1000)
+	for i := range errs {
+		errs[i] = late
+	}
+	o := scriptedOwner{state: OwnerRunning, errs: errs}
+	a := &Auditor{Owners: &o, Holders: &o}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if held, ok := a.askHeld(ctx, "instance-x"); ok {
+		t.Fatalf("askHeld = %v, true from an operation that never answered", held)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("askHeld used up the caller's deadline (%v); the quarantine has no time left", ctx.Err())
+	}
+	if o.asked < 2 {
+		t.Errorf("askHeld asked %d times within its time; want it to ask again", o.asked)
+	}
+}

@@ -254,9 +254,16 @@ const heldPatience = 2 * time.Minute
 
 // askHeld asks the open operation wid which claims it made, again and
 // again while it stays open and its answer is late, for up to
-// heldPatience. It says whether the operation answered.
+// heldPatience, and stops with a quarter of ctx's time left so that the
+// quarantine that follows an unanswered question still has time to be
+// made. It says whether the operation answered.
 func (a *Auditor) askHeld(ctx context.Context, wid string) ([]HeldClaim, bool) {
 	deadline := time.Now().Add(heldPatience)
+	if d, ok := ctx.Deadline(); ok {
+		if stop := d.Add(-time.Until(d) / 4); stop.Before(deadline) {
+			deadline = stop
+		}
+	}
 	pause := 250 * time.Millisecond
 	for {
 		st, err := a.Owners.OwnerStatus(ctx, wid)
