@@ -140,7 +140,7 @@ func writeGroup(stdout io.Writer, g *client.GroupView, asJSON bool) error {
 		fmt.Fprintf(stdout, "  at risk: %s\n", r)
 	}
 	if g.MaxUnavailable > 0 {
-		fmt.Fprintf(stdout, "moving: %d of %d (%s)\n", len(g.Moving), g.MaxUnavailable, orDash(strings.Join(g.Moving, ", ")))
+		fmt.Fprintf(stdout, "moving: %d of %d (%s)\n", len(g.Moving), g.MaxUnavailable, orDash(strings.Join(memberNames(g, g.Moving), ", ")))
 	}
 	for _, b := range g.Broken {
 		fmt.Fprintf(stdout, "  %s\n", b)
@@ -155,6 +155,20 @@ func writeGroup(stdout io.Writer, g *client.GroupView, asJSON bool) error {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", m.UUID, orDash(m.Name), orDash(m.Host), m.VMState)
 	}
 	return w.Flush()
+}
+
+// memberNames names the members uuids lists, by name where they have one.
+func memberNames(g *client.GroupView, uuids []string) []string {
+	names := make([]string, len(uuids))
+	for i, u := range uuids {
+		names[i] = u
+		for _, m := range g.Guests {
+			if m.UUID == u && m.Name != "" {
+				names[i] = m.Name
+			}
+		}
+	}
+	return names
 }
 
 func groupDeleteCommand() *cobra.Command {
