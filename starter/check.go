@@ -119,8 +119,8 @@ func check(asJSON *bool, ledgerOnly bool, stdout io.Writer) error {
 				return err
 			}
 		} else {
-			fmt.Fprintf(stdout, "%d hosts, %d claims (%d pending: operations in flight; %d quarantined; %d source holds; %d tombstones), %d placed instances\n",
-				r.Hosts, r.Claims, r.Pending, r.Quarantined, r.Held, r.Tombstone, r.Instances)
+			fmt.Fprintf(stdout, "%s, %s (%d pending: operations in flight; %d quarantined; %d source holds; %d tombstones), %s\n",
+				count(r.Hosts, "host", "hosts"), count(r.Claims, "claim", "claims"), r.Pending, r.Quarantined, r.Held, r.Tombstone, count(r.Instances, "placed instance", "placed instances"))
 			for _, p := range r.Problems {
 				fmt.Fprintln(stdout, "  PROBLEM: "+p)
 			}

@@ -178,7 +178,7 @@ func TestCheckReadsTheHypervisors(t *testing.T) {
 	if err := dispatch([]string{"check", "--ledger-only"}, &out); err != nil {
 		t.Fatalf("check --ledger-only = %v, want no problem in the ledger:\n%s", err, out.String())
 	}
-	for _, want := range []string{"1 hosts, 2 claims (1 pending: operations in flight; 1 quarantined; 0 source holds; 0 tombstones)", "(the hypervisors were not read)"} {
+	for _, want := range []string{"1 host, 2 claims (1 pending: operations in flight; 1 quarantined; 0 source holds; 0 tombstones)", "(the hypervisors were not read)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("check --ledger-only printed\n%s\nwant it to say %q", out.String(), want)
 		}

@@ -61,8 +61,8 @@ func hostPlanDrain(host string, policy workflows.DrainPolicy, asJSON *bool, stdo
 			renderPlan(stdout, &plan)
 		}
 		if !plan.Complete() {
-			return fmt.Errorf("host plan-drain %s: %w: %d guests fit nowhere, %d cannot move live, %d claims block it",
-				host, errIncomplete, len(plan.Unplaceable), len(plan.NotLive), len(plan.Blocked))
+			return fmt.Errorf("host plan-drain %s: %w: %d fitting nowhere, %d not movable live, %s blocking it",
+				host, errIncomplete, len(plan.Unplaceable), len(plan.NotLive), count(len(plan.Blocked), "claim", "claims"))
 		}
 		return nil
 	})
@@ -70,8 +70,8 @@ func hostPlanDrain(host string, policy workflows.DrainPolicy, asJSON *bool, stdo
 
 // renderPlan prints a drain plan for people.
 func renderPlan(w io.Writer, p *drain.Plan) {
-	fmt.Fprintf(w, "drain of %s: %d guests move, %d fit nowhere, %d cannot move live, %d claims block it\n",
-		p.Source, len(p.Moves), len(p.Unplaceable), len(p.NotLive), len(p.Blocked))
+	fmt.Fprintf(w, "drain of %s: %s to move, %d fitting nowhere, %d not movable live, %s blocking it\n",
+		p.Source, count(len(p.Moves), "guest", "guests"), len(p.Unplaceable), len(p.NotLive), count(len(p.Blocked), "claim", "claims"))
 	for _, m := range p.Moves {
 		fmt.Fprintf(w, "  %s (%s) -> %s: %s\n", m.UUID, m.Name, m.Target, m.Placement.String())
 	}
@@ -179,10 +179,11 @@ func followDrain(a *app, stdout io.Writer, asJSON bool, run *client.DrainRun) er
 		for i := range res.Guests {
 			fmt.Fprintln(stdout, guestLine(host, &res.Guests[i]))
 		}
-		fmt.Fprintf(stdout, "drain of %s: %d guests moved, %d left; the host stays disabled until 'pinflow host enable %s'\n", host, res.Moved, res.Failed, host)
+		fmt.Fprintf(stdout, "drain of %s: %s moved, %d left; the host stays disabled until 'pinflow host enable %s' (or 'pinflow host undrain %s', which also moves its guests back)\n",
+			host, count(res.Moved, "guest", "guests"), res.Failed, host, host)
 	}
 	if res.Failed > 0 {
-		return fmt.Errorf("host drain %s: %w: %d guests left on the host", host, errIncomplete, res.Failed)
+		return fmt.Errorf("host drain %s: %w: %s left on the host", host, errIncomplete, count(res.Failed, "guest", "guests"))
 	}
 	return nil
 }

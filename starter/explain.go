@@ -94,7 +94,7 @@ func renderExplanation(w io.Writer, ex *placement.Explanation) {
 		if len(hosts) > 8 {
 			hosts, more = hosts[:8], fmt.Sprintf(" and %d more", len(g.Hosts)-8)
 		}
-		fmt.Fprintf(w, "%s: %d hosts: %s%s\n", g.Group, len(g.Hosts), strings.Join(hosts, ", "), more)
+		fmt.Fprintf(w, "%s: %s: %s%s\n", g.Group, count(len(g.Hosts), "host", "hosts"), strings.Join(hosts, ", "), more)
 		if v := why[g.Group]; v.Why != "" {
 			fmt.Fprintf(w, "  e.g. %s: %s\n", v.Host, v.Why)
 		}

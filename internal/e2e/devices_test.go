@@ -260,7 +260,7 @@ func TestDrainPlanPolicy(t *testing.T) {
 	why := g.UUID + " (G) cannot move live: it passes through the device of PCI alias gpu, which cannot be unplugged; " +
 		"--policy live-then-cold moves it cold"
 	out, errOut, code := s.run("host", "plan-drain", "a")
-	if code != 1 || !strings.Contains(out, "0 guests move, 0 fit nowhere, 1 cannot move live") || !strings.Contains(out, why) {
+	if code != 1 || !strings.Contains(out, "0 guests to move, 0 fitting nowhere, 1 not movable live") || !strings.Contains(out, why) {
 		t.Errorf("host plan-drain a: exit %d, %q %q; want exit 1 and the guest that cannot move live: %q", code, out, errOut, why)
 	}
 	if out := s.ok("host", "plan-drain", "a", "--policy", "live-then-cold"); !strings.Contains(out, g.UUID+" (G) -> b") {

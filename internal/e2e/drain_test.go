@@ -47,7 +47,7 @@ func TestPlanDrain(t *testing.T) {
 		t.Errorf("targets of A and B = %v, want b and c", got)
 	}
 	out := s.ok("host", "plan-drain", "a")
-	if !strings.Contains(out, "2 guests move, 0 fit nowhere") {
+	if !strings.Contains(out, "2 guests to move, 0 fitting nowhere") {
 		t.Errorf("plan-drain a says:\n%s", out)
 	}
 	if after := s.ok("host", "list", "--json"); after != before {
@@ -58,7 +58,7 @@ func TestPlanDrain(t *testing.T) {
 	// reported, and the exit says the drain cannot complete.
 	s.ok("host", "disable", "c", "--reason", "maintenance")
 	stdout, stderr, code := s.run("host", "plan-drain", "a", "--json")
-	if code == 0 || !strings.Contains(stderr, "1 guests fit nowhere") {
+	if code == 0 || !strings.Contains(stderr, "1 fitting nowhere") {
 		t.Errorf("plan-drain a with c disabled: exit %d, stderr %q", code, stderr)
 	}
 	plan = drain.Plan{}
