@@ -58,7 +58,7 @@ func (c *Client) CreateGroup(ctx context.Context, g ledger.Group) error {
 		if old.MaxUnavailable > 0 {
 			rule += fmt.Sprintf(", at most %d moving at once", old.MaxUnavailable)
 		}
-		return fmt.Errorf("group create %s: group %s exists with %s; choose another name, or 'pinflow group delete %s' first", g.Name, g.Name, rule, g.Name)
+		return fmt.Errorf("group create %s: group %s exists with %s; choose another name, or delete group %s first", g.Name, g.Name, rule, g.Name)
 	case !errors.Is(err, ledger.ErrUnknownGroup):
 		return err
 	}
