@@ -53,13 +53,8 @@ func (a *applier) run(ctx context.Context, keys *hostKeys, s *script, args ...an
 // changedHost says whether a reply is of a claim made or a claim
 // released.
 func changedHost(reply []any) bool {
-	switch v := reply[0].(type) {
-	case string:
-		return v == "ok"
-	case int64:
-		return v == 1
-	}
-	return false
+	status, _ := reply[0].(string)
+	return status == "ok" || status == "released"
 }
 
 // lostRace says whether the reply is of a claim the script refused.

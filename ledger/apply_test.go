@@ -60,13 +60,13 @@ func TestClaimAndReleaseScripts(t *testing.T) {
 	}{
 		{claimScript, claim1, []string{"ok", "1", "*", "*"}},
 		{claimScript, claim1, []string{"exists", string(record)}},
-		{releaseScript, []any{"c1", "nope", ""}, []string{"2"}},
-		{releaseScript, []any{"c1", "", ""}, []string{"1", "2", pins, "*"}},
-		{releaseScript, []any{"c1", "", ""}, []string{"0"}},
+		{releaseScript, []any{"c1", "nope", ""}, []string{"token"}},
+		{releaseScript, []any{"c1", "", ""}, []string{"released", "2", pins, "*"}},
+		{releaseScript, []any{"c1", "", ""}, []string{"absent"}},
 		{claimScript, claim2, []string{"ok", "3", "*", "*"}},
 		{claimScript, claim3, []string{"taken", "3", pins, "*", cpus[0], "c2"}},
-		{releaseScript, []any{"c2", "tok-c2", "unchanged:committed"}, []string{"3"}},
-		{releaseScript, []any{"c2", "tok-c2", "pending"}, []string{"1", "4", pins, "*"}},
+		{releaseScript, []any{"c2", "tok-c2", "unchanged:committed"}, []string{"unmet"}},
+		{releaseScript, []any{"c2", "tok-c2", "pending"}, []string{"released", "4", pins, "*"}},
 		{claimScript, claim3, []string{"ok", "5", "*", "*"}},
 	} {
 		res, err := op.s.Run(ctx, rdb, l.hostKeys("h1").all(), op.args...).Slice()

@@ -265,8 +265,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 		if err != nil {
 			return nil, wrap(err)
 		}
-		status, _ := res[0].(string)
-		switch status {
+		switch res.status {
 		case "ok":
 			if c.Group != "" {
 				l.noteGroupHost(ctx, c.Group, spec.Host)
@@ -276,8 +275,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 			if rule != nil {
 				l.noteGroupHost(ctx, rule.Name, spec.Host)
 			}
-			rec, _ := res[1].(string)
-			return sameClaim(spec, rec, wrap)
+			return sameClaim(spec, res.record, wrap)
 		case "nohost":
 			l.dropCache(spec.Host, hc)
 			return nil, wrap(fmt.Errorf("%w: %q is not registered", ErrUnknownHost, spec.Host))
@@ -288,8 +286,7 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 				Members: l.groupMembersOn(ctx, spec.Host, rule.Name)})
 		case "down":
 			// An operator's statement, not a race: retrying cannot help.
-			state, _ := res[1].(string)
-			return nil, wrap(fmt.Errorf("%w: host %s is %s and takes no new claims", ErrHostDown, spec.Host, state))
+			return nil, wrap(fmt.Errorf("%w: host %s is %s and takes no new claims", ErrHostDown, spec.Host, res.hostState))
 		case "gen":
 			// The topology changed: the next attempt reads it.
 			l.dropCache(spec.Host, hc)
@@ -301,41 +298,42 @@ func (l *Ledger) Claim(ctx context.Context, spec ClaimSpec) (_ *Claim, err error
 			// anew, writes lost in a failover): either way the view the
 			// claim lost on cannot be trusted, and fitting on it again
 			// would lose the same race again. The retry reads the host.
-			trusted := false
-			if len(res) >= 4 {
-				pins, _ := res[2].(string)
-				usage, _ := res[3].(string)
-				trusted = hc.observeState(toInt(res[1]), parsePins(pins), parseCounters(usage))
-			}
-			if !trusted {
+			if !hc.observeState(res.rev, parsePins(res.pins), parseCounters(res.usage)) {
 				l.dropCache(spec.Host, hc)
 			}
 		}
-		observeLostRace(ctx, status)
-		lost = lostRaceCause(res)
+		observeLostRace(ctx, res.status)
+		lost = res.lostRace()
 	}
 	return nil, wrap(fmt.Errorf("%w: lost the race for the host's resources %d times (last: %s)", ErrConflict, l.maxAttempts, lost))
 }
 
 // applyClaim sends c, placed on hc, to the claim script and settles its
 // pending state in hc with the reply.
-func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *Claim, limit string) ([]any, error) {
+func (l *Ledger) applyClaim(ctx context.Context, k *hostKeys, hc *hostCache, c *Claim, limit string) (claimReply, error) {
 	call, err := newClaimCall(hc.topo, c, limit)
 	if err != nil {
 		hc.settle(c.ID, false, 0, pinSet{}, nil)
-		return nil, err
+		return claimReply{}, err
 	}
-	res, err := l.apply.run(ctx, k, claimScript, call.args...)
 	// A reply is never empty (the applier makes that an error).
-	if err != nil || res[0] != "ok" || len(res) != 2+len(call.fields) {
+	raw, err := l.apply.run(ctx, k, claimScript, call.args...)
+	var res claimReply
+	if err == nil {
+		res, err = decodeClaim(raw)
+	}
+	if err == nil && res.status == "ok" && len(res.values) != len(call.fields) {
+		err = fmt.Errorf("claim script replied %d counters for %d fields", len(res.values), len(call.fields))
+	}
+	if err != nil || res.status != "ok" {
 		hc.settle(c.ID, false, 0, pinSet{}, nil)
 		return res, err
 	}
 	counters := make([]counter, len(call.fields))
 	for i, f := range call.fields {
-		counters[i] = counter{f, toInt(res[2+i])}
+		counters[i] = counter{f, res.values[i]}
 	}
-	hc.settle(c.ID, true, toInt(res[1]), pinSet{cpus: call.cpus, devs: c.Devices}, counters)
+	hc.settle(c.ID, true, res.rev, pinSet{cpus: call.cpus, devs: c.Devices}, counters)
 	return res, nil
 }
 
@@ -410,39 +408,14 @@ func newClaimCall(h *numa.Host, c *Claim, limit string) (*claimCall, error) {
 	}
 	call.cpus = pinned.List()
 
-	// The undo entry says what the claim took, "token|pins|field,n,...",
-	// the pins being its pCPUs and then its devices, so that a release
-	// reads neither the record nor any JSON.
-	e := append([]byte(nil), c.Token...)
-	e = append(e, '|')
-	for i, cpu := range call.cpus {
-		if i > 0 {
-			e = append(e, ',')
-		}
-		e = strconv.AppendInt(e, int64(cpu), 10)
-	}
-	for i, a := range c.Devices {
-		if i > 0 || len(call.cpus) > 0 {
-			e = append(e, ',')
-		}
-		e = append(e, a...)
-	}
-	e = append(e, '|')
-	for i, f := range call.fields {
-		if i > 0 {
-			e = append(e, ',')
-		}
-		e = append(e, f...)
-		e = append(e, ',')
-		e = strconv.AppendInt(e, deltas[f].n, 10)
+	undo := undoEntry{token: c.Token, pins: pinSet{cpus: call.cpus, devs: c.Devices}}
+	for _, f := range call.fields {
+		undo.counters = append(undo.counters, counter{f, deltas[f].n})
 	}
 	if c.Group != "" {
-		e = append(e, '|')
-		e = append(e, c.Group...)
-		e = append(e, '|')
-		e = append(e, c.InstanceUUID...)
+		undo.group, undo.uuid = c.Group, c.InstanceUUID
 	}
-	entry := string(e)
+	entry := undo.String()
 	record, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("encode claim record: %w", err)
@@ -479,23 +452,6 @@ func toInt(v any) int64 {
 		return i
 	}
 	return 0
-}
-
-// lostRaceCause describes why the claim script refused a claim.
-func lostRaceCause(res []any) string {
-	s := make([]string, len(res))
-	for i, v := range res {
-		s[i] = fmt.Sprint(v)
-	}
-	switch {
-	case s[0] == "taken" && len(s) == 6:
-		return fmt.Sprintf("pCPU %s was taken by claim %s", s[4], s[5])
-	case s[0] == "gen" && len(s) == 2:
-		return fmt.Sprintf("the host topology changed to generation %s", s[1])
-	case s[0] == "full" && len(s) == 8:
-		return fmt.Sprintf("%s has %s of %s in use, %s more do not fit", describeField(s[4]), s[5], s[7], s[6])
-	}
-	return fmt.Sprintf("claim script replied %q", s)
 }
 
 // describeField names a usage field for people: "cell 0 MiB" or "cell 0
@@ -688,22 +644,24 @@ func (l *Ledger) release(ctx context.Context, op, host, claimID, token, cond str
 	if err := checkClaimID(claimID); err != nil {
 		return false, wrap(err)
 	}
-	res, err := l.apply.run(ctx, l.hostKeys(host), releaseScript, claimID, token, cond)
+	raw, err := l.apply.run(ctx, l.hostKeys(host), releaseScript, claimID, token, cond)
 	if err != nil {
 		return false, wrap(err)
 	}
-	freed := toInt(res[0]) == 1
+	res, err := decodeRelease(raw)
+	if err != nil {
+		return false, wrap(err)
+	}
+	freed := res.status == "released"
 	observeRelease(ctx, op, freed)
-	if toInt(res[0]) == 4 {
+	if res.status == "no-undo" {
 		return false, wrap(fmt.Errorf("%w: the claim's record has no undo entry, so what it took is unknown (a damaged ledger, which Verify reports); nothing was released", ErrConflict))
 	}
 	if !freed {
 		return false, nil
 	}
-	if hc := l.cachedHost(host); hc != nil && len(res) == 4 {
-		pins, _ := res[2].(string)
-		counters, _ := res[3].(string)
-		hc.observe(toInt(res[1]), parsePins(pins), parseCounterList(counters))
+	if hc := l.cachedHost(host); hc != nil {
+		hc.observe(res.rev, parsePins(res.freed), parseCounterList(res.counters))
 	}
 	return true, nil
 }

@@ -11,7 +11,7 @@
 //	<prefix>:host:{h}:pins    hash: pCPU -> claim id, the single owner of each pCPU
 //	<prefix>:host:{h}:claims  hash: claim id -> claim record (JSON)
 //	<prefix>:host:{h}:usage   hash: <cell>:mem, <cell>:shared, <cell>:pages:<KiB>, host:mem, host:vcpus -> count in use
-//	<prefix>:host:{h}:undo    hash: claim id -> what it took, token|pCPUs|field,n,...
+//	<prefix>:host:{h}:undo    hash: claim id -> what it took (undoEntry), token|pins|field,n,...[|group|uuid]
 //	<prefix>:host:{h}:lease   hash: claim id -> token|end of its fence lease (ms, server clock)
 //	<prefix>:host:{h}:state   hash: state (down, returning, disabled; none: up), reason, token, since, evacuate (on: a down host the audit evacuates)
 //	<prefix>:host:{h}:groups  hash: group -> members with claims here, group|uuid -> that member's claims here

@@ -162,31 +162,30 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 		digest = cached.digest
 	}
 	k := l.hostKeys(name)
-	res, err := readScript.Run(ctx, l.rdb, k.all(), digest, claimID).Slice()
+	raw, err := readScript.Run(ctx, l.rdb, k.all(), digest, claimID).Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(res) == 0 {
+	res, known, err := decodeRead(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !known {
 		l.dropCache(name, cached)
 		return nil, fmt.Errorf("%w: %q is not registered", ErrUnknownHost, name)
 	}
-	if len(res) != 7 {
-		return nil, fmt.Errorf("read script returned %d values, want 7", len(res))
-	}
 	st := &hostState{}
-	genStr, _ := res[0].(string)
-	if st.gen, err = strconv.ParseInt(genStr, 10, 64); err != nil {
-		return nil, fmt.Errorf("stored generation %q is not a number", genStr)
+	if st.gen, err = strconv.ParseInt(res.gen, 10, 64); err != nil {
+		return nil, fmt.Errorf("stored generation %q is not a number", res.gen)
 	}
-	gotDigest, _ := res[1].(string)
-	revStr, _ := res[3].(string)
-	rev, err := strconv.ParseInt(revStr, 10, 64)
+	gotDigest := res.digest
+	rev, err := strconv.ParseInt(res.rev, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("stored revision %q is not a number", revStr)
+		return nil, fmt.Errorf("stored revision %q is not a number", res.rev)
 	}
 	hc := cached
-	if data, ok := res[2].(string); ok {
-		topo, err := decodeTopology(data)
+	if res.hasTopology {
+		topo, err := decodeTopology(res.topology)
 		if err != nil {
 			return nil, err
 		}
@@ -198,9 +197,7 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 		// generation moved on, and the cache with it.
 		hc = newHostCache(st.gen, gotDigest, cached.topo)
 	}
-	pinsStr, _ := res[4].(string)
-	usageStr, _ := res[5].(string)
-	pinned, usage := parsePins(pinsStr), parseCounters(usageStr)
+	pinned, usage := parsePins(res.pins), parseCounters(res.usage)
 	if !hc.observeState(rev, pinned, usage) {
 		// Older than what the cache saw: the host's keys were made anew.
 		hc = newHostCache(st.gen, gotDigest, hc.topo)
@@ -210,7 +207,7 @@ func (l *Ledger) readState(ctx context.Context, name, claimID string) (*hostStat
 		l.hosts.Store(name, hc)
 	}
 	st.host = compose(hc.topo, pinned, usage)
-	st.existing, _ = res[6].(string)
+	st.existing = res.existing
 	st.cache = hc
 	return st, nil
 }

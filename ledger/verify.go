@@ -212,21 +212,22 @@ func groupCounters(claims []Claim) map[string]int64 {
 	return out
 }
 
-// checkUndo compares an undo entry, "token|pins|field,n,...", followed by
-// "|group|uuid" for a member of a server group, with what its claim says
+// checkUndo compares an undo entry (undoEntry) with what its claim says
 // it took: a release frees what the entry says.
 func checkUndo(c *Claim, entry string) error {
-	parts := strings.Split(entry, "|")
+	u, err := parseUndo(entry)
 	switch {
-	case c.Group == "" && len(parts) != 3:
-		return fmt.Errorf("undo entry %q is not token|pins|counters", entry)
-	case c.Group != "" && len(parts) != 5:
+	case err != nil:
+		return err
+	case c.Group == "" && u.group != "":
+		return fmt.Errorf("undo entry %q counts a member of group %s, the record names no group", entry, u.group)
+	case c.Group != "" && u.group == "":
 		return fmt.Errorf("undo entry %q is not token|pins|counters|group|uuid", entry)
-	case c.Group != "" && (parts[3] != c.Group || parts[4] != c.InstanceUUID):
-		return fmt.Errorf("undo entry counts member %s of group %s, the record %s of %s", parts[4], parts[3], c.InstanceUUID, c.Group)
+	case c.Group != "" && (u.group != c.Group || u.uuid != c.InstanceUUID):
+		return fmt.Errorf("undo entry counts member %s of group %s, the record %s of %s", u.uuid, u.group, c.InstanceUUID, c.Group)
 	}
-	if parts[0] != c.Token {
-		return fmt.Errorf("undo entry has token %q, the record %q", parts[0], c.Token)
+	if u.token != c.Token {
+		return fmt.Errorf("undo entry has token %q, the record %q", u.token, c.Token)
 	}
 	var cpus numa.CPUSet
 	want := map[string]int64{}
@@ -248,14 +249,18 @@ func checkUndo(c *Claim, entry string) error {
 	if c.HostUsage.VCPUs != 0 {
 		want[hostVCPUsField] = int64(c.HostUsage.VCPUs)
 	}
-	pins := parsePins(parts[1])
+	pins := u.pins
 	if got := numa.NewCPUSet(pins.cpus...); !got.Equal(cpus) {
 		return fmt.Errorf("undo entry frees pCPUs %s, the record pins %s", got, cpus)
 	}
 	if got := slices.Sorted(slices.Values(pins.devs)); !slices.Equal(got, c.Devices) {
 		return fmt.Errorf("undo entry frees PCI devices [%s], the record holds [%s]", strings.Join(got, " "), strings.Join(c.Devices, " "))
 	}
-	if got := parseCounters(parts[2]); !maps.Equal(got, want) {
+	got := map[string]int64{}
+	for _, n := range u.counters {
+		got[n.field] = n.val
+	}
+	if !maps.Equal(got, want) {
 		return fmt.Errorf("undo entry gives back %v, the record took %v", got, want)
 	}
 	return nil

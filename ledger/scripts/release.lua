@@ -9,12 +9,13 @@
 --   in STATE whose fence lease has run out (the audit decided on the claim
 --   as it was, and a fenced hypervisor step may be acting for it right
 --   now)
--- Returns {1, rev, freed pins, changed counters} (comma-joined, the
---   counters as field,value pairs), {0} when there is no such claim, {2}
---   when the token did not match, {3} when the condition did not hold,
---   {4} when the claim's record has no undo entry (nothing released).
+-- Returns {'released', rev, freed pins, changed counters} (comma-joined,
+--   the counters as field,value pairs), {'absent'} when there is no such
+--   claim, {'token'} when its token did not match, {'unmet'} when the
+--   condition did not hold, or {'no-undo'} when the claim's record has no
+--   undo entry (nothing released).
 --
--- A reply of 0, 2 or 3 rests on an earlier change (the release already
+-- A reply of absent, token or unmet rests on an earlier change (the release already
 -- made, the claim made again or changed) and writes the host's rev again,
 -- unchanged: the wait for durability after the script counts only the
 -- writes of its own connection, and so then covers that change, made on
@@ -22,7 +23,8 @@
 --
 -- The undo hash holds, beside each claim record, what the claim took:
 -- "token|pins|field,n,field,n", and for a member of a server group
--- "|group|uuid" after them (claim.lua counts it). A release reads that short entry instead
+-- "|group|uuid" after them (claim.lua counts it; undoEntry in undo.go
+-- states the format once). A release reads that short entry instead
 -- of the record: every string that enters Lua is hashed byte by byte, and
 -- a record is a hundred times longer.
 local topo, pinsKey, claimsKey, usageKey, undoKey, leaseKey, groupsKey = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
@@ -98,17 +100,17 @@ if not entry then
   if call('HEXISTS', claimsKey, id) == 1 then
     -- A record without its undo entry (a damaged ledger, which Verify
     -- reports): what the claim took is unknown, so nothing is freed.
-    return {4}
+    return {'no-undo'}
   end
   -- Already released, or never made: releasing is idempotent.
-  return rest({0})
+  return rest({'absent'})
 end
 local u = parse(entry) or {token = '', cpus = {}, fields = {}, counts = {}}
 if token ~= '' and u.token ~= token then
-  return rest({2})
+  return rest({'token'})
 end
 if cond ~= '' and not holds() then
-  return rest({3})
+  return rest({'unmet'})
 end
 
 -- Only unpin what this claim owns: a pin is never taken from another
@@ -150,4 +152,4 @@ if u.member then
 end
 rev = rev + 1
 call('HSET', topo, 'rev', rev)
-return {1, rev, table.concat(freed, ','), table.concat(counters, ',')}
+return {'released', rev, table.concat(freed, ','), table.concat(counters, ',')}
