@@ -152,4 +152,12 @@ type Driver interface {
 	// defined; an element whose user alias the domain has already is
 	// skipped.
 	AttachDevices(ctx context.Context, host, uuid string, elements []string) error
+	// Repin gives domain uuid the pins of def, its definition with the
+	// vCPU, emulator and I/O thread pins of a new placement on the same
+	// host, without stopping it: each thread of a running domain runs on
+	// its new pCPUs from the call on, and def becomes the domain's
+	// definition, so a restart keeps them. A change no running guest can
+	// take in place is ErrRejected before anything changes (RepinPins).
+	// Repinning to the pins the domain has succeeds.
+	Repin(ctx context.Context, host, uuid, def string) error
 }

@@ -140,6 +140,13 @@ func (g guarded) AttachDevices(ctx context.Context, host, uuid string, elements 
 	return g.d.AttachDevices(ctx, host, uuid, elements)
 }
 
+func (g guarded) Repin(ctx context.Context, host, uuid, def string) error {
+	if err := check(ctx, "re-pin", host, uuid); err != nil {
+		return err
+	}
+	return g.d.Repin(ctx, host, uuid, def)
+}
+
 // Expired is ctx's error, or context.DeadlineExceeded once ctx's
 // deadline has passed by the clock even if its timer has not fired yet:
 // a worker that resumes after a freeze runs on before its timers do, and

@@ -47,10 +47,23 @@ func withSim(f func(ctx context.Context, d *sim.Driver) error) error {
 	return f(ctx, d)
 }
 
+// simOpNames lists the simulated operations for people.
+func simOpNames() string {
+	names := make([]string, 0, len(sim.Ops()))
+	for _, op := range sim.Ops() {
+		n := string(op)
+		if op == sim.OpStart {
+			n += " (or spawn)"
+		}
+		names = append(names, n)
+	}
+	return strings.Join(names, ", ")
+}
+
 // simParseOp reads --op for command cmd.
 func simParseOp(cmd, s string) (sim.Op, error) {
 	if s == "" {
-		return "", fmt.Errorf("%s: --op is required; allowed: define, start (or spawn), shutdown, stop, undefine, prepare, migrate, detach, attach: %w", cmd, errUsage)
+		return "", fmt.Errorf("%s: --op is required; allowed: %s: %w", cmd, simOpNames(), errUsage)
 	}
 	op, err := sim.ParseOp(s)
 	if err != nil {
@@ -81,7 +94,7 @@ func simLatencyCommand() *cobra.Command {
 migrate it is the whole migration. --clear removes it, so the configured
 one (PINFLOW_SIM_LATENCY) applies.`}
 	fs := c.Flags()
-	opName := fs.String("op", "", "operation: define, start (spawn), stop, undefine, prepare, migrate, detach, attach")
+	opName := fs.String("op", "", "operation: "+simOpNames())
 	seconds := fs.Float64("seconds", 0, "latency in seconds; for migrate, the whole migration")
 	host := fs.String("host", "", "only this host (default: every host)")
 	unset := fs.Bool("clear", false, "remove the latency set here, so the configured one applies")
@@ -143,7 +156,7 @@ with probability --rate. --clear removes the fault, so the configured rate
 (PINFLOW_SIM_FAIL_RATES) applies.`}
 	fs := c.Flags()
 	host := fs.String("host", "", "the host whose operation fails (for migrate: the source; prepare: the destination)")
-	opName := fs.String("op", "", "operation: define, start (spawn), stop, undefine, prepare, migrate, detach, attach")
+	opName := fs.String("op", "", "operation: "+simOpNames())
 	times := fs.Int("times", 0, "the next N calls fail")
 	rate := fs.Float64("rate", 0, "then each call fails with this probability, 0..1")
 	unset := fs.Bool("clear", false, "remove the fault set here, so the configured rate applies")
@@ -257,7 +270,7 @@ or past it (switched).
 --wait-arrived and --wait-cancelled wait, up to 3 minutes, until that many
 calls arrived at the held gate or were cancelled there.`}
 	fs := c.Flags()
-	at := fs.String("at", "", "the gate: define, start, shutdown, stop, undefine, detach (a device unplugged), prepare, migrate, copy (a migration begun, before its copy starts), switchover (a migration's copy done, before its point of no return), switched (past it) or attach (a device plugged in)")
+	at := fs.String("at", "", "the gate: define, start, shutdown, stop, undefine, detach (a device unplugged), prepare, migrate, copy (a migration begun, before its copy starts), switchover (a migration's copy done, before its point of no return), switched (past it), attach (a device plugged in) or repin (a guest's pins changed in place)")
 	guest := fs.String("guest", "", "only the calls on this guest's domain (default: every guest's)")
 	hold := fs.Bool("hold", false, "hold the next calls at the gate, and count them afresh")
 	release := fs.Bool("release", false, "let the held calls go on, and the next ones pass")

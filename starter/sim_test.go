@@ -56,8 +56,8 @@ func TestSimCommands(t *testing.T) {
 		{[]string{"sim", "power", "--host", "h1", "--off"}, "h1 is powered off; its guests are shut off, and calls to it fail until sim power --host h1 --on\n", false},
 		{[]string{"sim", "power", "--off", "--host", "h1"}, "h1 is powered off; its guests are shut off, and calls to it fail until sim power --host h1 --on\n", false},
 
-		{[]string{"sim", "latency", "--op", "reboot", "--seconds", "1"}, `sim latency: --op operation "reboot": must be one of define, start, shutdown, stop, undefine, prepare, migrate, detach, attach (or spawn, an alias for start): usage`, true},
-		{[]string{"sim", "latency", "--seconds", "1"}, "sim latency: --op is required; allowed: define, start (or spawn), shutdown, stop, undefine, prepare, migrate, detach, attach: usage", true},
+		{[]string{"sim", "latency", "--op", "reboot", "--seconds", "1"}, `sim latency: --op operation "reboot": must be one of define, start, shutdown, stop, undefine, prepare, migrate, detach, attach, repin (or spawn, an alias for start): usage`, true},
+		{[]string{"sim", "latency", "--seconds", "1"}, "sim latency: --op is required; allowed: define, start (or spawn), shutdown, stop, undefine, prepare, migrate, detach, attach, repin: usage", true},
 		{[]string{"sim", "latency", "--op", "start"}, "sim latency: --seconds is required (or --clear): usage", true},
 		{[]string{"sim", "latency", "--op", "start", "--seconds", "-1"}, "sim latency: --seconds -1: must be between 0 and 86400: usage", true},
 		{[]string{"sim", "latency", "--op", "start", "--seconds", "NaN"}, "sim latency: --seconds NaN: must be between 0 and 86400: usage", true},
@@ -101,7 +101,7 @@ func TestSimCommands(t *testing.T) {
 	want := &sim.Settings{
 		Defaults: map[sim.Op]time.Duration{
 			sim.OpDefine: 0, sim.OpStart: 0, sim.OpShutdown: 0, sim.OpStop: 0, sim.OpUndefine: 0, sim.OpPrepare: 0, sim.OpMigrate: 0,
-			sim.OpDetach: 0, sim.OpAttach: 0,
+			sim.OpDetach: 0, sim.OpAttach: 0, sim.OpRepin: 0,
 		},
 		DefaultRates: map[sim.Op]float64{},
 		Latency:      map[sim.Op]time.Duration{sim.OpStart: 2500 * time.Millisecond},
@@ -133,10 +133,10 @@ func TestSimShow(t *testing.T) {
 	if err := dispatch([]string{"sim", "show"}, &out); err != nil {
 		t.Fatalf("pinflow sim show: %v", err)
 	}
-	want := `LATENCY     define  start  shutdown  stop   undefine  prepare  migrate  detach  attach
-configured  100ms   100ms  100ms     100ms  100ms     100ms    100ms    100ms   100ms
-every host  -       2s     -         -      -         -        -        -       -
-h1          -       -      -         -      -         -        12s      -       -
+	want := `LATENCY     define  start  shutdown  stop   undefine  prepare  migrate  detach  attach  repin
+configured  100ms   100ms  100ms     100ms  100ms     100ms    100ms    100ms   100ms   100ms
+every host  -       2s     -         -      -         -        -        -       -       -
+h1          -       -      -         -      -         -        12s      -       -       -
 FAULTS
   every host (configured) migrate: each call fails with probability 0.05
   h1 migrate: the next 3 calls fail
@@ -156,7 +156,7 @@ POWERED OFF none
 	}
 	wantJSON := simSettingsView{
 		Defaults: map[sim.Op]float64{"define": 0.1, "start": 0.1, "shutdown": 0.1, "stop": 0.1, "undefine": 0.1, "prepare": 0.1, "migrate": 0.1,
-			"detach": 0.1, "attach": 0.1},
+			"detach": 0.1, "attach": 0.1, "repin": 0.1},
 		DefaultRates: map[sim.Op]float64{"migrate": 0.05},
 		Latency:      map[sim.Op]float64{"start": 2},
 		Hosts: map[string]simHostSettings{"h1": {

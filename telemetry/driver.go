@@ -161,3 +161,11 @@ func (d *TracedDriver) AttachDevices(ctx context.Context, host, uuid string, ele
 	end(span, err)
 	return err
 }
+
+// Repin implements hypervisor.Driver.
+func (d *TracedDriver) Repin(ctx context.Context, host, uuid, def string) error {
+	ctx, span := d.start(ctx, "Repin", AttrHost.String(host), AttrInstance.String(uuid))
+	err := d.Next.Repin(ctx, host, uuid, def)
+	end(span, err)
+	return err
+}

@@ -29,11 +29,13 @@ const (
 	// devices, around a live migration.
 	OpDetach Op = "detach"
 	OpAttach Op = "attach"
+	// OpRepin changes a guest's pins in place.
+	OpRepin Op = "repin"
 )
 
 // Ops lists every Op in the order operators read them.
 func Ops() []Op {
-	return []Op{OpDefine, OpStart, OpShutdown, OpStop, OpUndefine, OpPrepare, OpMigrate, OpDetach, OpAttach}
+	return []Op{OpDefine, OpStart, OpShutdown, OpStop, OpUndefine, OpPrepare, OpMigrate, OpDetach, OpAttach, OpRepin}
 }
 
 // opAliases are other names operators type for an Op.

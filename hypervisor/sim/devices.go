@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -11,14 +12,14 @@ import (
 )
 
 // The simulator keeps one document per domain, so a device unplugged or
-// plugged changes the running guest and its definition at once, as
-// libvirt's live-and-config flags do.
+// plugged, or a re-pin, changes the running guest and its definition at
+// once, as libvirt's live-and-config flags do.
 
 // DetachDevices unplugs the devices of the given user aliases from the
 // domain; an alias it does not have is skipped. A domain migrating, or
 // the incoming side of a migration, is refused.
 func (d *Driver) DetachDevices(ctx context.Context, host, uuid string, aliases []string) error {
-	return d.changeDevices(ctx, host, uuid, OpDetach, func(doc string) (string, error) {
+	return d.changeDomain(ctx, host, uuid, OpDetach, "detach devices", func(doc string) (string, error) {
 		return xmlpatch.WithoutDevices(doc, aliases)
 	})
 }
@@ -27,15 +28,15 @@ func (d *Driver) DetachDevices(ctx context.Context, host, uuid string, aliases [
 // alias the domain has already is skipped. A device the host does not
 // have is rejected, as a real host fails to plug it.
 func (d *Driver) AttachDevices(ctx context.Context, host, uuid string, elements []string) error {
-	return d.changeDevices(ctx, host, uuid, OpAttach, func(doc string) (string, error) {
+	return d.changeDomain(ctx, host, uuid, OpAttach, "attach devices", func(doc string) (string, error) {
 		return xmlpatch.WithDevices(doc, elements)
 	})
 }
 
-// changeDevices rewrites domain uuid's document with change, if no other
-// call changed it meanwhile.
-func (d *Driver) changeDevices(ctx context.Context, host, uuid string, op Op, change func(string) (string, error)) error {
-	fail := func(err error) error { return fmt.Errorf("sim: %s devices of %s on %s: %w", op, uuid, host, err) }
+// changeDomain rewrites domain uuid's document with change, if no other
+// call changed it meanwhile; what names the change in errors.
+func (d *Driver) changeDomain(ctx context.Context, host, uuid string, op Op, what string, change func(string) (string, error)) error {
+	fail := func(err error) error { return fmt.Errorf("sim: %s of %s on %s: %w", what, uuid, host, err) }
 	u, err := domainUUID(uuid)
 	if err != nil {
 		return fail(err)
@@ -54,7 +55,10 @@ func (d *Driver) changeDevices(ctx context.Context, host, uuid string, op Op, ch
 		}
 		doc, err := change(dom.XML)
 		if err != nil {
-			return fail(fmt.Errorf("%w: %w", err, hypervisor.ErrRejected))
+			if !errors.Is(err, hypervisor.ErrRejected) {
+				err = fmt.Errorf("%w: %w", err, hypervisor.ErrRejected)
+			}
+			return fail(err)
 		}
 		if doc == dom.XML {
 			return nil

@@ -42,11 +42,12 @@ const (
 	GateSwitched Gate = "switched"
 	GateDetach   Gate = "detach"
 	GateAttach   Gate = "attach"
+	GateRepin    Gate = "repin"
 )
 
 // Gates lists every Gate in the order an operation meets them.
 func Gates() []Gate {
-	return []Gate{GateDefine, GateStart, GateShutdown, GateStop, GateUndefine, GateDetach, GatePrepare, GateMigrate, GateCopy, GateSwitchover, GateSwitched, GateAttach}
+	return []Gate{GateDefine, GateStart, GateShutdown, GateStop, GateUndefine, GateDetach, GatePrepare, GateMigrate, GateCopy, GateSwitchover, GateSwitched, GateAttach, GateRepin}
 }
 
 // ParseGate reads a gate name, case-insensitively.

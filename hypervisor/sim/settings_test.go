@@ -357,7 +357,7 @@ func TestSettings(t *testing.T) {
 	want := &Settings{
 		Defaults: map[Op]time.Duration{
 			OpDefine: time.Second, OpStart: time.Second, OpShutdown: time.Second, OpStop: time.Second, OpUndefine: time.Second,
-			OpPrepare: time.Second, OpMigrate: 10 * time.Second, OpDetach: time.Second, OpAttach: time.Second,
+			OpPrepare: time.Second, OpMigrate: 10 * time.Second, OpDetach: time.Second, OpAttach: time.Second, OpRepin: time.Second,
 		},
 		DefaultRates: map[Op]float64{OpMigrate: 0.1},
 		Latency:      map[Op]time.Duration{OpStart: 2 * time.Second},
