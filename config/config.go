@@ -23,8 +23,8 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
-	"github.com/pinflow/pinflow/internal/tlsfile"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/tlsfile"
 )
 
 // Prefix starts every environment variable pinflow reads.

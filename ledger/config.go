@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/pinflow/pinflow/internal/tlsfile"
+	"github.com/pinflow/pinflow/tlsfile"
 )
 
 // Config says how to reach Redis. Its envconfig tags are read under the
