@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/pinflow/pinflow/hypervisor"
-	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -32,13 +32,10 @@ type SimulatedHosts interface {
 type LibvirtHosts interface {
 	// Capabilities reads the topology of the host hc reaches, through a
 	// connection of its own.
-	Capabilities(ctx context.Context, host string, hc libvirt.HostConfig) (*numa.Host, error)
+	Capabilities(ctx context.Context, host string, hc libvirthost.Config) (*numa.Host, error)
 	// Record records how every worker reaches the host.
-	Record(ctx context.Context, host string, hc libvirt.HostConfig) error
+	Record(ctx context.Context, host string, hc libvirthost.Config) error
 }
-
-// LibvirtHostConfig is how libvirt reaches a host and divides its CPUs.
-type LibvirtHostConfig = libvirt.HostConfig
 
 // HostTopology is a host and its topology, to register.
 type HostTopology struct {
@@ -48,8 +45,8 @@ type HostTopology struct {
 
 // LibvirtHostInput is a libvirt host and how to reach it.
 type LibvirtHostInput struct {
-	Host   string            `json:"host"`
-	Config LibvirtHostConfig `json:"config"`
+	Host   string             `json:"host"`
+	Config libvirthost.Config `json:"config"`
 }
 
 // HostInput names a host.

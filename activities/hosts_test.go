@@ -13,6 +13,7 @@ import (
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -188,11 +189,11 @@ func TestLibvirtHostSteps(t *testing.T) {
 	w := simcloud.New(t)
 	reg := libvirt.NewRegistry(w.RDB, "test")
 	w.Acts.Libvirt = libvirt.Registrar{New: func() (*libvirt.Driver, error) { return libvirt.New(libvirt.Config{Resolve: reg.Resolve}) }, Registry: reg}
-	old := libvirt.HostConfig{URI: "qemu+tcp://a.example/system"}
+	old := libvirthost.Config{URI: "qemu+tcp://a.example/system"}
 	if err := reg.Put(ctx, "a", old); err != nil {
 		t.Fatal(err)
 	}
-	unreachable := activities.LibvirtHostInput{Host: "a", Config: libvirt.HostConfig{URI: "qemu+tcp://127.0.0.1:1/system"}}
+	unreachable := activities.LibvirtHostInput{Host: "a", Config: libvirthost.Config{URI: "qemu+tcp://127.0.0.1:1/system"}}
 	_, err := w.Acts.ReadLibvirtHost(ctx, unreachable)
 	var app *temporal.ApplicationError
 	if err == nil || (errors.As(err, &app) && app.NonRetryable()) {
@@ -202,7 +203,7 @@ func TestLibvirtHostSteps(t *testing.T) {
 		t.Errorf("a's record after the failed read = %+v, %v; want %+v", hc, err, old)
 	}
 
-	moved := activities.LibvirtHostInput{Host: "a", Config: libvirt.HostConfig{URI: "qemu+tcp://a2.example/system", MigrateURI: "tcp://a2.example"}}
+	moved := activities.LibvirtHostInput{Host: "a", Config: libvirthost.Config{URI: "qemu+tcp://a2.example/system", MigrateURI: "tcp://a2.example"}}
 	for i := range 2 {
 		if err := w.Acts.RecordLibvirtHost(ctx, moved); err != nil {
 			t.Fatalf("RecordLibvirtHost(a) #%d: %v", i+1, err)
@@ -211,7 +212,7 @@ func TestLibvirtHostSteps(t *testing.T) {
 	if hc, err := reg.Resolve(ctx, "a"); err != nil || hc != moved.Config {
 		t.Errorf("a's record = %+v, %v; want %+v", hc, err, moved.Config)
 	}
-	bad := activities.LibvirtHostInput{Host: "a", Config: libvirt.HostConfig{URI: "qemu+tcp://a.example/system", MigrateURI: "nowhere"}}
+	bad := activities.LibvirtHostInput{Host: "a", Config: libvirthost.Config{URI: "qemu+tcp://a.example/system", MigrateURI: "nowhere"}}
 	_, err = w.Acts.ReadLibvirtHost(ctx, bad)
 	refusedForGood(t, "ReadLibvirtHost(a) with a bad migrate uri", err, activities.ErrTypeInvalidRequest, `migrate uri "nowhere"`)
 	refusedForGood(t, "RecordLibvirtHost(a) with a bad migrate uri", w.Acts.RecordLibvirtHost(ctx, bad), activities.ErrTypeInvalidRequest, `migrate uri "nowhere"`)

@@ -9,7 +9,7 @@ import (
 
 	tclient "go.temporal.io/sdk/client"
 
-	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/workflows"
@@ -31,7 +31,7 @@ type AddHostRequest struct {
 	// the usage.
 	Topology *numa.Host
 	// Libvirt is how libvirt reaches the host.
-	Libvirt *libvirt.HostConfig
+	Libvirt *libvirthost.Config
 	// Limits are a libvirt host's limits; nil takes Nova's defaults.
 	Limits *numa.Limits
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/client"
-	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -43,7 +43,7 @@ func TestHostChangesRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := client.New(led, nil, "q")
-	lv := &libvirt.HostConfig{URI: "qemu+tcp://d.example/system"}
+	lv := &libvirthost.Config{URI: "qemu+tcp://d.example/system"}
 	noCells := &numa.Host{}
 	for _, tt := range []struct {
 		name string
@@ -69,7 +69,7 @@ func TestHostChangesRefused(t *testing.T) {
 		},
 			"host has 0 cells", client.ErrInvalid},
 		{"add: bad libvirt uri", func() error {
-			_, err := c.AddHost(ctx, client.AddHostRequest{Name: "d", Libvirt: &libvirt.HostConfig{URI: "d.example"}})
+			_, err := c.AddHost(ctx, client.AddHostRequest{Name: "d", Libvirt: &libvirthost.Config{URI: "d.example"}})
 			return err
 		}, `"d.example"`, client.ErrInvalid},
 		{"add: bad libvirt limits", func() error {

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pinflow/pinflow/client"
-	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/workflows"
@@ -87,7 +87,7 @@ defaults.`,
 			if *topology != "" || *cells != 0 || *cores != 0 {
 				return fmt.Errorf("host add: --libvirt reads the topology from libvirt; drop --topology/--cells/--cores: %w", errUsage)
 			}
-			req.Libvirt = &libvirt.HostConfig{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared,
+			req.Libvirt = &libvirthost.Config{URI: *libvirtURI, MigrateURI: *migrateURI, CPUDedicatedSet: *dedicated, CPUSharedSet: *shared,
 				DeviceSpec: *deviceSpec}
 			req.Limits = limits
 		} else {

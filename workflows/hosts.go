@@ -4,6 +4,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -16,9 +17,9 @@ func HostWorkflowID(host string) string { return "host-" + host }
 // HostAddInput is a host to register: its topology, or how libvirt
 // reaches it (libvirt then reports the topology) and its limits.
 type HostAddInput struct {
-	Host     string                        `json:"host"`
-	Topology *numa.Host                    `json:"topology,omitempty"`
-	Libvirt  *activities.LibvirtHostConfig `json:"libvirt,omitempty"`
+	Host     string              `json:"host"`
+	Topology *numa.Host          `json:"topology,omitempty"`
+	Libvirt  *libvirthost.Config `json:"libvirt,omitempty"`
 	// Limits are a libvirt host's; a topology carries its own.
 	Limits *numa.Limits `json:"limits,omitempty"`
 }

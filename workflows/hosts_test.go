@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -40,7 +41,7 @@ func TestHostAdd(t *testing.T) {
 		h.on("read", a.ReadLibvirtHost, oneCell(t), nil)
 		h.on("register", a.RegisterHost, int64(3), nil)
 		h.on("record", a.RecordLibvirtHost, nil)
-		h.env.ExecuteWorkflow(HostAdd, HostAddInput{Host: "a", Libvirt: &activities.LibvirtHostConfig{URI: "qemu+tcp://a/system"}, Limits: limits})
+		h.env.ExecuteWorkflow(HostAdd, HostAddInput{Host: "a", Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}, Limits: limits})
 		var res HostAddResult
 		if err := h.env.GetWorkflowResult(&res); err != nil || res.Generation != 3 || res.Topology.Limits == nil || *res.Topology.Limits != *limits {
 			t.Fatalf("HostAdd = %+v, %v; want generation 3 with the limits given", res, err)
@@ -54,7 +55,7 @@ func TestHostAdd(t *testing.T) {
 		h := newHarness(t)
 		h.on("read", a.ReadLibvirtHost, oneCell(t), nil)
 		h.on("register", a.RegisterHost, int64(0), failed("claim boot-1 would not fit the new topology", activities.ErrTypeBadState))
-		h.env.ExecuteWorkflow(HostAdd, HostAddInput{Host: "a", Libvirt: &activities.LibvirtHostConfig{URI: "qemu+tcp://a/system"}})
+		h.env.ExecuteWorkflow(HostAdd, HostAddInput{Host: "a", Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "would not fit") {
 			t.Fatalf("HostAdd error = %v, want the ledger's refusal", err)
 		}
@@ -64,7 +65,7 @@ func TestHostAdd(t *testing.T) {
 	})
 	for name, in := range map[string]HostAddInput{
 		"neither":           {Host: "a"},
-		"both":              {Host: "a", Topology: oneCell(t), Libvirt: &activities.LibvirtHostConfig{URI: "qemu+tcp://a/system"}},
+		"both":              {Host: "a", Topology: oneCell(t), Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}},
 		"limits beside one": {Host: "a", Topology: oneCell(t), Limits: &numa.Limits{CPUAllocationRatio: 1, RAMAllocationRatio: 1}},
 	} {
 		t.Run("refuses "+name, func(t *testing.T) {

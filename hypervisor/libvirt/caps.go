@@ -10,6 +10,7 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/xmlpatch"
 )
@@ -144,7 +145,7 @@ func (d *Driver) HostSpec(ctx context.Context, host string) (numa.HostSpec, erro
 	spec.CPUDedicatedSet = c.hc.CPUDedicatedSet
 	spec.CPUSharedSet = c.hc.CPUSharedSet
 	if c.hc.DeviceSpec != "" {
-		specs, err := ParseDeviceSpecs(c.hc.DeviceSpec)
+		specs, err := libvirthost.ParseDeviceSpecs(c.hc.DeviceSpec)
 		if err != nil {
 			return numa.HostSpec{}, fmt.Errorf("libvirt: host %s: %w", host, err)
 		}

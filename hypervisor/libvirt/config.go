@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinflow/pinflow/numa"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 )
 
 // Config configures the driver. Process it with
@@ -42,7 +42,7 @@ type Config struct {
 	// nor in Hosts, so that a registry kept elsewhere (the ledger, say)
 	// can name them. It returns an error wrapping
 	// hypervisor.ErrUnknownHost for a host it does not know.
-	Resolve func(ctx context.Context, host string) (HostConfig, error) `ignored:"true"`
+	Resolve func(ctx context.Context, host string) (libvirthost.Config, error) `ignored:"true"`
 }
 
 // Defaults for the Config durations left zero.
@@ -51,87 +51,6 @@ const (
 	DefaultProgressInterval = 500 * time.Millisecond
 	DefaultAbortTimeout     = 2 * time.Minute
 )
-
-// HostConfig is how the driver reaches one host and divides its CPUs.
-type HostConfig struct {
-	// URI is the host's libvirt URI. Source hosts also use it to reach
-	// this host during a peer-to-peer migration, so it must work from
-	// every host, not only from the worker.
-	URI string `json:"uri"`
-	// MigrateURI is the migrate_uri for migrations to this host; empty
-	// lets libvirt choose.
-	MigrateURI string `json:"migrate_uri,omitempty"`
-	// CPUDedicatedSet and CPUSharedSet split the host's online CPUs as
-	// Nova's options of the same names do, and must not overlap; both
-	// empty makes every online CPU pinnable and none shared.
-	CPUDedicatedSet string `json:"cpu_dedicated_set,omitempty"`
-	CPUSharedSet    string `json:"cpu_shared_set,omitempty"`
-	// DeviceSpec lists the host's PCI devices guests may take, as a JSON
-	// array of Nova's [pci] device_spec entries (ParseDeviceSpecs); empty
-	// offers none.
-	DeviceSpec string `json:"device_spec,omitempty"`
-}
-
-// Validate checks the URI, the migrate URI, the CPU sets and the device
-// list; its error
-// names the bad value.
-func (c HostConfig) Validate() error {
-	if _, err := parseURI(c.URI); err != nil {
-		return err
-	}
-	if c.MigrateURI != "" {
-		u, err := url.Parse(c.MigrateURI)
-		if err != nil || u.Scheme == "" || u.Hostname() == "" {
-			return fmt.Errorf("migrate uri %q is invalid; want scheme://address[:port], such as tcp://10.0.0.2", c.MigrateURI)
-		}
-	}
-	var sets [2]numa.CPUSet
-	for i, s := range []struct{ name, value string }{
-		{"cpu_dedicated_set", c.CPUDedicatedSet},
-		{"cpu_shared_set", c.CPUSharedSet},
-	} {
-		if s.value == "" {
-			continue
-		}
-		set, err := numa.Parse(s.value)
-		if err != nil {
-			return fmt.Errorf("%s %q: %w", s.name, s.value, err)
-		}
-		sets[i] = set
-	}
-	if both := sets[0].Intersection(sets[1]); !both.IsEmpty() {
-		return fmt.Errorf("cpus %s are in both cpu_dedicated_set %q and cpu_shared_set %q; the sets must not overlap, or a floating guest would run on pinned pCPUs",
-			both, c.CPUDedicatedSet, c.CPUSharedSet)
-	}
-	if c.DeviceSpec != "" {
-		if _, err := ParseDeviceSpecs(c.DeviceSpec); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// parseURI checks that s is a libvirt URI with a driver, such as
-// "qemu:///system" or "qemu+tcp://h1/system".
-func parseURI(s string) (*url.URL, error) {
-	if s == "" {
-		return nil, fmt.Errorf("uri is empty; want a libvirt URI such as qemu+tls://host/system")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return nil, fmt.Errorf("uri %q is invalid: %v", s, err)
-	}
-	driver, transport, _ := strings.Cut(u.Scheme, "+")
-	if driver == "" {
-		return nil, fmt.Errorf("uri %q has no driver; want a libvirt URI such as qemu+tls://host/system", s)
-	}
-	switch transport {
-	case "", "unix", "tcp", "tls", "ssh", "libssh", "libssh2":
-	default:
-		return nil, fmt.Errorf("uri %q: transport %q is not supported; use unix, tcp, tls, ssh, libssh or libssh2", s, transport)
-	}
-	return u, nil
-}
 
 // redactURI hides a password a URI may carry before it goes into an error.
 func redactURI(s string) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 )
 
 func TestHostMapDecode(t *testing.T) {
@@ -84,7 +85,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		t.Fatalf("New(%+v): %v", cfg, err)
 	}
 	got, err := d.HostConfig(context.Background(), "h2")
-	wantHC := HostConfig{URI: "qemu+tcp://10.0.0.2/system", MigrateURI: "tcp://10.1.0.2", CPUDedicatedSet: "1"}
+	wantHC := libvirthost.Config{URI: "qemu+tcp://10.0.0.2/system", MigrateURI: "tcp://10.1.0.2", CPUDedicatedSet: "1"}
 	if err != nil || got != wantHC {
 		t.Errorf("HostConfig(h2) = %+v, %v; want %+v", got, err, wantHC)
 	}
@@ -118,21 +119,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestHostResolution(t *testing.T) {
-	resolved := map[string]HostConfig{
+	resolved := map[string]libvirthost.Config{
 		"r1": {URI: "qemu+tls://r1.example/system"},
 		"h1": {URI: "qemu+tls://shadowed.example/system"},
 	}
 	d, err := New(Config{
 		Hosts:       HostMap{"h1": "qemu+tcp://h1/system", "h2": "qemu+tcp://h2/system"},
 		MigrateURIs: HostMap{"r1": "tcp://10.0.0.9", "x1": "tcp://10.0.0.10"},
-		Resolve: func(_ context.Context, host string) (HostConfig, error) {
+		Resolve: func(_ context.Context, host string) (libvirthost.Config, error) {
 			if hc, ok := resolved[host]; ok {
 				return hc, nil
 			}
 			if host == "broken" {
-				return HostConfig{}, errors.New("registry unavailable")
+				return libvirthost.Config{}, errors.New("registry unavailable")
 			}
-			return HostConfig{}, fmt.Errorf("registry: %s: %w", host, hypervisor.ErrUnknownHost)
+			return libvirthost.Config{}, fmt.Errorf("registry: %s: %w", host, hypervisor.ErrUnknownHost)
 		},
 	})
 	if err != nil {
@@ -149,13 +150,13 @@ func TestHostResolution(t *testing.T) {
 	}
 	tests := []struct {
 		host    string
-		want    HostConfig
+		want    libvirthost.Config
 		wantErr error
 	}{
-		{host: "h1", want: HostConfig{URI: "qemu+tcp://h1/system"}},
-		{host: "h2", want: HostConfig{URI: "qemu+ssh://root@h2/system"}},
-		{host: "x1", want: HostConfig{URI: "qemu+unix:///system?socket=/tmp/x1.sock", MigrateURI: "tcp://10.0.0.10"}},
-		{host: "r1", want: HostConfig{URI: "qemu+tls://r1.example/system", MigrateURI: "tcp://10.0.0.9"}},
+		{host: "h1", want: libvirthost.Config{URI: "qemu+tcp://h1/system"}},
+		{host: "h2", want: libvirthost.Config{URI: "qemu+ssh://root@h2/system"}},
+		{host: "x1", want: libvirthost.Config{URI: "qemu+unix:///system?socket=/tmp/x1.sock", MigrateURI: "tcp://10.0.0.10"}},
+		{host: "r1", want: libvirthost.Config{URI: "qemu+tls://r1.example/system", MigrateURI: "tcp://10.0.0.9"}},
 		{host: "nowhere", wantErr: hypervisor.ErrUnknownHost},
 		{host: "broken", wantErr: errors.New("registry unavailable")},
 	}

@@ -2,119 +2,18 @@ package libvirt
 
 import (
 	"context"
-	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/numa"
 )
-
-// DeviceSpec is one entry of a host's device list, as Nova's [pci]
-// device_spec: the PCI devices it matches are offered to guests, with its
-// other keys as their tags (physical_network, remote_managed, trusted,
-// ...). Only devices some entry matches are offered.
-type DeviceSpec struct {
-	// VendorID and ProductID are four hex digits, or "*" or empty for any.
-	VendorID  string
-	ProductID string
-	// Address is DDDD:BB:SS.F, each field hex or "*"; empty matches any.
-	// The address of an SR-IOV PF matches its VFs, not the PF itself, as
-	// in Nova: list a PF by its vendor and product to pass it whole.
-	Address string
-	Tags    map[string]string
-}
-
-var (
-	specHexID   = regexp.MustCompile(`^([0-9a-fA-F]{4}|\*)$`)
-	specAddress = regexp.MustCompile(`^([0-9a-fA-F]{4}|\*):([0-9a-fA-F]{2}|\*):([0-9a-fA-F]{2}|\*)\.([0-7]|\*)$`)
-)
-
-// ParseDeviceSpecs reads a JSON array of device_spec entries, such as
-// [{"vendor_id": "8086", "product_id": "154c", "physical_network": "physnet1"}].
-// Its error names the entry and the bad value.
-func ParseDeviceSpecs(data string) ([]DeviceSpec, error) {
-	var raw []map[string]string
-	if err := json.Unmarshal([]byte(data), &raw); err != nil {
-		return nil, fmt.Errorf("device_spec: not a JSON array of objects of strings: %v", err)
-	}
-	out := make([]DeviceSpec, 0, len(raw))
-	for i, e := range raw {
-		where := fmt.Sprintf("device_spec[%d]", i)
-		s := DeviceSpec{Tags: map[string]string{}}
-		for k, v := range e {
-			switch k {
-			case "vendor_id", "product_id":
-				if v != "" && !specHexID.MatchString(v) {
-					return nil, fmt.Errorf("%s: %s %q: allowed are four hex digits or *", where, k, v)
-				}
-				if k == "vendor_id" {
-					s.VendorID = strings.ToLower(v)
-				} else {
-					s.ProductID = strings.ToLower(v)
-				}
-			case "address":
-				if !specAddress.MatchString(v) {
-					return nil, fmt.Errorf("%s: address %q: allowed is DDDD:BB:SS.F with hex fields or *, such as 0000:81:*.*", where, v)
-				}
-				s.Address = strings.ToLower(v)
-			case "devname", "dev_type", "numa_node", "parent_addr", "count":
-				return nil, fmt.Errorf("%s: %s: pinflow matches devices by vendor_id, product_id and address; other keys are tags", where, k)
-			default:
-				if strings.TrimSpace(k) == "" {
-					return nil, fmt.Errorf("%s: a tag needs a name", where)
-				}
-				s.Tags[k] = v
-			}
-		}
-		if s.VendorID == "" && s.ProductID == "" && s.Address == "" {
-			return nil, fmt.Errorf("%s: give vendor_id, product_id or address; an entry matching every device would offer the host's own", where)
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
-func (s DeviceSpec) matchesID(d numa.PCIDevice) bool {
-	return (s.VendorID == "" || s.VendorID == "*" || s.VendorID == d.VendorID) &&
-		(s.ProductID == "" || s.ProductID == "*" || s.ProductID == d.ProductID)
-}
-
-func addressMatches(pattern, addr string) bool {
-	pf, af := strings.FieldsFunc(pattern, splitAddr), strings.FieldsFunc(addr, splitAddr)
-	if len(pf) != 4 || len(af) != 4 {
-		return false
-	}
-	for i := range pf {
-		if pf[i] != "*" && pf[i] != af[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func splitAddr(r rune) bool { return r == ':' || r == '.' }
-
-// matches says whether s offers d, whose host lists pfs (the addresses of
-// its SR-IOV PFs).
-func (s DeviceSpec) matches(d numa.PCIDevice, pfs []string) bool {
-	if !s.matchesID(d) {
-		return false
-	}
-	if s.Address == "" {
-		return true
-	}
-	if !strings.Contains(s.Address, "*") && slices.Contains(pfs, s.Address) {
-		return d.PhysFunction == s.Address
-	}
-	return addressMatches(s.Address, d.Address)
-}
 
 // nodeDevice is one PCI device as libvirt's node device XML gives it.
 func nodeDevice(doc string) (numa.PCIDevice, bool, error) {
@@ -168,7 +67,7 @@ func hexID(s string) string {
 // the devices specs offer, in address order, each with its spec's tags (the
 // first matching entry's). A device's NUMA node that is not one of cells
 // (a node without memory) is dropped: the device has no affinity then.
-func OfferedDevices(docs []string, specs []DeviceSpec, cells []int) ([]numa.PCIDevice, error) {
+func OfferedDevices(docs []string, specs []libvirthost.DeviceSpec, cells []int) ([]numa.PCIDevice, error) {
 	var all []numa.PCIDevice
 	var pfs []string
 	names, vdpa, err := childNames(docs)
@@ -203,7 +102,7 @@ func OfferedDevices(docs []string, specs []DeviceSpec, cells []int) ([]numa.PCID
 	var out []numa.PCIDevice
 	for _, d := range all {
 		for _, s := range specs {
-			if s.matches(d, pfs) {
+			if s.Matches(d, pfs) {
 				if len(s.Tags) > 0 {
 					d.Tags = maps.Clone(s.Tags)
 				}

@@ -2,11 +2,11 @@ package libvirt
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/numa"
 )
 
@@ -87,7 +87,7 @@ func TestOfferedDevices(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			specs, err := ParseDeviceSpecs(tt.spec)
+			specs, err := libvirthost.ParseDeviceSpecs(tt.spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,26 +102,6 @@ func TestOfferedDevices(t *testing.T) {
 	}
 }
 
-func TestParseDeviceSpecsRefuses(t *testing.T) {
-	for spec, want := range map[string]string{
-		`{"vendor_id": "8086"}`:                      "not a JSON array of objects of strings",
-		`[{"vendor_id": "808g"}]`:                    `device_spec[0]: vendor_id "808g": allowed are four hex digits or *`,
-		`[{"vendor_id": "8086"}, {"address": "81"}]`: `device_spec[1]: address "81": allowed is DDDD:BB:SS.F`,
-		`[{"physical_network": "physnet1"}]`:         "give vendor_id, product_id or address",
-		`[{"vendor_id": "8086", "devname": "eth3"}]`: "devname: pinflow matches devices by vendor_id, product_id and address",
-		`[{"vendor_id": "8086", "numa_node": "1"}]`:  "numa_node: pinflow matches devices",
-		`[{"address": "0000:81:00.8"}]`:              `address "0000:81:00.8"`,
-	} {
-		_, err := ParseDeviceSpecs(spec)
-		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
-			t.Errorf("ParseDeviceSpecs(%s) = %v, want one line containing %q", spec, err, want)
-		}
-		if err := (HostConfig{URI: "qemu:///system", DeviceSpec: spec}).Validate(); err == nil {
-			t.Errorf("HostConfig with device_spec %s validated", spec)
-		}
-	}
-}
-
 // TestOfferedDevicesNames: a VF's network interface becomes its dev_name
 // (a macvtap port's), and a VF that backs a vDPA device becomes that vdpa
 // device, named by its character device; a PF's interface names nothing.
@@ -130,7 +110,7 @@ func TestOfferedDevicesNames(t *testing.T) {
 		`<device><name>net_enp129s16f0_52_54_00_00_00_01</name><parent>pci_0000_81_10_0</parent><capability type='net'><interface>enp129s16f0</interface></capability></device>`,
 		`<device><name>net_enp129s0f0_52_54_00_00_00_02</name><parent>pci_0000_81_00_0</parent><capability type='net'><interface>enp129s0f0</interface></capability></device>`,
 		`<device><name>vdpa_vdpa0</name><parent>pci_0000_81_10_2</parent><capability type='vdpa'><chardev>/dev/vhost-vdpa-0</chardev></capability></device>`)
-	specs, err := ParseDeviceSpecs(`[{"vendor_id": "8086", "physical_network": "physnet1"}]`)
+	specs, err := libvirthost.ParseDeviceSpecs(`[{"vendor_id": "8086", "physical_network": "physnet1"}]`)
 	if err != nil {
 		t.Fatal(err)
 	}

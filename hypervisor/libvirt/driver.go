@@ -72,6 +72,7 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 )
 
 // Driver is a hypervisor.Driver for hosts running libvirtd. It is safe for
@@ -80,7 +81,7 @@ type Driver struct {
 	cfg Config
 
 	mu         sync.Mutex
-	registered map[string]HostConfig
+	registered map[string]libvirthost.Config
 	conns      map[string]*pooled
 }
 
@@ -98,7 +99,7 @@ type pooled struct {
 // conn is a live connection to one host, as a method call sees it.
 type conn struct {
 	host string
-	hc   HostConfig
+	hc   libvirthost.Config
 	l    *golibvirt.Libvirt
 	d    *Driver
 }
@@ -127,7 +128,7 @@ func New(cfg Config) (*Driver, error) {
 		}
 		// Hosts registered later may use the per-host options, so only
 		// the options are checked for hosts without a static URI.
-		hc := cfg.withDefaults(name, HostConfig{URI: cfg.Hosts[name]})
+		hc := cfg.withDefaults(name, libvirthost.Config{URI: cfg.Hosts[name]})
 		if hc.URI == "" {
 			hc.URI = "qemu:///system"
 		}
@@ -135,11 +136,11 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("libvirt: host %s: %w", name, err)
 		}
 	}
-	return &Driver{cfg: cfg, registered: map[string]HostConfig{}, conns: map[string]*pooled{}}, nil
+	return &Driver{cfg: cfg, registered: map[string]libvirthost.Config{}, conns: map[string]*pooled{}}, nil
 }
 
 // withDefaults fills the fields hc leaves empty from the per-host maps.
-func (cfg *Config) withDefaults(name string, hc HostConfig) HostConfig {
+func (cfg *Config) withDefaults(name string, hc libvirthost.Config) libvirthost.Config {
 	if hc.MigrateURI == "" {
 		hc.MigrateURI = cfg.MigrateURIs[name]
 	}
@@ -156,12 +157,12 @@ func (cfg *Config) withDefaults(name string, hc HostConfig) HostConfig {
 // one; it takes precedence over Config.Hosts. The per-host options of the
 // Config still apply to it.
 func (d *Driver) Register(name, uri string) error {
-	return d.RegisterHost(name, HostConfig{URI: uri})
+	return d.RegisterHost(name, libvirthost.Config{URI: uri})
 }
 
 // RegisterHost adds or replaces a host with its full configuration. Empty
 // fields other than URI fall back to the per-host options of the Config.
-func (d *Driver) RegisterHost(name string, hc HostConfig) error {
+func (d *Driver) RegisterHost(name string, hc libvirthost.Config) error {
 	if err := checkHostName(name); err != nil {
 		return err
 	}
@@ -209,28 +210,28 @@ func (d *Driver) Hosts() []string {
 
 // HostConfig returns how the driver reaches host, or an error wrapping
 // hypervisor.ErrUnknownHost.
-func (d *Driver) HostConfig(ctx context.Context, host string) (HostConfig, error) {
+func (d *Driver) HostConfig(ctx context.Context, host string) (libvirthost.Config, error) {
 	d.mu.Lock()
 	hc, ok := d.registered[host]
 	d.mu.Unlock()
 	if !ok {
 		if uri, found := d.cfg.Hosts[host]; found {
-			hc, ok = HostConfig{URI: uri}, true
+			hc, ok = libvirthost.Config{URI: uri}, true
 		}
 	}
 	if !ok && d.cfg.Resolve != nil {
 		var err error
 		if hc, err = d.cfg.Resolve(ctx, host); err != nil {
-			return HostConfig{}, fmt.Errorf("libvirt: host %s: resolving its URI: %w", host, err)
+			return libvirthost.Config{}, fmt.Errorf("libvirt: host %s: resolving its URI: %w", host, err)
 		}
 		ok = true
 	}
 	if !ok {
-		return HostConfig{}, fmt.Errorf("libvirt: host %q is not configured; register it or list it in PINFLOW_LIBVIRT_HOSTS: %w", host, hypervisor.ErrUnknownHost)
+		return libvirthost.Config{}, fmt.Errorf("libvirt: host %q is not configured; register it or list it in PINFLOW_LIBVIRT_HOSTS: %w", host, hypervisor.ErrUnknownHost)
 	}
 	hc = d.cfg.withDefaults(host, hc)
 	if err := hc.Validate(); err != nil {
-		return HostConfig{}, fmt.Errorf("libvirt: host %s: %w", host, err)
+		return libvirthost.Config{}, fmt.Errorf("libvirt: host %s: %w", host, err)
 	}
 	return hc, nil
 }
@@ -298,7 +299,7 @@ func (d *Driver) connect(ctx context.Context, host string) (*conn, error) {
 // dial connects to a libvirtd, giving up at the dial timeout or when ctx
 // ends; a connection that completes after that is closed.
 func (d *Driver) dial(ctx context.Context, uri string) (*golibvirt.Libvirt, error) {
-	u, err := parseURI(uri)
+	u, err := libvirthost.ParseURI(uri)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -218,7 +219,7 @@ func TestCapabilitiesMatchSys(t *testing.T) {
 		return
 	}
 	first, rest := numa.NewCPUSet(online.Min()), online.Difference(numa.NewCPUSet(online.Min()))
-	if err := d.RegisterHost("caps-split", HostConfig{URI: h.URI, CPUDedicatedSet: rest.String(), CPUSharedSet: first.String()}); err != nil {
+	if err := d.RegisterHost("caps-split", libvirthost.Config{URI: h.URI, CPUDedicatedSet: rest.String(), CPUSharedSet: first.String()}); err != nil {
 		t.Fatal(err)
 	}
 	split, err := d.Capabilities(opContext(t), "caps-split")
@@ -272,7 +273,7 @@ func checkDevicesMatchSys(t *testing.T, d *Driver, h *testenv.LibvirtHost, host 
 		want = append(want, dev)
 	}
 	spec := fmt.Sprintf(`[{"vendor_id": %q, "physical_network": "physnet1"}]`, vendor)
-	if err := d.RegisterHost("caps-devices", HostConfig{URI: h.URI, DeviceSpec: spec}); err != nil {
+	if err := d.RegisterHost("caps-devices", libvirthost.Config{URI: h.URI, DeviceSpec: spec}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := d.Capabilities(opContext(t), "caps-devices")

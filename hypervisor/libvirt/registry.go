@@ -9,10 +9,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pinflow/pinflow/hypervisor"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/numa"
 )
 
-// Registry keeps each host's HostConfig in Redis, so a host registered once
+// Registry keeps each host's libvirthost.Config in Redis, so a host registered once
 // (`pinflow host add NAME --libvirt URI`) is known to every worker; its
 // Resolve method is a Config.Resolve.
 type Registry struct {
@@ -26,7 +27,7 @@ func NewRegistry(rdb redis.UniversalClient, prefix string) *Registry {
 }
 
 // Put records how to reach the host.
-func (r *Registry) Put(ctx context.Context, name string, hc HostConfig) error {
+func (r *Registry) Put(ctx context.Context, name string, hc libvirthost.Config) error {
 	if err := checkHostName(name); err != nil {
 		return err
 	}
@@ -45,17 +46,17 @@ func (r *Registry) Put(ctx context.Context, name string, hc HostConfig) error {
 
 // Resolve returns how to reach the host, or an error wrapping
 // hypervisor.ErrUnknownHost.
-func (r *Registry) Resolve(ctx context.Context, name string) (HostConfig, error) {
+func (r *Registry) Resolve(ctx context.Context, name string) (libvirthost.Config, error) {
 	data, err := r.rdb.HGet(ctx, r.key, name).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return HostConfig{}, fmt.Errorf("libvirt: host %s is not registered: %w", name, hypervisor.ErrUnknownHost)
+		return libvirthost.Config{}, fmt.Errorf("libvirt: host %s is not registered: %w", name, hypervisor.ErrUnknownHost)
 	}
 	if err != nil {
-		return HostConfig{}, fmt.Errorf("libvirt: look up host %s: %w", name, err)
+		return libvirthost.Config{}, fmt.Errorf("libvirt: look up host %s: %w", name, err)
 	}
-	var hc HostConfig
+	var hc libvirthost.Config
 	if err := json.Unmarshal(data, &hc); err != nil {
-		return HostConfig{}, fmt.Errorf("libvirt: host %s: stored configuration is not valid JSON: %w", name, err)
+		return libvirthost.Config{}, fmt.Errorf("libvirt: host %s: stored configuration is not valid JSON: %w", name, err)
 	}
 	return hc, nil
 }
@@ -72,7 +73,7 @@ type Registrar struct {
 // Capabilities reads the NUMA topology of the host hc reaches. The host is
 // registered with a driver made for this read alone, so a host that
 // cannot be reached leaves no URI in any driver the workers use.
-func (r Registrar) Capabilities(ctx context.Context, name string, hc HostConfig) (*numa.Host, error) {
+func (r Registrar) Capabilities(ctx context.Context, name string, hc libvirthost.Config) (*numa.Host, error) {
 	d, err := r.New()
 	if err != nil {
 		return nil, err
@@ -85,6 +86,6 @@ func (r Registrar) Capabilities(ctx context.Context, name string, hc HostConfig)
 }
 
 // Record records how to reach the host, for every worker.
-func (r Registrar) Record(ctx context.Context, name string, hc HostConfig) error {
+func (r Registrar) Record(ctx context.Context, name string, hc libvirthost.Config) error {
 	return r.Registry.Put(ctx, name, hc)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
+	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -301,7 +302,7 @@ func badNames(t *testing.T, s *stack, vmA string) {
 func badHostAdds(t *testing.T, s *stack) {
 	ctx := context.Background()
 	reg := libvirt.NewRegistry(s.redisClient(), ledger.DefaultKeyPrefix)
-	if err := reg.Put(ctx, "a", libvirt.HostConfig{URI: "qemu+tcp://a.example/system"}); err != nil {
+	if err := reg.Put(ctx, "a", libvirthost.Config{URI: "qemu+tcp://a.example/system"}); err != nil {
 		t.Fatal(err)
 	}
 	state := func() string { return s.ok("host", "list", "--json") }
