@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -15,13 +16,10 @@ import (
 // PlanDrainInput names the host to empty and how its guests move.
 type PlanDrainInput struct {
 	Host string `json:"host"`
-	// Policy is the drain's policy (workflows.DrainPolicy): under "live"
+	// Policy is the drain's policy (api.DrainPolicy): under "live"
 	// a guest whose devices cannot be unplugged is planned as NotLive.
 	Policy string `json:"policy,omitempty"`
 }
-
-// drainLive is workflows.DrainLive, which this package cannot import.
-const drainLive = "live"
 
 // PlanDrain plans where every guest at rest on the host goes (drain.Make),
 // from the ledger as it is now: the host's resident claims and their
@@ -29,20 +27,8 @@ const drainLive = "live"
 // disabled, down and returning hosts are no targets). Claims that are no
 // guest at rest are reported as blocking. It changes nothing.
 func (a *Activities) PlanDrain(ctx context.Context, in PlanDrainInput) (drain.Plan, error) {
-	plan, err := drain.PlanHost(ctx, a.Ledger, in.Host, in.Policy == drainLive)
+	plan, err := drain.PlanHost(ctx, a.Ledger, in.Host, in.Policy == string(api.DrainLive))
 	return plan, classify(err)
-}
-
-// Reservation is capacity a drain holds for one guest on its target: the
-// guest's move adopts it (AdoptClaim) instead of claiming anew.
-type Reservation struct {
-	Host    string `json:"host"`
-	ClaimID string `json:"claim_id"`
-	// Owner is the drain's workflow id, the owner the claim must have.
-	Owner string `json:"owner"`
-	// Token is the drain's token: its conditional release frees the claim
-	// only while no move has adopted it.
-	Token string `json:"token"`
 }
 
 // ReserveInput asks for a drain's reservation of an exact placement.
@@ -57,19 +43,19 @@ type ReserveInput struct {
 // Reserve claims exactly the planned placement for a guest the drain will
 // move, owned by the drain. pCPUs taken since the plan: ErrConflict, a
 // non-retryable Conflict the drain answers by planning the guest again.
-func (a *Activities) Reserve(ctx context.Context, in ReserveInput) (Reservation, error) {
+func (a *Activities) Reserve(ctx context.Context, in ReserveInput) (api.Reservation, error) {
 	p := in.Placement
 	c, err := a.Ledger.Claim(ctx, ledger.ClaimSpec{ID: in.ClaimID, Host: in.Host, InstanceUUID: in.UUID, Kind: ledger.KindReservation,
 		OwnerWorkflowID: in.Owner.WorkflowID, OwnerRunID: in.Owner.FirstRunID, Placement: &p})
 	if err != nil {
-		return Reservation{}, conflict(err)
+		return api.Reservation{}, conflict(err)
 	}
-	return Reservation{Host: c.Host, ClaimID: c.ID, Owner: c.OwnerWorkflowID, Token: c.Token}, nil
+	return api.Reservation{Host: c.Host, ClaimID: c.ID, Owner: c.OwnerWorkflowID, Token: c.Token}, nil
 }
 
 // ReleaseReservation frees a reservation the drain still owns; one a move
 // adopted (its token changed) or that is gone is left alone.
-func (a *Activities) ReleaseReservation(ctx context.Context, r Reservation) error {
+func (a *Activities) ReleaseReservation(ctx context.Context, r api.Reservation) error {
 	_, err := a.Ledger.ReleaseIfUnchanged(ctx, r.Host, r.ClaimID, r.Token, ledger.StatePending)
 	if errors.Is(err, ledger.ErrUnknownClaim) {
 		return nil
@@ -79,7 +65,7 @@ func (a *Activities) ReleaseReservation(ctx context.Context, r Reservation) erro
 
 // AdoptInput asks for a drain's reservation as an operation's own claim.
 type AdoptInput struct {
-	Reservation Reservation      `json:"reservation"`
+	Reservation api.Reservation  `json:"reservation"`
 	UUID        string           `json:"uuid"`
 	Kind        ledger.ClaimKind `json:"kind"`
 	Owner       Owner            `json:"owner"`

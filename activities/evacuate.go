@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
@@ -70,27 +71,16 @@ func (a *Activities) MarkHostReturning(ctx context.Context, host string) error {
 	return classify(err)
 }
 
-// Leftover is a tombstone on a returning host: the guest it names was
-// evacuated and may still be defined there.
-type Leftover struct {
-	Host    string `json:"host"`
-	UUID    string `json:"uuid"`
-	ClaimID string `json:"claim_id"`
-	// Token is the tombstone's token as the host's return found it: the
-	// clearing takes the tombstone from it.
-	Token string `json:"token,omitempty"`
-}
-
 // HostLeftovers lists the tombstones of a returning host. It refuses
 // while an operation on any guest with a claim there is open: an
 // evacuation that started before the host was marked returning may still
 // be about to tombstone its claim.
-func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]Leftover, error) {
+func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]api.Leftover, error) {
 	claims, err := a.Ledger.Claims(ctx, host)
 	if err != nil {
 		return nil, classify(err)
 	}
-	var out []Leftover
+	var out []api.Leftover
 	var busy []string
 	for _, c := range claims {
 		if c.Kind == ledger.KindQuarantine {
@@ -104,7 +94,7 @@ func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]Leftover
 			busy = append(busy, c.InstanceUUID)
 		}
 		if c.State == ledger.StateTombstone {
-			out = append(out, Leftover{Host: host, UUID: c.InstanceUUID, ClaimID: c.ID, Token: c.Token})
+			out = append(out, api.Leftover{Host: host, UUID: c.InstanceUUID, ClaimID: c.ID, Token: c.Token})
 		}
 	}
 	if len(busy) > 0 {
@@ -117,7 +107,7 @@ func (a *Activities) HostLeftovers(ctx context.Context, host string) ([]Leftover
 // ClearTombstone destroys the leftover of an evacuated guest on the
 // returning host and then releases its tombstone. A guest whose record
 // names the tombstone is not a leftover: it is refused.
-func (a *Activities) ClearTombstone(ctx context.Context, in Leftover) error {
+func (a *Activities) ClearTombstone(ctx context.Context, in api.Leftover) error {
 	return a.heartbeating(ctx, func(ctx context.Context) error {
 		var home ledger.Home
 		err := waitLedger(ctx, func(ctx context.Context) (err error) { home, err = a.Ledger.Home(ctx, in.UUID); return err })

@@ -26,7 +26,7 @@ const (
 	benchHosts       = 1000
 	benchPerHost     = 20
 	benchOpenOwners  = 500
-	benchConcurrency = 8 // workflows.DefaultReconcileConcurrency
+	benchConcurrency = 8 // api.DefaultReconcileConcurrency
 )
 
 // BenchmarkReconcileAudit audits 1,000 simulated hosts of 20 resident

@@ -11,6 +11,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -29,7 +30,7 @@ type Audit struct {
 // interrupted moves are settled forwards, and pCPUs a running domain uses
 // that no claim explains are quarantined; with DryRun it only reports. A
 // nil Grace takes the workers'. An unknown host is refused.
-func (c *Client) Reconcile(ctx context.Context, in workflows.ReconcileInput) (*Audit, error) {
+func (c *Client) Reconcile(ctx context.Context, in api.ReconcileInput) (*Audit, error) {
 	if in.Grace != nil && *in.Grace < 0 {
 		return nil, fmt.Errorf("reconcile: grace %v: give a duration of 0 or more: %w", *in.Grace, ErrInvalid)
 	}
@@ -49,7 +50,7 @@ func (c *Client) Reconcile(ctx context.Context, in workflows.ReconcileInput) (*A
 	run, err := c.temporal.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
 		ID:                    id,
 		TaskQueue:             c.taskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpReconcile, "")...),
+		TypedSearchAttributes: temporal.NewSearchAttributes(api.StartAttributes(api.OpReconcile, "")...),
 		StaticSummary:         summary,
 	}, workflows.Reconcile, in)
 	if err != nil {
@@ -65,13 +66,13 @@ func reconcileWorkflowID(now time.Time) string {
 	if _, err := rand.Read(b); err != nil {
 		panic(err)
 	}
-	return fmt.Sprintf("%s-%s-%s", workflows.ReconcileWorkflowIDPrefix, now.UTC().Format("20060102T150405.000Z"), hex.EncodeToString(b))
+	return fmt.Sprintf("%s-%s-%s", api.ReconcileWorkflowIDPrefix, now.UTC().Format("20060102T150405.000Z"), hex.EncodeToString(b))
 }
 
 // Status asks the running audit where it stands.
-func (a *Audit) Status(ctx context.Context) (workflows.Status, error) {
-	var st workflows.Status
-	err := a.c.query(ctx, a.WorkflowID, a.RunID, workflows.StatusQuery, &st)
+func (a *Audit) Status(ctx context.Context) (api.Status, error) {
+	var st api.Status
+	err := a.c.query(ctx, a.WorkflowID, a.RunID, api.StatusQuery, &st)
 	return st, err
 }
 
@@ -79,9 +80,9 @@ func (a *Audit) Status(ctx context.Context) (workflows.Status, error) {
 // found. progress, when not nil, is called whenever its status changes.
 // A failure is an *OperationError of one line; when ctx ends first, the
 // audit goes on and the error wraps ctx's.
-func (a *Audit) Wait(ctx context.Context, progress func(workflows.Status)) (*workflows.ReconcileResult, error) {
-	var res workflows.ReconcileResult
-	var last workflows.Status
+func (a *Audit) Wait(ctx context.Context, progress func(api.Status)) (*api.ReconcileResult, error) {
+	var res api.ReconcileResult
+	var last api.Status
 	err := a.c.follow(ctx, a.WorkflowID, a.RunID, &res, 300*time.Millisecond, func() bool {
 		if progress == nil {
 			return false
@@ -92,7 +93,7 @@ func (a *Audit) Wait(ctx context.Context, progress func(workflows.Status)) (*wor
 		}
 		return false
 	})
-	if err := waitError(ctx, workflows.OpReconcile, a.WorkflowID, a.WorkflowID, a.RunID, err); err != nil {
+	if err := waitError(ctx, api.OpReconcile, a.WorkflowID, a.WorkflowID, a.RunID, err); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -105,7 +106,7 @@ func (a *Audit) Wait(ctx context.Context, progress func(workflows.Status)) (*wor
 // quarantines pCPUs no record explains. It only adds claims, never frees
 // one; with DryRun it changes nothing. A host whose ledger keys are all
 // gone is no longer registered, so it must be named.
-func (c *Client) Recover(ctx context.Context, in workflows.RecoverInput) (*workflows.RecoverResult, error) {
+func (c *Client) Recover(ctx context.Context, in api.RecoverInput) (*api.RecoverResult, error) {
 	for _, h := range in.Hosts {
 		if err := ledger.CheckHostName(h); err != nil {
 			return nil, fmt.Errorf("recover: %v: %w", err, ErrInvalid)
@@ -114,14 +115,14 @@ func (c *Client) Recover(ctx context.Context, in workflows.RecoverInput) (*workf
 	id := fmt.Sprintf("recover-%s", time.Now().UTC().Format("20060102T150405.000Z"))
 	run, err := c.temporal.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
 		ID: id, TaskQueue: c.taskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpRecover, "")...),
+		TypedSearchAttributes: temporal.NewSearchAttributes(api.StartAttributes(api.OpRecover, "")...),
 		StaticSummary:         "ledger recovery from the hypervisors",
 	}, workflows.Recover, in)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
-	var res workflows.RecoverResult
-	if err := waitError(ctx, workflows.OpRecover, "", id, run.GetRunID(), c.result(ctx, id, run.GetRunID(), &res)); err != nil {
+	var res api.RecoverResult
+	if err := waitError(ctx, api.OpRecover, "", id, run.GetRunID(), c.result(ctx, id, run.GetRunID(), &res)); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -139,19 +140,19 @@ func (c *Client) ReleaseQuarantine(ctx context.Context, host, claimID string) (*
 	if claimID == "" {
 		return nil, fmt.Errorf("quarantine release: an empty claim id; allowed is the id of a quarantine claim on %s: %w", host, ErrInvalid)
 	}
-	id := workflows.QuarantineReleaseWorkflowID(host, claimID)
-	run, err := c.startWorkflow(ctx, id, plan{op: workflows.OpUnquarantine, wf: workflows.ReleaseQuarantine,
+	id := api.QuarantineReleaseWorkflowID(host, claimID)
+	run, err := c.startWorkflow(ctx, id, plan{op: api.OpUnquarantine, wf: workflows.ReleaseQuarantine,
 		input:   audit.ReleaseQuarantineInput{Host: host, ClaimID: claimID},
 		summary: "release quarantine " + claimID + " on " + host, source: host}, "")
 	switch {
 	case alreadyRunning(err):
 		return nil, fmt.Errorf("quarantine release: claim %s on %s is being released already: %w", claimID, host,
-			&BusyError{Host: host, Operation: workflows.OpUnquarantine, WorkflowID: id})
+			&BusyError{Host: host, Operation: api.OpUnquarantine, WorkflowID: id})
 	case err != nil:
 		return nil, fmt.Errorf("quarantine release: %w", err)
 	}
 	var res audit.ReleasedQuarantine
-	if err := waitError(ctx, workflows.OpUnquarantine, host, id, run.GetRunID(), c.result(ctx, id, run.GetRunID(), &res)); err != nil {
+	if err := waitError(ctx, api.OpUnquarantine, host, id, run.GetRunID(), c.result(ctx, id, run.GetRunID(), &res)); err != nil {
 		return nil, err
 	}
 	return &res, nil

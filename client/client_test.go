@@ -11,10 +11,10 @@ import (
 
 	"go.temporal.io/api/operatorservice/v1"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // TestExample runs the package's example against a real Redis, a real
@@ -95,7 +95,7 @@ func waitSearchAttributes(t *testing.T, ctx context.Context, tmp *testenv.Tempor
 	t.Helper()
 	for {
 		sa, err := tmp.Client.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: tmp.Namespace})
-		if err == nil && sa.GetCustomAttributes()[workflows.AttrInstance.GetName()] != 0 {
+		if err == nil && sa.GetCustomAttributes()[api.AttrInstance.GetName()] != 0 {
 			return
 		}
 		if ctx.Err() != nil {

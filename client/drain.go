@@ -11,6 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -20,14 +21,14 @@ import (
 // policy ("" for live) started now would plan it, with the guests that
 // fit nowhere, those the policy cannot move, and the claims of operations
 // in flight that block it. It changes nothing, and needs only the ledger.
-func (c *Client) PlanDrain(ctx context.Context, host string, policy workflows.DrainPolicy) (drain.Plan, error) {
-	if err := (workflows.DrainInput{Host: host, Policy: policy}).WithDefaults().Check(); err != nil {
+func (c *Client) PlanDrain(ctx context.Context, host string, policy api.DrainPolicy) (drain.Plan, error) {
+	if err := (api.DrainInput{Host: host, Policy: policy}).WithDefaults().Check(); err != nil {
 		return drain.Plan{}, fmt.Errorf("host plan-drain %s: %v: %w", host, err, ErrInvalid)
 	}
 	if _, err := c.HostStatus(ctx, host); err != nil {
 		return drain.Plan{}, err
 	}
-	return drain.PlanHost(ctx, c.led, host, cmp.Or(policy, workflows.DrainLive) == workflows.DrainLive)
+	return drain.PlanHost(ctx, c.led, host, cmp.Or(policy, api.DrainLive) == api.DrainLive)
 }
 
 // DrainRun is a run of a host's drain, to follow.
@@ -42,7 +43,7 @@ type DrainRun struct {
 // limits and policy take the defaults; the limits are checked with
 // DrainInput.Check. A host that is unknown, down or returning, or that a
 // drain empties already, is refused.
-func (c *Client) Drain(ctx context.Context, in workflows.DrainInput) (*DrainRun, error) {
+func (c *Client) Drain(ctx context.Context, in api.DrainInput) (*DrainRun, error) {
 	host := in.Host
 	if err := ledger.CheckHostName(host); err != nil {
 		return nil, fmt.Errorf("host drain: %v: %w", err, ErrInvalid)
@@ -58,12 +59,12 @@ func (c *Client) Drain(ctx context.Context, in workflows.DrainInput) (*DrainRun,
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
 		return nil, fmt.Errorf("host drain %s: the host is %s; a drain moves guests off a running host (evacuate a fenced one): %w", host, st.State, ErrState)
 	}
-	id := workflows.DrainWorkflowID(host)
-	run, err := c.startWorkflow(ctx, id, plan{op: workflows.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
+	id := api.DrainWorkflowID(host)
+	run, err := c.startWorkflow(ctx, id, plan{op: api.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
 	switch {
 	case alreadyRunning(err):
 		return nil, fmt.Errorf("host drain %s: the host is being drained already (workflow %s): %w", host, id,
-			&BusyError{Host: host, Operation: workflows.OpDrain, WorkflowID: id})
+			&BusyError{Host: host, Operation: api.OpDrain, WorkflowID: id})
 	case err != nil:
 		return nil, fmt.Errorf("host drain %s: %w", host, err)
 	}
@@ -71,9 +72,9 @@ func (c *Client) Drain(ctx context.Context, in workflows.DrainInput) (*DrainRun,
 }
 
 // Status asks the running drain where it stands.
-func (d *DrainRun) Status(ctx context.Context) (workflows.DrainStatus, error) {
-	var st workflows.DrainStatus
-	err := d.c.query(ctx, d.WorkflowID, d.RunID, workflows.DrainStatusQuery, &st)
+func (d *DrainRun) Status(ctx context.Context) (api.DrainStatus, error) {
+	var st api.DrainStatus
+	err := d.c.query(ctx, d.WorkflowID, d.RunID, api.DrainStatusQuery, &st)
 	return st, err
 }
 
@@ -82,9 +83,9 @@ func (d *DrainRun) Status(ctx context.Context) (workflows.DrainStatus, error) {
 // cancelled is an *OperationError of one line; the guests a completed
 // drain left on the host are in its result. When ctx ends first, the
 // drain goes on and the error wraps ctx's.
-func (d *DrainRun) Wait(ctx context.Context, progress func(workflows.DrainStatus)) (*workflows.DrainResult, error) {
-	var res workflows.DrainResult
-	var last *workflows.DrainStatus
+func (d *DrainRun) Wait(ctx context.Context, progress func(api.DrainStatus)) (*api.DrainResult, error) {
+	var res api.DrainResult
+	var last *api.DrainStatus
 	err := d.c.follow(ctx, d.WorkflowID, d.RunID, &res, 500*time.Millisecond, func() bool {
 		if progress == nil {
 			return false
@@ -97,7 +98,7 @@ func (d *DrainRun) Wait(ctx context.Context, progress func(workflows.DrainStatus
 		last = &st
 		return false
 	})
-	if err := waitError(ctx, workflows.OpDrain, d.Host, d.WorkflowID, d.RunID, err); err != nil {
+	if err := waitError(ctx, api.OpDrain, d.Host, d.WorkflowID, d.RunID, err); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -120,7 +121,7 @@ type DrainState struct {
 	// completed, its result's guests; once it failed or was cancelled,
 	// its guests as they were at its end (none when no worker could
 	// replay it).
-	workflows.DrainStatus
+	api.DrainStatus
 	WorkflowID string `json:"workflow_id"`
 	RunID      string `json:"run_id"`
 	// Status is running, completed, failed, canceled, terminated or
@@ -154,7 +155,7 @@ func (c *Client) DrainStatus(ctx context.Context, host string) (*DrainState, err
 
 // lastDrain is DrainStatus for the command verb, which its errors name.
 func (c *Client) lastDrain(ctx context.Context, verb, host string) (*DrainState, error) {
-	id := workflows.DrainWorkflowID(host)
+	id := api.DrainWorkflowID(host)
 	// A drain that ends between the describe and its query is described
 	// again.
 	for try := 0; ; try++ {
@@ -167,7 +168,7 @@ func (c *Client) lastDrain(ctx context.Context, verb, host string) (*DrainState,
 			return nil, fmt.Errorf("%s %s: %w", verb, host, err)
 		}
 		rec := c.record(ctx, d.RawResponse.GetWorkflowExecutionInfo())
-		st := &DrainState{DrainStatus: workflows.DrainStatus{Host: host, Guests: []workflows.DrainGuest{}},
+		st := &DrainState{DrainStatus: api.DrainStatus{Host: host, Guests: []api.DrainGuest{}},
 			WorkflowID: rec.WorkflowID, RunID: rec.RunID, Status: rec.Status, Start: rec.Start, Close: rec.Close, Reason: rec.Reason}
 		switch d.Status {
 		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
@@ -179,7 +180,7 @@ func (c *Client) lastDrain(ctx context.Context, verb, host string) (*DrainState,
 				return nil, fmt.Errorf("%s %s: %w", verb, host, err)
 			}
 		case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
-			var res workflows.DrainResult
+			var res api.DrainResult
 			if err := c.temporal.GetWorkflow(ctx, id, rec.RunID).Get(ctx, &res); err != nil {
 				return nil, fmt.Errorf("%s %s: %w", verb, host, err)
 			}
@@ -194,9 +195,9 @@ func (c *Client) lastDrain(ctx context.Context, verb, host string) (*DrainState,
 		}
 		for _, g := range st.Guests {
 			switch g.State {
-			case workflows.GuestMoved:
+			case api.GuestMoved:
 				st.Moved++
-			case workflows.GuestFailed:
+			case api.GuestFailed:
 				st.Failed++
 			}
 		}
@@ -206,19 +207,19 @@ func (c *Client) lastDrain(ctx context.Context, verb, host string) (*DrainState,
 
 // PauseDrain stops the host's running drain from starting new moves; the
 // running ones finish. The status is the drain's once it took the pause.
-func (c *Client) PauseDrain(ctx context.Context, host string) (workflows.DrainStatus, error) {
-	return c.controlDrain(ctx, host, "pause", workflows.DrainPauseUpdate)
+func (c *Client) PauseDrain(ctx context.Context, host string) (api.DrainStatus, error) {
+	return c.controlDrain(ctx, host, "pause", api.DrainPauseUpdate)
 }
 
 // ResumeDrain lets the host's paused drain start new moves again.
-func (c *Client) ResumeDrain(ctx context.Context, host string) (workflows.DrainStatus, error) {
-	return c.controlDrain(ctx, host, "resume", workflows.DrainResumeUpdate)
+func (c *Client) ResumeDrain(ctx context.Context, host string) (api.DrainStatus, error) {
+	return c.controlDrain(ctx, host, "resume", api.DrainResumeUpdate)
 }
 
 // CancelDrain cancels the host's running drain: its running moves roll
 // back and the reservations no move adopted are released; the host stays
 // disabled. The status is the drain's when the cancel was asked.
-func (c *Client) CancelDrain(ctx context.Context, host string) (workflows.DrainStatus, error) {
+func (c *Client) CancelDrain(ctx context.Context, host string) (api.DrainStatus, error) {
 	run, st, err := c.runningDrain(ctx, host, "cancel")
 	if err != nil {
 		return st, err
@@ -231,7 +232,7 @@ func (c *Client) CancelDrain(ctx context.Context, host string) (workflows.DrainS
 
 // controlDrain sends the running drain the Update name, which the drain
 // refuses where it does not apply, naming why.
-func (c *Client) controlDrain(ctx context.Context, host, verb, name string) (workflows.DrainStatus, error) {
+func (c *Client) controlDrain(ctx context.Context, host, verb, name string) (api.DrainStatus, error) {
 	run, st, err := c.runningDrain(ctx, host, verb)
 	if err != nil {
 		return st, err
@@ -253,12 +254,12 @@ func (c *Client) controlDrain(ctx context.Context, host, verb, name string) (wor
 
 // runningDrain is the host's running drain and its status, or a refusal
 // saying that none runs.
-func (c *Client) runningDrain(ctx context.Context, host, verb string) (*DrainRun, workflows.DrainStatus, error) {
-	var st workflows.DrainStatus
+func (c *Client) runningDrain(ctx context.Context, host, verb string) (*DrainRun, api.DrainStatus, error) {
+	var st api.DrainStatus
 	if _, err := c.HostStatus(ctx, host); err != nil {
 		return nil, st, err
 	}
-	id := workflows.DrainWorkflowID(host)
+	id := api.DrainWorkflowID(host)
 	d, err := c.temporal.DescribeWorkflow(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) || err == nil && d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
@@ -313,7 +314,7 @@ func (c *Client) Undrain(ctx context.Context, host string) (*Undrain, error) {
 	switch {
 	case last.Running():
 		return nil, fmt.Errorf("host undrain %s: the host is being drained; cancel the drain first: %w", host,
-			&BusyError{Host: host, Operation: workflows.OpDrain, WorkflowID: last.WorkflowID, RunID: last.RunID})
+			&BusyError{Host: host, Operation: api.OpDrain, WorkflowID: last.WorkflowID, RunID: last.RunID})
 	case !last.Completed() && len(last.Guests) == 0:
 		return nil, fmt.Errorf("host undrain %s: its last drain %s (%s) and no worker could replay what it moved; move guests back one by one: %w", host, last.Status, last.Reason, ErrState)
 	}
@@ -324,7 +325,7 @@ func (c *Client) Undrain(ctx context.Context, host string) (*Undrain, error) {
 	}
 	u := &Undrain{Host: host, Moves: []MoveBack{}}
 	for _, g := range last.Guests {
-		if g.State != workflows.GuestMoved {
+		if g.State != api.GuestMoved {
 			continue
 		}
 		inst, err := c.led.Instance(ctx, g.UUID)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // ledgerOnly is a client of a fresh ledger with hosts up, a and b, and
@@ -58,14 +58,14 @@ func TestHostRequestsRefused(t *testing.T) {
 		is   error // nil: no mark
 		want string
 	}{
-		{"a bad host name", func() error { _, err := c.Drain(ctx, workflows.DrainInput{Host: "a/b"}); return err }, ErrInvalid, "host drain: "},
-		{"too many moves at once", func() error { _, err := c.Drain(ctx, workflows.DrainInput{Host: "a", Parallel: 65}); return err },
+		{"a bad host name", func() error { _, err := c.Drain(ctx, api.DrainInput{Host: "a/b"}); return err }, ErrInvalid, "host drain: "},
+		{"too many moves at once", func() error { _, err := c.Drain(ctx, api.DrainInput{Host: "a", Parallel: 65}); return err },
 			ErrInvalid, "host drain a: drain parallel 65: it must be 1 to 64"},
-		{"a bad policy", func() error { _, err := c.Drain(ctx, workflows.DrainInput{Host: "a", Policy: "fast"}); return err },
+		{"a bad policy", func() error { _, err := c.Drain(ctx, api.DrainInput{Host: "a", Policy: "fast"}); return err },
 			ErrInvalid, `drain policy "fast": policies are live, cold and live-then-cold`},
-		{"an unknown host", func() error { _, err := c.Drain(ctx, workflows.DrainInput{Host: "nowhere"}); return err },
+		{"an unknown host", func() error { _, err := c.Drain(ctx, api.DrainInput{Host: "nowhere"}); return err },
 			ErrUnknownHost, `unknown host "nowhere"; registered hosts are a, b, down`},
-		{"a drain of a down host", func() error { _, err := c.Drain(ctx, workflows.DrainInput{Host: "down"}); return err },
+		{"a drain of a down host", func() error { _, err := c.Drain(ctx, api.DrainInput{Host: "down"}); return err },
 			ErrState, "host drain down: the host is down; a drain moves guests off a running host (evacuate a fenced one)"},
 		{"an undrain of a down host", func() error { _, err := c.Undrain(ctx, "down"); return err },
 			ErrState, "host undrain down: the host is down; a host marked down is undrained once it is back up"},
@@ -73,13 +73,13 @@ func TestHostRequestsRefused(t *testing.T) {
 		{"a drain status of an unknown host", func() error { _, err := c.DrainStatus(ctx, "nowhere"); return err }, ErrUnknownHost, `unknown host "nowhere"`},
 		{"a pause of an unknown host", func() error { _, err := c.PauseDrain(ctx, "nowhere"); return err }, ErrUnknownHost, `unknown host "nowhere"`},
 		{"an audit of an unknown host", func() error {
-			_, err := c.Reconcile(ctx, workflows.ReconcileInput{Hosts: []string{"a", "nowhere"}})
+			_, err := c.Reconcile(ctx, api.ReconcileInput{Hosts: []string{"a", "nowhere"}})
 			return err
 		},
 			ErrUnknownHost, `reconcile: unknown host "nowhere"`},
-		{"a negative grace", func() error { _, err := c.Reconcile(ctx, workflows.ReconcileInput{Grace: &negative}); return err },
+		{"a negative grace", func() error { _, err := c.Reconcile(ctx, api.ReconcileInput{Grace: &negative}); return err },
 			ErrInvalid, "reconcile: grace -1s: give a duration of 0 or more"},
-		{"a recovery of a bad host name", func() error { _, err := c.Recover(ctx, workflows.RecoverInput{Hosts: []string{""}}); return err },
+		{"a recovery of a bad host name", func() error { _, err := c.Recover(ctx, api.RecoverInput{Hosts: []string{""}}); return err },
 			ErrInvalid, "recover: "},
 		{"a release of no claim", func() error { _, err := c.ReleaseQuarantine(ctx, "a", ""); return err },
 			ErrInvalid, "quarantine release: an empty claim id"},
@@ -109,7 +109,7 @@ func TestPlanDrainOfAnEmptyHost(t *testing.T) {
 // its top level, so a reader of the running drain's status reads an
 // ended one the same way, with how it ended beside it.
 func TestDrainStateJSON(t *testing.T) {
-	st := DrainState{DrainStatus: workflows.DrainStatus{Host: "a", Moving: 1, Guests: []workflows.DrainGuest{{UUID: "u", State: workflows.GuestFailed, Error: "its move to b failed: injected fault"}}},
+	st := DrainState{DrainStatus: api.DrainStatus{Host: "a", Moving: 1, Guests: []api.DrainGuest{{UUID: "u", State: api.GuestFailed, Error: "its move to b failed: injected fault"}}},
 		WorkflowID: "drain-a", RunID: "r", Status: "failed", Reason: "the drain of a cannot complete"}
 	b, err := json.Marshal(st)
 	if err != nil {
@@ -124,7 +124,7 @@ func TestDrainStateJSON(t *testing.T) {
 			t.Errorf("DrainState as JSON lacks %q: %s", k, b)
 		}
 	}
-	var back workflows.DrainStatus
+	var back api.DrainStatus
 	if err := json.Unmarshal(b, &back); err != nil || back.Moving != 1 || len(back.Guests) != 1 || back.Guests[0].Error != st.Guests[0].Error {
 		t.Errorf("DrainState %s read as a DrainStatus = %+v, %v", b, back, err)
 	}

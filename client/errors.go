@@ -6,10 +6,10 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // The kinds of refusal and failure, for errors.Is. A request refused
@@ -52,7 +52,7 @@ type BusyError struct {
 	UUID string
 	Host string
 	// Operation is the open run's kind; WorkflowID and RunID name it.
-	Operation  workflows.Operation
+	Operation  api.Operation
 	WorkflowID string
 	RunID      string
 }
@@ -127,7 +127,7 @@ func (e *GroupRuleError) Unwrap() error {
 // the kind of error its failure has (ErrNoHost, ErrGroupRule,
 // ErrHostDown...), and unwraps to Temporal's error.
 type OperationError struct {
-	Operation workflows.Operation
+	Operation api.Operation
 	// Subject is the guest's UUID, or the host of a change of a host.
 	Subject    string
 	WorkflowID string
@@ -136,7 +136,7 @@ type OperationError struct {
 	// (activities.ErrType*); empty for a cancel or termination.
 	Type string
 	// Failure is the failure by its parts; its Line says it in one line.
-	Failure workflows.Failure
+	Failure api.Failure
 	kind    error
 	err     error
 }
@@ -172,12 +172,12 @@ const (
 )
 
 // runFailed is the error of a run of op on subject that ended with err.
-func runFailed(op workflows.Operation, subject, workflowID, runID string, err error) error {
+func runFailed(op api.Operation, subject, workflowID, runID string, err error) error {
 	e := &OperationError{Operation: op, Subject: subject, WorkflowID: workflowID, RunID: runID, err: err}
-	if f, ok := workflows.FailureOf(err); ok {
+	if f, ok := api.FailureOf(err); ok {
 		e.Failure = f
 	} else {
-		e.Failure = workflows.Failure{Reason: workflows.RootCause(err)}
+		e.Failure = api.Failure{Reason: api.RootCause(err)}
 	}
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
@@ -238,7 +238,7 @@ func details(err error, typ string, v ...any) bool {
 
 // notWaited is the error of a wait for op on subject that ctx cut: the
 // context's own error, and that the run goes on.
-func notWaited(op workflows.Operation, subject, workflowID string, err error) error {
+func notWaited(op api.Operation, subject, workflowID string, err error) error {
 	return fmt.Errorf("%s %s: not waited out; it goes on as workflow %s: %w", op, subject, workflowID, err)
 }
 

@@ -10,13 +10,13 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // stack is Redis, a Temporal dev server and a pinflow worker on simulated
@@ -165,7 +165,7 @@ func TestErrors(t *testing.T) {
 		}
 		_, err = op.Wait(ctx, nil)
 		var failed *client.OperationError
-		if !errors.Is(err, client.ErrGroupRule) || !errors.As(err, &failed) || failed.Operation != workflows.OpBoot {
+		if !errors.Is(err, client.ErrGroupRule) || !errors.As(err, &failed) || failed.Operation != api.OpBoot {
 			t.Errorf("Boot q3 with every up host holding a member: %v, want a boot failed on the group rule", err)
 		}
 	})
@@ -204,7 +204,7 @@ func TestErrors(t *testing.T) {
 		}
 		_, err = c.Delete(ctx, "web")
 		var busy *client.BusyError
-		if !errors.Is(err, client.ErrBusy) || !errors.As(err, &busy) || busy.UUID != op.UUID || busy.Operation != workflows.OpColdMigration {
+		if !errors.Is(err, client.ErrBusy) || !errors.As(err, &busy) || busy.UUID != op.UUID || busy.Operation != api.OpColdMigration {
 			t.Errorf("Delete of a guest in VERIFY_RESIZE: %v, want a *BusyError naming its cold migration", err)
 		}
 
@@ -230,7 +230,7 @@ func TestErrors(t *testing.T) {
 func TestRootMessageOfFailure(t *testing.T) {
 	line := "prepare the destination b failed: injected fault"
 	failed := temporal.NewApplicationErrorWithOptions(line, "OperationFailed", temporal.ApplicationErrorOptions{
-		NonRetryable: true, Details: []any{workflows.Failure{Step: "prepare the destination b", Reason: "injected fault"}}})
+		NonRetryable: true, Details: []any{api.Failure{Step: "prepare the destination b", Reason: "injected fault"}}})
 	for _, err := range []error{failed, fmt.Errorf("evacuate: %w", client.RunFailedForTest(failed))} {
 		if got := client.RootMessage(err); got != line {
 			t.Errorf("RootMessage(%v) = %q, want %q", err, got, line)

@@ -9,10 +9,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/guest"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // bootAndMigrate is a control plane's use of pinflow: it boots a pinned
@@ -123,16 +123,16 @@ func ExampleClient_Drain() {
 	ctx := context.Background()
 	c := dial(ctx)
 	defer c.Close()
-	run, err := c.Drain(ctx, workflows.DrainInput{Host: "h1", Reason: "firmware"})
+	run, err := c.Drain(ctx, api.DrainInput{Host: "h1", Reason: "firmware"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := run.Wait(ctx, func(st workflows.DrainStatus) { fmt.Printf("%d moving\n", st.Moving) })
+	res, err := run.Wait(ctx, func(st api.DrainStatus) { fmt.Printf("%d moving\n", st.Moving) })
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, g := range res.Guests {
-		if g.State == workflows.GuestFailed {
+		if g.State == api.GuestFailed {
 			fmt.Printf("%s stays: %s\n", g.UUID, g.Error)
 		}
 	}

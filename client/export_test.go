@@ -1,9 +1,11 @@
 package client
 
-import "github.com/pinflow/pinflow/workflows"
+import (
+	"github.com/pinflow/pinflow/api"
+)
 
 // RunFailedForTest is the client's error of an evacuation of guest u
 // whose run ended with err.
 func RunFailedForTest(err error) error {
-	return runFailed(workflows.OpEvacuation, "u", "instance-u", "r", err)
+	return runFailed(api.OpEvacuation, "u", "instance-u", "r", err)
 }

@@ -9,17 +9,17 @@ import (
 
 	"go.temporal.io/sdk/converter"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // Operation is a run of an operation on a guest, to follow.
 type Operation struct {
 	c    *Client
-	Kind workflows.Operation
+	Kind api.Operation
 	// UUID is the guest's; WorkflowID and RunID name the run.
 	UUID       string
 	WorkflowID string
@@ -30,9 +30,9 @@ type Operation struct {
 }
 
 // Status asks the running operation where it stands.
-func (o *Operation) Status(ctx context.Context) (workflows.Status, error) {
-	var st workflows.Status
-	err := o.c.query(ctx, o.WorkflowID, o.RunID, workflows.StatusQuery, &st)
+func (o *Operation) Status(ctx context.Context) (api.Status, error) {
+	var st api.Status
+	err := o.c.query(ctx, o.WorkflowID, o.RunID, api.StatusQuery, &st)
 	if st.Operation != "" {
 		o.Kind = st.Operation
 	}
@@ -41,7 +41,7 @@ func (o *Operation) Status(ctx context.Context) (workflows.Status, error) {
 
 // Progress is where a followed operation stands.
 type Progress struct {
-	workflows.Status
+	api.Status
 	// Migrated is the share of a live migration's memory copied, 0-100,
 	// while it runs; -1 otherwise.
 	Migrated int
@@ -50,10 +50,10 @@ type Progress struct {
 // Outcome is where an operation left the guest: at its end, or waiting
 // in VERIFY_RESIZE for a confirm or revert.
 type Outcome struct {
-	Operation workflows.Operation `json:"operation"`
-	UUID      string              `json:"uuid"`
+	Operation api.Operation `json:"operation"`
+	UUID      string        `json:"uuid"`
 	// Phase is completed, or verify-resize while a decision is awaited.
-	Phase workflows.Phase `json:"phase"`
+	Phase api.Phase `json:"phase"`
 	// Host, Placement and PCPUs are where the guest runs now, as its
 	// record says; empty when it runs nowhere (shelved, deleted).
 	Host      string          `json:"host,omitempty"`
@@ -69,7 +69,7 @@ type Outcome struct {
 }
 
 // AwaitingDecision says whether the operation waits in VERIFY_RESIZE.
-func (o *Outcome) AwaitingDecision() bool { return o.Phase == workflows.PhaseVerifyResize }
+func (o *Outcome) AwaitingDecision() bool { return o.Phase == api.PhaseVerifyResize }
 
 // Wait follows the operation until the operator's next decision: its end,
 // or VERIFY_RESIZE for a resize or cold migration (after a confirm or
@@ -98,15 +98,15 @@ func (o *Operation) wait(ctx context.Context, progress func(Progress), stopAtVer
 		if err != nil {
 			return false // closed meanwhile, or not yet at its first task
 		}
-		if stopAtVerify && st.Phase == workflows.PhaseVerifyResize {
-			paused, pausedErr = o.outcome(ctx, workflows.PhaseVerifyResize)
+		if stopAtVerify && st.Phase == api.PhaseVerifyResize {
+			paused, pausedErr = o.outcome(ctx, api.PhaseVerifyResize)
 			if paused != nil {
 				paused.Source, paused.ConfirmBy = st.Source, st.ConfirmBy
 			}
 			return true
 		}
 		p := Progress{Status: st, Migrated: -1}
-		if st.Phase == workflows.PhaseRunning {
+		if st.Phase == api.PhaseRunning {
 			p.Migrated = o.migrated(ctx)
 		}
 		if progress != nil && p != last {
@@ -122,7 +122,7 @@ func (o *Operation) wait(ctx context.Context, progress func(Progress), stopAtVer
 	case paused != nil || pausedErr != nil:
 		return paused, pausedErr
 	}
-	out, err := o.outcome(ctx, workflows.PhaseCompleted)
+	out, err := o.outcome(ctx, api.PhaseCompleted)
 	if out != nil {
 		out.Result = raw
 	}
@@ -147,7 +147,7 @@ func (o *Operation) migrated(ctx context.Context) int {
 }
 
 // outcome reads where the guest is now.
-func (o *Operation) outcome(ctx context.Context, phase workflows.Phase) (*Outcome, error) {
+func (o *Operation) outcome(ctx context.Context, phase api.Phase) (*Outcome, error) {
 	out := &Outcome{Operation: o.Kind, UUID: o.UUID, Phase: phase}
 	inst, err := o.c.led.Instance(ctx, o.UUID)
 	switch {
@@ -176,12 +176,12 @@ func PinnedPCPUs(p *numa.Placement) numa.CPUSet {
 }
 
 // RootMessage says in one line why an operation failed: an
-// *OperationError's failure line, or workflows.RootCause of a Temporal
+// *OperationError's failure line, or api.RootCause of a Temporal
 // error (the rule a drain records its guests' failures with too).
 func RootMessage(err error) string {
 	var failed *OperationError
 	if errors.As(err, &failed) {
 		return failed.Failure.Line()
 	}
-	return workflows.RootCause(err)
+	return api.RootCause(err)
 }

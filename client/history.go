@@ -14,24 +14,24 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // Record is one run of an operation, as the history lists it.
 type Record struct {
-	Operation  workflows.Operation `json:"operation"`
-	UUID       string              `json:"uuid,omitempty"`
-	WorkflowID string              `json:"workflow_id"`
-	RunID      string              `json:"run_id"`
+	Operation  api.Operation `json:"operation"`
+	UUID       string        `json:"uuid,omitempty"`
+	WorkflowID string        `json:"workflow_id"`
+	RunID      string        `json:"run_id"`
 	// Status is running, completed, failed, canceled, terminated or
 	// timed_out; Phase the last phase it recorded.
-	Status string          `json:"status"`
-	Phase  workflows.Phase `json:"phase,omitempty"`
-	Source string          `json:"source,omitempty"`
-	Dest   string          `json:"dest,omitempty"`
-	Start  time.Time       `json:"start"`
-	Close  time.Time       `json:"close,omitzero"`
+	Status string    `json:"status"`
+	Phase  api.Phase `json:"phase,omitempty"`
+	Source string    `json:"source,omitempty"`
+	Dest   string    `json:"dest,omitempty"`
+	Start  time.Time `json:"start"`
+	Close  time.Time `json:"close,omitzero"`
 	// Reason is why a run that did not complete ended, in one line.
 	Reason string `json:"reason,omitempty"`
 }
@@ -59,14 +59,14 @@ func (c *Client) History(ctx context.Context, f HistoryFilter) ([]Record, error)
 		if err != nil {
 			return nil, err
 		}
-		where = append(where, fmt.Sprintf("%s = %s", workflows.AttrInstance.GetName(), quote(id)))
+		where = append(where, fmt.Sprintf("%s = %s", api.AttrInstance.GetName(), quote(id)))
 	}
 	if f.Host != "" {
-		where = append(where, fmt.Sprintf("(%s = %s OR %s = %s)", workflows.AttrSourceHost.GetName(), quote(f.Host),
-			workflows.AttrDestHost.GetName(), quote(f.Host)))
+		where = append(where, fmt.Sprintf("(%s = %s OR %s = %s)", api.AttrSourceHost.GetName(), quote(f.Host),
+			api.AttrDestHost.GetName(), quote(f.Host)))
 	}
 	if !f.Audits {
-		where = append(where, workflows.OperatorsView)
+		where = append(where, api.OperatorsView)
 	}
 	limit := f.Limit
 	if limit <= 0 {
@@ -127,10 +127,10 @@ func (c *Client) record(ctx context.Context, e *workflowpb.WorkflowExecutionInfo
 		}
 		return s
 	}
-	r.Operation, r.UUID, r.Phase = workflows.Operation(str(workflows.AttrOperation)), str(workflows.AttrInstance), workflows.Phase(str(workflows.AttrPhase))
-	r.Source, r.Dest = str(workflows.AttrSourceHost), str(workflows.AttrDestHost)
+	r.Operation, r.UUID, r.Phase = api.Operation(str(api.AttrOperation)), str(api.AttrInstance), api.Phase(str(api.AttrPhase))
+	r.Source, r.Dest = str(api.AttrSourceHost), str(api.AttrDestHost)
 	if r.Operation == "" {
-		r.Operation = workflows.Operation(e.GetType().GetName())
+		r.Operation = api.Operation(e.GetType().GetName())
 	}
 	if r.Ended() && r.Status != "completed" {
 		r.Reason = c.closeReason(ctx, r.WorkflowID, r.RunID)

@@ -9,6 +9,7 @@ import (
 
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -16,7 +17,7 @@ import (
 )
 
 // Every change of a host (its registration, its state, its return and
-// its removal) is a workflow run under workflows.HostWorkflowID: two
+// its removal) is a workflow run under api.HostWorkflowID: two
 // changes of one host never interleave, and each is on record with the
 // host and the operation as search attributes (History).
 
@@ -39,12 +40,12 @@ type AddHostRequest struct {
 // AddHost registers a host, or an existing host's topology again (its
 // generation grows when the topology changed), and returns the
 // registration once it is done.
-func (c *Client) AddHost(ctx context.Context, r AddHostRequest) (*workflows.HostAddResult, error) {
+func (c *Client) AddHost(ctx context.Context, r AddHostRequest) (*api.HostAddResult, error) {
 	const verb = "host add"
 	if err := ledger.CheckHostName(r.Name); err != nil {
 		return nil, fmt.Errorf("%s: %v: %w", verb, err, ErrInvalid)
 	}
-	in := workflows.HostAddInput{Host: r.Name}
+	in := api.HostAddInput{Host: r.Name}
 	summary := "register host " + r.Name
 	switch {
 	case r.Topology != nil && r.Libvirt != nil:
@@ -72,8 +73,8 @@ func (c *Client) AddHost(ctx context.Context, r AddHostRequest) (*workflows.Host
 	default:
 		return nil, fmt.Errorf("%s %s: give a topology or a libvirt configuration: %w", verb, r.Name, ErrInvalid)
 	}
-	var res workflows.HostAddResult
-	p := plan{op: workflows.OpHostAdd, wf: workflows.HostAdd, input: in, summary: summary, source: r.Name}
+	var res api.HostAddResult
+	p := plan{op: api.OpHostAdd, wf: workflows.HostAdd, input: in, summary: summary, source: r.Name}
 	if err := c.changeHost(ctx, verb, p, &res); err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func (c *Client) DisableHost(ctx context.Context, host, reason string) (ledger.H
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
 		return st, fmt.Errorf("%s %s: the host is %s; only an up host is disabled, once it is back up: %w", verb, host, st.State, ErrState)
 	}
-	p := plan{op: workflows.OpHostDisable, wf: workflows.HostDisable, input: workflows.HostStateInput{Host: host, Reason: reason},
+	p := plan{op: api.OpHostDisable, wf: workflows.HostDisable, input: api.HostStateInput{Host: host, Reason: reason},
 		summary: fmt.Sprintf("disable host %s: %s", host, reason), source: host}
 	return c.changeHostState(ctx, verb, p)
 }
@@ -109,7 +110,7 @@ func (c *Client) EnableHost(ctx context.Context, host string) (ledger.HostStatus
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
 		return st, fmt.Errorf("%s %s: the host is %s, not disabled; a host marked down comes back with UpHost: %w", verb, host, st.State, ErrState)
 	}
-	p := plan{op: workflows.OpHostEnable, wf: workflows.HostEnable, input: workflows.HostStateInput{Host: host},
+	p := plan{op: api.OpHostEnable, wf: workflows.HostEnable, input: api.HostStateInput{Host: host},
 		summary: "enable host " + host, source: host}
 	return c.changeHostState(ctx, verb, p)
 }
@@ -126,8 +127,8 @@ func (c *Client) DownHost(ctx context.Context, host, reason string, autoEvacuate
 	if _, err := c.hostToChange(ctx, verb, host, &reason); err != nil {
 		return ledger.HostStatus{}, err
 	}
-	p := plan{op: workflows.OpHostDown, wf: workflows.HostDown,
-		input:   workflows.HostStateInput{Host: host, Reason: reason, AutoEvacuate: autoEvacuate},
+	p := plan{op: api.OpHostDown, wf: workflows.HostDown,
+		input:   api.HostStateInput{Host: host, Reason: reason, AutoEvacuate: autoEvacuate},
 		summary: fmt.Sprintf("mark host %s down (fenced): %s", host, reason), source: host}
 	return c.changeHostState(ctx, verb, p)
 }
@@ -151,7 +152,7 @@ func (c *Client) AutoEvacuateHost(ctx context.Context, host string, on bool) (le
 	if !on {
 		summary = "stop evacuating host " + host + " at every audit"
 	}
-	p := plan{op: workflows.OpHostEvacuate, wf: workflows.HostAutoEvacuate, input: workflows.HostAutoEvacuateInput{Host: host, On: on},
+	p := plan{op: api.OpHostEvacuate, wf: workflows.HostAutoEvacuate, input: api.HostAutoEvacuateInput{Host: host, On: on},
 		summary: summary, source: host}
 	return c.changeHostState(ctx, verb, p)
 }
@@ -181,7 +182,7 @@ func (c *Client) UpHost(ctx context.Context, host string) (*HostUpRun, error) {
 	case ledger.HostDisabled:
 		return nil, fmt.Errorf("%s %s: the host is disabled, not down; enable it to let pinflow choose it again: %w", verb, host, ErrState)
 	}
-	run, err := c.startHostChange(ctx, verb, plan{op: workflows.OpHostUp, wf: workflows.HostUp, input: workflows.HostUpInput{Host: host},
+	run, err := c.startHostChange(ctx, verb, plan{op: api.OpHostUp, wf: workflows.HostUp, input: api.HostUpInput{Host: host},
 		summary: "bring host " + host + " back", source: host})
 	if err != nil {
 		return nil, err
@@ -192,9 +193,9 @@ func (c *Client) UpHost(ctx context.Context, host string) (*HostUpRun, error) {
 // Wait waits until the host is up and says which leftovers were
 // destroyed. A failure is an *OperationError of one line; when ctx ends
 // first, the host up goes on and the error wraps ctx's.
-func (r *HostUpRun) Wait(ctx context.Context) (*workflows.HostUpResult, error) {
-	var res workflows.HostUpResult
-	if err := waitError(ctx, workflows.OpHostUp, r.Host, r.WorkflowID, r.RunID, r.c.result(ctx, r.WorkflowID, r.RunID, &res)); err != nil {
+func (r *HostUpRun) Wait(ctx context.Context) (*api.HostUpResult, error) {
+	var res api.HostUpResult
+	if err := waitError(ctx, api.OpHostUp, r.Host, r.WorkflowID, r.RunID, r.c.result(ctx, r.WorkflowID, r.RunID, &res)); err != nil {
 		return nil, err
 	}
 	return &res, nil
@@ -203,7 +204,7 @@ func (r *HostUpRun) Wait(ctx context.Context) (*workflows.HostUpResult, error) {
 // RemoveHost removes a host that holds no guest: a fenced host that never
 // comes back goes with the tombstones of the guests evacuated from it. It
 // returns what went with the host.
-func (c *Client) RemoveHost(ctx context.Context, host string) (*workflows.HostRemoveResult, error) {
+func (c *Client) RemoveHost(ctx context.Context, host string) (*api.HostRemoveResult, error) {
 	const verb = "host remove"
 	if _, err := c.hostToChange(ctx, verb, host, nil); err != nil {
 		return nil, err
@@ -216,8 +217,8 @@ func (c *Client) RemoveHost(ctx context.Context, host string) (*workflows.HostRe
 	if len(guests) > 0 {
 		return nil, fmt.Errorf("%s %s: it holds guests %s; evacuate, migrate or delete them first", verb, host, strings.Join(guests, ", "))
 	}
-	var res workflows.HostRemoveResult
-	p := plan{op: workflows.OpHostRemove, wf: workflows.HostRemove, input: workflows.HostRemoveInput{Host: host},
+	var res api.HostRemoveResult
+	p := plan{op: api.OpHostRemove, wf: workflows.HostRemove, input: api.HostRemoveInput{Host: host},
 		summary: "remove host " + host, source: host}
 	if err := c.changeHost(ctx, verb, p, &res); err != nil {
 		return nil, err
@@ -328,7 +329,7 @@ func (c *Client) changeHost(ctx context.Context, verb string, p plan, result any
 // startHostChange starts p under the workflow id of its host, p.source.
 // While another change of the host runs, the start is refused naming it.
 func (c *Client) startHostChange(ctx context.Context, verb string, p plan) (tclient.WorkflowRun, error) {
-	id := workflows.HostWorkflowID(p.source)
+	id := api.HostWorkflowID(p.source)
 	run, err := c.startWorkflow(ctx, id, p, fmt.Sprintf("host `%s`, operation **%s**", p.source, p.op))
 	if alreadyRunning(err) {
 		return nil, c.hostBusy(ctx, verb, p.source)
@@ -341,10 +342,10 @@ func (c *Client) startHostChange(ctx context.Context, verb string, p plan) (tcli
 
 // hostBusy explains that another change holds the host's workflow id.
 func (c *Client) hostBusy(ctx context.Context, verb, host string) error {
-	e := &BusyError{Host: host, WorkflowID: workflows.HostWorkflowID(host)}
+	e := &BusyError{Host: host, WorkflowID: api.HostWorkflowID(host)}
 	if d, err := c.temporal.DescribeWorkflow(ctx, e.WorkflowID, ""); err == nil {
 		e.Operation, e.RunID = c.operation(d, "").Kind, d.WorkflowExecution.RunID
-		if e.Operation == workflows.OpHostUp {
+		if e.Operation == api.OpHostUp {
 			return fmt.Errorf("%s %s: it is coming back already (workflow %s): %w", verb, host, e.WorkflowID, e)
 		}
 	}

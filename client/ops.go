@@ -15,6 +15,7 @@ import (
 	tclient "go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
@@ -63,8 +64,8 @@ func (c *Client) Boot(ctx context.Context, r BootRequest) (*Operation, error) {
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: workflows.OpBoot, wf: workflows.Boot, uuid: id,
-		input:   workflows.BootInput{UUID: id, Name: r.Name, Flavor: r.Flavor, Host: r.Host, Group: r.Group},
+	return c.start(ctx, plan{op: api.OpBoot, wf: workflows.Boot, uuid: id,
+		input:   api.BootInput{UUID: id, Name: r.Name, Flavor: r.Flavor, Host: r.Host, Group: r.Group},
 		summary: fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", r.Name, r.Flavor.VCPUs, r.Flavor.MemoryMB), dest: r.Host})
 }
 
@@ -125,13 +126,13 @@ func (c *Client) Migrate(ctx context.Context, ref string, r MigrateRequest) (*Op
 	}
 	p := plan{uuid: inst.UUID, source: inst.Host, dest: r.Dest}
 	if r.Cold {
-		p.op, p.wf = workflows.OpColdMigration, workflows.Resize
-		p.input = workflows.ResizeInput{UUID: inst.UUID, Dest: r.Dest, ConfirmWindow: r.ConfirmWindow}
+		p.op, p.wf = api.OpColdMigration, workflows.Resize
+		p.input = api.ResizeInput{UUID: inst.UUID, Dest: r.Dest, ConfirmWindow: r.ConfirmWindow}
 		p.summary = fmt.Sprintf("cold-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(r.Dest))
 		return c.start(ctx, p)
 	}
-	in := workflows.LiveMigrationInput{UUID: inst.UUID, Dest: r.Dest}
-	p.op, p.wf = workflows.OpLiveMigration, workflows.LiveMigration
+	in := api.LiveMigrationInput{UUID: inst.UUID, Dest: r.Dest}
+	p.op, p.wf = api.OpLiveMigration, workflows.LiveMigration
 	p.summary = fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(r.Dest))
 	if r.ColdFallback {
 		in.ColdFallback, in.ConfirmWindow = true, r.ConfirmWindow
@@ -212,8 +213,8 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: workflows.OpResize, wf: workflows.Resize, uuid: inst.UUID,
-		input:   workflows.ResizeInput{UUID: inst.UUID, Flavor: &flavor, Dest: r.Host, ConfirmWindow: r.ConfirmWindow},
+	return c.start(ctx, plan{op: api.OpResize, wf: workflows.Resize, uuid: inst.UUID,
+		input:   api.ResizeInput{UUID: inst.UUID, Flavor: &flavor, Dest: r.Host, ConfirmWindow: r.ConfirmWindow},
 		summary: fmt.Sprintf("resize %s to %d vCPUs, %d MiB on %s", inst.Name, flavor.VCPUs, flavor.MemoryMB, orChosen(r.Host)),
 		source:  inst.Host, dest: r.Host})
 }
@@ -221,12 +222,12 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 // ConfirmResize keeps a resized guest where it runs and frees its source
 // hold; the returned operation is the resize, which then ends.
 func (c *Client) ConfirmResize(ctx context.Context, ref string) (*Operation, error) {
-	return c.decide(ctx, ref, workflows.DecisionConfirm)
+	return c.decide(ctx, ref, api.DecisionConfirm)
 }
 
 // RevertResize takes a resized guest back to its source pCPUs.
 func (c *Client) RevertResize(ctx context.Context, ref string) (*Operation, error) {
-	return c.decide(ctx, ref, workflows.DecisionRevert)
+	return c.decide(ctx, ref, api.DecisionRevert)
 }
 
 func (c *Client) decide(ctx context.Context, ref, decision string) (*Operation, error) {
@@ -235,7 +236,7 @@ func (c *Client) decide(ctx context.Context, ref, decision string) (*Operation, 
 		return nil, err
 	}
 	id := guest.InstanceWorkflowID(inst.UUID)
-	h, err := c.update(ctx, id, workflows.ResizeDecisionUpdate, decision)
+	h, err := c.update(ctx, id, api.ResizeDecisionUpdate, decision)
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
@@ -261,8 +262,8 @@ func (c *Client) Shelve(ctx context.Context, ref string) (*Operation, error) {
 	if err := inst.Facts().CanShelve(); err != nil {
 		return nil, refusal(err)
 	}
-	return c.start(ctx, plan{op: workflows.OpShelveOffload, wf: workflows.ShelveOffload, uuid: inst.UUID,
-		input:   workflows.ShelveOffloadInput{UUID: inst.UUID},
+	return c.start(ctx, plan{op: api.OpShelveOffload, wf: workflows.ShelveOffload, uuid: inst.UUID,
+		input:   api.ShelveOffloadInput{UUID: inst.UUID},
 		summary: fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host), source: inst.Host})
 }
 
@@ -284,8 +285,8 @@ func (c *Client) Unshelve(ctx context.Context, ref, host string) (*Operation, er
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: workflows.OpUnshelve, wf: workflows.Unshelve, uuid: inst.UUID,
-		input:   workflows.UnshelveInput{UUID: inst.UUID, Host: host},
+	return c.start(ctx, plan{op: api.OpUnshelve, wf: workflows.Unshelve, uuid: inst.UUID,
+		input:   api.UnshelveInput{UUID: inst.UUID, Host: host},
 		summary: fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(host)), dest: host})
 }
 
@@ -295,8 +296,8 @@ func (c *Client) Delete(ctx context.Context, ref string) (*Operation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.start(ctx, plan{op: workflows.OpDelete, wf: workflows.Delete, uuid: inst.UUID,
-		input: workflows.DeleteInput{UUID: inst.UUID}, summary: "delete " + inst.Name, source: inst.Host})
+	return c.start(ctx, plan{op: api.OpDelete, wf: workflows.Delete, uuid: inst.UUID,
+		input: api.DeleteInput{UUID: inst.UUID}, summary: "delete " + inst.Name, source: inst.Host})
 }
 
 // Evacuate rebuilds a guest of a fenced host on dest, or on a host pinflow
@@ -332,8 +333,8 @@ func (c *Client) evacuate(ctx context.Context, inst *ledger.Instance, dest strin
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: workflows.OpEvacuation, wf: workflows.Evacuate, uuid: inst.UUID,
-		input:   workflows.EvacuateInput{UUID: inst.UUID, Dest: dest},
+	return c.start(ctx, plan{op: api.OpEvacuation, wf: workflows.Evacuate, uuid: inst.UUID,
+		input:   api.EvacuateInput{UUID: inst.UUID, Dest: dest},
 		summary: fmt.Sprintf("evacuate %s from %s to %s", inst.Name, inst.Host, orChosen(dest)), source: inst.Host, dest: dest})
 }
 
@@ -401,11 +402,11 @@ func (c *Client) guestUUID(ctx context.Context, ref string) (string, error) {
 // operation is a handle on the run d describes, an operation on the
 // guest uuid, of the kind its PinflowOperation names.
 func (c *Client) operation(d *tclient.WorkflowExecutionDescription, uuid string) *Operation {
-	kind, ok := d.TypedSearchAttributes.GetKeyword(workflows.AttrOperation)
+	kind, ok := d.TypedSearchAttributes.GetKeyword(api.AttrOperation)
 	if !ok {
 		kind = d.WorkflowType.Name
 	}
-	return &Operation{c: c, Kind: workflows.Operation(kind), UUID: uuid, WorkflowID: d.WorkflowExecution.ID, RunID: d.WorkflowExecution.RunID}
+	return &Operation{c: c, Kind: api.Operation(kind), UUID: uuid, WorkflowID: d.WorkflowExecution.ID, RunID: d.WorkflowExecution.RunID}
 }
 
 func statusWord(s enumspb.WorkflowExecutionStatus) string {
@@ -415,7 +416,7 @@ func statusWord(s enumspb.WorkflowExecutionStatus) string {
 // plan is an operation to start: its workflow, guest (empty for an
 // operation on a whole host), input, summary for the Web UI, and hosts.
 type plan struct {
-	op           workflows.Operation
+	op           api.Operation
 	wf           any
 	uuid         string
 	input        any
@@ -442,12 +443,12 @@ func (c *Client) start(ctx context.Context, p plan) (*Operation, error) {
 // for the Web UI. An id runs one workflow at a time: while one runs, the
 // start fails and alreadyRunning says so.
 func (c *Client) startWorkflow(ctx context.Context, id string, p plan, details string) (tclient.WorkflowRun, error) {
-	attrs := workflows.StartAttributes(p.op, p.uuid)
+	attrs := api.StartAttributes(p.op, p.uuid)
 	if p.source != "" {
-		attrs = append(attrs, workflows.AttrSourceHost.ValueSet(p.source))
+		attrs = append(attrs, api.AttrSourceHost.ValueSet(p.source))
 	}
 	if p.dest != "" {
-		attrs = append(attrs, workflows.AttrDestHost.ValueSet(p.dest))
+		attrs = append(attrs, api.AttrDestHost.ValueSet(p.dest))
 	}
 	run, err := c.temporal.ExecuteWorkflow(ctx, tclient.StartWorkflowOptions{
 		ID:                                       id,
@@ -499,7 +500,7 @@ func (c *Client) busy(ctx context.Context, uuid string) error {
 // positive duration, nor NoAutoConfirm.
 func checkWindow(d time.Duration) error {
 	if d < 0 && d != NoAutoConfirm {
-		return fmt.Errorf("confirm window %s: allowed are a positive duration, 0 for the default (%s) or no auto-confirm: %w", d, workflows.DefaultConfirmWindow, ErrInvalid)
+		return fmt.Errorf("confirm window %s: allowed are a positive duration, 0 for the default (%s) or no auto-confirm: %w", d, api.DefaultConfirmWindow, ErrInvalid)
 	}
 	return nil
 }

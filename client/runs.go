@@ -8,7 +8,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/workflows"
+	"github.com/pinflow/pinflow/api"
 )
 
 // query asks the run of workflow id (runID empty: its latest) the query
@@ -76,7 +76,7 @@ func (c *Client) result(ctx context.Context, id, runID string, result any) error
 // with err: nil, the run's failure (*OperationError), the caller's
 // context that cut the wait (the run goes on), or why Temporal could not
 // say how the run ended.
-func waitError(ctx context.Context, op workflows.Operation, subject, id, runID string, err error) error {
+func waitError(ctx context.Context, op api.Operation, subject, id, runID string, err error) error {
 	var outcome *temporal.WorkflowExecutionError
 	switch {
 	case err == nil:

@@ -2,13 +2,13 @@ package config
 
 import (
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/placement"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // defaults is the configuration Load starts from, before the environment
@@ -31,7 +31,7 @@ func defaults() Config {
 		},
 		DomainOptions: DomainOptions{Type: guestxml.DefaultType, Emulator: guestxml.DefaultEmulator, Machine: guestxml.DefaultMachine},
 		Driver:        DriverSim,
-		Reconcile:     Reconcile{Concurrency: workflows.DefaultReconcileConcurrency},
+		Reconcile:     Reconcile{Concurrency: api.DefaultReconcileConcurrency},
 		Placement:     Placement{PollInterval: placement.DefaultPollInterval, SweepInterval: placement.DefaultSweepInterval},
 		Steps:         Steps{FenceLease: activities.DefaultFenceLease, DrainMaxMoves: activities.DefaultDrainMaxMoves},
 		Migration: Migration{

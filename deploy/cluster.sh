@@ -38,7 +38,7 @@ cli_bin=${TEMPORAL_CLI_BIN:-$root/bin/temporal}
 temporal_version=${TEMPORAL_SERVER_VERSION:-v1.29.1} # of the server and its schema files
 shards=64                # fixed when the database is made
 namespace=default
-# pinflow's custom search attributes, as workflows.SearchAttributes() lists them
+# pinflow's custom search attributes, as api.SearchAttributes() lists them
 search_attrs="PinflowInstance=Keyword PinflowOperation=Keyword PinflowSourceHost=Keyword PinflowDestHost=Keyword PinflowPhase=Keyword PinflowFreed=Int PinflowDrift=Int"
 marker=.pinflow-cluster # written by up; down --purge deletes only a dir that has it
 

@@ -90,19 +90,19 @@ func (a *app) api() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	api := a.newClient(a.led, c)
-	api.Notify = func(note string) { fmt.Fprintln(os.Stderr, "pinflow: note: "+note) }
-	return api, nil
+	pf := a.newClient(a.led, c)
+	pf.Notify = func(note string) { fmt.Fprintln(os.Stderr, "pinflow: note: "+note) }
+	return pf, nil
 }
 
 // newClient is an API client of the ledger and the Temporal client tc (nil
 // for commands that need no Temporal), with the configured PCI aliases.
 func (a *app) newClient(led *ledger.Ledger, tc tclient.Client) *client.Client {
-	api := client.New(led, tc, a.cfg.TaskQueue)
+	pf := client.New(led, tc, a.cfg.TaskQueue)
 	// config.Load refused aliases that do not parse.
 	aliases, _ := a.cfg.PCIAliases()
-	api.SetPCIAliases(aliases)
-	return api
+	pf.SetPCIAliases(aliases)
+	return pf
 }
 
 // ledgerClient is a client that answers from the ledger alone, for
@@ -142,13 +142,13 @@ func withApp(f func(a *app) error) error {
 }
 
 // withClient runs f with an app and its API client.
-func withClient(f func(a *app, api *client.Client) error) error {
+func withClient(f func(a *app, pf *client.Client) error) error {
 	return withApp(func(a *app) error {
-		api, err := a.api()
+		pf, err := a.api()
 		if err != nil {
 			return err
 		}
-		return f(a, api)
+		return f(a, pf)
 	})
 }
 

@@ -7,10 +7,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // completionTimeout bounds a completion's look-up in the ledger: the
@@ -100,7 +100,7 @@ var flagCompletions = map[string]cobra.CompletionFunc{
 	"guest":  completeGuests,
 	"group":  completeGroups,
 	"output": fixed([]string{"json", "table"}),
-	"policy": fixed(workflows.DrainPolicies),
+	"policy": fixed(api.DrainPolicies),
 	"state":  fixed(append(words(guest.VMStates()), words(guest.TaskStates())...)),
 	"op":     fixed(sim.Ops()),
 	"at":     fixed(sim.Gates()),

@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/guest"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // errIncomplete: the plan leaves guests without a target, or claims
@@ -29,27 +29,27 @@ when the drain could not complete.`)
 	policy := policyFlag(c.Flags())
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error {
-		if err := (workflows.DrainInput{Host: args[0], Policy: workflows.DrainPolicy(*policy)}).WithDefaults().Check(); err != nil {
+		if err := (api.DrainInput{Host: args[0], Policy: api.DrainPolicy(*policy)}).WithDefaults().Check(); err != nil {
 			return fmt.Errorf("host plan-drain %s: %v: %w", args[0], err, errUsage)
 		}
-		return hostPlanDrain(args[0], workflows.DrainPolicy(*policy), asJSON, c.OutOrStdout())
+		return hostPlanDrain(args[0], api.DrainPolicy(*policy), asJSON, c.OutOrStdout())
 	}
 	return c
 }
 
 // policyFlag adds --policy, how a drain moves each guest.
 func policyFlag(fs *pflag.FlagSet) *string {
-	return fs.String("policy", string(workflows.DrainLive),
+	return fs.String("policy", string(api.DrainLive),
 		"how each guest moves: live, cold or live-then-cold (live, then cold for a guest whose devices cannot be unplugged)")
 }
 
-func hostPlanDrain(host string, policy workflows.DrainPolicy, asJSON *bool, stdout io.Writer) error {
+func hostPlanDrain(host string, policy api.DrainPolicy, asJSON *bool, stdout io.Writer) error {
 	return withApp(func(a *app) error {
-		api, err := a.ledgerClient()
+		pf, err := a.ledgerClient()
 		if err != nil {
 			return err
 		}
-		plan, err := api.PlanDrain(a.ctx, host, policy)
+		plan, err := pf.PlanDrain(a.ctx, host, policy)
 		if err != nil {
 			return err
 		}
@@ -107,21 +107,21 @@ it and moves the guests back.`)
 	fs := c.Flags()
 	dryRun := fs.Bool("dry-run", false, "print the plan and change nothing (as host plan-drain)")
 	policy := policyFlag(fs)
-	parallel := fs.Int("parallel", workflows.DefaultDrainParallel, "moves running at once off the host")
-	perTarget := fs.Int("per-target", workflows.DefaultDrainPerTarget, "moves running at once onto one target")
-	attempts := fs.Int("attempts", workflows.DefaultDrainAttempts, "targets tried per guest before it is left on the host")
+	parallel := fs.Int("parallel", api.DefaultDrainParallel, "moves running at once off the host")
+	perTarget := fs.Int("per-target", api.DefaultDrainPerTarget, "moves running at once onto one target")
+	attempts := fs.Int("attempts", api.DefaultDrainAttempts, "targets tried per guest before it is left on the host")
 	reason := fs.String("reason", "", "why, for the host's record (one line)")
-	settle := fs.Duration("settle", workflows.DefaultDrainSettle,
+	settle := fs.Duration("settle", api.DefaultDrainSettle,
 		"how long operations in flight on the host may block the plan before the drain gives up, changing nothing")
 	of := addOpFlags(fs)
 	c.RunE = func(c *cobra.Command, args []string) error {
-		return hostDrain(args[0], workflows.DrainInput{Host: args[0], Reason: *reason, Policy: workflows.DrainPolicy(*policy),
+		return hostDrain(args[0], api.DrainInput{Host: args[0], Reason: *reason, Policy: api.DrainPolicy(*policy),
 			Parallel: *parallel, PerTarget: *perTarget, Attempts: *attempts, Settle: *settle}, *dryRun, of, c.OutOrStdout())
 	}
 	return c
 }
 
-func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, stdout io.Writer) error {
+func hostDrain(host string, in api.DrainInput, dryRun bool, of opFlags, stdout io.Writer) error {
 	// Every limit comes from a flag: a zero is given, not left out.
 	if err := in.Check(); err != nil {
 		return fmt.Errorf("host drain %s: %v: %w", host, err, errUsage)
@@ -129,8 +129,8 @@ func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, st
 	if dryRun {
 		return hostPlanDrain(host, in.Policy, of.json, stdout)
 	}
-	return withClient(func(a *app, api *client.Client) error {
-		run, err := api.Drain(a.ctx, in)
+	return withClient(func(a *app, pf *client.Client) error {
+		run, err := pf.Drain(a.ctx, in)
 		if err != nil {
 			return err
 		}
@@ -150,10 +150,10 @@ func hostDrain(host string, in workflows.DrainInput, dryRun bool, of opFlags, st
 // host make the exit non-zero.
 func followDrain(a *app, stdout io.Writer, asJSON bool, run *client.DrainRun) error {
 	host := run.Host
-	var progress func(workflows.DrainStatus)
+	var progress func(api.DrainStatus)
 	if !asJSON {
 		last, seen := "", map[string]string{}
-		progress = func(st workflows.DrainStatus) {
+		progress = func(st api.DrainStatus) {
 			if line := drainLine(&st); line != last {
 				fmt.Fprintln(os.Stderr, line)
 				last = line
@@ -189,17 +189,17 @@ func followDrain(a *app, stdout io.Writer, asJSON bool, run *client.DrainRun) er
 }
 
 // drainLine is one line of a drain's progress.
-func drainLine(st *workflows.DrainStatus) string {
+func drainLine(st *api.DrainStatus) string {
 	return "drain of " + st.Host + ": " + st.Summary()
 }
 
 // guestLine is one guest of a drain, as --wait and status print it.
-func guestLine(host string, g *workflows.DrainGuest) string {
+func guestLine(host string, g *api.DrainGuest) string {
 	line := fmt.Sprintf("  %s (%s) %s", g.UUID, g.Name, g.State)
 	switch g.State {
-	case workflows.GuestMoved:
+	case api.GuestMoved:
 		line += " to " + g.Target
-	case workflows.GuestFailed:
+	case api.GuestFailed:
 		line += ", left on " + host
 	default:
 		if g.Target != "" {
@@ -240,13 +240,13 @@ they were when it ended, and why it ended (exit 1).`)
 
 // hostDrainControl pauses, resumes or cancels a running drain.
 func hostDrainControl(verb, host string, asJSON *bool, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		control := api.CancelDrain
+	return withClient(func(a *app, pf *client.Client) error {
+		control := pf.CancelDrain
 		switch verb {
 		case "pause":
-			control = api.PauseDrain
+			control = pf.PauseDrain
 		case "resume":
-			control = api.ResumeDrain
+			control = pf.ResumeDrain
 		}
 		st, err := control(a.ctx, host)
 		if err != nil {
@@ -271,8 +271,8 @@ func hostDrainControl(verb, host string, asJSON *bool, stdout io.Writer) error {
 // runs and once it completed (exit 0); why it failed or was cancelled
 // otherwise (exit 1).
 func hostDrainStatus(host string, asJSON *bool, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		st, err := api.DrainStatus(a.ctx, host)
+	return withClient(func(a *app, pf *client.Client) error {
+		st, err := pf.DrainStatus(a.ctx, host)
 		if err != nil {
 			return err
 		}
@@ -331,8 +331,8 @@ too: the guests it moved before it ended go back.`)
 // its own instance workflow id, every guest its last drain moved that is
 // still where the drain put it.
 func hostUndrain(host string, of opFlags, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		u, err := api.Undrain(a.ctx, host)
+	return withClient(func(a *app, pf *client.Client) error {
+		u, err := pf.Undrain(a.ctx, host)
 		if err != nil {
 			return err
 		}

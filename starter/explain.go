@@ -57,11 +57,11 @@ one host of each group. Nothing is claimed or changed.
 			}
 		}
 		return withApp(func(a *app) error {
-			api, err := a.ledgerClient()
+			pf, err := a.ledgerClient()
 			if err != nil {
 				return err
 			}
-			ex, err := api.Explain(a.ctx, r)
+			ex, err := pf.Explain(a.ctx, r)
 			if err != nil {
 				return err
 			}

@@ -62,11 +62,11 @@ waits for a slot, saying for which members. An evacuation is not held back
 		}
 		g := ledger.Group{Name: args[0], Policy: p, MaxPerHost: *maxPerHost, MaxUnavailable: *maxUnavailable}
 		return withApp(func(a *app) error {
-			api, err := a.ledgerClient()
+			pf, err := a.ledgerClient()
 			if err != nil {
 				return err
 			}
-			if err := api.CreateGroup(a.ctx, g); err != nil {
+			if err := pf.CreateGroup(a.ctx, g); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.OutOrStdout(), "group %s created: %s\n", g.Name, ruleText(g))
@@ -81,11 +81,11 @@ func groupListCommand() *cobra.Command {
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, _ []string) error {
 		return withApp(func(a *app) error {
-			api, err := a.ledgerClient()
+			pf, err := a.ledgerClient()
 			if err != nil {
 				return err
 			}
-			gs, err := api.Groups(a.ctx)
+			gs, err := pf.Groups(a.ctx)
 			if err != nil {
 				return err
 			}
@@ -113,11 +113,11 @@ func groupShowCommand() *cobra.Command {
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error {
 		return withApp(func(a *app) error {
-			api, err := a.ledgerClient()
+			pf, err := a.ledgerClient()
 			if err != nil {
 				return err
 			}
-			g, err := api.Group(a.ctx, args[0])
+			g, err := pf.Group(a.ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -175,11 +175,11 @@ func groupDeleteCommand() *cobra.Command {
 	c := &cobra.Command{Use: "delete NAME", Short: "delete a server group that has no members", Args: groupArg, ValidArgsFunction: groupNames}
 	c.RunE = func(c *cobra.Command, args []string) error {
 		return withApp(func(a *app) error {
-			api, err := a.ledgerClient()
+			pf, err := a.ledgerClient()
 			if err != nil {
 				return err
 			}
-			if err := api.DeleteGroup(a.ctx, args[0]); err != nil {
+			if err := pf.DeleteGroup(a.ctx, args[0]); err != nil {
 				return err
 			}
 			fmt.Fprintf(c.OutOrStdout(), "group %s deleted\n", args[0])

@@ -35,15 +35,15 @@ which may lag a second behind; the audit's runs show with --audits.`,
 		if len(args) == 1 {
 			f.UUID = args[0]
 		}
-		return withClient(func(a *app, api *client.Client) error {
-			recs, err := api.History(a.ctx, f)
+		return withClient(func(a *app, pf *client.Client) error {
+			recs, err := pf.History(a.ctx, f)
 			if err != nil {
 				return err
 			}
 			// A removed host keeps its history; a host with neither a
 			// registration nor a history is refused as unknown.
 			if *host != "" && len(recs) == 0 {
-				if _, err := api.HostStatus(a.ctx, *host); err != nil {
+				if _, err := pf.HostStatus(a.ctx, *host); err != nil {
 					return err
 				}
 			}

@@ -15,11 +15,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 func hostCommand() *cobra.Command {
@@ -119,8 +119,8 @@ defaults.`,
 			host.Limits = limits
 			req.Topology = host
 		}
-		return withClient(func(a *app, api *client.Client) error {
-			res, err := api.AddHost(a.ctx, req)
+		return withClient(func(a *app, pf *client.Client) error {
+			res, err := pf.AddHost(a.ctx, req)
 			if err != nil {
 				return err
 			}
@@ -131,7 +131,7 @@ defaults.`,
 }
 
 // printRegistered says that a host was registered, and with what.
-func printRegistered(stdout io.Writer, req client.AddHostRequest, res *workflows.HostAddResult, asJSON bool) error {
+func printRegistered(stdout io.Writer, req client.AddHostRequest, res *api.HostAddResult, asJSON bool) error {
 	if asJSON {
 		out := map[string]any{"host": res.Host, "generation": res.Generation, "topology": numa.SpecOf(res.Topology)}
 		if req.Libvirt != nil {

@@ -8,10 +8,10 @@ import (
 	"github.com/spf13/cobra"
 	tclient "go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 func hostRemoveCommand() *cobra.Command {
@@ -23,8 +23,8 @@ the tombstones of the guests evacuated from it.`)
 }
 
 func hostRemove(host string, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		res, err := api.RemoveHost(a.ctx, host)
+	return withClient(func(a *app, pf *client.Client) error {
+		res, err := pf.RemoveHost(a.ctx, host)
 		if err != nil {
 			return err
 		}
@@ -74,8 +74,8 @@ func hostDown(host string, fence *bool, reason *string, auto bool, asJSON *bool,
 	if strings.TrimSpace(*reason) == "" {
 		return fmt.Errorf("host down %s: --reason is required (what happened, for the record): %w", host, errUsage)
 	}
-	return withClient(func(a *app, api *client.Client) error {
-		st, err := api.DownHost(a.ctx, host, *reason, auto)
+	return withClient(func(a *app, pf *client.Client) error {
+		st, err := pf.DownHost(a.ctx, host, *reason, auto)
 		if err != nil {
 			return err
 		}
@@ -108,8 +108,8 @@ func hostDisable(host string, reason *string, asJSON *bool, stdout io.Writer) er
 	if strings.TrimSpace(*reason) == "" {
 		return fmt.Errorf("host disable %s: --reason is required (why no new guests should land there, for the record): %w", host, errUsage)
 	}
-	return withClient(func(a *app, api *client.Client) error {
-		st, err := api.DisableHost(a.ctx, host, *reason)
+	return withClient(func(a *app, pf *client.Client) error {
+		st, err := pf.DisableHost(a.ctx, host, *reason)
 		if err != nil {
 			return err
 		}
@@ -130,13 +130,13 @@ func hostEnableCommand() *cobra.Command {
 }
 
 func hostEnable(host string, asJSON *bool, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
+	return withClient(func(a *app, pf *client.Client) error {
 		// Read first only to say whether there was anything to enable.
-		was, err := api.HostStatus(a.ctx, host)
+		was, err := pf.HostStatus(a.ctx, host)
 		if err != nil {
 			return err
 		}
-		st, err := api.EnableHost(a.ctx, host)
+		st, err := pf.EnableHost(a.ctx, host)
 		if err != nil {
 			return err
 		}
@@ -163,13 +163,13 @@ refuses while operations on its guests run.`)
 }
 
 func hostUp(host string, of opFlags, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		run, err := api.UpHost(a.ctx, host)
+	return withClient(func(a *app, pf *client.Client) error {
+		run, err := pf.UpHost(a.ctx, host)
 		if err != nil {
 			return err
 		}
 		if !*of.wait {
-			return hostOpStarted(stdout, *of.json, host, "host up "+host, api.Temporal().GetWorkflow(a.ctx, run.WorkflowID, run.RunID))
+			return hostOpStarted(stdout, *of.json, host, "host up "+host, pf.Temporal().GetWorkflow(a.ctx, run.WorkflowID, run.RunID))
 		}
 		res, err := run.Wait(a.ctx)
 		if err != nil {
@@ -177,13 +177,13 @@ func hostUp(host string, of opFlags, stdout io.Writer) error {
 		}
 		// The host's guests that were not evacuated run again: say which
 		// group rules they break beside members moved elsewhere.
-		rules, err := api.GroupRulesOn(a.ctx, host)
+		rules, err := pf.GroupRulesOn(a.ctx, host)
 		if err != nil {
 			return err
 		}
 		if *of.json {
 			return writeJSON(stdout, struct {
-				*workflows.HostUpResult
+				*api.HostUpResult
 				GroupRules []string `json:"group_rules,omitempty"`
 			}{res, rules})
 		}
@@ -220,9 +220,9 @@ the host's return ends it.`)
 // fenced host, each under its own instance workflow id, after turning
 // the host's automatic evacuation on or off when auto says.
 func hostEvacuate(host string, auto *bool, of opFlags, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
+	return withClient(func(a *app, pf *client.Client) error {
 		if auto != nil {
-			if _, err := api.AutoEvacuateHost(a.ctx, host, *auto); err != nil {
+			if _, err := pf.AutoEvacuateHost(a.ctx, host, *auto); err != nil {
 				return err
 			}
 			if !*of.json {
@@ -233,7 +233,7 @@ func hostEvacuate(host string, auto *bool, of opFlags, stdout io.Writer) error {
 				}
 			}
 		}
-		evacuations, err := api.EvacuateHost(a.ctx, host)
+		evacuations, err := pf.EvacuateHost(a.ctx, host)
 		if err != nil {
 			return err
 		}

@@ -53,11 +53,11 @@ func list(host, state *string, asJSON *bool, stdout io.Writer) error {
 			return err
 		}
 		if *host != "" {
-			api, err := a.ledgerClient()
+			pf, err := a.ledgerClient()
 			if err != nil {
 				return err
 			}
-			if _, err := api.HostStatus(a.ctx, *host); err != nil {
+			if _, err := pf.HostStatus(a.ctx, *host); err != nil {
 				return err
 			}
 		}

@@ -16,10 +16,10 @@ import (
 	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // opFlags are the flags every operation takes.
@@ -75,8 +75,8 @@ keeps the group's rule. The boot runs as workflow instance-<uuid>.`,
 		if _, err := flavor.Request(); err != nil {
 			return fmt.Errorf("boot %s: %w", *name, err)
 		}
-		return withClient(func(a *app, api *client.Client) error {
-			op, err := api.Boot(a.ctx, client.BootRequest{Name: *name, Flavor: flavor, Host: *host, Group: *group})
+		return withClient(func(a *app, pf *client.Client) error {
+			op, err := pf.Boot(a.ctx, client.BootRequest{Name: *name, Flavor: flavor, Host: *host, Group: *group})
 			if err != nil {
 				return err
 			}
@@ -94,11 +94,11 @@ func guestCommand(use, short, long string) *cobra.Command {
 
 // guestOp runs an operation on the guest the command's argument names:
 // start starts it, and --wait follows it.
-func guestOp(fs *pflag.FlagSet, start func(a *app, api *client.Client, ref string) (*client.Operation, error)) func(*cobra.Command, []string) error {
+func guestOp(fs *pflag.FlagSet, start func(a *app, pf *client.Client, ref string) (*client.Operation, error)) func(*cobra.Command, []string) error {
 	of := addOpFlags(fs)
 	return func(c *cobra.Command, args []string) error {
-		return withClient(func(a *app, api *client.Client) error {
-			op, err := start(a, api, args[0])
+		return withClient(func(a *app, pf *client.Client) error {
+			op, err := start(a, pf, args[0])
 			if err != nil {
 				return err
 			}
@@ -129,8 +129,8 @@ only when the hypervisor cannot live-migrate the guest.`)
 		}
 		return nil
 	}
-	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
-		return api.Migrate(a.ctx, ref, client.MigrateRequest{Dest: *dest, Cold: *cold, ColdFallback: *fallback, ConfirmWindow: time.Duration(*window)})
+	c.RunE = guestOp(fs, func(a *app, pf *client.Client, ref string) (*client.Operation, error) {
+		return pf.Migrate(a.ctx, ref, client.MigrateRequest{Dest: *dest, Cold: *cold, ColdFallback: *fallback, ConfirmWindow: time.Duration(*window)})
 	})
 	return c
 }
@@ -141,11 +141,11 @@ func shelveCommand() *cobra.Command {
 pCPUs are freed and 'pinflow unshelve' brings it back onto a host.`)
 	fs := c.Flags()
 	offload := fs.Bool("offload", false, "offload the guest from its host (required: pinflow always offloads)")
-	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
+	c.RunE = guestOp(fs, func(a *app, pf *client.Client, ref string) (*client.Operation, error) {
 		if !*offload {
 			return nil, fmt.Errorf("shelve %s: pinflow shelves by offloading; add --offload: %w", ref, errUsage)
 		}
-		return api.Shelve(a.ctx, ref)
+		return pf.Shelve(a.ctx, ref)
 	})
 	return c
 }
@@ -154,16 +154,16 @@ func unshelveCommand() *cobra.Command {
 	c := guestCommand("unshelve GUEST", "bring a shelved guest back onto a host", "")
 	fs := c.Flags()
 	host := fs.String("host", "", "host to unshelve on (default: pinflow chooses)")
-	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
-		return api.Unshelve(a.ctx, ref, *host)
+	c.RunE = guestOp(fs, func(a *app, pf *client.Client, ref string) (*client.Operation, error) {
+		return pf.Unshelve(a.ctx, ref, *host)
 	})
 	return c
 }
 
 func deleteCommand() *cobra.Command {
 	c := guestCommand("delete GUEST", "delete a guest and free its pCPUs", "")
-	c.RunE = guestOp(c.Flags(), func(a *app, api *client.Client, ref string) (*client.Operation, error) {
-		return api.Delete(a.ctx, ref)
+	c.RunE = guestOp(c.Flags(), func(a *app, pf *client.Client, ref string) (*client.Operation, error) {
+		return pf.Delete(a.ctx, ref)
 	})
 	return c
 }
@@ -175,8 +175,8 @@ are compensated in reverse and it ends in phase error. A resize waiting in
 VERIFY_RESIZE reverts.`)
 	of := addOpFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error {
-		return withClient(func(a *app, api *client.Client) error {
-			op, err := api.Cancel(a.ctx, args[0])
+		return withClient(func(a *app, pf *client.Client) error {
+			op, err := pf.Cancel(a.ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -188,7 +188,7 @@ VERIFY_RESIZE reverts.`)
 				return nil
 			}
 			err = followOp(a, c.OutOrStdout(), *of.json, op, op.WaitEnd)
-			if err == nil || errors.Is(err, errInterrupted) || !endedCancelled(a, api, op) {
+			if err == nil || errors.Is(err, errInterrupted) || !endedCancelled(a, pf, op) {
 				return err
 			}
 			// Cancelled and compensated is what the operator asked for.
@@ -204,8 +204,8 @@ VERIFY_RESIZE reverts.`)
 
 // endedCancelled says whether op's run ended cancelled: undone in full. A
 // run whose compensation failed ends failed instead.
-func endedCancelled(a *app, api *client.Client, op *client.Operation) bool {
-	d, err := api.Temporal().DescribeWorkflow(a.ctx, op.WorkflowID, op.RunID)
+func endedCancelled(a *app, pf *client.Client, op *client.Operation) bool {
+	d, err := pf.Temporal().DescribeWorkflow(a.ctx, op.WorkflowID, op.RunID)
 	return err == nil && d.RawResponse.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CANCELED
 }
 
@@ -217,8 +217,8 @@ or its confirm window ends it. An operation that ended already is reported
 as it ended. The exit status is its result.`)
 	asJSON := outputFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error {
-		return withClient(func(a *app, api *client.Client) error {
-			op, err := api.Follow(a.ctx, args[0])
+		return withClient(func(a *app, pf *client.Client) error {
+			op, err := pf.Follow(a.ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -299,7 +299,7 @@ func outcomeLine(out *client.Outcome) string {
 		verb = res.Outcome
 	}
 	switch {
-	case out.Operation == workflows.OpDelete:
+	case out.Operation == api.OpDelete:
 		return fmt.Sprintf("%s %s completed: the guest is gone", out.Operation, out.UUID)
 	case out.Host == "":
 		return fmt.Sprintf("%s %s %s: %s (vm_state %s)", out.Operation, out.UUID, verb, where, out.VMState)
@@ -385,12 +385,12 @@ func showCommand() *cobra.Command {
 }
 
 func show(ref string, asJSON *bool, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		inst, err := api.Instance(a.ctx, ref)
+	return withClient(func(a *app, pf *client.Client) error {
+		inst, err := pf.Instance(a.ctx, ref)
 		if err != nil {
 			return err
 		}
-		last, err := api.LastOperation(a.ctx, inst.UUID)
+		last, err := pf.LastOperation(a.ctx, inst.UUID)
 		if err != nil {
 			return err
 		}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 func reconcileCommand() *cobra.Command {
@@ -31,7 +31,7 @@ only reports.`}
 }
 
 func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout io.Writer) error {
-	in := workflows.ReconcileInput{Hosts: hosts, DryRun: *dryRun}
+	in := api.ReconcileInput{Hosts: hosts, DryRun: *dryRun}
 	if *grace != "" {
 		d, err := time.ParseDuration(*grace)
 		if err != nil || d < 0 {
@@ -39,21 +39,21 @@ func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout i
 		}
 		in.Grace = &d
 	}
-	return withClient(func(a *app, api *client.Client) error {
+	return withClient(func(a *app, pf *client.Client) error {
 		in.Concurrency = a.cfg.Reconcile.Concurrency
-		run, err := api.Reconcile(a.ctx, in)
+		run, err := pf.Reconcile(a.ctx, in)
 		if err != nil {
 			return err
 		}
 		if !*of.wait {
 			if *of.json {
-				return writeJSON(stdout, map[string]string{"workflow_id": run.WorkflowID, "run_id": run.RunID, "operation": string(workflows.OpReconcile)})
+				return writeJSON(stdout, map[string]string{"workflow_id": run.WorkflowID, "run_id": run.RunID, "operation": string(api.OpReconcile)})
 			}
 			fmt.Fprintf(stdout, "reconcile started: workflow %s run %s; 'pinflow reconcile --wait' prints what it finds\n", run.WorkflowID, run.RunID)
 			return nil
 		}
 		pr := newProgressPrinter(os.Stderr)
-		res, err := run.Wait(a.ctx, func(st workflows.Status) {
+		res, err := run.Wait(a.ctx, func(st api.Status) {
 			pr.show(fmt.Sprintf("reconcile: %s %d%%: %s", st.Phase, st.Progress, st.Detail))
 		})
 		pr.end()
@@ -63,7 +63,7 @@ func reconcile(hosts []string, dryRun *bool, grace *string, of opFlags, stdout i
 		if *of.json {
 			return writeJSON(stdout, res)
 		}
-		fmt.Fprint(stdout, workflows.ReconcileReport(res))
+		fmt.Fprint(stdout, api.ReconcileReport(res))
 		return nil
 	})
 }

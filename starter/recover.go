@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 func recoverCommand() *cobra.Command {
@@ -26,15 +26,15 @@ one. A host that is fine is reported so, and changes nothing.`}
 }
 
 func recoverHosts(hosts []string, dryRun, asJSON *bool, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		res, err := api.Recover(a.ctx, workflows.RecoverInput{Hosts: hosts, DryRun: *dryRun})
+	return withClient(func(a *app, pf *client.Client) error {
+		res, err := pf.Recover(a.ctx, api.RecoverInput{Hosts: hosts, DryRun: *dryRun})
 		if err != nil {
 			return err
 		}
 		if *asJSON {
 			return writeJSON(stdout, res)
 		}
-		fmt.Fprint(stdout, workflows.RecoverReport(res))
+		fmt.Fprint(stdout, api.RecoverReport(res))
 		for _, h := range res.Hosts {
 			if h.Changed() || len(h.Unresolved) > 0 {
 				return nil
@@ -45,7 +45,7 @@ func recoverHosts(hosts []string, dryRun, asJSON *bool, stdout io.Writer) error 
 	})
 }
 
-func hostWord(res workflows.RecoverResult) string {
+func hostWord(res api.RecoverResult) string {
 	if len(res.Hosts) == 1 {
 		return "host " + res.Hosts[0].Host + " is"
 	}
@@ -70,8 +70,8 @@ naming the domain, while a running or paused domain uses any of them.`,
 // and refuses while a domain still runs on those pCPUs; any other kind of
 // claim is refused too.
 func quarantine(host *string, pos []string, stdout io.Writer) error {
-	return withClient(func(a *app, api *client.Client) error {
-		res, err := api.ReleaseQuarantine(a.ctx, *host, pos[0])
+	return withClient(func(a *app, pf *client.Client) error {
+		res, err := pf.ReleaseQuarantine(a.ctx, *host, pos[0])
 		if err != nil {
 			return err
 		}

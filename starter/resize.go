@@ -7,15 +7,15 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // confirmWindowFlag adds --confirm-window: left out, the default window.
 func confirmWindowFlag(fs *pflag.FlagSet) *confirmWindow {
 	w := new(confirmWindow)
 	fs.Var(w, "confirm-window", fmt.Sprintf("how long VERIFY_RESIZE waits for a confirm or revert before confirming by itself "+
-		"(default %s); never waits for an operator however long", workflows.DefaultConfirmWindow))
+		"(default %s); never waits for an operator however long", api.DefaultConfirmWindow))
 	return w
 }
 
@@ -44,7 +44,7 @@ func (w *confirmWindow) Set(s string) error {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return fmt.Errorf("allowed are a positive duration such as 90s or 2h, never for no automatic confirm, or the flag left out for %s", workflows.DefaultConfirmWindow)
+		return fmt.Errorf("allowed are a positive duration such as 90s or 2h, never for no automatic confirm, or the flag left out for %s", api.DefaultConfirmWindow)
 	}
 	*w = confirmWindow(d)
 	return nil
@@ -79,8 +79,8 @@ back on the same source pCPUs. The confirm window (--confirm-window, default
 1h) bounds that wait: when it passes with no decision the resize confirms by
 itself, and never waits for an operator however long. Cancelling it there
 reverts.`)
-	c.AddCommand(resizeDecisionCommand(workflows.DecisionConfirm, "keep a resized guest where it runs and free its source hold"),
-		resizeDecisionCommand(workflows.DecisionRevert, "take a resized guest back to its source pCPUs"))
+	c.AddCommand(resizeDecisionCommand(api.DecisionConfirm, "keep a resized guest where it runs and free its source hold"),
+		resizeDecisionCommand(api.DecisionRevert, "take a resized guest back to its source pCPUs"))
 	fs := c.Flags()
 	vcpus := fs.Int("vcpus", 0, "vCPUs (default: as now)")
 	memory := fs.Int64("memory-mb", 0, "memory, MiB (default: as now)")
@@ -92,8 +92,8 @@ reverts.`)
 	c.PreRunE = func(c *cobra.Command, args []string) error {
 		return checkFlavorFlags("resize "+args[0], c.Flags(), *vcpus, *memory)
 	}
-	c.RunE = guestOp(fs, func(a *app, api *client.Client, ref string) (*client.Operation, error) {
-		return api.Resize(a.ctx, ref, client.ResizeRequest{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props, Host: *host,
+	c.RunE = guestOp(fs, func(a *app, pf *client.Client, ref string) (*client.Operation, error) {
+		return pf.Resize(a.ctx, ref, client.ResizeRequest{VCPUs: *vcpus, MemoryMB: *memory, ExtraSpecs: specs, ImageProps: props, Host: *host,
 			ConfirmWindow: time.Duration(*window)})
 	})
 	return c
@@ -103,10 +103,10 @@ func resizeDecisionCommand(decision, short string) *cobra.Command {
 	c := guestCommand(decision+" GUEST", short, "")
 	of := addOpFlags(c.Flags())
 	c.RunE = func(c *cobra.Command, args []string) error {
-		return withClient(func(a *app, api *client.Client) error {
-			decide := api.ConfirmResize
-			if decision == workflows.DecisionRevert {
-				decide = api.RevertResize
+		return withClient(func(a *app, pf *client.Client) error {
+			decide := pf.ConfirmResize
+			if decision == api.DecisionRevert {
+				decide = pf.RevertResize
 			}
 			op, err := decide(a.ctx, args[0])
 			if err != nil {
@@ -131,8 +131,8 @@ func evacuateCommand() *cobra.Command {
 another host, from its record's domain XML; its claim on the dead host
 becomes a tombstone that 'pinflow host up' clears.`)
 	dest := c.Flags().String("host", "", "host to rebuild on (default: pinflow chooses)")
-	c.RunE = guestOp(c.Flags(), func(a *app, api *client.Client, ref string) (*client.Operation, error) {
-		return api.Evacuate(a.ctx, ref, *dest)
+	c.RunE = guestOp(c.Flags(), func(a *app, pf *client.Client, ref string) (*client.Operation, error) {
+		return pf.Evacuate(a.ctx, ref, *dest)
 	})
 	return c
 }

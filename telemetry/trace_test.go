@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -99,12 +100,12 @@ func TestMigrationTrace(t *testing.T) {
 
 	uuid := "6f1c2a4e-3b5d-4c7e-8f90-a1b2c3d4e5f6"
 	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
-	start(ctx, t, tc, uuid, workflows.Boot, workflows.BootInput{UUID: uuid, Name: "traced", Flavor: flavor, Host: "a"})
+	start(ctx, t, tc, uuid, workflows.Boot, api.BootInput{UUID: uuid, Name: "traced", Flavor: flavor, Host: "a"})
 	exp.Reset()
 
 	// The starter's own span, as the CLI opens one per command.
 	sctx, root := tel.Start(ctx, "pinflow migrate")
-	start(sctx, t, tc, uuid, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: "b"})
+	start(sctx, t, tc, uuid, workflows.LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	root.End()
 
 	spans := exp.GetSpans()
@@ -161,7 +162,7 @@ func start(ctx context.Context, t *testing.T, tc client.Client, uuid string, wf,
 		ID: guest.InstanceWorkflowID(uuid), TaskQueue: "trace-test",
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(workflows.AttrInstance.ValueSet(uuid)),
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(api.AttrInstance.ValueSet(uuid)),
 	}, wf, in)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func start(ctx context.Context, t *testing.T, tc client.Client, uuid string, wf,
 func registerSearchAttributes(ctx context.Context, t *testing.T, tc client.Client, ns string) {
 	t.Helper()
 	_, err := tc.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-		Namespace: ns, SearchAttributes: workflows.SearchAttributes()})
+		Namespace: ns, SearchAttributes: api.SearchAttributes()})
 	var exists *serviceerror.AlreadyExists
 	if err != nil && !errors.As(err, &exists) {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -83,7 +84,7 @@ func run() error {
 	if err := serveOps(ctx, cfg, tel, rdb, tc, logger); err != nil {
 		return err
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, tc.OperatorService(), cfg.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, tc.OperatorService(), cfg.Namespace); err != nil {
 		return err
 	}
 

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/workflows"
 )
@@ -41,11 +42,11 @@ func ensureReconcileSchedule(ctx context.Context, tc client.Client, taskQueue st
 	spec := client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: rc.Interval}}}
 	action := &client.ScheduleWorkflowAction{
 		// The schedule appends the action time: reconcile-<timestamp>.
-		ID:                    workflows.ReconcileWorkflowIDPrefix,
+		ID:                    api.ReconcileWorkflowIDPrefix,
 		Workflow:              workflows.Reconcile,
-		Args:                  []any{workflows.ReconcileInput{Concurrency: rc.Concurrency}},
+		Args:                  []any{api.ReconcileInput{Concurrency: rc.Concurrency}},
 		TaskQueue:             taskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(workflows.StartAttributes(workflows.OpReconcile, "")...),
+		TypedSearchAttributes: temporal.NewSearchAttributes(api.StartAttributes(api.OpReconcile, "")...),
 		StaticSummary:         "periodic ledger audit",
 	}
 	policy := &client.SchedulePolicies{Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP, CatchupWindow: reconcileCatchup}

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 )
 
 // changeDisruptionBudget (unreleased): the operations that migrate a
@@ -55,7 +56,7 @@ func (s *saga) holdBudget(ctx workflow.Context, uuid string, force bool) (func()
 		if slot.Taken {
 			break
 		}
-		s.phase(PhaseScheduling, fmt.Sprintf("waiting for the disruption budget of group %s: %d of its members are moving (%s), and it allows %d",
+		s.phase(api.PhaseScheduling, fmt.Sprintf("waiting for the disruption budget of group %s: %d of its members are moving (%s), and it allows %d",
 			slot.Group, len(slot.Moving), strings.Join(slot.Moving, ", "), slot.Max))
 		if err := workflow.Sleep(ctx, wait); err != nil {
 			return nothing, err

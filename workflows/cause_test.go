@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 )
 
 // appFailure is an application failure with message msg and cause.
@@ -65,7 +66,7 @@ func TestRootCause(t *testing.T) {
 		{"a failure joined with its compensation's", toErr(childFailure(appFailure("no room on b\ncompensation \"release\": ledger down\n", "joinError", nil))),
 			`no room on b; compensation "release": ledger down`},
 	} {
-		if got := RootCause(c.err); got != c.want {
+		if got := api.RootCause(c.err); got != c.want {
 			t.Errorf("%s: RootCause(%v) = %q, want %q", c.name, c.err, got, c.want)
 		}
 	}
@@ -78,14 +79,14 @@ func TestRootCause(t *testing.T) {
 func TestFailureCrossesTheWire(t *testing.T) {
 	conv := temporal.GetDefaultFailureConverter()
 	step := temporal.NewNonRetryableApplicationError("sim: prepare migration of x to b: injected fault", activities.ErrTypeRejected, nil)
-	f := Failure{Step: "prepare the destination b", Attempts: 3, Reason: "sim: prepare migration of x to b: injected fault", Guest: "instance x stays on a"}
-	sent := f.asError(step)
+	f := api.Failure{Step: "prepare the destination b", Attempts: 3, Reason: "sim: prepare migration of x to b: injected fault", Guest: "instance x stays on a"}
+	sent := asError(f, step)
 	got := conv.FailureToError(childFailure(conv.ErrorToFailure(sent)))
 	const line = "prepare the destination b failed after 3 attempts: sim: prepare migration of x to b: injected fault; instance x stays on a"
-	if RootCause(got) != line {
-		t.Errorf("RootCause after the wire = %q, want %q", RootCause(got), line)
+	if api.RootCause(got) != line {
+		t.Errorf("RootCause after the wire = %q, want %q", api.RootCause(got), line)
 	}
-	if back, ok := FailureOf(got); !ok || back != f {
+	if back, ok := api.FailureOf(got); !ok || back != f {
 		t.Errorf("FailureOf after the wire = %+v, %v; want %+v", back, ok, f)
 	}
 	if !isType(got, activities.ErrTypeRejected) {
@@ -96,7 +97,7 @@ func TestFailureCrossesTheWire(t *testing.T) {
 	}
 	// An application error with other details is not a failure.
 	other := conv.FailureToError(conv.ErrorToFailure(temporal.NewApplicationError("x", "T", "details")))
-	if _, ok := FailureOf(other); ok {
+	if _, ok := api.FailureOf(other); ok {
 		t.Errorf("FailureOf(%v) found a failure in other details", other)
 	}
 }

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -10,214 +9,29 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 )
 
-// DrainPolicy is how a drain moves each guest.
-type DrainPolicy string
-
-// Drain policies.
-const (
-	DrainLive DrainPolicy = "live" // live migration; the default
-	DrainCold DrainPolicy = "cold" // cold migration, confirmed at once
-	// DrainLiveThenCold live-migrates, and cold-migrates a guest whose
-	// live migration fails.
-	DrainLiveThenCold DrainPolicy = "live-then-cold"
-)
-
-// DrainPolicies are the policies a drain takes.
-var DrainPolicies = []DrainPolicy{DrainLive, DrainCold, DrainLiveThenCold}
-
-// Drain limits, KubeVirt's defaults: two outbound migrations per source
-// host (the drain's parallelism) and two inbound per target; each guest
-// is tried on up to three targets.
-const (
-	DefaultDrainParallel  = 2
-	DefaultDrainPerTarget = 2
-	DefaultDrainAttempts  = 3
-)
-
-// DefaultDrainSettle is how long a drain waits, by default, for the
-// operations in flight on its host to end before it gives up.
-const DefaultDrainSettle = 2 * time.Minute
-
-// DrainInput names the host to empty and how.
-type DrainInput struct {
-	Host   string      `json:"host"`
-	Reason string      `json:"reason,omitempty"`
-	Policy DrainPolicy `json:"policy,omitempty"`
-	// Parallel bounds the moves running at once (outbound from the host);
-	// 0 takes DefaultDrainParallel.
-	Parallel int `json:"parallel,omitempty"`
-	// PerTarget bounds the moves running at once onto one target; 0 takes
-	// DefaultDrainPerTarget.
-	PerTarget int `json:"per_target,omitempty"`
-	// Attempts bounds the targets tried for one guest; 0 takes
-	// DefaultDrainAttempts.
-	Attempts int `json:"attempts,omitempty"`
-	// Settle bounds the wait for operations in flight on the host (a
-	// migration onto it, a resize awaiting its confirmation) to end
-	// before the plan is made; 0 takes DefaultDrainSettle.
-	Settle time.Duration `json:"settle,omitempty"`
-}
-
-// Upper bounds of a drain's limits: past them a value is a slip of the
-// keyboard, not a plan (no host streams 64 migrations at once, and a
-// guest that failed on ten targets will not fit on an eleventh).
-const (
-	MaxDrainParallel = 64
-	MaxDrainAttempts = 10
-	MaxDrainSettle   = 24 * time.Hour
-)
-
-// WithDefaults fills in the zero policy and limits.
-func (in DrainInput) WithDefaults() DrainInput {
-	if in.Policy == "" {
-		in.Policy = DrainLive
-	}
-	for _, l := range []struct {
-		v   *int
-		def int
-	}{
-		{&in.Parallel, DefaultDrainParallel}, {&in.PerTarget, DefaultDrainPerTarget}, {&in.Attempts, DefaultDrainAttempts},
-	} {
-		if *l.v == 0 {
-			*l.v = l.def
-		}
-	}
-	if in.Settle == 0 {
-		in.Settle = DefaultDrainSettle
-	}
-	return in
-}
-
-// Check is the one rule of a drain's input, for the CLI and the
-// workflow alike (the workflow fills in the defaults first): one line
-// naming a bad value and what is allowed.
-func (in DrainInput) Check() error {
-	if !slices.Contains(DrainPolicies, in.Policy) {
-		return fmt.Errorf("drain policy %q: policies are live, cold and live-then-cold", in.Policy)
-	}
-	for _, l := range []struct {
-		name   string
-		v, max int
-	}{{"parallel", in.Parallel, MaxDrainParallel}, {"per-target", in.PerTarget, MaxDrainParallel}, {"attempts", in.Attempts, MaxDrainAttempts}} {
-		if l.v < 1 || l.v > l.max {
-			return fmt.Errorf("drain %s %d: it must be 1 to %d", l.name, l.v, l.max)
-		}
-	}
-	if in.Settle <= 0 || in.Settle > MaxDrainSettle {
-		return fmt.Errorf("drain settle %v: it must be more than 0s and at most %v", in.Settle, MaxDrainSettle)
-	}
-	// The host is disabled with the reason behind a prefix, under the
-	// ledger's rule for reasons.
-	if in.Reason != "" {
-		if err := ledger.CheckReason(drainReason(in)); err != nil || strings.TrimSpace(in.Reason) == "" {
-			return fmt.Errorf("drain reason %q: it must be 1-%d printable characters on one line", in.Reason, ledger.MaxReason-len(drainReasonPrefix))
-		}
-	}
-	return nil
-}
-
-// Limits says how the drain moves its guests, for people: its input
-// holds the settle in nanoseconds.
-func (in DrainInput) Limits() string {
-	return fmt.Sprintf("%s moves, at most %d at once and %d onto one target, up to %d targets a guest; operations in flight may hold the plan up for %s",
-		in.Policy, in.Parallel, in.PerTarget, in.Attempts, readable(in.Settle))
-}
-
-// readable is a duration without the zero minutes and seconds
-// time.Duration.String ends in: 2m, 1h, 1h30m, 1m30s.
-func readable(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
-// DrainGuestState is where one guest of a drain is.
-type DrainGuestState string
-
-// Drain guest states.
-const (
-	GuestReserved DrainGuestState = "reserved" // its target's capacity is held
-	GuestMoving   DrainGuestState = "moving"
-	GuestMoved    DrainGuestState = "moved"
-	GuestFailed   DrainGuestState = "failed" // left on the host, with Error
-)
-
-// DrainGuest is one guest of a drain and how its move goes.
-type DrainGuest struct {
-	UUID     string          `json:"uuid"`
-	Name     string          `json:"name,omitempty"`
-	Target   string          `json:"target,omitempty"`
-	State    DrainGuestState `json:"state"`
-	Attempts int             `json:"attempts"`
-	// Tried are the targets its moves failed on.
-	Tried []string `json:"tried,omitempty"`
-	Error string   `json:"error,omitempty"`
-	// Reservation is what the drain holds for it on Target, until its move
-	// adopts it.
-	Reservation *activities.Reservation `json:"reservation,omitempty"`
-	// Waiting says what holds its move back: its server group's
-	// disruption budget, spent by the members named.
-	Waiting   string `json:"waiting,omitempty"`
+// drainGuest is one guest of a drain as the workflow keeps it: its row
+// of the status and what only the workflow needs to move it.
+type drainGuest struct {
+	*api.DrainGuest
 	placement *drain.Move
 	slot      *activities.MoveSlotInput // held while it moves
 	// retryAt is when a move held back by its group's budget tries again.
 	retryAt time.Time
 }
 
-// DrainStatus is a drain's progress, as its status query answers.
-type DrainStatus struct {
-	Host   string       `json:"host"`
-	Paused bool         `json:"paused"`
-	Moving int          `json:"moving"`
-	Guests []DrainGuest `json:"guests"`
-	// MaxMoving and MaxPerTarget are the most moves seen running at once,
-	// in all and onto one target: the limits held.
-	MaxMoving    int `json:"max_moving"`
-	MaxPerTarget int `json:"max_per_target"`
-	// Waiting says which cloud-wide limit holds the next move back.
-	Waiting string `json:"waiting,omitempty"`
-	Done    bool   `json:"done"`
-}
-
-// DrainResult is how a drain ended, guest by guest.
-type DrainResult struct {
-	Host   string       `json:"host"`
-	Guests []DrainGuest `json:"guests"`
-	Moved  int          `json:"moved"`
-	Failed int          `json:"failed"`
-}
-
-// DrainStatusQuery is the query a drain answers with its DrainStatus.
-const DrainStatusQuery = "drain-status"
-
-// DrainPauseUpdate stops a drain's new moves (the running ones finish)
-// and DrainResumeUpdate starts them again; neither takes an argument. A
-// pause of a paused drain, a resume of one not paused, and either once
-// the drain has no move left to start are refused.
-const (
-	DrainPauseUpdate  = "drain-pause"
-	DrainResumeUpdate = "drain-resume"
-)
-
-// DrainWorkflowID is the one workflow id of a host's drain: a second
-// drain of the host while one runs is refused.
-func DrainWorkflowID(host string) string { return "drain-" + host }
-
 // drainRun is one drain's state.
 type drainRun struct {
-	s       *saga
-	in      DrainInput
-	st      DrainStatus
+	s  *saga
+	in api.DrainInput
+	st api.DrainStatus
+	// guests are st.Guests, row by row, once the drain has planned them.
+	guests  []*drainGuest
 	inbound map[string]int
 	// planned: the guests to move are known, so a drain whose guests have
 	// all settled has no move left to start.
@@ -243,8 +57,8 @@ type drainRun struct {
 // cancels the running ones (they roll back) and releases the reservations
 // no move adopted. The host stays disabled: an operator enables it after
 // the maintenance.
-func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
-	s, err := newSaga(ctx, OpDrain, "", 3)
+func Drain(ctx workflow.Context, input api.DrainInput) (*api.DrainResult, error) {
+	s, err := newSaga(ctx, api.OpDrain, "", 3)
 	if err != nil {
 		return nil, err
 	}
@@ -252,8 +66,8 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	if err := in.Check(); err != nil {
 		return nil, s.fail(activities.BadRequest(err.Error()))
 	}
-	d := &drainRun{s: s, in: in, st: DrainStatus{Host: in.Host, Guests: []DrainGuest{}}, inbound: map[string]int{}}
-	if err := workflow.SetQueryHandler(ctx, DrainStatusQuery, func() (DrainStatus, error) { return d.st, nil }); err != nil {
+	d := &drainRun{s: s, in: in, st: api.DrainStatus{Host: in.Host, Guests: []api.DrainGuest{}}, inbound: map[string]int{}}
+	if err := workflow.SetQueryHandler(ctx, api.DrainStatusQuery, func() (api.DrainStatus, error) { return d.st, nil }); err != nil {
 		return nil, err
 	}
 	if err := d.handleControls(ctx); err != nil {
@@ -274,26 +88,30 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	s.step()
 
 	if err := s.ledger(ctx, "disable "+in.Host, a.DisableHost,
-		activities.DisableHostInput{Host: in.Host, Reason: drainReason(in)}).Get(ctx, nil); err != nil {
+		activities.DisableHostInput{Host: in.Host, Reason: in.DisableReason()}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
 
 	s.onFailure("release the reservations no move adopted", d.releaseAll)
-	s.phase(PhaseAccepted, fmt.Sprintf("reserving the targets of %d guests", len(plan.Moves)))
+	s.phase(api.PhaseAccepted, fmt.Sprintf("reserving the targets of %d guests", len(plan.Moves)))
 	for i := range plan.Moves {
 		m := plan.Moves[i]
-		d.st.Guests = append(d.st.Guests, DrainGuest{UUID: m.UUID, Name: m.Name, Target: m.Target, placement: &m})
+		d.st.Guests = append(d.st.Guests, api.DrainGuest{UUID: m.UUID, Name: m.Name, Target: m.Target})
+		d.guests = append(d.guests, &drainGuest{placement: &m})
+	}
+	for i, g := range d.guests {
+		g.DrainGuest = &d.st.Guests[i]
 	}
 	d.planned = true
-	for i := range d.st.Guests {
-		if err := d.reserve(ctx, &d.st.Guests[i]); err != nil {
+	for _, g := range d.guests {
+		if err := d.reserve(ctx, g); err != nil {
 			return nil, d.fail(err)
 		}
 	}
 	s.step()
 
-	s.phase(PhaseRunning, d.progress())
+	s.phase(api.PhaseRunning, d.progress())
 	if err := d.moveAll(ctx); err != nil {
 		// Cancelled: the running moves were cancelled with us; wait until
 		// they have rolled back before releasing what they did not adopt.
@@ -302,12 +120,12 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 		return nil, d.fail(err)
 	}
 	d.st.Done = true
-	res := &DrainResult{Host: in.Host, Guests: d.st.Guests}
+	res := &api.DrainResult{Host: in.Host, Guests: d.st.Guests}
 	for _, g := range d.st.Guests {
 		switch g.State {
-		case GuestMoved:
+		case api.GuestMoved:
 			res.Moved++
-		case GuestFailed:
+		case api.GuestFailed:
 			res.Failed++
 		}
 	}
@@ -315,7 +133,7 @@ func Drain(ctx workflow.Context, input DrainInput) (*DrainResult, error) {
 	if res.Failed == 0 {
 		detail += "; it stays disabled until 'pinflow host enable " + in.Host + "'"
 	}
-	s.phase(PhaseCompleted, detail+"\n\n"+d.st.Table())
+	s.phase(api.PhaseCompleted, detail+"\n\n"+d.st.Table())
 	return res, nil
 }
 
@@ -336,7 +154,7 @@ const settleRetry = 3 * time.Second
 // operations in flight stand in the way, until in.Settle has passed.
 func (d *drainRun) plan(ctx workflow.Context) (drain.Plan, error) {
 	deadline := workflow.Now(ctx).Add(d.in.Settle)
-	d.s.phase(PhaseScheduling, "planning where every guest of "+d.in.Host+" goes")
+	d.s.phase(api.PhaseScheduling, "planning where every guest of "+d.in.Host+" goes")
 	for {
 		var plan drain.Plan
 		if err := d.s.ledger(ctx, "plan the drain of "+d.in.Host, a.PlanDrain, activities.PlanDrainInput{Host: d.in.Host, Policy: string(d.in.Policy)}).Get(ctx, &plan); err != nil {
@@ -345,21 +163,11 @@ func (d *drainRun) plan(ctx workflow.Context) (drain.Plan, error) {
 		if plan.Complete() || len(plan.Unplaceable) > 0 || len(plan.NotLive) > 0 || !workflow.Now(ctx).Before(deadline) {
 			return plan, nil
 		}
-		d.s.phase(PhaseScheduling, fmt.Sprintf("waiting up to %s for %d claims in flight on %s to settle: %s", readable(d.in.Settle), len(plan.Blocked), d.in.Host, plan.Blocked[0].Reason))
+		d.s.phase(api.PhaseScheduling, fmt.Sprintf("waiting up to %s for %d claims in flight on %s to settle: %s", d.in.SettleText(), len(plan.Blocked), d.in.Host, plan.Blocked[0].Reason))
 		if err := workflow.Sleep(ctx, settleRetry); err != nil {
 			return plan, err
 		}
 	}
-}
-
-// drainReasonPrefix starts the reason a drain disables its host with.
-const drainReasonPrefix = "drain: "
-
-func drainReason(in DrainInput) string {
-	if in.Reason == "" {
-		return "drain"
-	}
-	return drainReasonPrefix + in.Reason
 }
 
 // incomplete says why a plan cannot be carried out.
@@ -390,7 +198,7 @@ const (
 func (d *drainRun) renewSlots(ctx workflow.Context) {
 	for workflow.Sleep(ctx, slotRenew) == nil {
 		var held []activities.MoveSlotInput
-		for _, g := range d.st.Guests {
+		for _, g := range d.guests {
 			if g.slot != nil {
 				held = append(held, *g.slot)
 			}
@@ -408,15 +216,15 @@ func (d *drainRun) handleControls(ctx workflow.Context) error {
 	for _, c := range []struct {
 		name  string
 		pause bool
-	}{{DrainPauseUpdate, true}, {DrainResumeUpdate, false}} {
+	}{{api.DrainPauseUpdate, true}, {api.DrainResumeUpdate, false}} {
 		pause := c.pause
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, c.name,
 			func(ctx workflow.Context) error {
 				d.st.Paused = pause
 				// Before the moves, the phase says how planning goes;
 				// the running phase's progress shows the pause.
-				if d.s.status.Phase == PhaseRunning {
-					d.s.phase(PhaseRunning, d.progress())
+				if d.s.status.Phase == api.PhaseRunning {
+					d.s.phase(api.PhaseRunning, d.progress())
 				}
 				return nil
 			},
@@ -451,7 +259,7 @@ func (d *drainRun) ending() string {
 	switch {
 	case d.s.ctx.Err() != nil:
 		return "it was cancelled"
-	case d.s.status.Phase == PhaseRollingBack || d.s.status.Phase == PhaseError:
+	case d.s.status.Phase == api.PhaseRollingBack || d.s.status.Phase == api.PhaseError:
 		return "it failed"
 	case d.planned && d.settled():
 		return "every guest has moved or failed"
@@ -462,49 +270,11 @@ func (d *drainRun) ending() string {
 // settled says whether every guest has moved or failed.
 func (d *drainRun) settled() bool {
 	for _, g := range d.st.Guests {
-		if g.State != GuestMoved && g.State != GuestFailed {
+		if g.State != api.GuestMoved && g.State != api.GuestFailed {
 			return false
 		}
 	}
 	return true
-}
-
-// Summary is the drain's progress in one line, as --wait prints it.
-func (st *DrainStatus) Summary() string {
-	n := map[DrainGuestState]int{}
-	for _, g := range st.Guests {
-		n[g.State]++
-	}
-	line := fmt.Sprintf("%d of %d guests moved, %d moving, %d failed", n[GuestMoved], len(st.Guests), st.Moving, n[GuestFailed])
-	if st.Paused {
-		line += "; paused: no new move starts until 'pinflow host drain resume " + st.Host + "'"
-	}
-	if st.Waiting != "" {
-		line += "; waiting: " + st.Waiting
-	}
-	return line
-}
-
-// Table is each guest's progress as the markdown table the UI shows.
-func (st *DrainStatus) Table() string {
-	if len(st.Guests) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString("| guest | name | state | target | attempts | note |\n|---|---|---|---|---|---|\n")
-	for _, g := range st.Guests {
-		note := g.Error
-		if g.Waiting != "" {
-			note = "waiting for " + g.Waiting
-		}
-		b.WriteString(fmt.Sprintf("| `%s` | %s | %s | %s | %d | %s |\n", g.UUID, cell(g.Name), g.State, cell(g.Target), g.Attempts, cell(note)))
-	}
-	return b.String()
-}
-
-// cell keeps a value from breaking its markdown table row.
-func cell(v string) string {
-	return strings.NewReplacer("|", "\\|", "\r", " ", "\n", " ").Replace(v)
 }
 
 // progress is the detail the UI shows: the summary and each guest.
@@ -517,20 +287,20 @@ func (d *drainRun) progress() string {
 
 // reserve holds the guest's planned placement on its target; a lost race
 // plans the guest again elsewhere, up to the attempts allowed.
-func (d *drainRun) reserve(ctx workflow.Context, g *DrainGuest) error {
-	for g.Reservation == nil && g.State != GuestFailed {
+func (d *drainRun) reserve(ctx workflow.Context, g *drainGuest) error {
+	for g.Reservation == nil && g.State != api.GuestFailed {
 		in := activities.ReserveInput{Host: g.Target, ClaimID: fmt.Sprintf("%s-%s-%d", claimID(ctx, string(ledger.KindReservation)), g.UUID, g.Attempts),
 			UUID: g.UUID, Owner: owner(ctx), Placement: *g.placement.Placement}
-		var r activities.Reservation
+		var r api.Reservation
 		err := d.s.ledger(ctx, "reserve "+g.Target+" for "+g.UUID, a.Reserve, in).Get(ctx, &r)
 		if err == nil {
-			g.Reservation, g.State = &r, GuestReserved
+			g.Reservation, g.State = &r, api.GuestReserved
 			return nil
 		}
 		if !isConflict(err) {
 			return err
 		}
-		if err := d.replan(ctx, g, "its reservation on "+g.Target+" lost a race: "+RootCause(err)); err != nil {
+		if err := d.replan(ctx, g, "its reservation on "+g.Target+" lost a race: "+api.RootCause(err)); err != nil {
 			return err
 		}
 	}
@@ -540,10 +310,10 @@ func (d *drainRun) reserve(ctx workflow.Context, g *DrainGuest) error {
 // replan marks the guest's target tried and plans it again without every
 // target tried so far, or leaves it failed once its attempts are spent or
 // nothing else takes it.
-func (d *drainRun) replan(ctx workflow.Context, g *DrainGuest, why string) error {
+func (d *drainRun) replan(ctx workflow.Context, g *drainGuest, why string) error {
 	g.Tried, g.Attempts, g.Error, g.Reservation = append(g.Tried, g.Target), g.Attempts+1, why, nil
 	if g.Attempts >= d.in.Attempts {
-		g.State, g.Target = GuestFailed, ""
+		g.State, g.Target = api.GuestFailed, ""
 		g.Error = fmt.Sprintf("tried %d targets (%s); last: %s", g.Attempts, strings.Join(g.Tried, ", "), why)
 		return nil
 	}
@@ -553,7 +323,7 @@ func (d *drainRun) replan(ctx workflow.Context, g *DrainGuest, why string) error
 		return err
 	}
 	if len(plan.Moves) == 0 {
-		g.State, g.Target = GuestFailed, ""
+		g.State, g.Target = api.GuestFailed, ""
 		g.Error = fmt.Sprintf("%s; and no other target takes it: %s", why, plan.Unplaceable[0].Reason)
 		return nil
 	}
@@ -566,15 +336,15 @@ func (d *drainRun) replan(ctx workflow.Context, g *DrainGuest, why string) error
 // every guest has moved or failed; a cancel ends it early.
 func (d *drainRun) moveAll(ctx workflow.Context) error {
 	d.budget = workflow.GetVersion(ctx, changeDrainBudget, workflow.DefaultVersion, 1) == 1
-	next := func() *DrainGuest {
+	next := func() *drainGuest {
 		if d.st.Paused || d.st.Moving >= d.in.Parallel {
 			return nil
 		}
 		now := workflow.Now(ctx)
-		for i := range d.st.Guests {
+		for _, g := range d.guests {
 			// A guest whose failed move still gives its slot back waits:
 			// its next move takes a slot of the same name.
-			if g := &d.st.Guests[i]; g.State == GuestReserved && g.slot == nil && d.inbound[g.Target] < d.in.PerTarget && !g.retryAt.After(now) {
+			if g.State == api.GuestReserved && g.slot == nil && d.inbound[g.Target] < d.in.PerTarget && !g.retryAt.After(now) {
 				return g
 			}
 		}
@@ -584,8 +354,8 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 	// back tries again; 0 when none is.
 	heldBack := func() time.Duration {
 		var first time.Time
-		for _, g := range d.st.Guests {
-			if g.State == GuestReserved && g.Waiting != "" && (first.IsZero() || g.retryAt.Before(first)) {
+		for _, g := range d.guests {
+			if g.State == api.GuestReserved && g.Waiting != "" && (first.IsZero() || g.retryAt.Before(first)) {
 				first = g.retryAt
 			}
 		}
@@ -595,7 +365,7 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 		return max(first.Sub(workflow.Now(ctx)), time.Millisecond)
 	}
 	for {
-		var g *DrainGuest
+		var g *drainGuest
 		// Done once every guest has moved or failed and every move has
 		// given its slot back.
 		ready := func() bool { g = next(); return g != nil || d.settled() && d.st.Moving == 0 }
@@ -621,7 +391,7 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 				g.Waiting = fmt.Sprintf("the disruption budget of group %s: %d of its members are moving (%s), and it allows %d",
 					b.Group, len(b.Moving), strings.Join(b.Moving, ", "), b.Max)
 				g.retryAt = workflow.Now(ctx).Add(slotRetry)
-				d.s.phase(PhaseRunning, d.progress())
+				d.s.phase(api.PhaseRunning, d.progress())
 				continue
 			}
 			g.Waiting = ""
@@ -635,7 +405,7 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 		if !took.Taken {
 			if d.st.Waiting != took.Full {
 				d.st.Waiting = took.Full
-				d.s.phase(PhaseRunning, d.progress())
+				d.s.phase(api.PhaseRunning, d.progress())
 			}
 			if err := workflow.Sleep(ctx, slotRetry); err != nil {
 				return err
@@ -643,11 +413,11 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 			continue
 		}
 		d.st.Waiting, g.slot = "", &slot
-		g.State, d.st.Moving = GuestMoving, d.st.Moving+1
+		g.State, d.st.Moving = api.GuestMoving, d.st.Moving+1
 		d.inbound[g.Target]++
 		d.st.MaxMoving = max(d.st.MaxMoving, d.st.Moving)
 		d.st.MaxPerTarget = max(d.st.MaxPerTarget, d.inbound[g.Target])
-		d.s.phase(PhaseRunning, d.progress())
+		d.s.phase(api.PhaseRunning, d.progress())
 		workflow.Go(ctx, func(ctx workflow.Context) { d.move(ctx, g) })
 	}
 }
@@ -655,7 +425,7 @@ func (d *drainRun) moveAll(ctx workflow.Context) error {
 // move runs one guest's move as a child workflow under its instance's
 // workflow id, adopting its reservation; a failure releases what it did
 // not adopt and plans the guest again.
-func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
+func (d *drainRun) move(ctx workflow.Context, g *drainGuest) {
 	target, slot := g.Target, *g.slot
 	defer func() {
 		// Given back even when cancelled; a slot left behind ends with its
@@ -668,35 +438,35 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 		g.slot = nil
 		d.st.Moving--
 		d.inbound[target]--
-		d.s.phase(PhaseRunning, d.progress())
+		d.s.phase(api.PhaseRunning, d.progress())
 	}()
 	err := d.runChild(ctx, g)
 	if err == nil {
-		g.State, g.Error, g.Reservation = GuestMoved, "", nil
+		g.State, g.Error, g.Reservation = api.GuestMoved, "", nil
 		d.s.step()
 		return
 	}
 	if ctx.Err() != nil {
-		g.State = GuestReserved // the drain's compensation releases what is left
+		g.State = api.GuestReserved // the drain's compensation releases what is left
 		return
 	}
 	// The move rolled back and released the claim it adopted; a
 	// reservation it never adopted is still the drain's to release.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if rerr := d.s.ledger(dctx, "release the reservation on "+target, a.ReleaseReservation, *g.Reservation).Get(dctx, nil); rerr != nil {
-		g.State, g.Error = GuestFailed, fmt.Sprintf("its move failed (%s) and its reservation could not be released: %s", RootCause(err), RootCause(rerr))
+		g.State, g.Error = api.GuestFailed, fmt.Sprintf("its move failed (%s) and its reservation could not be released: %s", api.RootCause(err), api.RootCause(rerr))
 		return
 	}
-	if rerr := d.replan(ctx, g, fmt.Sprintf("its move to %s failed: %s", target, RootCause(err))); rerr != nil {
-		g.State, g.Error = GuestFailed, fmt.Sprintf("%s; planning it again failed: %s", RootCause(err), RootCause(rerr))
+	if rerr := d.replan(ctx, g, fmt.Sprintf("its move to %s failed: %s", target, api.RootCause(err))); rerr != nil {
+		g.State, g.Error = api.GuestFailed, fmt.Sprintf("%s; planning it again failed: %s", api.RootCause(err), api.RootCause(rerr))
 		return
 	}
-	if g.State != GuestFailed {
+	if g.State != api.GuestFailed {
 		if rerr := d.reserve(ctx, g); rerr != nil {
-			g.State, g.Error = GuestFailed, fmt.Sprintf("%s; reserving a new target failed: %s", RootCause(err), RootCause(rerr))
+			g.State, g.Error = api.GuestFailed, fmt.Sprintf("%s; reserving a new target failed: %s", api.RootCause(err), api.RootCause(rerr))
 		}
 	}
-	if g.State == GuestFailed {
+	if g.State == api.GuestFailed {
 		d.s.step()
 	}
 }
@@ -709,7 +479,7 @@ func (d *drainRun) move(ctx workflow.Context, g *DrainGuest) {
 const changeDrainLiveDevices = "drain-live-devices"
 
 // runChild moves the guest with the drain's policy and waits for it.
-func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
+func (d *drainRun) runChild(ctx workflow.Context, g *drainGuest) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:        guest.InstanceWorkflowID(g.UUID),
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
@@ -721,15 +491,15 @@ func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 	// falls back to a cold migration before anything moves; before
 	// changeDrainLiveDevices, every guest with devices was cold-migrated.
 	devices := g.placement != nil && g.placement.Placement != nil && len(g.placement.Placement.Devices) > 0
-	coldDevices := devices && d.in.Policy == DrainLiveThenCold &&
+	coldDevices := devices && d.in.Policy == api.DrainLiveThenCold &&
 		workflow.GetVersion(ctx, changeDrainLiveDevices, workflow.DefaultVersion, 1) == workflow.DefaultVersion
 	var f workflow.ChildWorkflowFuture
 	switch {
-	case d.in.Policy == DrainCold, coldDevices:
-		f = workflow.ExecuteChildWorkflow(cctx, Resize, ResizeInput{UUID: g.UUID, Reservation: g.Reservation, AutoConfirm: true})
+	case d.in.Policy == api.DrainCold, coldDevices:
+		f = workflow.ExecuteChildWorkflow(cctx, Resize, api.ResizeInput{UUID: g.UUID, Reservation: g.Reservation, AutoConfirm: true})
 	default:
-		f = workflow.ExecuteChildWorkflow(cctx, LiveMigration, LiveMigrationInput{UUID: g.UUID, Reservation: g.Reservation,
-			ColdFallback: d.in.Policy == DrainLiveThenCold, AutoConfirm: true})
+		f = workflow.ExecuteChildWorkflow(cctx, LiveMigration, api.LiveMigrationInput{UUID: g.UUID, Reservation: g.Reservation,
+			ColdFallback: d.in.Policy == api.DrainLiveThenCold, AutoConfirm: true})
 	}
 	return f.Get(ctx, nil)
 }
@@ -739,7 +509,7 @@ func (d *drainRun) runChild(ctx workflow.Context, g *DrainGuest) error {
 func (d *drainRun) releaseAll(ctx workflow.Context) error {
 	for i := range d.st.Guests {
 		g := &d.st.Guests[i]
-		if g.Reservation == nil || g.State == GuestMoved {
+		if g.Reservation == nil || g.State == api.GuestMoved {
 			continue
 		}
 		if err := d.s.ledger(ctx, "release the reservation on "+g.Target, a.ReleaseReservation, *g.Reservation).Get(ctx, nil); err != nil {

@@ -12,45 +12,9 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/drain"
 )
-
-func TestDrainInputCheck(t *testing.T) {
-	longest := strings.Repeat("é", 193)
-	for _, c := range []struct {
-		name string
-		in   DrainInput
-		want string // "" accepted
-	}{
-		{"defaults", DrainInput{Host: "h"}, ""},
-		{"longest reason", DrainInput{Host: "h", Reason: longest}, ""},
-		{"reason too long", DrainInput{Host: "h", Reason: longest + "x"}, "it must be 1-193 printable characters on one line"},
-		{"reason of two lines", DrainInput{Host: "h", Reason: "kernel\nupgrade"}, `drain reason "kernel\nupgrade"`},
-		{"blank reason", DrainInput{Host: "h", Reason: "  "}, "printable characters"},
-		{"bad policy", DrainInput{Host: "h", Policy: "fast"}, `drain policy "fast": policies are live, cold and live-then-cold`},
-		{"negative parallel", DrainInput{Host: "h", Parallel: -1}, "drain parallel -1: it must be 1 to 64"},
-		{"most parallel", DrainInput{Host: "h", Parallel: MaxDrainParallel}, ""},
-		{"too parallel", DrainInput{Host: "h", Parallel: 1000000}, "drain parallel 1000000: it must be 1 to 64"},
-		{"too many per target", DrainInput{Host: "h", PerTarget: 65}, "drain per-target 65: it must be 1 to 64"},
-		{"too many attempts", DrainInput{Host: "h", Attempts: 11}, "drain attempts 11: it must be 1 to 10"},
-		{"negative settle", DrainInput{Host: "h", Settle: -time.Second}, "drain settle -1s: it must be more than 0s and at most 24h0m0s"},
-		{"settle of a week", DrainInput{Host: "h", Settle: 7 * 24 * time.Hour}, "drain settle 168h0m0s"},
-	} {
-		got := c.in.WithDefaults()
-		err := got.Check()
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%s: Check(%+v): %v, want it accepted", c.name, got, err)
-		case c.want == "" && c.in.Parallel == 0 && (got.Parallel != DefaultDrainParallel || got.Settle != DefaultDrainSettle || got.Policy != DrainLive):
-			t.Errorf("%s: WithDefaults(%+v) = %+v, want the defaults filled in", c.name, c.in, got)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: Check(%+v): %v, want an error with %q", c.name, got, err, c.want)
-		}
-	}
-	if err := (DrainInput{Host: "h"}).Check(); err == nil {
-		t.Error("Check of a drain input without its defaults filled in = nil, want the zero limits refused (the CLI passes every value)")
-	}
-}
 
 // updated is how one Update sent to a test workflow ended.
 type updated struct {
@@ -97,13 +61,13 @@ func (h *harness) onDrain(moveTime time.Duration, slots *[]time.Duration, uuids 
 	}
 	h.on("plan", a.PlanDrain, plan, nil)
 	h.on("disable", a.DisableHost, nil)
-	h.on("reserve", a.Reserve, activities.Reservation{Host: "dst", ClaimID: "r", Owner: DrainWorkflowID("src"), Token: "t"}, nil)
+	h.on("reserve", a.Reserve, api.Reservation{Host: "dst", ClaimID: "r", Owner: api.DrainWorkflowID("src"), Token: "t"}, nil)
 	h.env.OnActivity(a.TakeMoveSlot, mock.Anything, mock.Anything).Return(activities.MoveSlotResult{Taken: true}, nil).Run(func(mock.Arguments) {
 		*slots = append(*slots, h.env.Now().Sub(start))
 	})
 	h.on("renew", a.RenewMoveSlots, nil).Maybe()
 	h.env.RegisterWorkflow(LiveMigration)
-	h.env.OnWorkflow(LiveMigration, mock.Anything, mock.Anything).Return(&LiveMigrationResult{}, nil).After(moveTime)
+	h.env.OnWorkflow(LiveMigration, mock.Anything, mock.Anything).Return(&api.LiveMigrationResult{}, nil).After(moveTime)
 }
 
 // TestDrainPauseResume: a pause is taken at once, while a move runs; the
@@ -116,18 +80,18 @@ func TestDrainPauseResume(t *testing.T) {
 	h.onDrain(time.Hour, &slots, uuid, "1c4d0e7f-2a3b-4c5d-9e8f-0a1b2c3d4e5f")
 	h.on("give", a.GiveMoveSlots, nil)
 	var early, pause, again, resume updated
-	h.update(DrainResumeUpdate, 5*time.Minute, &early)
-	h.update(DrainPauseUpdate, 10*time.Minute, &pause)
-	h.update(DrainPauseUpdate, 20*time.Minute, &again)
-	h.update(DrainResumeUpdate, 3*time.Hour, &resume)
+	h.update(api.DrainResumeUpdate, 5*time.Minute, &early)
+	h.update(api.DrainPauseUpdate, 10*time.Minute, &pause)
+	h.update(api.DrainPauseUpdate, 20*time.Minute, &again)
+	h.update(api.DrainResumeUpdate, 3*time.Hour, &resume)
 	// The phase detail while the first move still runs; the drain's
 	// status between that move's end and the resume.
-	var status Status
-	var st DrainStatus
-	h.query(t, StatusQuery, 30*time.Minute, &status)
-	h.query(t, DrainStatusQuery, 2*time.Hour, &st)
-	h.env.ExecuteWorkflow(Drain, DrainInput{Host: "src", Parallel: 1})
-	var res DrainResult
+	var status api.Status
+	var st api.DrainStatus
+	h.query(t, api.StatusQuery, 30*time.Minute, &status)
+	h.query(t, api.DrainStatusQuery, 2*time.Hour, &st)
+	h.env.ExecuteWorkflow(Drain, api.DrainInput{Host: "src", Parallel: 1})
+	var res api.DrainResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Moved != 2 {
 		t.Fatalf("Drain = %+v, %v; want both guests moved", res, err)
 	}
@@ -158,14 +122,14 @@ func TestDrainPauseResume(t *testing.T) {
 	}
 	moved := 0
 	for _, g := range st.Guests {
-		if g.State == GuestMoved {
+		if g.State == api.GuestMoved {
 			moved++
 		}
 	}
 	if !st.Paused || st.Moving != 0 || moved != 1 {
 		t.Errorf("status of the paused drain: paused %v, %d moving, %d moved; want paused, 0 moving, 1 moved", st.Paused, st.Moving, moved)
 	}
-	if status.Phase != PhaseRunning || !strings.Contains(status.Detail, "paused: no new move starts until 'pinflow host drain resume src'") {
+	if status.Phase != api.PhaseRunning || !strings.Contains(status.Detail, "paused: no new move starts until 'pinflow host drain resume src'") {
 		t.Errorf("phase of the drain paused while a move runs = %s %q, want running with a detail saying it is paused", status.Phase, status.Detail)
 	}
 }
@@ -181,10 +145,10 @@ func TestDrainEndingRefusesPauseAndResume(t *testing.T) {
 	// ledger steps' timeout.
 	h.on("give", a.GiveMoveSlots, nil).After(20 * time.Second)
 	var pause, resume updated
-	h.update(DrainPauseUpdate, time.Hour+10*time.Second, &pause)
-	h.update(DrainResumeUpdate, time.Hour+10*time.Second, &resume)
-	h.env.ExecuteWorkflow(Drain, DrainInput{Host: "src"})
-	var res DrainResult
+	h.update(api.DrainPauseUpdate, time.Hour+10*time.Second, &pause)
+	h.update(api.DrainResumeUpdate, time.Hour+10*time.Second, &resume)
+	h.env.ExecuteWorkflow(Drain, api.DrainInput{Host: "src"})
+	var res api.DrainResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Moved != 1 {
 		t.Fatalf("Drain = %+v, %v; want the guest moved", res, err)
 	}
@@ -208,7 +172,7 @@ func TestDrainRecordsFailedMovesInOneLine(t *testing.T) {
 	}
 	h.on("plan", a.PlanDrain, plan, nil)
 	h.on("disable", a.DisableHost, nil)
-	h.on("reserve", a.Reserve, activities.Reservation{Host: "dst", ClaimID: "r", Owner: DrainWorkflowID("src"), Token: "t"}, nil)
+	h.on("reserve", a.Reserve, api.Reservation{Host: "dst", ClaimID: "r", Owner: api.DrainWorkflowID("src"), Token: "t"}, nil)
 	h.on("slot", a.TakeMoveSlot, activities.MoveSlotResult{Taken: true}, nil)
 	h.on("give", a.GiveMoveSlots, nil)
 	h.on("release", a.ReleaseReservation, nil)
@@ -217,8 +181,8 @@ func TestDrainRecordsFailedMovesInOneLine(t *testing.T) {
 	// The hypervisor's error as an activity wraps it: twice with %w.
 	injected := fmt.Errorf("sim: prepare migration to dst: %w", fmt.Errorf("%w (one of the counted failures)", errors.New("injected fault")))
 	h.env.OnWorkflow(LiveMigration, mock.Anything, mock.Anything).Return(nil, injected)
-	h.env.ExecuteWorkflow(Drain, DrainInput{Host: "src", Attempts: 1, Settle: 90 * time.Second})
-	var res DrainResult
+	h.env.ExecuteWorkflow(Drain, api.DrainInput{Host: "src", Attempts: 1, Settle: 90 * time.Second})
+	var res api.DrainResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Failed != 2 {
 		t.Fatalf("Drain = %+v, %v; want both guests left", res, err)
 	}
@@ -244,17 +208,6 @@ func TestDrainRecordsFailedMovesInOneLine(t *testing.T) {
 	} {
 		if !strings.Contains(details, w) {
 			t.Errorf("the drain's details lack %q:\n%s", w, details)
-		}
-	}
-}
-
-func TestReadableDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		2 * time.Minute: "2m", 90 * time.Second: "1m30s", time.Hour: "1h", 24 * time.Hour: "24h",
-		90 * time.Minute: "1h30m", 3*time.Hour + 5*time.Second: "3h0m5s", 1500 * time.Millisecond: "1.5s", 0: "0s",
-	} {
-		if got := readable(d); got != want {
-			t.Errorf("readable(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/drain"
 )
 
@@ -27,13 +28,13 @@ func TestDrainWaitsForClaimsInFlight(t *testing.T) {
 	h.on("plan", (*activities.Activities).PlanDrain, blocked, nil).Twice()
 	h.on("plan", (*activities.Activities).PlanDrain, complete, nil).Once()
 	h.on("disable", (*activities.Activities).DisableHost, nil)
-	h.on("reserve", (*activities.Activities).Reserve, activities.Reservation{Host: "dst", ClaimID: "drain-1", Owner: DrainWorkflowID("src"), Token: "t"}, nil)
+	h.on("reserve", (*activities.Activities).Reserve, api.Reservation{Host: "dst", ClaimID: "drain-1", Owner: api.DrainWorkflowID("src"), Token: "t"}, nil)
 	h.on("slot", (*activities.Activities).TakeMoveSlot, activities.MoveSlotResult{Taken: true}, nil)
 	h.on("give", (*activities.Activities).GiveMoveSlots, nil)
-	h.env.OnWorkflow(LiveMigration, mock.Anything, mock.Anything).Return(&LiveMigrationResult{}, nil).Once()
+	h.env.OnWorkflow(LiveMigration, mock.Anything, mock.Anything).Return(&api.LiveMigrationResult{}, nil).Once()
 	began := h.env.Now()
-	h.env.ExecuteWorkflow(Drain, DrainInput{Host: "src", Settle: time.Minute})
-	var res DrainResult
+	h.env.ExecuteWorkflow(Drain, api.DrainInput{Host: "src", Settle: time.Minute})
+	var res api.DrainResult
 	if err := h.env.GetWorkflowResult(&res); err != nil {
 		t.Fatalf("Drain: %v", err)
 	}
@@ -53,7 +54,7 @@ func TestDrainWaitsForClaimsInFlight(t *testing.T) {
 func TestDrainGivesUpAfterSettle(t *testing.T) {
 	h := newHarness(t)
 	h.on("plan", (*activities.Activities).PlanDrain, blocked, nil)
-	h.env.ExecuteWorkflow(Drain, DrainInput{Host: "src", Settle: 10 * time.Second})
+	h.env.ExecuteWorkflow(Drain, api.DrainInput{Host: "src", Settle: 10 * time.Second})
 	err := h.env.GetWorkflowError()
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != activities.ErrTypeBadState || !strings.Contains(err.Error(), "cannot complete, so nothing moved") {

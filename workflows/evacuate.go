@@ -7,25 +7,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/numa"
 )
-
-// EvacuateInput names the guest of a fenced host and, optionally, where
-// to rebuild it.
-type EvacuateInput struct {
-	UUID string `json:"uuid"`
-	Dest string `json:"dest,omitempty"`
-}
-
-// EvacuateResult says where the guest was rebuilt.
-type EvacuateResult struct {
-	UUID      string          `json:"uuid"`
-	Source    string          `json:"source"`
-	Host      string          `json:"host"`
-	Placement *numa.Placement `json:"placement"`
-}
 
 // Evacuate rebuilds the guest of a host an operator fenced (host down
 // --fence) on another host: it claims there with the guest's own flavor
@@ -34,8 +19,8 @@ type EvacuateResult struct {
 // becomes a tombstone, cleared when the host comes back (HostUp). A
 // destination whose claim fails is replaced by the next candidate. It
 // refuses a guest whose host is not fenced.
-func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
-	s, err := newSaga(ctx, OpEvacuation, in.UUID, 5)
+func Evacuate(ctx workflow.Context, in api.EvacuateInput) (*api.EvacuateResult, error) {
+	s, err := newSaga(ctx, api.OpEvacuation, in.UUID, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -71,9 +56,9 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 		return nil, s.fail(err)
 	}
 	s.step()
-	s.phase(PhaseAccepted, "CPUs claimed on "+dst+": "+claim.Placement.String())
+	s.phase(api.PhaseAccepted, "CPUs claimed on "+dst+": "+claim.Placement.String())
 
-	s.phase(PhaseRebuilding, "rebuilding on "+dst)
+	s.phase(api.PhaseRebuilding, "rebuilding on "+dst)
 	dom := activities.DomainInput{UUID: in.UUID, Host: dst, ClaimID: claim.ClaimID, Token: claim.Token, Final: true}
 	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+dst), a.DestroyDomain, dom).Get(ctx, nil)
@@ -92,7 +77,7 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 
 	// The guest runs on its new host: finish forwards.
 	ctx = s.commit(ctx)
-	s.phase(PhaseCommitting, "making the claim resident")
+	s.phase(api.PhaseCommitting, "making the claim resident")
 	attach := activities.AttachInput{UUID: in.UUID, Host: dst, ClaimID: claim.ClaimID}
 	if err := s.ledger(ctx, "commit the claim", a.Attach, attach).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
@@ -103,8 +88,8 @@ func Evacuate(ctx workflow.Context, in EvacuateInput) (*EvacuateResult, error) {
 		return nil, s.fail(err)
 	}
 	s.step()
-	s.phase(PhaseCompleted, "")
-	return &EvacuateResult{UUID: in.UUID, Source: src, Host: dst, Placement: &claim.Placement}, nil
+	s.phase(api.PhaseCompleted, "")
+	return &api.EvacuateResult{UUID: in.UUID, Source: src, Host: dst, Placement: &claim.Placement}, nil
 }
 
 // claimElsewhere claims for the guest on dest or, when none is given, on
@@ -117,7 +102,7 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 	for try := 0; try < alternateHosts; try++ {
 		host := dest
 		if host == "" {
-			s.phase(PhaseScheduling, "choosing a host")
+			s.phase(api.PhaseScheduling, "choosing a host")
 			choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor, Exclude: exclude}
 			if err := s.ledger(ctx, "choose a host", a.ChooseHost, choose).Get(ctx, &host); err != nil {
 				if last != nil {
@@ -152,25 +137,14 @@ func lostRoom(err error) bool {
 	return isType(err, activities.ErrTypeNoFit, activities.ErrTypeHostDown, activities.ErrTypeGroupRule)
 }
 
-// HostUpInput names a fenced host that is back.
-type HostUpInput struct {
-	Host string `json:"host"`
-}
-
-// HostUpResult lists the leftovers destroyed.
-type HostUpResult struct {
-	Host      string                `json:"host"`
-	Leftovers []activities.Leftover `json:"leftovers,omitempty"`
-}
-
 // HostUp brings a fenced host back: it marks the host returning (no
 // claims, no new evacuations), refuses while an operation on any of its
 // guests is open, destroys the leftover of every guest evacuated from it
 // and clears its tombstone, and only then lets the host take claims
 // again. A leftover it cannot destroy (the host's hypervisor still does
 // not answer) marks the host down again, as it was.
-func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
-	s, err := newSaga(ctx, OpHostUp, "", 4)
+func HostUp(ctx workflow.Context, in api.HostUpInput) (*api.HostUpResult, error) {
+	s, err := newSaga(ctx, api.OpHostUp, "", 4)
 	if err != nil {
 		return nil, err
 	}
@@ -189,12 +163,12 @@ func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
 		return s.ledger(ctx, "mark "+in.Host+" down", a.MarkHostDown, down).Get(ctx, nil)
 	})
 	s.step()
-	var left []activities.Leftover
+	var left []api.Leftover
 	if err := s.ledger(ctx, "list the tombstones on "+in.Host, a.HostLeftovers, in.Host).Get(ctx, &left); err != nil {
 		return nil, s.fail(err)
 	}
 	s.step()
-	s.phase(PhaseDeleting, fmt.Sprintf("destroying %d leftover guests on %s", len(left), in.Host))
+	s.phase(api.PhaseDeleting, fmt.Sprintf("destroying %d leftover guests on %s", len(left), in.Host))
 	for _, l := range left {
 		if err := s.hypervisorTry(ctx, "destroy the leftover of "+l.UUID, nil, a.ClearTombstone, l); err != nil {
 			return nil, s.fail(err)
@@ -206,6 +180,6 @@ func HostUp(ctx workflow.Context, in HostUpInput) (*HostUpResult, error) {
 	if err := s.ledger(ctx, "mark "+in.Host+" up", a.MarkHostUp, in.Host).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
-	s.phase(PhaseCompleted, "")
-	return &HostUpResult{Host: in.Host, Leftovers: left}, nil
+	s.phase(api.PhaseCompleted, "")
+	return &api.HostUpResult{Host: in.Host, Leftovers: left}, nil
 }

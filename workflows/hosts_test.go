@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -26,8 +27,8 @@ func TestHostAdd(t *testing.T) {
 		h := newHarness(t)
 		h.on("sim", a.AddSimulatedHost, nil)
 		h.on("register", a.RegisterHost, int64(1), nil)
-		h.env.ExecuteWorkflow(HostAdd, HostAddInput{Host: "a", Topology: oneCell(t)})
-		var res HostAddResult
+		h.env.ExecuteWorkflow(HostAdd, api.HostAddInput{Host: "a", Topology: oneCell(t)})
+		var res api.HostAddResult
 		if err := h.env.GetWorkflowResult(&res); err != nil || res.Generation != 1 || res.Topology == nil {
 			t.Fatalf("HostAdd = %+v, %v; want generation 1 with the topology", res, err)
 		}
@@ -41,8 +42,8 @@ func TestHostAdd(t *testing.T) {
 		h.on("read", a.ReadLibvirtHost, oneCell(t), nil)
 		h.on("register", a.RegisterHost, int64(3), nil)
 		h.on("record", a.RecordLibvirtHost, nil)
-		h.env.ExecuteWorkflow(HostAdd, HostAddInput{Host: "a", Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}, Limits: limits})
-		var res HostAddResult
+		h.env.ExecuteWorkflow(HostAdd, api.HostAddInput{Host: "a", Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}, Limits: limits})
+		var res api.HostAddResult
 		if err := h.env.GetWorkflowResult(&res); err != nil || res.Generation != 3 || res.Topology.Limits == nil || *res.Topology.Limits != *limits {
 			t.Fatalf("HostAdd = %+v, %v; want generation 3 with the limits given", res, err)
 		}
@@ -55,7 +56,7 @@ func TestHostAdd(t *testing.T) {
 		h := newHarness(t)
 		h.on("read", a.ReadLibvirtHost, oneCell(t), nil)
 		h.on("register", a.RegisterHost, int64(0), failed("claim boot-1 would not fit the new topology", activities.ErrTypeBadState))
-		h.env.ExecuteWorkflow(HostAdd, HostAddInput{Host: "a", Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}})
+		h.env.ExecuteWorkflow(HostAdd, api.HostAddInput{Host: "a", Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "would not fit") {
 			t.Fatalf("HostAdd error = %v, want the ledger's refusal", err)
 		}
@@ -63,7 +64,7 @@ func TestHostAdd(t *testing.T) {
 			t.Errorf("HostAdd steps = %s, want %s", got, want)
 		}
 	})
-	for name, in := range map[string]HostAddInput{
+	for name, in := range map[string]api.HostAddInput{
 		"neither":           {Host: "a"},
 		"both":              {Host: "a", Topology: oneCell(t), Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}},
 		"limits beside one": {Host: "a", Topology: oneCell(t), Limits: &numa.Limits{CPUAllocationRatio: 1, RAMAllocationRatio: 1}},
@@ -83,7 +84,7 @@ func TestHostAdd(t *testing.T) {
 
 func TestHostStateChanges(t *testing.T) {
 	for _, tt := range []struct {
-		wf   func(ctx workflow.Context, in HostStateInput) (*activities.HostStatus, error)
+		wf   func(ctx workflow.Context, in api.HostStateInput) (*activities.HostStatus, error)
 		name string
 		step any
 		want ledger.HostState
@@ -95,7 +96,7 @@ func TestHostStateChanges(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.on(tt.name, tt.step, activities.HostStatus{Host: "a", State: tt.want, Reason: "psu"}, nil)
-			h.env.ExecuteWorkflow(tt.wf, HostStateInput{Host: "a", Reason: "psu"})
+			h.env.ExecuteWorkflow(tt.wf, api.HostStateInput{Host: "a", Reason: "psu"})
 			var st activities.HostStatus
 			if err := h.env.GetWorkflowResult(&st); err != nil || st.State != tt.want {
 				t.Fatalf("Host %s = %+v, %v; want the host %s", tt.name, st, err, tt.want)
@@ -109,7 +110,7 @@ func TestHostStateChanges(t *testing.T) {
 		h := newHarness(t)
 		const why = "the host is down; only an up or disabled host is disabled or enabled"
 		h.on("disable", a.SetHostDisabled, activities.HostStatus{}, failed(why, activities.ErrTypeBadState))
-		h.env.ExecuteWorkflow(HostDisable, HostStateInput{Host: "a", Reason: "bios"})
+		h.env.ExecuteWorkflow(HostDisable, api.HostStateInput{Host: "a", Reason: "bios"})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), why) {
 			t.Fatalf("HostDisable error = %v, want %q", err, why)
 		}
@@ -122,8 +123,8 @@ func TestHostRemove(t *testing.T) {
 		h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostDown}, nil)
 		h.on("remove", a.RemoveHost, 2, nil)
 		h.on("sim", a.RemoveSimulatedHost, "sim: remove host a: it holds 1 domains", nil)
-		h.env.ExecuteWorkflow(HostRemove, HostRemoveInput{Host: "a"})
-		var res HostRemoveResult
+		h.env.ExecuteWorkflow(HostRemove, api.HostRemoveInput{Host: "a"})
+		var res api.HostRemoveResult
 		if err := h.env.GetWorkflowResult(&res); err != nil || res.Tombstones != 2 || !strings.Contains(res.Kept, "holds 1 domains") {
 			t.Fatalf("HostRemove = %+v, %v; want 2 tombstones and the simulator's machine kept", res, err)
 		}
@@ -134,7 +135,7 @@ func TestHostRemove(t *testing.T) {
 	t.Run("unknown host", func(t *testing.T) {
 		h := newHarness(t)
 		h.on("state", a.LoadHostStatus, activities.HostStatus{}, failed(`unknown host: "a" is not registered`, activities.ErrTypeUnknownHost))
-		h.env.ExecuteWorkflow(HostRemove, HostRemoveInput{Host: "a"})
+		h.env.ExecuteWorkflow(HostRemove, api.HostRemoveInput{Host: "a"})
 		if err := h.env.GetWorkflowError(); !isType(err, activities.ErrTypeUnknownHost) {
 			t.Fatalf("HostRemove error = %v, want an unknown host", err)
 		}
@@ -147,7 +148,7 @@ func TestHostRemove(t *testing.T) {
 		const why = "its claim boot-1 is committed; evacuate, migrate or delete its guests first"
 		h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostUp}, nil)
 		h.on("remove", a.RemoveHost, 0, failed(why, activities.ErrTypeBadState))
-		h.env.ExecuteWorkflow(HostRemove, HostRemoveInput{Host: "a"})
+		h.env.ExecuteWorkflow(HostRemove, api.HostRemoveInput{Host: "a"})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), why) {
 			t.Fatalf("HostRemove error = %v, want %q", err, why)
 		}

@@ -6,35 +6,16 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/numa"
 )
-
-// BootInput describes a new guest. The caller picks the uuid, so the
-// workflow id is known before the guest exists.
-type BootInput struct {
-	UUID   string       `json:"uuid"`
-	Name   string       `json:"name"`
-	Flavor guest.Flavor `json:"flavor"`
-	// Host is where to boot; empty lets pinflow choose.
-	Host string `json:"host,omitempty"`
-	// Group is the server group the guest joins for life; "" for none.
-	Group string `json:"group,omitempty"`
-}
-
-// BootResult says where the guest runs and how it is pinned.
-type BootResult struct {
-	UUID      string          `json:"uuid"`
-	Host      string          `json:"host"`
-	Placement *numa.Placement `json:"placement"`
-}
 
 // Boot creates a guest's record, claims CPUs on a host, spawns the guest
 // there and commits. A failure releases the claim and leaves the record in
 // vm_state error with no host, for a delete to remove.
-func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
-	s, err := newSaga(ctx, OpBoot, in.UUID, 4)
+func Boot(ctx workflow.Context, in api.BootInput) (*api.BootResult, error) {
+	s, err := newSaga(ctx, api.OpBoot, in.UUID, 4)
 	if err != nil {
 		return nil, err
 	}
@@ -53,27 +34,16 @@ func Boot(ctx workflow.Context, in BootInput) (*BootResult, error) {
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	s.phase(PhaseCompleted, "")
-	return &BootResult{UUID: in.UUID, Host: host, Placement: placement}, nil
-}
-
-// DeleteInput names the guest to delete.
-type DeleteInput struct {
-	UUID string `json:"uuid"`
-}
-
-// DeleteResult says which host, if any, the guest was removed from.
-type DeleteResult struct {
-	UUID string `json:"uuid"`
-	Host string `json:"host,omitempty"`
+	s.phase(api.PhaseCompleted, "")
+	return &api.BootResult{UUID: in.UUID, Host: host, Placement: placement}, nil
 }
 
 // Delete destroys the guest on its host, releases its claim (a claim that
 // an earlier failure already released is no error), then clears its host
 // data and removes its record. It only goes forwards: every step is idempotent
 // and retried until it succeeds.
-func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
-	s, err := newSaga(ctx, OpDelete, in.UUID, 4)
+func Delete(ctx workflow.Context, in api.DeleteInput) (*api.DeleteResult, error) {
+	s, err := newSaga(ctx, api.OpDelete, in.UUID, 4)
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +56,7 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	// A delete only goes forwards: a cancel must not leave a guest half
 	// destroyed.
 	ctx = s.commit(ctx)
-	s.phase(PhaseDeleting, "")
+	s.phase(api.PhaseDeleting, "")
 	if err := s.setTask(ctx, in.UUID, guest.TaskDeleting); err != nil {
 		return nil, s.fail(err)
 	}
@@ -118,6 +88,6 @@ func Delete(ctx workflow.Context, in DeleteInput) (*DeleteResult, error) {
 	if err := s.ledger(ctx, "delete the record", a.DeleteInstance, in.UUID).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
 	}
-	s.phase(PhaseCompleted, "")
-	return &DeleteResult{UUID: in.UUID, Host: inst.Host}, nil
+	s.phase(api.PhaseCompleted, "")
+	return &api.DeleteResult{UUID: in.UUID, Host: inst.Host}, nil
 }

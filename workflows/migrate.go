@@ -3,43 +3,14 @@ package workflows
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/numa"
 )
-
-// LiveMigrationInput names the guest to move and, optionally, where.
-type LiveMigrationInput struct {
-	UUID string `json:"uuid"`
-	// Dest is the destination host; empty lets pinflow choose one.
-	Dest string `json:"dest,omitempty"`
-	// ColdFallback: when the live migration itself fails (the hypervisor
-	// refuses to prepare or migrate, and the guest is back on its source),
-	// cold-migrate instead, with ConfirmWindow as a Resize's.
-	ColdFallback  bool          `json:"cold_fallback,omitempty"`
-	ConfirmWindow time.Duration `json:"confirm_window,omitempty"`
-	// AutoConfirm confirms the cold migration it falls back to as soon as
-	// the guest runs on its destination.
-	AutoConfirm bool `json:"auto_confirm,omitempty"`
-	// Reservation is a drain's claim for the guest on its destination,
-	// which the migration adopts instead of claiming; Dest is its host.
-	Reservation *activities.Reservation `json:"reservation,omitempty"`
-}
-
-// LiveMigrationResult says where the guest went and how it is pinned there.
-type LiveMigrationResult struct {
-	UUID      string          `json:"uuid"`
-	Source    string          `json:"source"`
-	Dest      string          `json:"dest"`
-	Placement *numa.Placement `json:"placement"`
-	// Cold is the cold migration the live one fell back to, if it did.
-	Cold *ResizeResult `json:"cold,omitempty"`
-}
 
 // errFallBack says a live migration failed cleanly (the guest runs on its
 // source as before) and asked to fall back to a cold migration. The
@@ -47,7 +18,7 @@ type LiveMigrationResult struct {
 // cold one.
 type errFallBack struct {
 	cause       error
-	reservation *activities.Reservation
+	reservation *api.Reservation
 }
 
 func (e errFallBack) Error() string { return e.cause.Error() }
@@ -59,8 +30,8 @@ func (e errFallBack) Error() string { return e.cause.Error() }
 // claim is released. Any failure or cancellation before the commit rolls
 // the hypervisor back and releases the destination claim, leaving the guest
 // untouched on its source.
-func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
-	s, err := newSaga(ctx, OpLiveMigration, in.UUID, 6)
+func LiveMigration(ctx workflow.Context, in api.LiveMigrationInput) (*api.LiveMigrationResult, error) {
+	s, err := newSaga(ctx, api.OpLiveMigration, in.UUID, 6)
 	if err != nil {
 		return nil, err
 	}
@@ -74,24 +45,24 @@ func LiveMigration(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationR
 	if !errors.As(err, &fb) {
 		return res, err
 	}
-	s.status.Operation, s.status.Error, s.steps, s.done = OpColdMigration, "", 9, 0
-	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrOperation.ValueSet(string(OpColdMigration)))
-	s.phase(PhaseScheduling, "the live migration failed ("+RootCause(fb.cause)+"); cold-migrating instead")
+	s.status.Operation, s.status.Error, s.steps, s.done = api.OpColdMigration, "", 9, 0
+	_ = workflow.UpsertTypedSearchAttributes(ctx, api.AttrOperation.ValueSet(string(api.OpColdMigration)))
+	s.phase(api.PhaseScheduling, "the live migration failed ("+api.RootCause(fb.cause)+"); cold-migrating instead")
 	// A reservation the live attempt adopted was released when it rolled
 	// back: the cold migration claims its host anew.
 	dest := in.Dest
 	if in.Reservation != nil {
 		dest = in.Reservation.Host
 	}
-	cold, err := s.resize(ctx, ResizeInput{UUID: in.UUID, Dest: dest, ConfirmWindow: in.ConfirmWindow, AutoConfirm: in.AutoConfirm,
+	cold, err := s.resize(ctx, api.ResizeInput{UUID: in.UUID, Dest: dest, ConfirmWindow: in.ConfirmWindow, AutoConfirm: in.AutoConfirm,
 		Reservation: fb.reservation})
 	if err != nil {
 		return nil, err
 	}
-	return &LiveMigrationResult{UUID: in.UUID, Source: cold.Source, Dest: cold.Dest, Placement: cold.Placement, Cold: cold}, nil
+	return &api.LiveMigrationResult{UUID: in.UUID, Source: cold.Source, Dest: cold.Dest, Placement: cold.Placement, Cold: cold}, nil
 }
 
-func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMigrationResult, error) {
+func (s *saga) liveMigrate(ctx workflow.Context, in api.LiveMigrationInput) (*api.LiveMigrationResult, error) {
 	m := &migration{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation, kind: ledger.KindMigrationDest}, in: in}
 	if err := s.run(ctx, m.checkInstance, m.chooseDestination, m.taskState(guest.TaskMigrating), m.claimDestination, m.unplug); err != nil {
 		var fb errFallBack
@@ -111,14 +82,14 @@ func (s *saga) liveMigrate(ctx workflow.Context, in LiveMigrationInput) (*LiveMi
 	if err := s.run(ctx, m.commitDestination, m.plug); err != nil {
 		return nil, s.fail(err)
 	}
-	s.phase(PhaseCompleted, "")
-	return &LiveMigrationResult{UUID: in.UUID, Source: m.src, Dest: m.dst, Placement: &m.claimed.Placement}, nil
+	s.phase(api.PhaseCompleted, "")
+	return &api.LiveMigrationResult{UUID: in.UUID, Source: m.src, Dest: m.dst, Placement: &m.claimed.Placement}, nil
 }
 
 // migration is a live migration's state, shared by its steps.
 type migration struct {
 	move
-	in LiveMigrationInput
+	in api.LiveMigrationInput
 	// onDest says a rollback found the guest on the destination: the
 	// migration completed.
 	onDest bool
@@ -150,7 +121,7 @@ func (m *migration) checkInstance(ctx workflow.Context) (err error) {
 // chooseDestination has pinflow choose the destination when the input
 // names none, and refuses the guest's own host.
 func (m *migration) chooseDestination(ctx workflow.Context) error {
-	m.phase(PhaseScheduling, "choosing the destination")
+	m.phase(api.PhaseScheduling, "choosing the destination")
 	m.chosen = m.dst == ""
 	m.choose = activities.ChooseHostInput{UUID: m.uuid, Flavor: m.flavor, Exclude: []string{m.src}}
 	if m.chosen {
@@ -171,7 +142,7 @@ func (m *migration) unplug(ctx workflow.Context) error {
 	if m.inst.Placement == nil || len(m.inst.Placement.Devices) == 0 {
 		return nil
 	}
-	m.phase(PhaseUnplugging, "unplugging the guest's PCI devices on "+m.src)
+	m.phase(api.PhaseUnplugging, "unplugging the guest's PCI devices on "+m.src)
 	m.onFailure("plug the devices in again on "+m.src, func(ctx workflow.Context) error {
 		in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.src, ClaimID: m.inst.ClaimID, Token: m.inst.ClaimToken, Final: true}
 		err := workflow.ExecuteActivity(m.hypervisorStep(ctx, "plug the devices in again on "+m.src), a.PlugDevices, in).Get(ctx, nil)
@@ -190,7 +161,7 @@ func (m *migration) plug(ctx workflow.Context) error {
 	if len(m.claimed.Placement.Devices) == 0 {
 		return nil
 	}
-	m.phase(PhasePlugging, "plugging the guest's PCI devices in on "+m.dst)
+	m.phase(api.PhasePlugging, "plugging the guest's PCI devices in on "+m.dst)
 	in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.dst, ClaimID: m.destClaim, Token: m.claimed.Token, Final: true}
 	return workflow.ExecuteActivity(m.hypervisorStep(ctx, "plug the devices in on "+m.dst), a.PlugDevices, in).Get(ctx, nil)
 }
@@ -198,7 +169,7 @@ func (m *migration) plug(ctx workflow.Context) error {
 // prepareDestination rewrites the guest's domain XML for its pins on the
 // destination.
 func (m *migration) prepareDestination(ctx workflow.Context) error {
-	m.phase(PhasePreparing, "rewriting the domain XML for the destination pins")
+	m.phase(api.PhasePreparing, "rewriting the domain XML for the destination pins")
 	prep := activities.PrepareMigrationInput{UUID: m.uuid, Source: m.src, Dest: m.dst, Placement: m.claimed.Placement, DestClaimID: m.destClaim}
 	if err := m.hypervisorTry(ctx, "prepare the destination "+m.dst, nil, a.PrepareMigration, prep); err != nil {
 		if err := m.failed(ctx, err); err != nil {
@@ -213,7 +184,7 @@ func (m *migration) prepareDestination(ctx workflow.Context) error {
 // rollback found it there already.
 func (m *migration) switchOver(ctx workflow.Context) error {
 	if !m.onDest {
-		m.phase(PhaseRunning, "migrating")
+		m.phase(api.PhaseRunning, "migrating")
 		// A successful migration is authoritative, even when a cancel
 		// arrived while it ran: the guest runs on dst.
 		err := m.migrate(ctx)
@@ -223,7 +194,7 @@ func (m *migration) switchOver(ctx workflow.Context) error {
 			// only resumed: the guest's memory is on dst. No cancel stops
 			// that; the claims stay as they are until it completes.
 			ctx, pastPostCopy = m.commit(ctx), true
-			m.phase(PhaseRunning, "resuming the migration, which failed after its switch to post-copy: "+appMessage(err))
+			m.phase(api.PhaseRunning, "resuming the migration, which failed after its switch to post-copy: "+appMessage(err))
 			if err = workflow.Sleep(ctx, postCopyRetry); err == nil {
 				err = m.migrate(ctx)
 			}
@@ -288,7 +259,7 @@ func (m *migration) failed(ctx workflow.Context, cause error) error {
 // commitDestination makes the destination claim the guest's resident
 // claim, moves its record and releases the source claim.
 func (m *migration) commitDestination(ctx workflow.Context) error {
-	m.phase(PhaseCommitting, "making the destination claim resident")
+	m.phase(api.PhaseCommitting, "making the destination claim resident")
 	commit := activities.CommitMigrationInput{UUID: m.uuid, Source: m.src, Dest: m.dst, SourceClaimID: m.inst.ClaimID,
 		DestClaimID: m.destClaim}
 	if err := m.ledger(ctx, "commit the migration", a.CommitMigration, commit).Get(ctx, nil); err != nil {

@@ -3,13 +3,13 @@ package workflows
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 )
 
@@ -17,85 +17,8 @@ import (
 // audit periodically; the worker creates or updates it at start.
 const ReconcileScheduleID = "pinflow-reconcile"
 
-// ReconcileWorkflowIDPrefix starts the workflow id of every audit run, by
-// the schedule or by `pinflow reconcile`. It is not a per-instance id: an
-// audit never holds a guest's lock.
-const ReconcileWorkflowIDPrefix = "reconcile"
-
-// DefaultReconcileConcurrency is how many hosts an audit checks at once
-// when its input does not say.
-const DefaultReconcileConcurrency = 8
-
-// Typed search attributes an audit sets when it ends: how many claims it
-// freed and how much drift it found, so dashboards can find the runs that
-// did something.
-var (
-	AttrFreed = temporal.NewSearchAttributeKeyInt64("PinflowFreed")
-	AttrDrift = temporal.NewSearchAttributeKeyInt64("PinflowDrift")
-)
-
-// ReconcileInput says which hosts to audit and how.
-type ReconcileInput struct {
-	// Hosts to audit; empty audits every registered host.
-	Hosts []string `json:"hosts,omitempty"`
-	// Grace overrides the worker's grace period: claims younger than it
-	// are not judged. Zero judges every claim however young.
-	Grace *time.Duration `json:"grace,omitempty"`
-	// DryRun decides and reports but frees nothing.
-	DryRun bool `json:"dry_run,omitempty"`
-	// Concurrency bounds how many hosts are audited at once;
-	// DefaultReconcileConcurrency when 0.
-	Concurrency int `json:"concurrency,omitempty"`
-	// PageSize bounds the hosts one run audits itself; more are audited
-	// page by page in child runs. DefaultReconcileBatchedPageSize when 0.
-	PageSize int `json:"page_size,omitempty"`
-	// Batch is how many hosts one activity audits; DefaultAuditBatch
-	// when 0.
-	Batch int `json:"batch,omitempty"`
-}
-
-// DefaultAuditBatch is how many hosts one AuditHosts activity audits:
-// enough that Temporal's dispatch of activities costs little next to the
-// reads, few enough that a retry repeats little and the batch's result
-// stays small.
-const DefaultAuditBatch = 100
-
 // maxAuditBatchesAtOnce bounds the batches an audit runs at once.
 const maxAuditBatchesAtOnce = 4
-
-// DefaultReconcileBatchedPageSize is how many hosts one audit run checks
-// itself, in batches. Each batch costs its run three history events, so
-// 100,000 hosts cost 3,000, below Temporal's history warning (10,240
-// events); a larger fleet is audited in child runs, page by page.
-const DefaultReconcileBatchedPageSize = 100_000
-
-// DefaultReconcilePageSize is how many hosts one run of an audit that
-// audits each host in its own activity checks itself (runs started
-// before auditBatchesChange), and the most hosts an audit's result lists
-// one by one: a larger audit lists only the hosts that found something.
-const DefaultReconcilePageSize = 500
-
-// ReconcileResult is what an audit kept, freed and found, per host and in
-// total.
-type ReconcileResult struct {
-	DryRun bool `json:"dry_run,omitempty"`
-	// Hosts are the hosts audited, each with what it found; an audit of
-	// more than DefaultReconcilePageSize hosts lists only the hosts with a
-	// claim freed, drift, an evacuation started or an error, so that its
-	// result stays small (a batch that failed is one entry, named by its
-	// first and last host).
-	Hosts []audit.HostAudit `json:"hosts"`
-	// Audited is how many hosts the audit checked; Pages how many child
-	// runs it took (0: it checked them itself).
-	Audited int         `json:"audited"`
-	Pages   int         `json:"pages,omitempty"`
-	Total   audit.Tally `json:"total"`
-	// Records is the sweep of the instance records stuck in building, run
-	// by an audit of every host.
-	Records *audit.RecordSweep `json:"records,omitempty"`
-	// Duration is the audit's wall time, from the workflow's clock.
-	Duration time.Duration `json:"duration"`
-}
 
 // auditTimeout bounds one host's audit attempt; auditAttempts its tries.
 // A host that fails them all is reported, and the others still audited.
@@ -110,8 +33,8 @@ const (
 // whose owning workflow is provably closed (see activities.AuditHost) and
 // reports drift, repairing only what AuditHost says it does. A host whose
 // audit fails is reported and the rest go on.
-func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error) {
-	s, err := newSaga(ctx, OpReconcile, "", 0)
+func Reconcile(ctx workflow.Context, in api.ReconcileInput) (*api.ReconcileResult, error) {
+	s, err := newSaga(ctx, api.OpReconcile, "", 0)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +50,7 @@ func Reconcile(ctx workflow.Context, in ReconcileInput) (*ReconcileResult, error
 	}
 	page := in.PageSize
 	if page <= 0 {
-		page = DefaultReconcileBatchedPageSize
+		page = api.DefaultReconcileBatchedPageSize
 	}
 	if len(hosts) > page {
 		return reconcilePages(ctx, s, in, hosts, page, start)
@@ -143,24 +66,24 @@ const auditBatchesChange = "audit-batches"
 // activity per batch, with at most in.Concurrency hosts audited at once
 // across the batches running. A batch whose activity fails its tries is
 // reported as not audited, and the rest go on.
-func reconcileBatches(ctx workflow.Context, s *saga, in ReconcileInput, hosts []string, start time.Time) (*ReconcileResult, error) {
+func reconcileBatches(ctx workflow.Context, s *saga, in api.ReconcileInput, hosts []string, start time.Time) (*api.ReconcileResult, error) {
 	size := in.Batch
 	if size <= 0 {
-		size = DefaultAuditBatch
+		size = api.DefaultAuditBatch
 	}
 	limit := in.Concurrency
 	if limit <= 0 {
-		limit = DefaultReconcileConcurrency
+		limit = api.DefaultReconcileConcurrency
 	}
 	// A few batches run at once so that one slow host does not idle the
 	// others' share, and each audits its part of the concurrency.
 	running := min(maxAuditBatchesAtOnce, limit)
 	perBatch := (limit + running - 1) / running
-	every := len(hosts) <= DefaultReconcilePageSize
+	every := len(hosts) <= api.DefaultReconcilePageSize
 	batches := (len(hosts) + size - 1) / size
 	s.steps = batches
-	res := &ReconcileResult{DryRun: in.DryRun, Hosts: []audit.HostAudit{}, Audited: len(hosts)}
-	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
+	res := &api.ReconcileResult{DryRun: in.DryRun, Hosts: []audit.HostAudit{}, Audited: len(hosts)}
+	s.auditPhase(api.PhaseAuditing, res, 0, len(hosts))
 	found := make([][]audit.HostAudit, batches)
 	sel := workflow.NewSelector(ctx)
 	done := 0
@@ -185,7 +108,7 @@ func reconcileBatches(ctx workflow.Context, s *saga, in ReconcileInput, hosts []
 			res.Total.Add(got.Total)
 			done += got.Audited
 			s.step()
-			s.auditPhase(PhaseAuditing, res, done, len(hosts))
+			s.auditPhase(api.PhaseAuditing, res, done, len(hosts))
 		})
 	}
 	next := 0
@@ -208,21 +131,21 @@ func reconcileBatches(ctx workflow.Context, s *saga, in ReconcileInput, hosts []
 // reconcileEachHost is the audit of runs started before
 // auditBatchesChange: one AuditHost activity per host, in pages of
 // DefaultReconcilePageSize.
-func reconcileEachHost(ctx workflow.Context, s *saga, in ReconcileInput, hosts []string, start time.Time) (*ReconcileResult, error) {
+func reconcileEachHost(ctx workflow.Context, s *saga, in api.ReconcileInput, hosts []string, start time.Time) (*api.ReconcileResult, error) {
 	page := in.PageSize
 	if page <= 0 {
-		page = DefaultReconcilePageSize
+		page = api.DefaultReconcilePageSize
 	}
 	if len(hosts) > page {
 		return reconcilePages(ctx, s, in, hosts, page, start)
 	}
 	s.steps = len(hosts)
-	res := &ReconcileResult{DryRun: in.DryRun, Hosts: make([]audit.HostAudit, len(hosts)), Audited: len(hosts)}
-	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
+	res := &api.ReconcileResult{DryRun: in.DryRun, Hosts: make([]audit.HostAudit, len(hosts)), Audited: len(hosts)}
+	s.auditPhase(api.PhaseAuditing, res, 0, len(hosts))
 
 	limit := in.Concurrency
 	if limit <= 0 {
-		limit = DefaultReconcileConcurrency
+		limit = api.DefaultReconcileConcurrency
 	}
 	sel := workflow.NewSelector(ctx)
 	done := 0
@@ -244,7 +167,7 @@ func reconcileEachHost(ctx workflow.Context, s *saga, in ReconcileInput, hosts [
 			res.Total.Add(h.Tally)
 			done++
 			s.step()
-			s.auditPhase(PhaseAuditing, res, done, len(hosts))
+			s.auditPhase(api.PhaseAuditing, res, done, len(hosts))
 		})
 	}
 	next := 0
@@ -265,11 +188,11 @@ func reconcileEachHost(ctx workflow.Context, s *saga, in ReconcileInput, hosts [
 // Reconcile under this run's id, one page at a time so that Concurrency
 // still bounds the hosts audited at once. It keeps the hosts that found
 // something and the totals.
-func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []string, page int, start time.Time) (*ReconcileResult, error) {
-	res := &ReconcileResult{DryRun: in.DryRun, Hosts: []audit.HostAudit{}}
+func reconcilePages(ctx workflow.Context, s *saga, in api.ReconcileInput, hosts []string, page int, start time.Time) (*api.ReconcileResult, error) {
+	res := &api.ReconcileResult{DryRun: in.DryRun, Hosts: []audit.HostAudit{}}
 	pages := (len(hosts) + page - 1) / page
 	s.steps = pages
-	s.auditPhase(PhaseAuditing, res, 0, len(hosts))
+	s.auditPhase(api.PhaseAuditing, res, 0, len(hosts))
 	id := workflow.GetInfo(ctx).WorkflowExecution.ID
 	for p := range pages {
 		part := hosts[p*page : min((p+1)*page, len(hosts))]
@@ -279,7 +202,7 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 			WorkflowID:    fmt.Sprintf("%s-page-%d", id, p+1),
 			StaticSummary: fmt.Sprintf("audit page %d of %d: hosts %s to %s", p+1, pages, part[0], part[len(part)-1]),
 		})
-		var pr ReconcileResult
+		var pr api.ReconcileResult
 		if err := workflow.ExecuteChildWorkflow(cctx, Reconcile, child).Get(ctx, &pr); err != nil {
 			// The page's hosts are reported as not audited; the rest go on.
 			res.Hosts = append(res.Hosts, audit.HostAudit{Host: fmt.Sprintf("%s..%s", part[0], part[len(part)-1]), DryRun: in.DryRun,
@@ -296,7 +219,7 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 		res.Audited += len(part)
 		res.Pages++
 		s.step()
-		s.auditPhase(PhaseAuditing, res, res.Audited, len(hosts))
+		s.auditPhase(api.PhaseAuditing, res, res.Audited, len(hosts))
 	}
 	return s.finishAudit(ctx, in, res, res.Audited, len(hosts), start), nil
 }
@@ -304,12 +227,12 @@ func reconcilePages(ctx workflow.Context, s *saga, in ReconcileInput, hosts []st
 // finishAudit sweeps the building records, times the audit, and reports
 // it in the search attributes, the status, the Web UI and, unless it is a
 // page of a larger audit, the metrics.
-func (s *saga) finishAudit(ctx workflow.Context, in ReconcileInput, res *ReconcileResult, done, of int, start time.Time) *ReconcileResult {
+func (s *saga) finishAudit(ctx workflow.Context, in api.ReconcileInput, res *api.ReconcileResult, done, of int, start time.Time) *api.ReconcileResult {
 	s.sweepRecords(ctx, in, res)
 	res.Duration = workflow.Now(ctx).Sub(start)
-	_ = workflow.UpsertTypedSearchAttributes(ctx, AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
-		AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
-	s.auditPhase(PhaseCompleted, res, done, of)
+	_ = workflow.UpsertTypedSearchAttributes(ctx, api.AttrFreed.ValueSet(int64(res.Total.Freed.Total())),
+		api.AttrDrift.ValueSet(int64(res.Total.Drift.Total())))
+	s.auditPhase(api.PhaseCompleted, res, done, of)
 	if workflow.GetInfo(ctx).ParentWorkflowExecution == nil {
 		recordAudit(ctx, res)
 	}
@@ -329,7 +252,7 @@ const (
 
 // recordAudit records the audit's metrics through Temporal's workflow
 // metrics handler, which records nothing while a history replays.
-func recordAudit(ctx workflow.Context, res *ReconcileResult) {
+func recordAudit(ctx workflow.Context, res *api.ReconcileResult) {
 	m := workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"dry_run": strconv.FormatBool(res.DryRun)})
 	m.Timer(MetricAuditDuration).Record(res.Duration)
 	m.Gauge(MetricAuditHosts).Update(float64(res.Audited))
@@ -341,7 +264,7 @@ func recordAudit(ctx workflow.Context, res *ReconcileResult) {
 // host's audit reaches, when the audit is of every host (its pages, which
 // name their hosts, leave it to their parent). A sweep that fails is
 // reported as an error of the audit.
-func (s *saga) sweepRecords(ctx workflow.Context, in ReconcileInput, res *ReconcileResult) {
+func (s *saga) sweepRecords(ctx workflow.Context, in api.ReconcileInput, res *api.ReconcileResult) {
 	if len(in.Hosts) > 0 {
 		return
 	}
@@ -361,93 +284,11 @@ func (s *saga) sweepRecords(ctx workflow.Context, in ReconcileInput, res *Reconc
 
 // auditPhase records the phase with the counts so far in the status query
 // and, as the report the CLI prints, in the Web UI's current details.
-func (s *saga) auditPhase(p Phase, res *ReconcileResult, done, of int) {
+func (s *saga) auditPhase(p api.Phase, res *api.ReconcileResult, done, of int) {
 	t := res.Total
 	s.phase(p, fmt.Sprintf("audited %d/%d hosts: %d claims, kept %d, freed %d, drift %d, errors %d",
 		done, of, t.Claims, t.Kept.Total(), t.Freed.Total(), t.Drift.Total(), t.Errors))
-	if p == PhaseCompleted {
-		workflow.SetCurrentDetails(s.ctx, "```\n"+ReconcileReport(res)+"```\n")
+	if p == api.PhaseCompleted {
+		workflow.SetCurrentDetails(s.ctx, "```\n"+api.ReconcileReport(res)+"```\n")
 	}
-}
-
-// ReconcileReport renders an audit's result as the text `pinflow
-// reconcile` prints and the Web UI shows for scheduled runs.
-func ReconcileReport(res *ReconcileResult) string {
-	var b strings.Builder
-	dry := ""
-	if res.DryRun {
-		dry = " (dry run: nothing was freed)"
-	}
-	pages := ""
-	switch {
-	case res.Pages > 0:
-		pages = fmt.Sprintf(" (%d pages; only hosts that found something are listed)", res.Pages)
-	case res.Audited > DefaultReconcilePageSize:
-		pages = " (only hosts that found something are listed)"
-	}
-	b.WriteString(fmt.Sprintf("reconcile%s: %d hosts in %s%s\n", dry, res.Audited, res.Duration.Round(time.Millisecond), pages))
-	b.WriteString(fmt.Sprintf("total: %s\n", tallyLine(res.Total)))
-	if r := res.Records; r != nil {
-		b.WriteString(fmt.Sprintf("building records: %s\n", tallyLine(r.Tally)))
-		writeDrift(&b, r.Drift, r.Errors)
-	}
-	for _, h := range res.Hosts {
-		if h.Host == "" {
-			continue
-		}
-		b.WriteString(fmt.Sprintf("host %s: %s\n", h.Host, tallyLine(h.Tally)))
-		for _, f := range h.Freed {
-			verb := "freed"
-			if h.DryRun {
-				verb = "would free"
-			}
-			b.WriteString(fmt.Sprintf("  %s %s claim %s of %s (owner %s) pCPUs %s: %s\n", verb, f.State, f.ClaimID, f.Instance, f.Owner, orDashCPUs(f.CPUs), f.Reason))
-		}
-		for _, uuid := range h.Evacuated {
-			b.WriteString(fmt.Sprintf("  evacuation of %s started (the host is down, with automatic evacuation)\n", uuid))
-		}
-		writeDrift(&b, h.Drift, h.Errors)
-	}
-	return b.String()
-}
-
-// writeDrift writes an audit's drift and error lines.
-func writeDrift(b *strings.Builder, drift []audit.Drift, errs []string) {
-	for _, d := range drift {
-		flight := ""
-		if d.InFlight {
-			flight = " [its workflow is open: may be a step in progress]"
-		}
-		b.WriteString(fmt.Sprintf("  drift %s: %s%s\n", d.Kind, d.Detail, flight))
-	}
-	for _, e := range errs {
-		b.WriteString(fmt.Sprintf("  error: %s\n", e))
-	}
-}
-
-func tallyLine(t audit.Tally) string {
-	line := fmt.Sprintf("%d claims, kept %d%s, freed %d%s, drift %d%s, errors %d",
-		t.Claims, t.Kept.Total(), reasons(t.Kept), t.Freed.Total(), reasons(t.Freed), t.Drift.Total(), reasons(t.Drift), t.Errors)
-	if t.Evacuations > 0 {
-		line += fmt.Sprintf(", evacuations started %d", t.Evacuations)
-	}
-	return line
-}
-
-func reasons(rc audit.ReasonCounts) string {
-	if len(rc) == 0 {
-		return ""
-	}
-	parts := make([]string, len(rc))
-	for i, c := range rc {
-		parts[i] = fmt.Sprintf("%s %d", c.Reason, c.Count)
-	}
-	return " (" + strings.Join(parts, ", ") + ")"
-}
-
-func orDashCPUs(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

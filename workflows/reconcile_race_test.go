@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -289,15 +290,15 @@ func TestReconcileRacesEveryStep(t *testing.T) {
 		wf, in  any
 		wantErr bool
 	}{
-		{"boot A on a", vmA, nil, Boot, BootInput{UUID: vmA, Name: "A", Flavor: flavor, Host: "a"}, false},
-		{"boot B on b", vmB, nil, Boot, BootInput{UUID: vmB, Name: "B", Flavor: flavor, Host: "b"}, false},
-		{"migrate A to b", vmA, nil, LiveMigration, LiveMigrationInput{UUID: vmA, Dest: "b"}, false},
-		{"migrate A to a, migrate step fails", vmA, func() { fault("b", sim.OpMigrate, 10) }, LiveMigration, LiveMigrationInput{UUID: vmA, Dest: "a"}, true},
-		{"offload A", vmA, func() { fault("b", sim.OpMigrate, 0) }, ShelveOffload, ShelveOffloadInput{UUID: vmA}, false},
-		{"unshelve A on a, spawn fails", vmA, func() { fault("a", sim.OpStart, 10) }, Unshelve, UnshelveInput{UUID: vmA, Host: "a"}, true},
-		{"unshelve A on a", vmA, func() { fault("a", sim.OpStart, 0) }, Unshelve, UnshelveInput{UUID: vmA, Host: "a"}, false},
-		{"delete A", vmA, nil, Delete, DeleteInput{UUID: vmA}, false},
-		{"delete B", vmB, nil, Delete, DeleteInput{UUID: vmB}, false},
+		{"boot A on a", vmA, nil, Boot, api.BootInput{UUID: vmA, Name: "A", Flavor: flavor, Host: "a"}, false},
+		{"boot B on b", vmB, nil, Boot, api.BootInput{UUID: vmB, Name: "B", Flavor: flavor, Host: "b"}, false},
+		{"migrate A to b", vmA, nil, LiveMigration, api.LiveMigrationInput{UUID: vmA, Dest: "b"}, false},
+		{"migrate A to a, migrate step fails", vmA, func() { fault("b", sim.OpMigrate, 10) }, LiveMigration, api.LiveMigrationInput{UUID: vmA, Dest: "a"}, true},
+		{"offload A", vmA, func() { fault("b", sim.OpMigrate, 0) }, ShelveOffload, api.ShelveOffloadInput{UUID: vmA}, false},
+		{"unshelve A on a, spawn fails", vmA, func() { fault("a", sim.OpStart, 10) }, Unshelve, api.UnshelveInput{UUID: vmA, Host: "a"}, true},
+		{"unshelve A on a", vmA, func() { fault("a", sim.OpStart, 0) }, Unshelve, api.UnshelveInput{UUID: vmA, Host: "a"}, false},
+		{"delete A", vmA, nil, Delete, api.DeleteInput{UUID: vmA}, false},
+		{"delete B", vmB, nil, Delete, api.DeleteInput{UUID: vmB}, false},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
@@ -324,7 +325,7 @@ func TestReconcileRaceDetects(t *testing.T) {
 	vm := "0c000000-0000-4000-8000-00000000000c"
 	w.uuids = []string{vm}
 	flavor := guest.Flavor{VCPUs: 2, MemoryMB: 1024, ExtraSpecs: map[string]string{"hw:cpu_policy": "dedicated"}}
-	if err := w.run(t, vm, Boot, BootInput{UUID: vm, Name: "C", Flavor: flavor, Host: "a"}); err != nil {
+	if err := w.run(t, vm, Boot, api.BootInput{UUID: vm, Name: "C", Flavor: flavor, Host: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	var s testsuite.WorkflowTestSuite
@@ -355,7 +356,7 @@ func TestReconcileRaceDetects(t *testing.T) {
 		}
 		wouldFree = res.Tally.Freed.Of(audit.FreedOwnerNotFound)
 	})
-	env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: vm, Dest: "b"})
+	env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: vm, Dest: "b"})
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 )
 
@@ -90,7 +91,7 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 		}
 	})
 	zero := time.Duration(0)
-	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, Concurrency: 2, Batch: 2})
+	h.env.ExecuteWorkflow(Reconcile, api.ReconcileInput{Grace: &zero, Concurrency: 2, Batch: 2})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
@@ -105,7 +106,7 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	if len(unbeaten) > 0 {
 		t.Errorf("audit steps %v run without a heartbeat timeout", unbeaten)
 	}
-	var res ReconcileResult
+	var res api.ReconcileResult
 	if err := h.env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
@@ -128,22 +129,22 @@ func TestReconcileAggregatesHostsWithBoundedConcurrency(t *testing.T) {
 	if len(res.Hosts) != 5 || len(res.Hosts[2].Errors) != 1 || !strings.Contains(res.Hosts[2].Errors[0], "connection refused") {
 		t.Errorf("host c errors = %v, want its audit's failure", res.Hosts[2].Errors)
 	}
-	report := ReconcileReport(&res)
+	report := api.ReconcileReport(&res)
 	for _, want := range []string{"total: 8 claims, kept 4 (resident 4), freed 4 (owner-closed 4)", "freed  claim x-a", "host c: 0 claims", "error: ",
 		"building records: 0 claims, kept 0, freed 0, drift 1 (stuck-build 1)", "drift stuck-build: instance u is building"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("ReconcileReport lacks %q:\n%s", want, report)
 		}
 	}
-	v, err := h.env.QueryWorkflow(StatusQuery)
+	v, err := h.env.QueryWorkflow(api.StatusQuery)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st Status
+	var st api.Status
 	if err := v.Get(&st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Operation != OpReconcile || st.Phase != PhaseCompleted || !strings.Contains(st.Detail, "audited 5/5 hosts") {
+	if st.Operation != api.OpReconcile || st.Phase != api.PhaseCompleted || !strings.Contains(st.Detail, "audited 5/5 hosts") {
 		t.Errorf("status = %+v, want reconcile completed with 5/5 hosts audited", st)
 	}
 	checkAuditMetrics(t, h.metrics, 5, 1)
@@ -172,7 +173,7 @@ func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
 	got := h.auditsInBatches(func(in audit.AuditHostInput) audit.HostAudit {
 		return audit.HostAudit{Host: in.Host, DryRun: in.DryRun}
 	})
-	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Hosts: []string{"b"}, DryRun: true})
+	h.env.ExecuteWorkflow(Reconcile, api.ReconcileInput{Hosts: []string{"b"}, DryRun: true})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
@@ -180,7 +181,7 @@ func TestReconcileGivenHostsSkipsTheList(t *testing.T) {
 	if diff := cmp.Diff(want, *got); diff != "" {
 		t.Errorf("AuditHosts inputs (-want +got):\n%s", diff)
 	}
-	var res ReconcileResult
+	var res api.ReconcileResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Records != nil {
 		t.Errorf("Reconcile of named hosts swept the building records: %+v, %v; want no sweep", res.Records, err)
 	}
@@ -211,11 +212,11 @@ func TestReconcilePagesALargeFleet(t *testing.T) {
 	})
 	h.on("sweep", a.SweepBuilding, audit.RecordSweep{}, nil).Once()
 	zero := time.Duration(0)
-	h.env.ExecuteWorkflow(Reconcile, ReconcileInput{Grace: &zero, PageSize: 2})
+	h.env.ExecuteWorkflow(Reconcile, api.ReconcileInput{Grace: &zero, PageSize: 2})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Reconcile: %v", err)
 	}
-	var res ReconcileResult
+	var res api.ReconcileResult
 	if err := h.env.GetWorkflowResult(&res); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestReconcilePagesALargeFleet(t *testing.T) {
 	if len(res.Hosts) != 1 || res.Hosts[0].Host != "d" {
 		t.Errorf("Reconcile in pages lists hosts %+v, want only d, whose audit freed a claim", res.Hosts)
 	}
-	if r := ReconcileReport(&res); !strings.Contains(r, "5 hosts") || !strings.Contains(r, "3 pages") {
+	if r := api.ReconcileReport(&res); !strings.Contains(r, "5 hosts") || !strings.Contains(r, "3 pages") {
 		t.Errorf("report of a paged audit:\n%s", r)
 	}
 	// The pages are runs of Reconcile too; only the whole audit counts.

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 )
 
 // TestReservedMoves: a drain's move, live or cold, goes to its
@@ -15,7 +16,7 @@ import (
 // releases that claim on a failure only once it adopted it: a
 // reservation it never adopted stays the drain's.
 func TestReservedMoves(t *testing.T) {
-	r := &activities.Reservation{Host: "b", ClaimID: "reservation-b-1", Owner: "drain-a", Token: "t1"}
+	r := &api.Reservation{Host: "b", ClaimID: "reservation-b-1", Owner: "drain-a", Token: "t1"}
 	adopted := activities.ClaimResult{Host: "b", ClaimID: r.ClaimID, Token: "t2", Placement: placement}
 	tests := []struct {
 		name     string
@@ -26,17 +27,17 @@ func TestReservedMoves(t *testing.T) {
 		want     string
 		wantType string
 	}{
-		{"live: a destination other than the reservation's", LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "c", Reservation: r},
+		{"live: a destination other than the reservation's", LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "c", Reservation: r},
 			"", nil, "load", activities.ErrTypeInvalidRequest},
-		{"live: the adoption fails", LiveMigration, LiveMigrationInput{UUID: uuid, Reservation: r},
+		{"live: the adoption fails", LiveMigration, api.LiveMigrationInput{UUID: uuid, Reservation: r},
 			"adopt", []string{"adopt"}, "load,task,adopt,task", activities.ErrTypeConflict},
-		{"live: prepare fails after the adoption", LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b", Reservation: r},
+		{"live: prepare fails after the adoption", LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b", Reservation: r},
 			"prepare", []string{"adopt", "prepare", "rollback", "release"}, "load,task,adopt,prepare,rollback,release,task", activities.ErrTypeRejected},
-		{"cold: a destination other than the reservation's", Resize, ResizeInput{UUID: uuid, Dest: "c", Reservation: r},
+		{"cold: a destination other than the reservation's", Resize, api.ResizeInput{UUID: uuid, Dest: "c", Reservation: r},
 			"", nil, "load", activities.ErrTypeInvalidRequest},
-		{"cold: the adoption fails", Resize, ResizeInput{UUID: uuid, Reservation: r},
+		{"cold: the adoption fails", Resize, api.ResizeInput{UUID: uuid, Reservation: r},
 			"adopt", []string{"begin", "end", "adopt"}, "load,task,begin,adopt,end,task", activities.ErrTypeConflict},
-		{"cold: the source hold fails after the adoption", Resize, ResizeInput{UUID: uuid, Reservation: r},
+		{"cold: the source hold fails after the adoption", Resize, api.ResizeInput{UUID: uuid, Reservation: r},
 			"hold", []string{"begin", "end", "adopt", "hold", "unhold", "release"}, "load,task,begin,adopt,hold,unhold,release,end,task", activities.ErrTypeRejected},
 	}
 	for _, tt := range tests {

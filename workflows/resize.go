@@ -8,58 +8,10 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/numa"
 )
-
-// DefaultConfirmWindow is how long a resize waits in VERIFY_RESIZE for a
-// confirm or a revert before it confirms itself: it bounds how long a
-// guest holds pCPUs on two hosts. (Nova's resize_confirm_window is off
-// by default, so its holds last until someone acts.)
-const DefaultConfirmWindow = time.Hour
-
-// ResizeDecisionUpdate is the Update that confirms or reverts a resize in
-// VERIFY_RESIZE; its argument is DecisionConfirm or DecisionRevert.
-const ResizeDecisionUpdate = "resize-decision"
-
-// A resize's decisions.
-const (
-	DecisionConfirm = "confirm"
-	DecisionRevert  = "revert"
-)
-
-// ResizeInput names the guest, its new flavor and, optionally, where.
-type ResizeInput struct {
-	UUID string `json:"uuid"`
-	// Flavor is the new flavor; nil is a cold migration, which keeps the
-	// guest's flavor and moves it to another host.
-	Flavor *guest.Flavor `json:"flavor,omitempty"`
-	// Dest is where to; empty lets pinflow choose (for a resize, the
-	// guest's own host too, when it can hold both placements at once).
-	Dest string `json:"dest,omitempty"`
-	// ConfirmWindow is how long VERIFY_RESIZE waits before confirming by
-	// itself: 0 takes DefaultConfirmWindow, a negative one waits for an
-	// operator however long it takes.
-	ConfirmWindow time.Duration `json:"confirm_window,omitempty"`
-	// AutoConfirm confirms as soon as the guest runs on its destination,
-	// with no VERIFY_RESIZE wait: a drain's cold migrations.
-	AutoConfirm bool `json:"auto_confirm,omitempty"`
-	// Reservation is a drain's claim for the guest on its destination,
-	// which the operation adopts instead of claiming; Dest is its host.
-	Reservation *activities.Reservation `json:"reservation,omitempty"`
-}
-
-// ResizeResult says where the guest ended and how the resize ended.
-type ResizeResult struct {
-	UUID      string          `json:"uuid"`
-	Source    string          `json:"source"`
-	Dest      string          `json:"dest"`
-	Host      string          `json:"host"`
-	Placement *numa.Placement `json:"placement"`
-	// Outcome is confirmed, auto-confirmed or reverted.
-	Outcome string `json:"outcome"`
-}
 
 // Resize changes a guest's flavor, or with no new flavor cold-migrates
 // it. It claims the new placement on the destination while the guest's
@@ -72,10 +24,10 @@ type ResizeResult struct {
 // never re-fitted) or its confirm window. A cancel in VERIFY_RESIZE
 // reverts. Any failure before the guest runs on the destination
 // compensates: the guest runs on its source as before.
-func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
-	op := OpResize
+func Resize(ctx workflow.Context, in api.ResizeInput) (*api.ResizeResult, error) {
+	op := api.OpResize
 	if in.Flavor == nil {
-		op = OpColdMigration
+		op = api.OpColdMigration
 	}
 	s, err := newSaga(ctx, op, in.UUID, 9)
 	if err != nil {
@@ -91,9 +43,9 @@ func Resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
 
 // resize runs a resize or cold migration on the saga s (a Resize, or a
 // LiveMigration falling back to a cold one).
-func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, error) {
+func (s *saga) resize(ctx workflow.Context, in api.ResizeInput) (*api.ResizeResult, error) {
 	r := &resizing{move: move{saga: s, uuid: in.UUID, reservation: in.Reservation, kind: ledger.KindResizeDest}, in: in,
-		cold: s.status.Operation == OpColdMigration}
+		cold: s.status.Operation == api.OpColdMigration}
 	if err := r.takeDecisions(ctx); err != nil {
 		return nil, err
 	}
@@ -121,8 +73,8 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	var res *ResizeResult
-	if r.decision == DecisionRevert {
+	var res *api.ResizeResult
+	if r.decision == api.DecisionRevert {
 		res, err = r.revert(ctx)
 	} else {
 		res, err = r.confirm(ctx, auto)
@@ -131,14 +83,14 @@ func (s *saga) resize(ctx workflow.Context, in ResizeInput) (*ResizeResult, erro
 		return nil, s.fail(err)
 	}
 	s.step()
-	s.phase(PhaseCompleted, res.Outcome)
+	s.phase(api.PhaseCompleted, res.Outcome)
 	return res, nil
 }
 
 // resizing is a resize's or cold migration's state, shared by its steps.
 type resizing struct {
 	move
-	in   ResizeInput
+	in   api.ResizeInput
 	cold bool
 	// source is the guest's resident claim, which the operation holds
 	// while the guest moves.
@@ -153,7 +105,7 @@ type resizing struct {
 
 // takeDecisions accepts the Update that confirms or reverts the resize.
 func (r *resizing) takeDecisions(ctx workflow.Context) error {
-	return workflow.SetUpdateHandlerWithOptions(ctx, ResizeDecisionUpdate,
+	return workflow.SetUpdateHandlerWithOptions(ctx, api.ResizeDecisionUpdate,
 		func(ctx workflow.Context, d string) (string, error) {
 			r.decision = d
 			return d, nil
@@ -196,7 +148,7 @@ func (r *resizing) checkInstance(ctx workflow.Context) (err error) {
 // chooseDestination has pinflow choose the destination when the input
 // names none: for a resize, the guest's own host too.
 func (r *resizing) chooseDestination(ctx workflow.Context) error {
-	r.phase(PhaseScheduling, "choosing the destination")
+	r.phase(api.PhaseScheduling, "choosing the destination")
 	r.chosen = r.dst == ""
 	r.choose = activities.ChooseHostInput{UUID: r.uuid, Flavor: r.flavor}
 	if r.cold {
@@ -246,7 +198,7 @@ func (r *resizing) unholdSource(ctx workflow.Context) error {
 // powerOff powers the guest off on its source, where it runs again if
 // the operation fails.
 func (r *resizing) powerOff(ctx workflow.Context) error {
-	r.phase(PhasePoweringOff, "powering the guest off on "+r.src)
+	r.phase(api.PhasePoweringOff, "powering the guest off on "+r.src)
 	if err := r.setTask(ctx, r.uuid, guest.TaskResizeMigrating); err != nil {
 		return err
 	}
@@ -263,7 +215,7 @@ func (r *resizing) powerOff(ctx workflow.Context) error {
 // moveToDestination defines the guest on the destination, with the new
 // flavor's domain XML pinned to its claim there, and starts it if it ran.
 func (r *resizing) moveToDestination(ctx workflow.Context) error {
-	r.phase(PhaseSpawning, "moving the guest to "+r.dst)
+	r.phase(api.PhaseSpawning, "moving the guest to "+r.dst)
 	in := activities.MoveResizedInput{UUID: r.uuid, Source: r.src, Dest: r.dst, ClaimID: r.destClaim, Token: r.claimed.Token, SourceToken: r.inst.ClaimToken,
 		Placement: r.claimed.Placement, Start: r.vmState == guest.VMActive}
 	if err := r.hypervisorTry(ctx, "move the guest to "+r.dst, nil, a.MoveResized, in); err != nil {
@@ -286,7 +238,7 @@ func (r *resizing) removeFromDestination(ctx workflow.Context) error {
 // commitDestination makes the destination claim the guest's resident
 // claim; the source hold stays for a revert.
 func (r *resizing) commitDestination(ctx workflow.Context) error {
-	r.phase(PhaseCommitting, "making the destination claim resident")
+	r.phase(api.PhaseCommitting, "making the destination claim resident")
 	if err := r.setTask(ctx, r.uuid, guest.TaskResizeFinish); err != nil {
 		return err
 	}
@@ -303,12 +255,12 @@ func (r *resizing) commitDestination(ctx workflow.Context) error {
 func (r *resizing) awaitDecision(ctx, verifyCtx workflow.Context) (auto bool, err error) {
 	window := r.in.ConfirmWindow
 	if window == 0 {
-		window = DefaultConfirmWindow
+		window = api.DefaultConfirmWindow
 	}
 	if window > 0 && !r.in.AutoConfirm {
 		r.status.ConfirmBy = workflow.Now(ctx).Add(window)
 	}
-	r.phase(PhaseVerifyResize, verifyDetail(r.src, r.dst, window))
+	r.phase(api.PhaseVerifyResize, verifyDetail(r.src, r.dst, window))
 	defer func() { r.status.ConfirmBy = time.Time{} }()
 	decided := func() bool { return r.decision != "" || verifyCtx.Err() != nil }
 	switch {
@@ -322,14 +274,14 @@ func (r *resizing) awaitDecision(ctx, verifyCtx workflow.Context) (auto bool, er
 		auto = !ok
 	}
 	if err == nil && r.decision == "" && verifyCtx.Err() != nil {
-		r.decision = DecisionRevert
+		r.decision = api.DecisionRevert
 	}
 	return auto, err
 }
 
 // confirm frees the source hold: the guest stays on the destination.
-func (r *resizing) confirm(ctx workflow.Context, auto bool) (*ResizeResult, error) {
-	r.phase(PhaseConfirming, "freeing the source hold on "+r.src)
+func (r *resizing) confirm(ctx workflow.Context, auto bool) (*api.ResizeResult, error) {
+	r.phase(api.PhaseConfirming, "freeing the source hold on "+r.src)
 	if err := r.setTask(ctx, r.uuid, guest.TaskResizeConfirming); err != nil {
 		return nil, err
 	}
@@ -341,7 +293,7 @@ func (r *resizing) confirm(ctx workflow.Context, auto bool) (*ResizeResult, erro
 	if auto {
 		outcome = "auto-confirmed"
 	}
-	return &ResizeResult{UUID: r.uuid, Source: r.src, Dest: r.dst, Host: r.dst, Placement: &r.claimed.Placement, Outcome: outcome}, nil
+	return &api.ResizeResult{UUID: r.uuid, Source: r.src, Dest: r.dst, Host: r.dst, Placement: &r.claimed.Placement, Outcome: outcome}, nil
 }
 
 // revert takes the guest back to its source: the hold becomes the
@@ -352,8 +304,8 @@ func (r *resizing) confirm(ctx workflow.Context, auto bool) (*ResizeResult, erro
 // (gone, or its host down or returning) stops the revert before anything
 // is destroyed: the guest keeps running on its destination
 // (keepDestination).
-func (r *resizing) revert(ctx workflow.Context) (*ResizeResult, error) {
-	r.phase(PhaseReverting, "stopping the guest on "+r.dst+" and running it on "+r.src+" again")
+func (r *resizing) revert(ctx workflow.Context) (*api.ResizeResult, error) {
+	r.phase(api.PhaseReverting, "stopping the guest on "+r.dst+" and running it on "+r.src+" again")
 	if err := r.setTask(ctx, r.uuid, guest.TaskResizeReverting); err != nil {
 		return nil, err
 	}
@@ -376,7 +328,7 @@ func (r *resizing) revert(ctx workflow.Context) (*ResizeResult, error) {
 	if err := r.endTask(ctx, r.uuid, r.vmState); err != nil {
 		return nil, err
 	}
-	return &ResizeResult{UUID: r.uuid, Source: r.src, Dest: r.dst, Host: r.src, Placement: r.inst.Placement, Outcome: "reverted"}, nil
+	return &api.ResizeResult{UUID: r.uuid, Source: r.src, Dest: r.dst, Host: r.src, Placement: r.inst.Placement, Outcome: "reverted"}, nil
 }
 
 // reinstateHold makes the source hold the resident claim again, and
@@ -458,13 +410,13 @@ func restoreOrLeave(ctx workflow.Context, s *saga, dom activities.DomainInput) e
 
 // decisionAllowed says why a confirm or revert is refused now, or nil.
 func (r *resizing) decisionAllowed(d string) error {
-	if d != DecisionConfirm && d != DecisionRevert {
-		return fmt.Errorf("decision %q: allowed are %s or %s", d, DecisionConfirm, DecisionRevert)
+	if d != api.DecisionConfirm && d != api.DecisionRevert {
+		return fmt.Errorf("decision %q: allowed are %s or %s", d, api.DecisionConfirm, api.DecisionRevert)
 	}
 	if r.decision != "" {
 		return fmt.Errorf("the %s of instance %s is being %sed already", r.status.Operation, r.status.Instance, r.decision)
 	}
-	if r.status.Phase != PhaseVerifyResize {
+	if r.status.Phase != api.PhaseVerifyResize {
 		return fmt.Errorf("the %s of instance %s is %s, not awaiting confirmation (VERIFY_RESIZE)", r.status.Operation, r.status.Instance, r.status.Phase)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 )
@@ -34,7 +35,7 @@ func (h *harness) onResize() {
 // Update ended.
 func (h *harness) decide(t *testing.T, delay time.Duration, decision string, rejected *error) {
 	h.env.RegisterDelayedCallback(func() {
-		h.env.UpdateWorkflow(ResizeDecisionUpdate, "", &testsuite.TestUpdateCallback{
+		h.env.UpdateWorkflow(api.ResizeDecisionUpdate, "", &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
 			OnReject:   func(err error) { *rejected = err },
 			OnComplete: func(any, error) {},
@@ -52,8 +53,8 @@ func TestResizeEnds(t *testing.T) {
 		outcome string
 		steps   string
 	}{
-		{"confirm", 0, DecisionConfirm, 0, "confirmed", prefix + ",task,confirm"},
-		{"revert", 0, DecisionRevert, 0, "reverted", prefix + ",task,revert,destroy,restore,release,task"},
+		{"confirm", 0, api.DecisionConfirm, 0, "confirmed", prefix + ",task,confirm"},
+		{"revert", 0, api.DecisionRevert, 0, "reverted", prefix + ",task,revert,destroy,restore,release,task"},
 		{"confirm window passes", 30 * time.Minute, "", 0, "auto-confirmed", prefix + ",task,confirm"},
 		{"cancel in VERIFY_RESIZE reverts", -1, "", 2 * time.Hour, "reverted", prefix + ",task,revert,destroy,restore,release,task"},
 	}
@@ -75,14 +76,14 @@ func TestResizeEnds(t *testing.T) {
 				h.env.RegisterDelayedCallback(h.env.CancelWorkflow, tt.cancel)
 			}
 			f := bigger
-			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f, ConfirmWindow: tt.window})
+			h.env.ExecuteWorkflow(Resize, api.ResizeInput{UUID: uuid, Flavor: &f, ConfirmWindow: tt.window})
 			if err := h.env.GetWorkflowError(); err != nil {
 				t.Fatalf("Resize: %v", err)
 			}
 			if rejected != nil {
 				t.Fatalf("Update %s rejected: %v", tt.decide, rejected)
 			}
-			var res ResizeResult
+			var res api.ResizeResult
 			if err := h.env.GetWorkflowResult(&res); err != nil || res.Outcome != tt.outcome {
 				t.Errorf("Resize result = %+v, %v; want outcome %s", res, err, tt.outcome)
 			}
@@ -118,9 +119,9 @@ func TestResizeRevertKeepsTheDestination(t *testing.T) {
 			h.on("restore", a.RestoreDomain, nil).Maybe()
 			h.on("release", a.ReleaseClaim, nil).Maybe()
 			var rejected error
-			h.decide(t, 10*time.Minute, DecisionRevert, &rejected)
+			h.decide(t, 10*time.Minute, api.DecisionRevert, &rejected)
 			f := bigger
-			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+			h.env.ExecuteWorkflow(Resize, api.ResizeInput{UUID: uuid, Flavor: &f})
 			if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Resize error = %v, want one saying %q", err, tt.want)
 			}
@@ -167,7 +168,7 @@ func TestResizeUndoKeepsTheDestination(t *testing.T) {
 			h.on("unhold", a.UnholdClaim, nil).Maybe()
 			h.on("release", a.ReleaseClaim, nil).Maybe()
 			f := bigger
-			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+			h.env.ExecuteWorkflow(Resize, api.ResizeInput{UUID: uuid, Flavor: &f})
 			if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Resize error = %v, want one saying %q", err, tt.want)
 			} else if kept := tt.keep == nil; kept && strings.Contains(err.Error(), "kept for an operator") {
@@ -216,7 +217,7 @@ func TestResizeCompensations(t *testing.T) {
 			h.on("destroy", a.DestroyDomain, nil).Maybe()
 			h.on("revert", a.RevertRecord, nil).Maybe()
 			f := bigger
-			h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+			h.env.ExecuteWorkflow(Resize, api.ResizeInput{UUID: uuid, Flavor: &f})
 			var appErr *temporal.ApplicationError
 			if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != tt.typ {
 				t.Fatalf("Resize error = %v, want type %s", err, tt.typ)
@@ -232,13 +233,13 @@ func TestResizeRefuses(t *testing.T) {
 	same := flavor
 	tests := []struct {
 		name string
-		in   ResizeInput
+		in   api.ResizeInput
 		inst activities.InstanceInfo
 		want string
 	}{
-		{"the current flavor", ResizeInput{UUID: uuid, Flavor: &same}, active("a"), "has that flavor already"},
-		{"a cold migration onto its own host", ResizeInput{UUID: uuid, Dest: "a"}, active("a"), "needs another host"},
-		{"a shelved guest", ResizeInput{UUID: uuid}, activities.InstanceInfo{UUID: uuid, VMState: guest.VMShelvedOffloaded, Flavor: flavor}, "only an active or stopped instance"},
+		{"the current flavor", api.ResizeInput{UUID: uuid, Flavor: &same}, active("a"), "has that flavor already"},
+		{"a cold migration onto its own host", api.ResizeInput{UUID: uuid, Dest: "a"}, active("a"), "needs another host"},
+		{"a shelved guest", api.ResizeInput{UUID: uuid}, activities.InstanceInfo{UUID: uuid, VMState: guest.VMShelvedOffloaded, Flavor: flavor}, "only an active or stopped instance"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -261,12 +262,12 @@ func TestResizeDecisionValidated(t *testing.T) {
 	h.onResize()
 	h.on("confirm", a.ConfirmResize, nil)
 	var early, unknown, first, second error
-	h.decide(t, 10*time.Second, DecisionConfirm, &early) // while powering off
+	h.decide(t, 10*time.Second, api.DecisionConfirm, &early) // while powering off
 	h.decide(t, 10*time.Minute, "keep", &unknown)
-	h.decide(t, 11*time.Minute, DecisionConfirm, &first)
-	h.decide(t, 11*time.Minute, DecisionRevert, &second)
+	h.decide(t, 11*time.Minute, api.DecisionConfirm, &first)
+	h.decide(t, 11*time.Minute, api.DecisionRevert, &second)
 	f := bigger
-	h.env.ExecuteWorkflow(Resize, ResizeInput{UUID: uuid, Flavor: &f})
+	h.env.ExecuteWorkflow(Resize, api.ResizeInput{UUID: uuid, Flavor: &f})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Resize: %v", err)
 	}
@@ -284,7 +285,7 @@ func TestResizeDecisionValidated(t *testing.T) {
 			t.Errorf("%s: Update error = %v, want %q", c.name, c.err, c.want)
 		}
 	}
-	var res ResizeResult
+	var res api.ResizeResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Outcome != "confirmed" {
 		t.Errorf("Resize result = %+v, %v; want confirmed (the later revert must not win)", res, err)
 	}
@@ -302,7 +303,7 @@ func TestEvacuate(t *testing.T) {
 		h.on("spawn", a.Spawn, nil)
 		h.on("attach", a.Attach, nil)
 		h.on("tombstone", a.TombstoneClaim, nil)
-		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
+		h.env.ExecuteWorkflow(Evacuate, api.EvacuateInput{UUID: uuid})
 		if err := h.env.GetWorkflowError(); err != nil {
 			t.Fatalf("Evacuate: %v", err)
 		}
@@ -322,7 +323,7 @@ func TestEvacuate(t *testing.T) {
 		h.on("spawn", a.Spawn, failed("refused", activities.ErrTypeRejected))
 		h.on("destroy", a.DestroyDomain, nil)
 		h.on("release", a.ReleaseClaim, nil)
-		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
+		h.env.ExecuteWorkflow(Evacuate, api.EvacuateInput{UUID: uuid})
 		if err := h.env.GetWorkflowError(); err == nil {
 			t.Fatal("Evacuate succeeded with a refused spawn")
 		}
@@ -336,7 +337,7 @@ func TestEvacuate(t *testing.T) {
 		h := newHarness(t)
 		h.on("load", a.LoadInstance, active("a"), nil)
 		h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostUp}, nil)
-		h.env.ExecuteWorkflow(Evacuate, EvacuateInput{UUID: uuid})
+		h.env.ExecuteWorkflow(Evacuate, api.EvacuateInput{UUID: uuid})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "only from a host fenced") {
 			t.Fatalf("Evacuate error = %v, want a refusal naming fencing", err)
 		}
@@ -348,13 +349,13 @@ func TestEvacuate(t *testing.T) {
 
 func TestHostUp(t *testing.T) {
 	h := newHarness(t)
-	left := []activities.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}, {Host: "a", UUID: "u2", ClaimID: "boot-2"}}
+	left := []api.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}, {Host: "a", UUID: "u2", ClaimID: "boot-2"}}
 	h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostDown, Reason: "psu"}, nil)
 	h.on("returning", a.MarkHostReturning, nil)
 	h.on("leftovers", a.HostLeftovers, left, nil)
 	h.on("clear", a.ClearTombstone, nil)
 	h.on("up", a.MarkHostUp, nil)
-	h.env.ExecuteWorkflow(HostUp, HostUpInput{Host: "a"})
+	h.env.ExecuteWorkflow(HostUp, api.HostUpInput{Host: "a"})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("HostUp: %v", err)
 	}
@@ -368,10 +369,10 @@ func TestHostUpFails(t *testing.T) {
 	h := newHarness(t)
 	h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostDown, Reason: "psu"}, nil)
 	h.on("returning", a.MarkHostReturning, nil)
-	h.on("leftovers", a.HostLeftovers, []activities.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}}, nil)
+	h.on("leftovers", a.HostLeftovers, []api.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}}, nil)
 	h.on("clear", a.ClearTombstone, failed("libvirtd does not answer", activities.ErrTypeRejected))
 	h.on("down", a.MarkHostDown, nil)
-	h.env.ExecuteWorkflow(HostUp, HostUpInput{Host: "a"})
+	h.env.ExecuteWorkflow(HostUp, api.HostUpInput{Host: "a"})
 	if err := h.env.GetWorkflowError(); err == nil {
 		t.Fatal("HostUp succeeded with a leftover left")
 	}
@@ -389,11 +390,11 @@ func TestLiveMigrationFallsBackCold(t *testing.T) {
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	h.on("confirm", a.ConfirmResize, nil)
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, ColdFallback: true, ConfirmWindow: time.Minute})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, ColdFallback: true, ConfirmWindow: time.Minute})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("LiveMigration: %v", err)
 	}
-	var res LiveMigrationResult
+	var res api.LiveMigrationResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Cold == nil || res.Cold.Outcome != "auto-confirmed" {
 		t.Errorf("LiveMigration result = %+v, %v; want a cold migration, auto-confirmed", res, err)
 	}

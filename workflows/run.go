@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
@@ -86,7 +87,7 @@ const changeDeliveredTries = "delivered-tries"
 // step (activity options), and the compensation stack.
 type saga struct {
 	ctx           workflow.Context
-	status        Status
+	status        api.Status
 	steps         int // total steps, for Progress
 	done          int
 	compensations []compensation
@@ -111,15 +112,15 @@ type compensation struct {
 	do      func(ctx workflow.Context) error
 }
 
-func newSaga(ctx workflow.Context, op Operation, uuid string, steps int) (*saga, error) {
-	s := &saga{ctx: ctx, steps: steps, status: Status{Operation: op, Instance: uuid, Phase: PhaseStarted}}
-	if err := workflow.SetQueryHandler(ctx, StatusQuery, func() (Status, error) { return s.status, nil }); err != nil {
+func newSaga(ctx workflow.Context, op api.Operation, uuid string, steps int) (*saga, error) {
+	s := &saga{ctx: ctx, steps: steps, status: api.Status{Operation: op, Instance: uuid, Phase: api.PhaseStarted}}
+	if err := workflow.SetQueryHandler(ctx, api.StatusQuery, func() (api.Status, error) { return s.status, nil }); err != nil {
 		return nil, err
 	}
 	if err := workflow.SetQueryHandler(ctx, audit.HeldClaimsQuery, func() ([]audit.HeldClaim, error) { return s.held, nil }); err != nil {
 		return nil, err
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx, StartAttributes(op, uuid)...); err != nil {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, api.StartAttributes(op, uuid)...); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -202,7 +203,7 @@ func (s *saga) retryElsewhere(ctx workflow.Context, first error, in *activities.
 		if cerr := s.ledger(ctx, "choose another host", a.ChooseHost, choose).Get(ctx, &next); cerr != nil {
 			return c, errors.Join(err, cerr)
 		}
-		s.phase(PhaseScheduling, fmt.Sprintf("%s had no room left (%v); trying %s", in.Host, err, next))
+		s.phase(api.PhaseScheduling, fmt.Sprintf("%s had no room left (%v); trying %s", in.Host, err, next))
 		in.Host, in.ClaimID = next, fmt.Sprintf("%s-%d", claimID(ctx, kind), try)
 		c, err = s.claim(ctx, *in)
 	}
@@ -213,7 +214,7 @@ func (s *saga) retryElsewhere(ctx workflow.Context, first error, in *activities.
 // a guest for a drain, adopts the drain's reservation there instead: the
 // pCPUs the drain held for the guest become the operation's own pending
 // claim without ever being free.
-func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *activities.Reservation) (activities.ClaimResult, error) {
+func (s *saga) claimDest(ctx workflow.Context, in activities.ClaimInput, r *api.Reservation) (activities.ClaimResult, error) {
 	if r == nil {
 		return s.claim(ctx, in)
 	}
@@ -233,7 +234,7 @@ type move struct {
 	*saga
 	uuid        string
 	inst        activities.InstanceInfo
-	reservation *activities.Reservation
+	reservation *api.Reservation
 	src, dst    string
 	// chosen says pinflow chose dst, with choose.
 	chosen bool
@@ -286,13 +287,13 @@ func (m *move) claimDestination(ctx workflow.Context) error {
 	}
 	m.claimed = claim
 	m.step()
-	m.phase(PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
+	m.phase(api.PhaseAccepted, "destination CPUs claimed: "+claim.Placement.String())
 	return nil
 }
 
 // reservedDest is where a move goes: dest, or the host of the drain's
 // reservation r when there is one; a dest naming another host is refused.
-func reservedDest(dest string, r *activities.Reservation) (string, error) {
+func reservedDest(dest string, r *api.Reservation) (string, error) {
 	if r == nil {
 		return dest, nil
 	}
@@ -304,13 +305,13 @@ func reservedDest(dest string, r *activities.Reservation) (string, error) {
 
 // phase records a new phase in the status, the search attributes and the
 // UI's current details.
-func (s *saga) phase(p Phase, detail string) {
+func (s *saga) phase(p api.Phase, detail string) {
 	s.status.Phase, s.status.Detail = p, detail
-	if p == PhaseCompleted {
+	if p == api.PhaseCompleted {
 		s.status.Progress = 100
 	}
 	// Upserting can only fail on a bad key, which the constants rule out.
-	_ = workflow.UpsertTypedSearchAttributes(s.ctx, AttrPhase.ValueSet(string(p)))
+	_ = workflow.UpsertTypedSearchAttributes(s.ctx, api.AttrPhase.ValueSet(string(p)))
 	workflow.SetCurrentDetails(s.ctx, s.details())
 }
 
@@ -318,11 +319,11 @@ func (s *saga) setHosts(src, dst string) {
 	var attrs []temporal.SearchAttributeUpdate
 	if src != "" && src != s.status.Source {
 		s.status.Source = src
-		attrs = append(attrs, AttrSourceHost.ValueSet(src))
+		attrs = append(attrs, api.AttrSourceHost.ValueSet(src))
 	}
 	if dst != "" && dst != s.status.Dest {
 		s.status.Dest = dst
-		attrs = append(attrs, AttrDestHost.ValueSet(dst))
+		attrs = append(attrs, api.AttrDestHost.ValueSet(dst))
 	}
 	if len(attrs) > 0 {
 		_ = workflow.UpsertTypedSearchAttributes(s.ctx, attrs...)
@@ -564,13 +565,13 @@ func (s *saga) fail(cause error) error {
 // abort is fail, and also says whether every compensation ran: the guest
 // is where the operation found it.
 func (s *saga) abort(cause error) (error, bool) {
-	f, known := FailureOf(cause)
+	f, known := api.FailureOf(cause)
 	if !known {
 		f = s.failure(cause)
 	}
 	compensated := len(s.compensations) > 0
 	if compensated {
-		s.phase(PhaseRollingBack, "undoing: "+f.Line())
+		s.phase(api.PhaseRollingBack, "undoing: "+f.Line())
 	}
 	ctx, _ := workflow.NewDisconnectedContext(s.ctx)
 	undone := true
@@ -584,12 +585,12 @@ func (s *saga) abort(cause error) (error, bool) {
 			return errRolledForward, false
 		case errors.As(err, &end):
 			// It says where the guest is.
-			f.Guest, undone = RootCause(end.err), false
+			f.Guest, undone = api.RootCause(end.err), false
 		case err != nil:
 			// What the failed compensation did not undo may still need
 			// what the earlier steps hold (a guest not rolled back still
 			// runs on the destination claim): keep them.
-			f.Guest = fmt.Sprintf("undoing it failed at %q (%s); kept for an operator: %s", c.summary, RootCause(err), s.remaining(i))
+			f.Guest = fmt.Sprintf("undoing it failed at %q (%s); kept for an operator: %s", c.summary, api.RootCause(err), s.remaining(i))
 			undone = false
 		}
 	}
@@ -598,13 +599,13 @@ func (s *saga) abort(cause error) (error, bool) {
 	}
 	s.compensations = nil
 	s.status.Error = f.Line()
-	s.phase(PhaseError, "")
+	s.phase(api.PhaseError, "")
 	var canceled *temporal.CanceledError
 	if undone && (known || errors.As(cause, &canceled)) {
 		// A cancel that was undone ends the run as cancelled.
 		return cause, true
 	}
-	return f.asError(cause), undone
+	return asError(f, cause), undone
 }
 
 // remaining names the compensations below index i, which a failed

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 )
@@ -26,12 +27,12 @@ type SettleResult = audit.SettleResult
 // record named is released. The audit starts it, under the instance's
 // workflow id, so it never runs beside another operation on the guest.
 func Settle(ctx workflow.Context, in audit.SettleInput) (*SettleResult, error) {
-	s, err := newSaga(ctx, OpSettle, in.UUID, 1)
+	s, err := newSaga(ctx, api.OpSettle, in.UUID, 1)
 	if err != nil {
 		return nil, err
 	}
 	s.setHosts("", in.Host)
-	s.phase(PhaseCommitting, fmt.Sprintf("making claim %s on %s resident", in.ClaimID, in.Host))
+	s.phase(api.PhaseCommitting, fmt.Sprintf("making claim %s on %s resident", in.ClaimID, in.Host))
 	ctx = s.commit(ctx)
 	var res SettleResult
 	if err := s.ledger(ctx, "settle claim "+in.ClaimID, a.SettleClaim, in).Get(ctx, &res); err != nil {
@@ -42,7 +43,7 @@ func Settle(ctx workflow.Context, in audit.SettleInput) (*SettleResult, error) {
 	if !res.Settled {
 		detail = "left as it is: " + res.Reason
 	}
-	s.phase(PhaseCompleted, detail)
+	s.phase(api.PhaseCompleted, detail)
 	return &res, nil
 }
 
@@ -51,19 +52,19 @@ func Settle(ctx workflow.Context, in audit.SettleInput) (*SettleResult, error) {
 // before it plugged them in. The audit starts it, under the instance's
 // workflow id. Forwards only: the devices are the claim's already.
 func Replug(ctx workflow.Context, in audit.SettleInput) error {
-	s, err := newSaga(ctx, OpReplug, in.UUID, 1)
+	s, err := newSaga(ctx, api.OpReplug, in.UUID, 1)
 	if err != nil {
 		return err
 	}
 	s.setHosts("", in.Host)
-	s.phase(PhasePlugging, "plugging the guest's PCI devices in again on "+in.Host)
+	s.phase(api.PhasePlugging, "plugging the guest's PCI devices in again on "+in.Host)
 	ctx = s.commit(ctx)
 	plug := activities.PlugDevicesInput{UUID: in.UUID, Host: in.Host, ClaimID: in.ClaimID}
 	if err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "plug the devices in on "+in.Host), a.PlugDevices, plug).Get(ctx, nil); err != nil {
 		return s.fail(err)
 	}
 	s.step()
-	s.phase(PhaseCompleted, "")
+	s.phase(api.PhaseCompleted, "")
 	return nil
 }
 
@@ -84,7 +85,7 @@ func (s AuditStarter) StartSettle(ctx context.Context, in audit.SettleInput) err
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(StartAttributes(OpSettle, in.UUID)...),
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(api.StartAttributes(api.OpSettle, in.UUID)...),
 		StaticSummary:                            fmt.Sprintf("settle %s on claim %s of %s", in.UUID, in.ClaimID, in.Host),
 	}, Settle, in)
 	if err != nil {
@@ -102,7 +103,7 @@ func (s AuditStarter) StartReplug(ctx context.Context, in audit.SettleInput) err
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(StartAttributes(OpReplug, in.UUID)...),
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(api.StartAttributes(api.OpReplug, in.UUID)...),
 		StaticSummary:                            fmt.Sprintf("plug the devices of %s in again on %s", in.UUID, in.Host),
 	}, Replug, in)
 	if err != nil {
@@ -121,9 +122,9 @@ func (s AuditStarter) StartEvacuate(ctx context.Context, uuid, host string) (boo
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		TypedSearchAttributes:                    temporal.NewSearchAttributes(append(StartAttributes(OpEvacuation, uuid), AttrSourceHost.ValueSet(host))...),
+		TypedSearchAttributes:                    temporal.NewSearchAttributes(append(api.StartAttributes(api.OpEvacuation, uuid), api.AttrSourceHost.ValueSet(host))...),
 		StaticSummary:                            fmt.Sprintf("evacuate %s from %s, started by the audit", uuid, host),
-	}, Evacuate, EvacuateInput{UUID: uuid})
+	}, Evacuate, api.EvacuateInput{UUID: uuid})
 	var running *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &running) {
 		return false, nil

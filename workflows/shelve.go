@@ -4,28 +4,18 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 )
 
-// ShelveOffloadInput names the guest to shelve and offload.
-type ShelveOffloadInput struct {
-	UUID string `json:"uuid"`
-}
-
-// ShelveOffloadResult says which host the guest left.
-type ShelveOffloadResult struct {
-	UUID string `json:"uuid"`
-	Host string `json:"host"`
-}
-
 // ShelveOffload powers the guest off and removes it from its host, then
 // releases the host's claim at once (no audit is needed to free its pins),
 // and only then clears the guest's host, node and NUMA data, leaving it
 // shelved_offloaded with its domain XML kept for unshelving.
-func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadResult, error) {
-	s, err := newSaga(ctx, OpShelveOffload, in.UUID, 4)
+func ShelveOffload(ctx workflow.Context, in api.ShelveOffloadInput) (*api.ShelveOffloadResult, error) {
+	s, err := newSaga(ctx, api.OpShelveOffload, in.UUID, 4)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +30,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 		return nil, s.fail(err)
 	}
 
-	s.phase(PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
+	s.phase(api.PhasePoweringOff, "powering off and removing the guest from "+inst.Host)
 	dom := activities.DomainInput{UUID: in.UUID, Host: inst.Host, ClaimID: inst.ClaimID, Token: inst.ClaimToken}
 	// An offload that did not finish leaves the guest running on its
 	// resident claim, as before.
@@ -56,7 +46,7 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 
 	// The guest is off its host: finish forwards.
 	ctx = s.commit(ctx)
-	s.phase(PhaseReleasing, "releasing the claim on "+inst.Host)
+	s.phase(api.PhaseReleasing, "releasing the claim on "+inst.Host)
 	if err := s.ledger(ctx, "release claim on "+inst.Host, a.ReleaseClaim,
 		activities.ReleaseInput{Host: inst.Host, ClaimID: inst.ClaimID}).Get(ctx, nil); err != nil {
 		return nil, s.fail(err)
@@ -67,21 +57,8 @@ func ShelveOffload(ctx workflow.Context, in ShelveOffloadInput) (*ShelveOffloadR
 		return nil, s.fail(err)
 	}
 	s.step()
-	s.phase(PhaseCompleted, "")
-	return &ShelveOffloadResult{UUID: in.UUID, Host: inst.Host}, nil
-}
-
-// UnshelveInput names the shelved guest and, optionally, its host.
-type UnshelveInput struct {
-	UUID string `json:"uuid"`
-	Host string `json:"host,omitempty"`
-}
-
-// UnshelveResult says where the guest now runs and how it is pinned.
-type UnshelveResult struct {
-	UUID      string          `json:"uuid"`
-	Host      string          `json:"host"`
-	Placement *numa.Placement `json:"placement"`
+	s.phase(api.PhaseCompleted, "")
+	return &api.ShelveOffloadResult{UUID: in.UUID, Host: inst.Host}, nil
 }
 
 // Unshelve brings a shelved-offloaded guest back: it marks the guest
@@ -90,8 +67,8 @@ type UnshelveResult struct {
 // pins, and commits. A failure releases the claim and clears the guest's
 // host and NUMA data, so it stays shelved_offloaded and a later delete
 // succeeds.
-func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
-	s, err := newSaga(ctx, OpUnshelve, in.UUID, 5)
+func Unshelve(ctx workflow.Context, in api.UnshelveInput) (*api.UnshelveResult, error) {
+	s, err := newSaga(ctx, api.OpUnshelve, in.UUID, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -109,8 +86,8 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 	if err != nil {
 		return nil, s.fail(err)
 	}
-	s.phase(PhaseCompleted, "")
-	return &UnshelveResult{UUID: in.UUID, Host: host, Placement: placement}, nil
+	s.phase(api.PhaseCompleted, "")
+	return &api.UnshelveResult{UUID: in.UUID, Host: host, Placement: placement}, nil
 }
 
 // placeAndSpawn is the tail that boot and unshelve share: choose a host
@@ -118,7 +95,7 @@ func Unshelve(ctx workflow.Context, in UnshelveInput) (*UnshelveResult, error) {
 // claim resident. It registers the compensations of each step: destroy the
 // domain, release the claim and clear whatever host data the record holds.
 func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, host string, kind ledger.ClaimKind) (string, *numa.Placement, error) {
-	s.phase(PhaseScheduling, "choosing a host")
+	s.phase(api.PhaseScheduling, "choosing a host")
 	chosen := host == ""
 	choose := activities.ChooseHostInput{UUID: inst.UUID, Flavor: inst.Flavor}
 	if chosen {
@@ -148,9 +125,9 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 		return "", nil, err
 	}
 	s.step()
-	s.phase(PhaseAccepted, "CPUs claimed: "+claim.Placement.String())
+	s.phase(api.PhaseAccepted, "CPUs claimed: "+claim.Placement.String())
 
-	s.phase(PhaseSpawning, "spawning on "+host)
+	s.phase(api.PhaseSpawning, "spawning on "+host)
 	dom := activities.DomainInput{UUID: inst.UUID, Host: host, ClaimID: id, Token: claim.Token, Final: true}
 	s.onFailure("destroy the domain", func(ctx workflow.Context) error {
 		return workflow.ExecuteActivity(s.hypervisorStep(ctx, "destroy the domain on "+host), a.DestroyDomain, dom).Get(ctx, nil)
@@ -164,7 +141,7 @@ func placeAndSpawn(ctx workflow.Context, s *saga, inst activities.InstanceInfo, 
 	// A spawn that succeeded is authoritative, even when a cancel arrived
 	// while it ran: the guest runs on the claim.
 	ctx = s.commit(ctx)
-	s.phase(PhaseCommitting, "making the claim resident")
+	s.phase(api.PhaseCommitting, "making the claim resident")
 	attach := activities.AttachInput{UUID: inst.UUID, Host: host, ClaimID: id}
 	if err := s.ledger(ctx, "commit the claim", a.Attach, attach).Get(ctx, nil); err != nil {
 		return "", nil, err

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/numa"
 )
@@ -93,11 +94,11 @@ func TestLiveMigrationCommits(t *testing.T) {
 	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, nil)
 	h.on("commit", a.CommitMigration, nil)
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("LiveMigration: %v", err)
 	}
-	var res LiveMigrationResult
+	var res api.LiveMigrationResult
 	if err := h.env.GetWorkflowResult(&res); err != nil || res.Source != "a" || res.Dest != "b" {
 		t.Errorf("LiveMigration result = %+v, %v; want a -> b", res, err)
 	}
@@ -154,13 +155,13 @@ func TestLiveMigrationCompensations(t *testing.T) {
 			if tt.failAt == "migrate" {
 				h.on("migrate", a.Migrate, fail("migrate", nil)...)
 			}
-			h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+			h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 			var appErr *temporal.ApplicationError
 			err := h.env.GetWorkflowError()
 			if !errors.As(err, &appErr) || appErr.Type() != tt.wantType {
 				t.Fatalf("LiveMigration error = %v, want type %s", err, tt.wantType)
 			}
-			if got := RootCause(err); got != tt.line {
+			if got := api.RootCause(err); got != tt.line {
 				t.Errorf("failure line = %q\nwant           %q", got, tt.line)
 			}
 			if got := h.sequence(); got != tt.want {
@@ -180,7 +181,7 @@ func TestLiveMigrationCancelledWhileMigratingCompensates(t *testing.T) {
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Minute)
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	if err := h.env.GetWorkflowError(); !temporal.IsCanceledError(err) {
 		t.Fatalf("LiveMigration error = %v, want cancelled", err)
 	}
@@ -206,7 +207,7 @@ func TestLiveMigrationRefusesBadInput(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
 			h.on("load", a.LoadInstance, tt.inst, nil)
-			h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: tt.dest})
+			h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: tt.dest})
 			var appErr *temporal.ApplicationError
 			if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != tt.want {
 				t.Fatalf("LiveMigration error = %v, want type %s", err, tt.want)
@@ -225,7 +226,7 @@ func TestShelveOffloadReleasesBeforeClearing(t *testing.T) {
 	h.on("offload", a.Offload, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	h.on("clear", a.ClearInstanceHost, nil)
-	h.env.ExecuteWorkflow(ShelveOffload, ShelveOffloadInput{UUID: uuid})
+	h.env.ExecuteWorkflow(ShelveOffload, api.ShelveOffloadInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("ShelveOffload: %v", err)
 	}
@@ -240,7 +241,7 @@ func TestShelveOffloadPowerOffFailureKeepsTheClaim(t *testing.T) {
 	h.on("task", a.SetTaskState, nil)
 	h.on("offload", a.Offload, failed("hypervisor refused", activities.ErrTypeRejected))
 	h.on("restore", a.RestoreDomain, nil)
-	h.env.ExecuteWorkflow(ShelveOffload, ShelveOffloadInput{UUID: uuid})
+	h.env.ExecuteWorkflow(ShelveOffload, api.ShelveOffloadInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err == nil {
 		t.Fatal("ShelveOffload succeeded, want the offload error")
 	}
@@ -263,7 +264,7 @@ func TestUnshelve(t *testing.T) {
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
 	h.on("spawn", a.Spawn, nil)
 	h.on("attach", a.Attach, nil)
-	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid})
+	h.env.ExecuteWorkflow(Unshelve, api.UnshelveInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Unshelve: %v", err)
 	}
@@ -285,7 +286,7 @@ func TestUnshelveSpawnFailureReleasesAndClears(t *testing.T) {
 		cleared = args.Get(1).(activities.ClearHostInput)
 		h.record("clear")
 	})
-	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid, Host: "b"})
+	h.env.ExecuteWorkflow(Unshelve, api.UnshelveInput{UUID: uuid, Host: "b"})
 	if err := h.env.GetWorkflowError(); err == nil {
 		t.Fatal("Unshelve succeeded, want the spawn error")
 	}
@@ -300,7 +301,7 @@ func TestUnshelveSpawnFailureReleasesAndClears(t *testing.T) {
 func TestUnshelveOfActiveInstanceChangesNothing(t *testing.T) {
 	h := newHarness(t)
 	h.on("load", a.LoadInstance, active("a"), nil)
-	h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid})
+	h.env.ExecuteWorkflow(Unshelve, api.UnshelveInput{UUID: uuid})
 	var appErr *temporal.ApplicationError
 	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeBadState {
 		t.Fatalf("Unshelve error = %v, want BadState", err)
@@ -313,7 +314,7 @@ func TestBoot(t *testing.T) {
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
 	h.on("spawn", a.Spawn, nil)
 	h.on("attach", a.Attach, nil)
-	h.env.ExecuteWorkflow(Boot, BootInput{UUID: uuid, Name: "vm", Flavor: flavor, Host: "a"})
+	h.env.ExecuteWorkflow(Boot, api.BootInput{UUID: uuid, Name: "vm", Flavor: flavor, Host: "a"})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("Boot: %v", err)
 	}
@@ -327,7 +328,7 @@ func TestBootNoFitMarksError(t *testing.T) {
 	h.on("create", a.CreateInstance, activities.InstanceInfo{UUID: uuid, Name: "vm", Flavor: flavor}, nil)
 	h.on("choose", a.ChooseHost, "", failed("no host can take it", activities.ErrTypeNoFit))
 	h.on("task", a.SetTaskState, nil)
-	h.env.ExecuteWorkflow(Boot, BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
+	h.env.ExecuteWorkflow(Boot, api.BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
 	if err := h.env.GetWorkflowError(); err == nil {
 		t.Fatal("Boot succeeded, want no fit")
 	}
@@ -356,7 +357,7 @@ func TestDelete(t *testing.T) {
 				h.on("clear", a.ClearInstanceHost, nil)
 			}
 			h.on("delete", a.DeleteInstance, nil)
-			h.env.ExecuteWorkflow(Delete, DeleteInput{UUID: uuid})
+			h.env.ExecuteWorkflow(Delete, api.DeleteInput{UUID: uuid})
 			if err := h.env.GetWorkflowError(); err != nil {
 				t.Fatalf("Delete: %v", err)
 			}
@@ -375,9 +376,9 @@ func TestStatusQuery(t *testing.T) {
 	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, nil).After(time.Hour)
 	h.on("commit", a.CommitMigration, nil)
-	var during Status
+	var during api.Status
 	h.env.RegisterDelayedCallback(func() {
-		v, err := h.env.QueryWorkflow(StatusQuery)
+		v, err := h.env.QueryWorkflow(api.StatusQuery)
 		if err != nil {
 			t.Errorf("QueryWorkflow(status): %v", err)
 			return
@@ -386,11 +387,11 @@ func TestStatusQuery(t *testing.T) {
 			t.Error(err)
 		}
 	}, time.Minute)
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
-	if during.Phase != PhaseRunning || during.Source != "a" || during.Dest != "b" || during.Progress == 0 {
+	if during.Phase != api.PhaseRunning || during.Source != "a" || during.Dest != "b" || during.Progress == 0 {
 		t.Errorf("status during the migration = %+v, want phase running from a to b with progress", during)
 	}
 }
@@ -407,7 +408,7 @@ func TestLiveMigrationRollbackFindsGuestMigrated(t *testing.T) {
 	h.on("migrate", a.Migrate, failed("destination unreachable", activities.ErrTypeRejected))
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{OnDest: true}, nil)
 	h.on("commit", a.CommitMigration, nil)
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("LiveMigration error = %v, want success: the guest runs on b", err)
 	}
@@ -427,7 +428,7 @@ func TestLiveMigrationFailedRollbackKeepsTheDestination(t *testing.T) {
 	h.on("prepare", a.PrepareMigration, nil)
 	h.on("migrate", a.Migrate, failed("connection reset", activities.ErrTypeRejected))
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, failed("domain not found anywhere", activities.ErrTypeRejected))
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	err := h.env.GetWorkflowError()
 	if err == nil || !strings.Contains(err.Error(), "kept for an operator: release the destination claim, clear the task state") {
 		t.Fatalf("LiveMigration error = %v, want the rollback's failure and what was kept", err)
@@ -447,7 +448,7 @@ func TestBootNamesItsCreator(t *testing.T) {
 			creator = in.Creator
 			return activities.InstanceInfo{}, failed("instance exists already", activities.ErrTypeBadState)
 		})
-	h.env.ExecuteWorkflow(Boot, BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
+	h.env.ExecuteWorkflow(Boot, api.BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
 	var appErr *temporal.ApplicationError
 	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeBadState {
 		t.Fatalf("Boot error = %v, want BadState", err)
@@ -490,7 +491,7 @@ func TestLiveMigrationTriesAnotherHost(t *testing.T) {
 	var committed activities.CommitMigrationInput
 	h.env.OnActivity(a.CommitMigration, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.CommitMigrationInput) error { committed = in; return nil })
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
@@ -510,7 +511,7 @@ func TestLiveMigrationTriesAnotherHost(t *testing.T) {
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room", activities.ErrTypeNoFit))
 	h.on("release", a.ReleaseClaim, nil)
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, Dest: "b"})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	if got := h.sequence(); got != "load,task,claim,release,task" {
 		t.Errorf("named destination without room: steps %s, want load,task,claim,release,task", got)
 	}
@@ -540,7 +541,7 @@ func TestLiveMigrationPastPostCopyNeverFallsBack(t *testing.T) {
 	h.on("release", a.ReleaseClaim, nil).Maybe()
 	h.on("poweroff", a.PowerOff, nil).Maybe()
 	h.on("begin resize", a.BeginResize, nil).Maybe()
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid, ColdFallback: true})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, ColdFallback: true})
 	if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "refused the domain") {
 		t.Errorf("LiveMigration failing after a resumed post-copy: %v, want the failure", err)
 	}
@@ -573,7 +574,7 @@ func TestLiveMigrationResumesABrokenPostCopy(t *testing.T) {
 	h.on("release", a.ReleaseClaim, nil).Maybe()
 	h.on("commit", a.CommitMigration, nil)
 	h.env.RegisterDelayedCallback(func() { h.env.CancelWorkflow() }, postCopyRetry/2)
-	h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err != nil {
 		t.Fatalf("LiveMigration whose post-copy broke twice: %v, want it completed", err)
 	}
@@ -612,8 +613,8 @@ func TestMovesWaitForTheDisruptionBudget(t *testing.T) {
 		var waiting string
 		h.env.SetOnTimerScheduledListener(func(string, time.Duration) {
 			if waiting == "" {
-				if st, err := h.env.QueryWorkflow(StatusQuery); err == nil {
-					var s Status
+				if st, err := h.env.QueryWorkflow(api.StatusQuery); err == nil {
+					var s api.Status
 					_ = st.Get(&s)
 					waiting = s.Detail
 				}
@@ -625,7 +626,7 @@ func TestMovesWaitForTheDisruptionBudget(t *testing.T) {
 			h.env.RegisterDelayedCallback(h.env.CancelWorkflow, time.Second)
 			want = "take"
 		}
-		h.env.ExecuteWorkflow(LiveMigration, LiveMigrationInput{UUID: uuid})
+		h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid})
 		if err := h.env.GetWorkflowError(); (err != nil) != cancel {
 			t.Errorf("LiveMigration (cancelled %v) error = %v", cancel, err)
 		}
@@ -678,7 +679,7 @@ func TestTriesCountOnlyDeliveredAttempts(t *testing.T) {
 			h.on("destroy", a.DestroyDomain, nil).Maybe()
 			h.on("release", a.ReleaseClaim, nil).Maybe()
 			h.on("clear", a.ClearInstanceHost, nil).Maybe()
-			h.env.ExecuteWorkflow(Unshelve, UnshelveInput{UUID: uuid, Host: "b"})
+			h.env.ExecuteWorkflow(Unshelve, api.UnshelveInput{UUID: uuid, Host: "b"})
 			err := h.env.GetWorkflowError()
 			if spawns != len(tt.attempts) {
 				t.Errorf("spawn ran %d times, want %d", spawns, len(tt.attempts))
@@ -709,7 +710,7 @@ func TestTriesCountOnlyDeliveredAttempts(t *testing.T) {
 				return
 			}
 			line := tt.line + "; instance " + uuid + " stays shelved_offloaded"
-			if f, ok := FailureOf(err); !ok || f.Line() != line {
+			if f, ok := api.FailureOf(err); !ok || f.Line() != line {
 				t.Errorf("failure = %q\nwant      %q", f.Line(), line)
 			}
 		})

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -80,7 +81,7 @@ func BenchmarkAuditFleet(b *testing.B) {
 	}
 	b.Logf("setup: %d hosts, %d guests in %s", hosts, (hosts+9)/10, time.Since(setup).Round(time.Millisecond))
 
-	if err := workflows.RegisterSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, tc.OperatorService(), namespace); err != nil {
 		b.Fatal(err)
 	}
 	const queue = "bench-audit"
@@ -97,14 +98,14 @@ func BenchmarkAuditFleet(b *testing.B) {
 	zero := time.Duration(0)
 	b.ResetTimer()
 	for n := range b.N {
-		id := fmt.Sprintf("%s-bench-%d", workflows.ReconcileWorkflowIDPrefix, n)
+		id := fmt.Sprintf("%s-bench-%d", api.ReconcileWorkflowIDPrefix, n)
 		t0 := time.Now()
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, workflows.Reconcile,
-			workflows.ReconcileInput{Grace: &zero})
+			api.ReconcileInput{Grace: &zero})
 		if err != nil {
 			b.Fatal(err)
 		}
-		var res workflows.ReconcileResult
+		var res api.ReconcileResult
 		if err := run.Get(ctx, &res); err != nil {
 			b.Fatal(err)
 		}
@@ -119,7 +120,7 @@ func BenchmarkAuditFleet(b *testing.B) {
 			page = max(page, historyLength(ctx, b, tc, fmt.Sprintf("%s-page-%d", id, p)))
 		}
 		f0 := time.Now()
-		parallel(names, workflows.DefaultReconcileConcurrency, func(_ int, h string) {
+		parallel(names, api.DefaultReconcileConcurrency, func(_ int, h string) {
 			if _, err := led.Snapshot(ctx, h); err != nil {
 				b.Error(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/sim"
@@ -134,7 +135,7 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 		guests[i] = newGuestUUID(i)
 		where[i] = "left"
 		boots = append(boots, start(guest.InstanceWorkflowID(guests[i]), workflows.Boot,
-			workflows.BootInput{UUID: guests[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "left"}))
+			api.BootInput{UUID: guests[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "left"}))
 	}
 	for _, r := range boots {
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -170,7 +171,7 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 			go func(i int, uuid, dst string) {
 				defer wg.Done()
 				t0 := time.Now()
-				run := start(guest.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+				run := start(guest.InstanceWorkflowID(uuid), workflows.LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: dst})
 				if err := run.Get(ctx, nil); err != nil {
 					b.Error(err)
 					return
@@ -213,7 +214,7 @@ func benchLiveMigration(b *testing.B, inFlight int) {
 		uuid := guests[i%inFlight]
 		dst := map[string]string{"left": "right", "right": "left"}[where[i%inFlight]]
 		t0 := time.Now()
-		run := start(guest.InstanceWorkflowID(uuid), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid, Dest: dst})
+		run := start(guest.InstanceWorkflowID(uuid), workflows.LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: dst})
 		if err := run.Get(ctx, nil); err != nil {
 			b.Fatal(err)
 		}
@@ -270,7 +271,7 @@ func benchWorkers(b *testing.B, clients []client.Client, namespace, queue string
 			b.Fatal(err)
 		}
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, clients[0].OperatorService(), namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, clients[0].OperatorService(), namespace); err != nil {
 		b.Fatal(err)
 	}
 	counted := &redispatches{}

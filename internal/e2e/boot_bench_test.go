@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
@@ -84,7 +85,7 @@ func BenchmarkBootBurst(b *testing.B) {
 		bootID := func(i int) string { return guest.InstanceWorkflowID(newGuestUUID(round*burstBoots + i)) }
 		took, wall := burst(burstBoots, workflows.Boot, func(i int) (string, any) {
 			uuid := newGuestUUID(round*burstBoots + i)
-			return bootID(i), workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: hosts[i%len(hosts)]}
+			return bootID(i), api.BootInput{UUID: uuid, Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: hosts[i%len(hosts)]}
 		})
 		boots, bootWall = append(boots, took...), bootWall+wall
 		bootQueue.add(readFirstTasks(b, tc, burstBoots, bootID))

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
@@ -54,7 +55,7 @@ func BenchmarkDrain(b *testing.B) {
 	for i := range targets {
 		add(fmt.Sprintf("t%03d", i), small)
 	}
-	if err := workflows.RegisterSearchAttributes(ctx, temporal.Client.OperatorService(), temporal.Namespace); err != nil {
+	if err := api.RegisterSearchAttributes(ctx, temporal.Client.OperatorService(), temporal.Namespace); err != nil {
 		b.Fatal(err)
 	}
 	const queue = "bench-drain"
@@ -88,15 +89,15 @@ func BenchmarkDrain(b *testing.B) {
 	for i := range uuids {
 		uuids[i] = newGuestUUID(1000 + i)
 		runs = append(runs, start(guest.InstanceWorkflowID(uuids[i]), workflows.Boot,
-			workflows.BootInput{UUID: uuids[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "src"}))
+			api.BootInput{UUID: uuids[i], Name: fmt.Sprintf("g%d", i), Flavor: flavor, Host: "src"}))
 	}
 	waitAll(runs)
 
 	for _, parallel := range []int{1, 5, 20} {
 		t0 := time.Now()
-		var res workflows.DrainResult
-		run := start(fmt.Sprintf("%s-%d", workflows.DrainWorkflowID("src"), parallel), workflows.Drain,
-			workflows.DrainInput{Host: "src", Parallel: parallel})
+		var res api.DrainResult
+		run := start(fmt.Sprintf("%s-%d", api.DrainWorkflowID("src"), parallel), workflows.Drain,
+			api.DrainInput{Host: "src", Parallel: parallel})
 		if err := run.Get(ctx, &res); err != nil {
 			b.Fatal(err)
 		}
@@ -114,7 +115,7 @@ func BenchmarkDrain(b *testing.B) {
 		}
 		runs = runs[:0]
 		for _, u := range uuids {
-			runs = append(runs, start(guest.InstanceWorkflowID(u), workflows.LiveMigration, workflows.LiveMigrationInput{UUID: u, Dest: "src"}))
+			runs = append(runs, start(guest.InstanceWorkflowID(u), workflows.LiveMigration, api.LiveMigrationInput{UUID: u, Dest: "src"}))
 		}
 		waitAll(runs)
 	}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/drain"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // TestPlanDrain: host plan-drain plans every guest of a host onto the
@@ -272,8 +272,8 @@ func TestDrainWaitsForOperationsInFlight(t *testing.T) {
 	s.refused("drain settle 0s: it must be more than 0s", "host", "drain", "a", "--settle", "0")
 	drainA := s.start("host", "drain", "a", "--wait")
 	s.eventually("the drain waits for B's migration", time.Minute, func() bool {
-		var st workflows.Status
-		return s.queryStatus(workflows.DrainWorkflowID("a"), &st) && strings.Contains(st.Detail, "to settle")
+		var st api.Status
+		return s.queryStatus(api.DrainWorkflowID("a"), &st) && strings.Contains(st.Detail, "to settle")
 	})
 	s.ok("sim", "gate", "--at", "switchover", "--guest", vmB, "--release")
 	out, errOut, code := drainA.wait(t)
@@ -323,7 +323,7 @@ func TestDrainCancel(t *testing.T) {
 	s.ok(append(gate, "--wait-arrived", "1")...)
 	s.eventually("A moved off a", time.Minute, func() bool {
 		for _, g := range s.drainState("a").Guests {
-			if g.UUID == vmA && g.State == workflows.GuestMoved {
+			if g.UUID == vmA && g.State == api.GuestMoved {
 				return true
 			}
 		}
@@ -380,15 +380,15 @@ func TestDrainPauseResume(t *testing.T) {
 	vms := []string{s.boot("A", "a", 1), s.boot("B", "a", 1), s.boot("C", "a", 1)}
 	s.ok("sim", "gate", "--at", "switchover", "--hold")
 	s.ok("host", "drain", "a", "--parallel", "1")
-	status := func() workflows.DrainStatus {
-		var st workflows.DrainStatus
+	status := func() api.DrainStatus {
+		var st api.DrainStatus
 		s.jsonOf(&st, "host", "drain", "status", "a", "--json")
 		return st
 	}
-	moved := func(st workflows.DrainStatus) int {
+	moved := func(st api.DrainStatus) int {
 		n := 0
 		for _, g := range st.Guests {
-			if g.State == workflows.GuestMoved {
+			if g.State == api.GuestMoved {
 				n++
 			}
 		}
@@ -417,7 +417,7 @@ func TestDrainPauseResume(t *testing.T) {
 	if st := status(); !st.Paused || st.Moving != 0 || moved(st) != 1 {
 		t.Fatalf("paused drain: paused %v, %d moving, %d moved; want paused, 0 moving, 1 moved", st.Paused, st.Moving, moved(st))
 	}
-	d, err := s.tc.DescribeWorkflow(context.Background(), workflows.DrainWorkflowID("a"), "")
+	d, err := s.tc.DescribeWorkflow(context.Background(), api.DrainWorkflowID("a"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,7 +528,7 @@ func TestDrainsShareCloudLimits(t *testing.T) {
 	s.ok("host", "drain", "a2", "--parallel", "2")
 	s.ok("sim", "gate", "--at", "switchover", "--wait-arrived", "1")
 	waiting := func(h string) bool {
-		var st workflows.DrainStatus
+		var st api.DrainStatus
 		out, _, code := s.run("host", "drain", "status", h, "--json")
 		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && strings.Contains(st.Waiting, "in the cloud")
 	}
@@ -588,13 +588,13 @@ func TestDrainRetriesFailedMoves(t *testing.T) {
 	s.ok("host", "drain", "a", "--parallel", "4")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var res workflows.DrainResult
-	if err := s.tc.GetWorkflow(ctx, workflows.DrainWorkflowID("a"), "").Get(ctx, &res); err != nil {
+	var res api.DrainResult
+	if err := s.tc.GetWorkflow(ctx, api.DrainWorkflowID("a"), "").Get(ctx, &res); err != nil {
 		t.Fatalf("the drain of a: %v", err)
 	}
 	retried := 0
 	for _, g := range res.Guests {
-		if g.State != workflows.GuestMoved {
+		if g.State != api.GuestMoved {
 			t.Errorf("guest %s ended %s (%s), want moved", g.UUID, g.State, g.Error)
 		}
 		if g.Attempts > 0 {
@@ -642,9 +642,9 @@ func TestDrainFailedMoveInOneLine(t *testing.T) {
 	if !st.Completed() || st.Moved != 1 || st.Failed != 1 || len(st.Guests) != 2 {
 		t.Fatalf("host drain status a --json after the drain: %s, %d moved, %d failed, %d guests; want completed, 1 moved, 1 failed of 2", st.Status, st.Moved, st.Failed, len(st.Guests))
 	}
-	var left workflows.DrainGuest
+	var left api.DrainGuest
 	for _, g := range st.Guests {
-		if g.State == workflows.GuestFailed {
+		if g.State == api.GuestFailed {
 			left = g
 		}
 	}

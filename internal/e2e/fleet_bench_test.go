@@ -15,11 +15,11 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	pclient "github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // The fleet of BenchmarkFleet: hosts of 64 pCPUs, each with 20 guests of
@@ -241,8 +241,8 @@ func runFleet(b *testing.B, hosts int, duration time.Duration, interval string) 
 		time.Sleep(duration / 3)
 		host := names[len(names)/2]
 		t0 := time.Now()
-		dr, err := pc.Drain(ctx, workflows.DrainInput{Host: host, Reason: "fleet benchmark"})
-		var res workflows.DrainResult
+		dr, err := pc.Drain(ctx, api.DrainInput{Host: host, Reason: "fleet benchmark"})
+		var res api.DrainResult
 		if err == nil {
 			err = s.tc.GetWorkflow(ctx, dr.WorkflowID, dr.RunID).Get(ctx, &res)
 		}

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // shownGroup is `pinflow group show --json`.
@@ -298,8 +298,8 @@ func (s *stack) statusDetail(uuid, want string) string {
 	defer cancel()
 	last := ""
 	for ctx.Err() == nil {
-		if v, err := s.tc.QueryWorkflow(ctx, guest.InstanceWorkflowID(uuid), "", workflows.StatusQuery); err == nil {
-			var st workflows.Status
+		if v, err := s.tc.QueryWorkflow(ctx, guest.InstanceWorkflowID(uuid), "", api.StatusQuery); err == nil {
+			var st api.Status
 			if v.Get(&st) == nil {
 				last = st.Detail
 				if strings.Contains(last, want) {

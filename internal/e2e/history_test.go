@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/workflows"
@@ -38,7 +39,7 @@ func TestHistoriesReplay(t *testing.T) {
 	}
 	recordHost := func(host, name string) {
 		t.Helper()
-		recorded, names = append(recorded, s.historyOf(workflows.HostWorkflowID(host))), append(names, name)
+		recorded, names = append(recorded, s.historyOf(api.HostWorkflowID(host))), append(names, name)
 	}
 	recordHost("a", "host-add")
 	record(vmA, "boot")
@@ -59,7 +60,7 @@ func TestHistoriesReplay(t *testing.T) {
 		WorkflowID string `json:"workflow_id"`
 	}
 	s.jsonOf(&audit, "reconcile", "--grace", "0")
-	var res workflows.ReconcileResult
+	var res api.ReconcileResult
 	if err := s.tc.GetWorkflow(context.Background(), audit.WorkflowID, "").Get(context.Background(), &res); err != nil {
 		t.Fatalf("reconcile %s: %v", audit.WorkflowID, err)
 	}
@@ -114,19 +115,19 @@ func TestHistoriesReplay(t *testing.T) {
 	s.ok("host", "drain", "pause", "b")
 	s.ok("sim", "gate", "--at", "switchover", "--release")
 	s.eventually("the drain's first move finished while it is paused", time.Minute, func() bool {
-		var st workflows.DrainStatus
+		var st api.DrainStatus
 		s.jsonOf(&st, "host", "drain", "status", "b", "--json")
 		return st.Paused && st.Moving == 0 && len(st.Guests) == 2 &&
-			(st.Guests[0].State == workflows.GuestMoved) != (st.Guests[1].State == workflows.GuestMoved)
+			(st.Guests[0].State == api.GuestMoved) != (st.Guests[1].State == api.GuestMoved)
 	})
 	s.ok("host", "drain", "resume", "b")
-	var drained workflows.DrainResult
+	var drained api.DrainResult
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := s.tc.GetWorkflow(ctx, workflows.DrainWorkflowID("b"), "").Get(ctx, &drained); err != nil || drained.Moved != 2 {
+	if err := s.tc.GetWorkflow(ctx, api.DrainWorkflowID("b"), "").Get(ctx, &drained); err != nil || drained.Moved != 2 {
 		t.Fatalf("drain of b = %+v, %v; want both guests moved", drained, err)
 	}
-	recorded, names = append(recorded, s.historyOf(workflows.DrainWorkflowID("b"))), append(names, "drain")
+	recorded, names = append(recorded, s.historyOf(api.DrainWorkflowID("b"))), append(names, "drain")
 	record(vmC, "live-migration-reserved")
 
 	// Redis loses a's keys while both guests run there; a recovery

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // TestHostChangesAreOperations: every change of a host (add, disable,
@@ -69,7 +69,7 @@ func TestHostChangesAreOperations(t *testing.T) {
 	s.ok("sim", "gate", "--at", "stop", "--guest", vmB, "--release")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := s.tc.GetWorkflow(ctx, workflows.HostWorkflowID("b"), "").Get(ctx, nil); err != nil {
+	if err := s.tc.GetWorkflow(ctx, api.HostWorkflowID("b"), "").Get(ctx, nil); err != nil {
 		t.Fatalf("host up b: %v", err)
 	}
 	if out := s.ok("host", "remove", "c"); !strings.Contains(out, "host c removed, with 0 tombstones") {
@@ -91,7 +91,7 @@ func TestHostChangesAreOperations(t *testing.T) {
 			return slices.Equal(hostRuns(recs), want[host])
 		})
 		for _, r := range recs {
-			if r.Operation == workflows.OpHostRemove && r.Status == "failed" && !strings.Contains(r.Reason, "evacuate, migrate or delete") {
+			if r.Operation == api.OpHostRemove && r.Status == "failed" && !strings.Contains(r.Reason, "evacuate, migrate or delete") {
 				t.Errorf("ops --host %s: the refused removal's reason is %q, want the ledger's refusal", host, r.Reason)
 			}
 			if strings.HasPrefix(string(r.Operation), "host-") && r.Source != host {

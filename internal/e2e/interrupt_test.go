@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -470,14 +471,14 @@ func (c *chaos) sample(ctx context.Context, stop <-chan struct{}) {
 
 // audit runs one audit of every host with no grace and counts what it
 // freed.
-func (c *chaos) audit(ctx context.Context, id string) (*workflows.ReconcileResult, error) {
+func (c *chaos) audit(ctx context.Context, id string) (*api.ReconcileResult, error) {
 	zero := time.Duration(0)
 	run, err := c.start(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue},
-		workflows.Reconcile, workflows.ReconcileInput{Grace: &zero})
+		workflows.Reconcile, api.ReconcileInput{Grace: &zero})
 	if err != nil {
 		return nil, err
 	}
-	var res workflows.ReconcileResult
+	var res api.ReconcileResult
 	if err := c.await(ctx, run, &res); err != nil {
 		return nil, err
 	}
@@ -507,7 +508,7 @@ const finalAudits = 30
 // change: claims it freed or settled, and those it kept only for now (an
 // owner closed less than the minimum grace ago, a fence lease running, an
 // error, an operation still open); "" when it found none.
-func unsettled(res *workflows.ReconcileResult) string {
+func unsettled(res *api.ReconcileResult) string {
 	t := res.Total
 	var left []string
 	if n := t.Freed.Total(); n > 0 {
@@ -528,7 +529,7 @@ func unsettled(res *workflows.ReconcileResult) string {
 	if len(left) == 0 {
 		return ""
 	}
-	return strings.Join(left, ", ") + ":\n" + workflows.ReconcileReport(res)
+	return strings.Join(left, ", ") + ":\n" + api.ReconcileReport(res)
 }
 
 // operate runs one guest's operations one after the other, interrupting
@@ -542,7 +543,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		if ctx.Err() != nil {
 			return
 		}
-		var op workflows.Operation
+		var op api.Operation
 		var wf, in any
 		var inst *ledger.Instance
 		aimed := "" // the host a boot asks for
@@ -565,7 +566,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 			if withDevices {
 				flavor.Ports = []numa.Port{{Name: "data", Physnet: "physnet1", VNICType: numa.VNICDirect}}
 			}
-			boot := workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
+			boot := api.BootInput{UUID: uuid, Name: fmt.Sprintf("c%d-%d", slot, n), Flavor: flavor}
 			// Some floating and mixed guests ask for a host, any: one
 			// without shared CPUs must refuse them. A calm run expects
 			// every operation to complete, and asks for none.
@@ -582,9 +583,9 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 				c.members[uuid] = true
 			}
 			c.mu.Unlock()
-			op, wf, in = workflows.OpBoot, workflows.Boot, boot
+			op, wf, in = api.OpBoot, workflows.Boot, boot
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 4:
-			op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
+			op, wf, in = api.OpLiveMigration, workflows.LiveMigration, api.LiveMigrationInput{UUID: uuid}
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 3:
 			// A resize one vCPU up from the flavor's size or back, or a
 			// cold migration; its confirm window is short, and some get a
@@ -595,17 +596,17 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 				resized.VCPUs = 2*flavor.VCPUs + 1 - inst.Request.VCPUs
 				f = &resized
 			}
-			op, wf, in = workflows.OpResize, workflows.Resize, workflows.ResizeInput{UUID: uuid, Flavor: f,
+			op, wf, in = api.OpResize, workflows.Resize, api.ResizeInput{UUID: uuid, Flavor: f,
 				ConfirmWindow: time.Duration(500+rng.IntN(2500)) * time.Millisecond}
 			if f == nil {
-				op = workflows.OpColdMigration
+				op = api.OpColdMigration
 			}
 		case inst.VMState == guest.VMActive && inst.Host != "" && rng.IntN(10) < 6:
-			op, wf, in = workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}
+			op, wf, in = api.OpShelveOffload, workflows.ShelveOffload, api.ShelveOffloadInput{UUID: uuid}
 		case inst.VMState == guest.VMShelvedOffloaded && rng.IntN(10) < 7:
-			op, wf, in = workflows.OpUnshelve, workflows.Unshelve, workflows.UnshelveInput{UUID: uuid}
+			op, wf, in = api.OpUnshelve, workflows.Unshelve, api.UnshelveInput{UUID: uuid}
 		default:
-			op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
+			op, wf, in = api.OpDelete, workflows.Delete, api.DeleteInput{UUID: uuid}
 		}
 		id := guest.InstanceWorkflowID(uuid)
 		// Half the interruptions come at a gate of one of the operation's
@@ -614,7 +615,7 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		how := c.interrupt(rng)
 		gate := sim.Gate("")
 		gates := opGates[op]
-		if withDevices && op == workflows.OpLiveMigration {
+		if withDevices && op == api.OpLiveMigration {
 			gates = append(slices.Clip(gates), sim.GateDetach, sim.GateAttach)
 		}
 		if how != "" && len(gates) > 0 && rng.IntN(2) == 0 {
@@ -645,13 +646,13 @@ func (c *chaos) operate(ctx context.Context, slot int, started *atomic.Int64, de
 		if gate != "" {
 			c.interruptAtGate(ctx, gate, uuid, how, run, fmt.Sprintf("%s of %s", op, uuid))
 			how += " at " + string(gate)
-		} else if how == "" && (op == workflows.OpResize || op == workflows.OpColdMigration) && rng.IntN(2) == 0 {
-			decision := []string{workflows.DecisionConfirm, workflows.DecisionRevert}[rng.IntN(2)]
+		} else if how == "" && (op == api.OpResize || op == api.OpColdMigration) && rng.IntN(2) == 0 {
+			decision := []string{api.DecisionConfirm, api.DecisionRevert}[rng.IntN(2)]
 			how = decision
 			time.Sleep(time.Duration(rng.Int64N(int64(3 * time.Second))))
 			// Refused unless in VERIFY_RESIZE: it races the window too.
 			h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: id, RunID: run.GetRunID(),
-				UpdateName: workflows.ResizeDecisionUpdate, Args: []any{decision}, WaitForStage: client.WorkflowUpdateStageCompleted})
+				UpdateName: api.ResizeDecisionUpdate, Args: []any{decision}, WaitForStage: client.WorkflowUpdateStageCompleted})
 			if err == nil {
 				_ = h.Get(ctx, nil)
 			}
@@ -760,14 +761,14 @@ func unanswered(err error) bool {
 
 // opGates are the simulator's gates each operation's hypervisor steps
 // pass, where the chaos run may hold one and interrupt it there.
-var opGates = map[workflows.Operation][]sim.Gate{
-	workflows.OpBoot:          {sim.GateDefine, sim.GateStart},
-	workflows.OpLiveMigration: {sim.GatePrepare, sim.GateMigrate, sim.GateCopy, sim.GateSwitchover, sim.GateSwitched},
-	workflows.OpResize:        {sim.GateShutdown, sim.GateDefine, sim.GateStart},
-	workflows.OpColdMigration: {sim.GateShutdown, sim.GateDefine, sim.GateStart},
-	workflows.OpShelveOffload: {sim.GateShutdown, sim.GateUndefine},
-	workflows.OpUnshelve:      {sim.GateDefine, sim.GateStart},
-	workflows.OpDelete:        {sim.GateStop, sim.GateUndefine},
+var opGates = map[api.Operation][]sim.Gate{
+	api.OpBoot:          {sim.GateDefine, sim.GateStart},
+	api.OpLiveMigration: {sim.GatePrepare, sim.GateMigrate, sim.GateCopy, sim.GateSwitchover, sim.GateSwitched},
+	api.OpResize:        {sim.GateShutdown, sim.GateDefine, sim.GateStart},
+	api.OpColdMigration: {sim.GateShutdown, sim.GateDefine, sim.GateStart},
+	api.OpShelveOffload: {sim.GateShutdown, sim.GateUndefine},
+	api.OpUnshelve:      {sim.GateDefine, sim.GateStart},
+	api.OpDelete:        {sim.GateStop, sim.GateUndefine},
 }
 
 // interruptAtGate interrupts run (how) once a call of its guest has
@@ -850,13 +851,13 @@ func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
 		return
 	}
 	defer c.freeHost(h)
-	id := workflows.DrainWorkflowID(h)
+	id := api.DrainWorkflowID(h)
 	c.mu.Lock()
 	c.drainIDs = append(c.drainIDs, id)
 	c.mu.Unlock()
 	run, err := c.start(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: c.queue,
 		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE},
-		workflows.Drain, workflows.DrainInput{Host: h, Policy: workflows.DrainLiveThenCold, Reason: "chaos", Settle: 10 * time.Second})
+		workflows.Drain, api.DrainInput{Host: h, Policy: api.DrainLiveThenCold, Reason: "chaos", Settle: 10 * time.Second})
 	if err != nil {
 		c.report("start the drain of %s: %v", h, err)
 		return
@@ -872,8 +873,8 @@ func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
 	stuck := gctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	if stuck {
-		var st workflows.DrainStatus
-		if v, qerr := c.tc.QueryWorkflow(ctx, id, run.GetRunID(), workflows.DrainStatusQuery); qerr == nil {
+		var st api.DrainStatus
+		if v, qerr := c.tc.QueryWorkflow(ctx, id, run.GetRunID(), api.DrainStatusQuery); qerr == nil {
 			_ = v.Get(&st)
 		}
 		c.report("the drain of %s (%s) has not ended after 4 minutes: %s; %+v", h, how, st.Summary(), st.Guests)

@@ -16,12 +16,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	enumspb "go.temporal.io/api/enums/v1"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/client"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
 	"github.com/pinflow/pinflow/internal/testenv"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // These tests move pinned guests between two real libvirtd hosts with
@@ -431,7 +431,7 @@ func libvirtColdMigration(t *testing.T) {
 		t.Errorf("cold migration --wait: %+v; want it awaiting a decision on h2, from h1, with a time it confirms itself", verify)
 	}
 	s.jsonOf(&end, "follow", a)
-	var res workflows.ResizeResult
+	var res api.ResizeResult
 	if err := json.Unmarshal(end.Result, &res); err != nil {
 		t.Fatalf("follow: result %s: %v", end.Result, err)
 	}
@@ -497,7 +497,7 @@ func libvirtEvacuation(t *testing.T) {
 		t.Fatalf("host evacuate h1 started %d evacuations (%+v), want %d", len(started), started, len(guests))
 	}
 	for _, g := range guests {
-		var res workflows.EvacuateResult
+		var res api.EvacuateResult
 		if err := lvmResult(s, g, &res); err != nil {
 			t.Fatalf("evacuation of %s: %v", g, err)
 		}
@@ -538,7 +538,7 @@ func libvirtEvacuation(t *testing.T) {
 			t.Errorf("after h1 came back %s is %s there, want shut off", g, dom.State)
 		}
 	}
-	var up workflows.HostUpResult
+	var up api.HostUpResult
 	s.jsonOf(&up, "host", "up", "h1", "--wait")
 	if len(up.Leftovers) != len(guests) {
 		t.Errorf("host up h1 destroyed %d leftovers (%+v), want %d", len(up.Leftovers), up.Leftovers, len(guests))

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // What operators do during a chaos run, at random moments: fence a host
@@ -143,7 +143,7 @@ func (c *chaos) recoverHost(ctx context.Context, rng *rand.Rand) {
 	c.freeHost(h)
 	outcome := "unchanged"
 	if ok {
-		var res workflows.RecoverResult
+		var res api.RecoverResult
 		if err := json.Unmarshal([]byte(out), &res); err != nil {
 			c.report("recover --host %s --json: %v: %s", h, err, out)
 			return

@@ -13,6 +13,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/ledger"
@@ -131,12 +132,12 @@ func TestReconcileRandomized(t *testing.T) {
 			case <-time.After(time.Second):
 			}
 			run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("reconcile-random-%d", i), TaskQueue: queue},
-				workflows.Reconcile, workflows.ReconcileInput{Grace: &zero})
+				workflows.Reconcile, api.ReconcileInput{Grace: &zero})
 			if err != nil {
 				report("start audit %d: %v", i, err)
 				continue
 			}
-			var res workflows.ReconcileResult
+			var res api.ReconcileResult
 			if err := run.Get(ctx, &res); err != nil {
 				report("audit %d: %v", i, err)
 				continue
@@ -169,7 +170,7 @@ func TestReconcileRandomized(t *testing.T) {
 			// once) can spend the budget before the audits have run
 			// alongside them: then they go on until three have.
 			for n := 0; (started.Add(1) <= randomOps || audits.Load() < 3) && time.Now().Before(deadline); n++ {
-				var op workflows.Operation
+				var op api.Operation
 				var wf, in any
 				var inst *ledger.Instance
 				aimed := "" // the host a boot asks for
@@ -186,22 +187,22 @@ func TestReconcileRandomized(t *testing.T) {
 					mu.Lock()
 					uuids = append(uuids, uuid)
 					mu.Unlock()
-					boot := workflows.BootInput{UUID: uuid, Name: fmt.Sprintf("r%d-%d", slot, n), Flavor: kind.flavor()}
+					boot := api.BootInput{UUID: uuid, Name: fmt.Sprintf("r%d-%d", slot, n), Flavor: kind.flavor()}
 					// Some floating and mixed guests ask for a host, any:
 					// one without shared CPUs must refuse them.
 					if kind.floats() && rng.IntN(3) == 0 {
 						aimed = hosts[rng.IntN(len(hosts))]
 						boot.Host = aimed
 					}
-					op, wf, in = workflows.OpBoot, workflows.Boot, boot
+					op, wf, in = api.OpBoot, workflows.Boot, boot
 				case inst.VMState == guest.VMActive && rng.IntN(10) < 5:
-					op, wf, in = workflows.OpLiveMigration, workflows.LiveMigration, workflows.LiveMigrationInput{UUID: uuid}
+					op, wf, in = api.OpLiveMigration, workflows.LiveMigration, api.LiveMigrationInput{UUID: uuid}
 				case inst.VMState == guest.VMActive && rng.IntN(10) < 6:
-					op, wf, in = workflows.OpShelveOffload, workflows.ShelveOffload, workflows.ShelveOffloadInput{UUID: uuid}
+					op, wf, in = api.OpShelveOffload, workflows.ShelveOffload, api.ShelveOffloadInput{UUID: uuid}
 				case inst.VMState == guest.VMShelvedOffloaded && rng.IntN(10) < 7:
-					op, wf, in = workflows.OpUnshelve, workflows.Unshelve, workflows.UnshelveInput{UUID: uuid}
+					op, wf, in = api.OpUnshelve, workflows.Unshelve, api.UnshelveInput{UUID: uuid}
 				default:
-					op, wf, in = workflows.OpDelete, workflows.Delete, workflows.DeleteInput{UUID: uuid}
+					op, wf, in = api.OpDelete, workflows.Delete, api.DeleteInput{UUID: uuid}
 				}
 				run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 					ID: guest.InstanceWorkflowID(uuid), TaskQueue: queue,

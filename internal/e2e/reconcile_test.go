@@ -10,23 +10,23 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // reconcile runs `pinflow reconcile --wait --json` with args and returns
 // its result.
-func (s *stack) reconcile(args ...string) workflows.ReconcileResult {
+func (s *stack) reconcile(args ...string) api.ReconcileResult {
 	s.t.Helper()
-	var res workflows.ReconcileResult
+	var res api.ReconcileResult
 	s.jsonOf(&res, append([]string{"reconcile", "--wait"}, args...)...)
 	return res
 }
 
-func hostAudit(res workflows.ReconcileResult, host string) audit.HostAudit {
+func hostAudit(res api.ReconcileResult, host string) audit.HostAudit {
 	for _, h := range res.Hosts {
 		if h.Host == host {
 			return h
@@ -109,7 +109,7 @@ func TestReconcileFreesTerminatedOwner(t *testing.T) {
 			s.pastMinGrace()
 			// The fence lease of the aborted attempt may still run for a
 			// while; the audit keeps the claim until it has.
-			var res workflows.ReconcileResult
+			var res api.ReconcileResult
 			s.eventually("the audit to free or settle the destination claim", time.Minute, func() bool {
 				res = s.reconcile("--grace", "0")
 				g := s.guest(vmA)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"
@@ -276,7 +277,7 @@ func badNames(t *testing.T, s *stack, vmA string) {
 	s.refused(`host name "a\x01b": invalid input`, "host", "show", "a\x01b")
 	// Another client starting the workflow itself is refused by the
 	// ledger the workers use, with the value named.
-	for want, in := range map[string]workflows.BootInput{
+	for want, in := range map[string]api.BootInput{
 		`guest name "` + strings.Repeat("x", 64) + `"... (10000 bytes)`:  {Name: strings.Repeat("x", 10000), Flavor: guest.Flavor{VCPUs: 1, MemoryMB: 512}},
 		"memory_mb 9223372036854775807: allowed are 1-1099511627776 MiB": {Name: "X", Flavor: guest.Flavor{VCPUs: 1, MemoryMB: 1<<63 - 1}},
 	} {

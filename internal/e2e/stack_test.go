@@ -21,11 +21,11 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/config"
 	"github.com/pinflow/pinflow/hypervisor/sim"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // build is one build of the pinflow CLI and the worker.
@@ -143,7 +143,7 @@ func (s *stack) waitSearchAttributes() {
 		if err != nil {
 			return false
 		}
-		for name := range workflows.SearchAttributes() {
+		for name := range api.SearchAttributes() {
 			if _, ok := resp.GetCustomAttributes()[name]; !ok {
 				return false
 			}
@@ -616,9 +616,9 @@ const heldLong = "PINFLOW_SIM_STALE_MIGRATION=1h"
 
 // queryStatus reads the status of the workflow id into st; false while it
 // cannot be asked (not started yet, or closed).
-func (s *stack) queryStatus(id string, st *workflows.Status) bool {
+func (s *stack) queryStatus(id string, st *api.Status) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	v, err := s.tc.QueryWorkflow(ctx, id, "", workflows.StatusQuery)
+	v, err := s.tc.QueryWorkflow(ctx, id, "", api.StatusQuery)
 	return err == nil && v.Get(st) == nil
 }

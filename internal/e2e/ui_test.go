@@ -19,10 +19,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // TestWebUI runs a live migration through the CLI on a dev stack whose
@@ -68,13 +68,13 @@ func TestWebUI(t *testing.T) {
 	// A drain shows each guest's move in its current details.
 	cache := s.boot("cache-1", "compute-1", 2)
 	s.ok("host", "drain", "compute-1", "--wait")
-	drainID := workflows.DrainWorkflowID("compute-1")
+	drainID := api.DrainWorkflowID("compute-1")
 	// An audit run, which the operators' view leaves out.
 	s.ok("reconcile", "--wait")
 
 	// Visibility is eventually consistent: wait until the list the UI
 	// shows has the completed migration.
-	query := fmt.Sprintf("PinflowInstance = %q AND PinflowOperation = %q", uuid, workflows.OpLiveMigration)
+	query := fmt.Sprintf("PinflowInstance = %q AND PinflowOperation = %q", uuid, api.OpLiveMigration)
 	var runID string
 	s.eventually("the migration in visibility", time.Minute, func() bool {
 		resp, err := temporal.Client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: temporal.Namespace, Query: query})
@@ -88,7 +88,7 @@ func TestWebUI(t *testing.T) {
 
 	var auditID string
 	s.eventually("the audit in visibility", time.Minute, func() bool {
-		q := fmt.Sprintf("PinflowOperation = %q", workflows.OpReconcile)
+		q := fmt.Sprintf("PinflowOperation = %q", api.OpReconcile)
 		resp, err := temporal.Client.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: temporal.Namespace, Query: q})
 		if err != nil || len(resp.GetExecutions()) == 0 {
 			return false
@@ -131,7 +131,7 @@ func TestWebUI(t *testing.T) {
 		// attributes: this migration only.
 		{name: "ui-list", url: base + "/workflows?query=" + url.QueryEscape(query), want: []string{id, runID, "PinflowInstance"}},
 		// The operators' view: the migration and the drain, not the audit.
-		{name: "ui-operators", url: base + "/workflows?query=" + url.QueryEscape(workflows.OperatorsView), want: []string{id, drainID}, lacks: auditID},
+		{name: "ui-operators", url: base + "/workflows?query=" + url.QueryEscape(api.OperatorsView), want: []string{id, drainID}, lacks: auditID},
 		// The run's search attributes: instance, operation, hosts, phase.
 		{name: "ui-migration", url: run + "/search-attributes", want: []string{id, "PinflowInstance", uuid, "PinflowOperation", "live-migration",
 			"PinflowSourceHost", "compute-1", "PinflowDestHost", "compute-2", "PinflowPhase", "completed"}},
