@@ -14,7 +14,6 @@ import (
 	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // Audit is a run of the ledger audit, to follow.
@@ -52,7 +51,7 @@ func (c *Client) Reconcile(ctx context.Context, in api.ReconcileInput) (*Audit, 
 		TaskQueue:             c.taskQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(api.StartAttributes(api.OpReconcile, "")...),
 		StaticSummary:         summary,
-	}, workflows.Reconcile, in)
+	}, api.WorkflowReconcile, in)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
@@ -117,7 +116,7 @@ func (c *Client) Recover(ctx context.Context, in api.RecoverInput) (*api.Recover
 		ID: id, TaskQueue: c.taskQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(api.StartAttributes(api.OpRecover, "")...),
 		StaticSummary:         "ledger recovery from the hypervisors",
-	}, workflows.Recover, in)
+	}, api.WorkflowRecover, in)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
@@ -141,7 +140,7 @@ func (c *Client) ReleaseQuarantine(ctx context.Context, host, claimID string) (*
 		return nil, fmt.Errorf("quarantine release: an empty claim id; allowed is the id of a quarantine claim on %s: %w", host, ErrInvalid)
 	}
 	id := api.QuarantineReleaseWorkflowID(host, claimID)
-	run, err := c.startWorkflow(ctx, id, plan{op: api.OpUnquarantine, wf: workflows.ReleaseQuarantine,
+	run, err := c.startWorkflow(ctx, id, plan{op: api.OpUnquarantine, workflow: api.WorkflowReleaseQuarantine,
 		input:   audit.ReleaseQuarantineInput{Host: host, ClaimID: claimID},
 		summary: "release quarantine " + claimID + " on " + host, source: host}, "")
 	switch {

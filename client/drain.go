@@ -14,7 +14,6 @@ import (
 	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/drain"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // PlanDrain plans where every guest of host would go, as a drain with
@@ -39,7 +38,7 @@ type DrainRun struct {
 	RunID      string
 }
 
-// Drain starts emptying in.Host for maintenance (workflows.Drain). Zero
+// Drain starts emptying in.Host for maintenance (api.WorkflowDrain). Zero
 // limits and policy take the defaults; the limits are checked with
 // DrainInput.Check. A host that is unknown, down or returning, or that a
 // drain empties already, is refused.
@@ -60,7 +59,7 @@ func (c *Client) Drain(ctx context.Context, in api.DrainInput) (*DrainRun, error
 		return nil, fmt.Errorf("host drain %s: the host is %s; a drain moves guests off a running host (evacuate a fenced one): %w", host, st.State, ErrState)
 	}
 	id := api.DrainWorkflowID(host)
-	run, err := c.startWorkflow(ctx, id, plan{op: api.OpDrain, wf: workflows.Drain, input: in, summary: "drain host " + host, source: host}, "")
+	run, err := c.startWorkflow(ctx, id, plan{op: api.OpDrain, workflow: api.WorkflowDrain, input: in, summary: "drain host " + host, source: host}, "")
 	switch {
 	case alreadyRunning(err):
 		return nil, fmt.Errorf("host drain %s: the host is being drained already (workflow %s): %w", host, id,

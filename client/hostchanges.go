@@ -13,7 +13,6 @@ import (
 	"github.com/pinflow/pinflow/hypervisor/libvirthost"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // Every change of a host (its registration, its state, its return and
@@ -74,7 +73,7 @@ func (c *Client) AddHost(ctx context.Context, r AddHostRequest) (*api.HostAddRes
 		return nil, fmt.Errorf("%s %s: give a topology or a libvirt configuration: %w", verb, r.Name, ErrInvalid)
 	}
 	var res api.HostAddResult
-	p := plan{op: api.OpHostAdd, wf: workflows.HostAdd, input: in, summary: summary, source: r.Name}
+	p := plan{op: api.OpHostAdd, workflow: api.WorkflowHostAdd, input: in, summary: summary, source: r.Name}
 	if err := c.changeHost(ctx, verb, p, &res); err != nil {
 		return nil, err
 	}
@@ -94,7 +93,7 @@ func (c *Client) DisableHost(ctx context.Context, host, reason string) (ledger.H
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
 		return st, fmt.Errorf("%s %s: the host is %s; only an up host is disabled, once it is back up: %w", verb, host, st.State, ErrState)
 	}
-	p := plan{op: api.OpHostDisable, wf: workflows.HostDisable, input: api.HostStateInput{Host: host, Reason: reason},
+	p := plan{op: api.OpHostDisable, workflow: api.WorkflowHostDisable, input: api.HostStateInput{Host: host, Reason: reason},
 		summary: fmt.Sprintf("disable host %s: %s", host, reason), source: host}
 	return c.changeHostState(ctx, verb, p)
 }
@@ -110,7 +109,7 @@ func (c *Client) EnableHost(ctx context.Context, host string) (ledger.HostStatus
 	if st.State != ledger.HostUp && st.State != ledger.HostDisabled {
 		return st, fmt.Errorf("%s %s: the host is %s, not disabled; a host marked down comes back with UpHost: %w", verb, host, st.State, ErrState)
 	}
-	p := plan{op: api.OpHostEnable, wf: workflows.HostEnable, input: api.HostStateInput{Host: host},
+	p := plan{op: api.OpHostEnable, workflow: api.WorkflowHostEnable, input: api.HostStateInput{Host: host},
 		summary: "enable host " + host, source: host}
 	return c.changeHostState(ctx, verb, p)
 }
@@ -127,7 +126,7 @@ func (c *Client) DownHost(ctx context.Context, host, reason string, autoEvacuate
 	if _, err := c.hostToChange(ctx, verb, host, &reason); err != nil {
 		return ledger.HostStatus{}, err
 	}
-	p := plan{op: api.OpHostDown, wf: workflows.HostDown,
+	p := plan{op: api.OpHostDown, workflow: api.WorkflowHostDown,
 		input:   api.HostStateInput{Host: host, Reason: reason, AutoEvacuate: autoEvacuate},
 		summary: fmt.Sprintf("mark host %s down (fenced): %s", host, reason), source: host}
 	return c.changeHostState(ctx, verb, p)
@@ -152,7 +151,7 @@ func (c *Client) AutoEvacuateHost(ctx context.Context, host string, on bool) (le
 	if !on {
 		summary = "stop evacuating host " + host + " at every audit"
 	}
-	p := plan{op: api.OpHostEvacuate, wf: workflows.HostAutoEvacuate, input: api.HostAutoEvacuateInput{Host: host, On: on},
+	p := plan{op: api.OpHostEvacuate, workflow: api.WorkflowHostAutoEvacuate, input: api.HostAutoEvacuateInput{Host: host, On: on},
 		summary: summary, source: host}
 	return c.changeHostState(ctx, verb, p)
 }
@@ -182,7 +181,7 @@ func (c *Client) UpHost(ctx context.Context, host string) (*HostUpRun, error) {
 	case ledger.HostDisabled:
 		return nil, fmt.Errorf("%s %s: the host is disabled, not down; enable it to let pinflow choose it again: %w", verb, host, ErrState)
 	}
-	run, err := c.startHostChange(ctx, verb, plan{op: api.OpHostUp, wf: workflows.HostUp, input: api.HostUpInput{Host: host},
+	run, err := c.startHostChange(ctx, verb, plan{op: api.OpHostUp, workflow: api.WorkflowHostUp, input: api.HostUpInput{Host: host},
 		summary: "bring host " + host + " back", source: host})
 	if err != nil {
 		return nil, err
@@ -218,7 +217,7 @@ func (c *Client) RemoveHost(ctx context.Context, host string) (*api.HostRemoveRe
 		return nil, fmt.Errorf("%s %s: it holds guests %s; evacuate, migrate or delete them first", verb, host, strings.Join(guests, ", "))
 	}
 	var res api.HostRemoveResult
-	p := plan{op: api.OpHostRemove, wf: workflows.HostRemove, input: api.HostRemoveInput{Host: host},
+	p := plan{op: api.OpHostRemove, workflow: api.WorkflowHostRemove, input: api.HostRemoveInput{Host: host},
 		summary: "remove host " + host, source: host}
 	if err := c.changeHost(ctx, verb, p, &res); err != nil {
 		return nil, err

@@ -18,7 +18,6 @@ import (
 	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
-	"github.com/pinflow/pinflow/workflows"
 )
 
 // BootRequest is a guest to boot.
@@ -64,7 +63,7 @@ func (c *Client) Boot(ctx context.Context, r BootRequest) (*Operation, error) {
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: api.OpBoot, wf: workflows.Boot, uuid: id,
+	return c.start(ctx, plan{op: api.OpBoot, workflow: api.WorkflowBoot, uuid: id,
 		input:   api.BootInput{UUID: id, Name: r.Name, Flavor: r.Flavor, Host: r.Host, Group: r.Group},
 		summary: fmt.Sprintf("boot %s (%d vCPUs, %d MiB)", r.Name, r.Flavor.VCPUs, r.Flavor.MemoryMB), dest: r.Host})
 }
@@ -126,13 +125,13 @@ func (c *Client) Migrate(ctx context.Context, ref string, r MigrateRequest) (*Op
 	}
 	p := plan{uuid: inst.UUID, source: inst.Host, dest: r.Dest}
 	if r.Cold {
-		p.op, p.wf = api.OpColdMigration, workflows.Resize
+		p.op, p.workflow = api.OpColdMigration, api.WorkflowResize
 		p.input = api.ResizeInput{UUID: inst.UUID, Dest: r.Dest, ConfirmWindow: r.ConfirmWindow}
 		p.summary = fmt.Sprintf("cold-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(r.Dest))
 		return c.start(ctx, p)
 	}
 	in := api.LiveMigrationInput{UUID: inst.UUID, Dest: r.Dest}
-	p.op, p.wf = api.OpLiveMigration, workflows.LiveMigration
+	p.op, p.workflow = api.OpLiveMigration, api.WorkflowLiveMigration
 	p.summary = fmt.Sprintf("live-migrate %s from %s to %s", inst.Name, inst.Host, orChosen(r.Dest))
 	if r.ColdFallback {
 		in.ColdFallback, in.ConfirmWindow = true, r.ConfirmWindow
@@ -213,7 +212,7 @@ func (c *Client) Resize(ctx context.Context, ref string, r ResizeRequest) (*Oper
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: api.OpResize, wf: workflows.Resize, uuid: inst.UUID,
+	return c.start(ctx, plan{op: api.OpResize, workflow: api.WorkflowResize, uuid: inst.UUID,
 		input:   api.ResizeInput{UUID: inst.UUID, Flavor: &flavor, Dest: r.Host, ConfirmWindow: r.ConfirmWindow},
 		summary: fmt.Sprintf("resize %s to %d vCPUs, %d MiB on %s", inst.Name, flavor.VCPUs, flavor.MemoryMB, orChosen(r.Host)),
 		source:  inst.Host, dest: r.Host})
@@ -262,7 +261,7 @@ func (c *Client) Shelve(ctx context.Context, ref string) (*Operation, error) {
 	if err := inst.Facts().CanShelve(); err != nil {
 		return nil, refusal(err)
 	}
-	return c.start(ctx, plan{op: api.OpShelveOffload, wf: workflows.ShelveOffload, uuid: inst.UUID,
+	return c.start(ctx, plan{op: api.OpShelveOffload, workflow: api.WorkflowShelveOffload, uuid: inst.UUID,
 		input:   api.ShelveOffloadInput{UUID: inst.UUID},
 		summary: fmt.Sprintf("shelve and offload %s from %s", inst.Name, inst.Host), source: inst.Host})
 }
@@ -285,7 +284,7 @@ func (c *Client) Unshelve(ctx context.Context, ref, host string) (*Operation, er
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: api.OpUnshelve, wf: workflows.Unshelve, uuid: inst.UUID,
+	return c.start(ctx, plan{op: api.OpUnshelve, workflow: api.WorkflowUnshelve, uuid: inst.UUID,
 		input:   api.UnshelveInput{UUID: inst.UUID, Host: host},
 		summary: fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(host)), dest: host})
 }
@@ -296,7 +295,7 @@ func (c *Client) Delete(ctx context.Context, ref string) (*Operation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.start(ctx, plan{op: api.OpDelete, wf: workflows.Delete, uuid: inst.UUID,
+	return c.start(ctx, plan{op: api.OpDelete, workflow: api.WorkflowDelete, uuid: inst.UUID,
 		input: api.DeleteInput{UUID: inst.UUID}, summary: "delete " + inst.Name, source: inst.Host})
 }
 
@@ -333,7 +332,7 @@ func (c *Client) evacuate(ctx context.Context, inst *ledger.Instance, dest strin
 			return nil, err
 		}
 	}
-	return c.start(ctx, plan{op: api.OpEvacuation, wf: workflows.Evacuate, uuid: inst.UUID,
+	return c.start(ctx, plan{op: api.OpEvacuation, workflow: api.WorkflowEvacuate, uuid: inst.UUID,
 		input:   api.EvacuateInput{UUID: inst.UUID, Dest: dest},
 		summary: fmt.Sprintf("evacuate %s from %s to %s", inst.Name, inst.Host, orChosen(dest)), source: inst.Host, dest: dest})
 }
@@ -417,7 +416,7 @@ func statusWord(s enumspb.WorkflowExecutionStatus) string {
 // operation on a whole host), input, summary for the Web UI, and hosts.
 type plan struct {
 	op           api.Operation
-	wf           any
+	workflow     string // its type, api.Workflow*
 	uuid         string
 	input        any
 	summary      string
@@ -459,7 +458,7 @@ func (c *Client) startWorkflow(ctx context.Context, id string, p plan, details s
 		TypedSearchAttributes:                    temporal.NewSearchAttributes(attrs...),
 		StaticSummary:                            p.summary,
 		StaticDetails:                            details,
-	}, p.wf, p.input)
+	}, p.workflow, p.input)
 	var invalid *serviceerror.InvalidArgument
 	if errors.As(err, &invalid) && strings.Contains(invalid.Message, "no mapping defined for search attribute") {
 		// A worker registers them when it starts.
