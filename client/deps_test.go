@@ -11,11 +11,13 @@ import (
 )
 
 // TestDependencies: a program that uses the client links neither the
-// worker, its hypervisor drivers, its telemetry nor its configuration.
+// worker, its workflows and activities, its hypervisor drivers, its
+// telemetry nor its configuration: it speaks to the workflows through
+// package api.
 // A failure names the chain of imports that pulls one in.
 func TestDependencies(t *testing.T) {
 	const module = "github.com/pinflow/pinflow/"
-	forbidden := []string{"worker", "config", "hypervisor/sim", "telemetry"}
+	forbidden := []string{"worker", "workflows", "activities", "hypervisor/libvirt", "hypervisor/sim", "telemetry", "config"}
 	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Imports", "./client")
 	cmd.Dir = testenv.ModuleRoot(t)
 	var stderr bytes.Buffer
