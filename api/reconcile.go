@@ -61,7 +61,7 @@ const DefaultReconcileBatchedPageSize = 100_000
 
 // DefaultReconcilePageSize is how many hosts one run of an audit that
 // audits each host in its own activity checks itself (runs started
-// before auditBatchesChange), and the most hosts an audit's result lists
+// before audits ran in batches), and the most hosts an audit's result lists
 // one by one: a larger audit lists only the hosts that found something.
 const DefaultReconcilePageSize = 500
 
