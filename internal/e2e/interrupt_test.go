@@ -878,6 +878,12 @@ func (c *chaos) drain(ctx context.Context, rng *rand.Rand) {
 			_ = v.Get(&st)
 		}
 		c.report("the drain of %s (%s) has not ended after 4 minutes: %s; %+v", h, how, st.Summary(), st.Guests)
+		// The end tells the story of each guest it still held.
+		for _, g := range st.Guests {
+			if g.State != api.GuestMoved && g.State != api.GuestFailed {
+				c.suspect(g.UUID)
+			}
+		}
 		_ = c.tc.CancelWorkflow(ctx, id, run.GetRunID())
 		err = run.Get(ctx, nil)
 	}
