@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pinflow/pinflow/api"
 	"slices"
 	"strings"
 	"time"
@@ -144,7 +145,7 @@ func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string
 		return host, err
 	}
 	if g.Policy.Hard() {
-		return "", temporal.NewNonRetryableApplicationError(groupNoFit(g, in, noFit), ErrTypeGroupRule, err)
+		return "", temporal.NewNonRetryableApplicationError(groupNoFit(g, in, noFit), api.ErrTypeGroupRule, err)
 	}
 	host, err = a.choose(ctx, r)
 	if err == nil && activity.IsActivity(ctx) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 	"time"
@@ -52,15 +53,15 @@ func TestAuditErr(t *testing.T) {
 		wantMsg string
 	}{
 		{"nil", nil, "", false, ""},
-		{"invalid request", invalid, ErrTypeInvalidRequest, true, invalid.Error()},
-		{"invalid request, wrapped", fmt.Errorf("audit: sweep: %w", invalid), ErrTypeInvalidRequest, true, invalid.Error()},
-		{"refused", refused, ErrTypeBadState, true, ""},
-		{"refused, wrapped", fmt.Errorf("audit: release quarantine: %w", refused), ErrTypeBadState, true, ""},
-		{"unknown host in the ledger", unknownHost, ErrTypeUnknownHost, true, unknownHost.Error()},
-		{"unknown host of the hypervisor", hypervisor.ErrUnknownHost, ErrTypeUnknownHost, true, hypervisor.ErrUnknownHost.Error()},
-		{"unknown instance", unknownInstance, ErrTypeUnknownInstance, true, unknownInstance.Error()},
-		{"host down", hostDown, ErrTypeHostDown, true, hostDown.Error()},
-		{"bad ledger input", badKey, ErrTypeInvalidRequest, true, badKey.Error()},
+		{"invalid request", invalid, api.ErrTypeInvalidRequest, true, invalid.Error()},
+		{"invalid request, wrapped", fmt.Errorf("audit: sweep: %w", invalid), api.ErrTypeInvalidRequest, true, invalid.Error()},
+		{"refused", refused, api.ErrTypeBadState, true, ""},
+		{"refused, wrapped", fmt.Errorf("audit: release quarantine: %w", refused), api.ErrTypeBadState, true, ""},
+		{"unknown host in the ledger", unknownHost, api.ErrTypeUnknownHost, true, unknownHost.Error()},
+		{"unknown host of the hypervisor", hypervisor.ErrUnknownHost, api.ErrTypeUnknownHost, true, hypervisor.ErrUnknownHost.Error()},
+		{"unknown instance", unknownInstance, api.ErrTypeUnknownInstance, true, unknownInstance.Error()},
+		{"host down", hostDown, api.ErrTypeHostDown, true, hostDown.Error()},
+		{"bad ledger input", badKey, api.ErrTypeInvalidRequest, true, badKey.Error()},
 		{"no owner checker", unconfigured, "", false, ""},
 		{"ledger unreachable", unreachable, "", false, ""},
 		{"cancelled", context.Canceled, "", false, ""},

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 
@@ -58,8 +59,8 @@ func TestChooseHost(t *testing.T) {
 			huge.VCPUs = 9
 			_, err := w.Acts.ChooseHost(ctx, activities.ChooseHostInput{UUID: simcloud.UUID(9), Flavor: huge})
 			var app *temporal.ApplicationError
-			if !errors.As(err, &app) || app.Type() != activities.ErrTypeNoFit || !app.NonRetryable() {
-				t.Fatalf("ChooseHost(9 vCPUs on hosts of 8) error %v, want a non-retryable %s", err, activities.ErrTypeNoFit)
+			if !errors.As(err, &app) || app.Type() != api.ErrTypeNoFit || !app.NonRetryable() {
+				t.Fatalf("ChooseHost(9 vCPUs on hosts of 8) error %v, want a non-retryable %s", err, api.ErrTypeNoFit)
 			}
 			for _, want := range []string{"no host can take instance " + simcloud.UUID(9), "no NUMA cell with enough free pCPUs: a (no fit", "host down (takes no new guests): c (psu)"} {
 				if !strings.Contains(err.Error(), want) {

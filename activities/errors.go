@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"github.com/pinflow/pinflow/api"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -12,54 +13,26 @@ import (
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-// Error types of the failures that retrying cannot fix. Workflows fail at
-// once on them; everything else is retried.
-const (
-	ErrTypeNoFit           = "NoFit"
-	ErrTypeInvalidRequest  = "InvalidRequest"
-	ErrTypeUnknownInstance = "UnknownInstance"
-	ErrTypeUnknownHost     = "UnknownHost"
-	ErrTypeBadState        = "BadState"
-	ErrTypeRejected        = "Rejected"
-	ErrTypeHostDown        = "HostDown"
-	// ErrTypeConflict: a drain's reservation or its adoption found the
-	// pCPUs or the claim taken or changed; the drain plans the guest again.
-	ErrTypeConflict = "Conflict"
-	// ErrTypeMigrationTimeout: a timeout of the migration policy aborted
-	// the live migration, and the guest runs on its source.
-	ErrTypeMigrationTimeout = "MigrationTimeout"
-	// ErrTypePostCopyFailed: the migration failed past its switch to
-	// post-copy; it can only be resumed, never rolled back.
-	ErrTypePostCopyFailed = "PostCopyFailed"
-	// ErrTypeGroupRule: a claim, or a host choice, would break the hard
-	// rule of the guest's server group.
-	ErrTypeGroupRule = "GroupRule"
-)
-
-// ErrTypeWorkerStopping: the worker stopped while its attempt of a step
-// went on at the hypervisor; the next attempt follows it. A hand-over,
-// not a failure: the step's tries do not count it.
-const ErrTypeWorkerStopping = "WorkerStopping"
-
-// NonRetryableErrorTypes lists the error types above, for retry policies.
-var NonRetryableErrorTypes = []string{ErrTypeNoFit, ErrTypeInvalidRequest, ErrTypeUnknownInstance,
-	ErrTypeUnknownHost, ErrTypeBadState, ErrTypeRejected, ErrTypeHostDown, ErrTypeMigrationTimeout, ErrTypeConflict, ErrTypePostCopyFailed, ErrTypeGroupRule}
+// NonRetryableErrorTypes lists the error types retrying cannot fix, for
+// retry policies.
+var NonRetryableErrorTypes = []string{api.ErrTypeNoFit, api.ErrTypeInvalidRequest, api.ErrTypeUnknownInstance,
+	api.ErrTypeUnknownHost, api.ErrTypeBadState, api.ErrTypeRejected, api.ErrTypeHostDown, api.ErrTypeMigrationTimeout, api.ErrTypeConflict, api.ErrTypePostCopyFailed, api.ErrTypeGroupRule}
 
 // BadState is the error of an operation the instance's state forbids.
 func BadState(msg string) error {
-	return temporal.NewNonRetryableApplicationError(msg, ErrTypeBadState, nil)
+	return temporal.NewNonRetryableApplicationError(msg, api.ErrTypeBadState, nil)
 }
 
 // BadRequest is the error of an operation that can never succeed as asked.
 func BadRequest(msg string) error {
-	return temporal.NewNonRetryableApplicationError(msg, ErrTypeInvalidRequest, nil)
+	return temporal.NewNonRetryableApplicationError(msg, api.ErrTypeInvalidRequest, nil)
 }
 
 // conflict is classify for the steps where a lost race or a claim gone is
 // final, not retried: a reservation and its adoption.
 func conflict(err error) error {
 	if errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrUnknownClaim) {
-		return temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeConflict, err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), api.ErrTypeConflict, err)
 	}
 	return classify(err)
 }
@@ -77,27 +50,27 @@ func classify(err error) error {
 	typ := ""
 	switch {
 	case errors.As(err, &rule):
-		typ = ErrTypeGroupRule
+		typ = api.ErrTypeGroupRule
 	case errors.Is(err, ledger.ErrUnknownGroup):
-		typ = ErrTypeInvalidRequest
+		typ = api.ErrTypeInvalidRequest
 	case errors.As(err, &noFit):
-		typ = ErrTypeNoFit
+		typ = api.ErrTypeNoFit
 	case errors.As(err, &invalid), errors.Is(err, ledger.ErrInvalid), errors.Is(err, xmlpatch.ErrMalformed), errors.Is(err, xmlpatch.ErrMismatch):
-		typ = ErrTypeInvalidRequest
+		typ = api.ErrTypeInvalidRequest
 	case errors.Is(err, ledger.ErrUnknownInstance):
-		typ = ErrTypeUnknownInstance
+		typ = api.ErrTypeUnknownInstance
 	case errors.Is(err, ledger.ErrUnknownHost), errors.Is(err, hypervisor.ErrUnknownHost):
-		typ = ErrTypeUnknownHost
+		typ = api.ErrTypeUnknownHost
 	case errors.Is(err, hypervisor.ErrRejected):
-		typ = ErrTypeRejected
+		typ = api.ErrTypeRejected
 	case errors.Is(err, hypervisor.ErrUnfenced):
-		typ = ErrTypeFenced
+		typ = api.ErrTypeFenced
 	case errors.Is(err, ledger.ErrHostDown):
-		typ = ErrTypeHostDown
+		typ = api.ErrTypeHostDown
 	case errors.Is(err, hypervisor.ErrMigrationTimeout):
-		typ = ErrTypeMigrationTimeout
+		typ = api.ErrTypeMigrationTimeout
 	case errors.Is(err, hypervisor.ErrPostCopyFailed):
-		typ = ErrTypePostCopyFailed
+		typ = api.ErrTypePostCopyFailed
 	case errors.Is(err, context.Canceled):
 		return err
 	default:
@@ -107,9 +80,9 @@ func classify(err error) error {
 	// rule a claim broke, without parsing the message.
 	var details []any
 	switch typ {
-	case ErrTypeNoFit:
+	case api.ErrTypeNoFit:
 		details = []any{noFit.Hosts, noFit.More}
-	case ErrTypeGroupRule:
+	case api.ErrTypeGroupRule:
 		details = []any{rule}
 	}
 	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{

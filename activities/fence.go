@@ -68,7 +68,7 @@ func (f *claimFence) do(ctx context.Context, call func(ctx context.Context) erro
 // renews the claim's fence lease with token right before (teardown: a
 // host marked down or returning does not refuse it) and runs do with the
 // lease's end as its deadline, marked as fenced. A claim gone or taken by
-// another operation is ErrTypeFenced, and do does not run.
+// another operation is api.ErrTypeFenced, and do does not run.
 func (a *Activities) act(ctx context.Context, host, claimID, token string, teardown bool, do func(ctx context.Context) error) error {
 	lease := a.claimLease(host, claimID, token)
 	lease.teardown = teardown
@@ -94,7 +94,7 @@ func (a *Activities) act(ctx context.Context, host, claimID, token string, teard
 // fenceClaim takes the claim, which the operation knows by known, for
 // this attempt's operation (final: on to its final token) and returns
 // its fence. A claim that is gone, or that another operation took, is
-// ErrTypeFenced.
+// api.ErrTypeFenced.
 func (a *Activities) fenceClaim(ctx context.Context, host, claimID, known string, final, teardown bool) (*claimFence, error) {
 	to, from := runToken(ctx), []string{known}
 	if final {
@@ -119,7 +119,7 @@ func (a *Activities) fenceClaim(ctx context.Context, host, claimID, known string
 // operation's own release went first, or drift), and a guest of a run
 // that named no claim and has none on the host, hold nothing there that a
 // call could take from another guest: a teardown's calls act unclaimed.
-// A step that starts or plugs in is refused instead (ErrTypeFenced): it
+// A step that starts or plugs in is refused instead (api.ErrTypeFenced): it
 // would use what no claim holds.
 func (a *Activities) fenceDomain(ctx context.Context, in DomainInput, teardown bool) (*claimFence, error) {
 	var inst *ledger.Instance

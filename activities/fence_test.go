@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"github.com/pinflow/pinflow/api"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
@@ -29,7 +30,7 @@ func TestSpawnFencedOutStartsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "a", Placement: c.Placement, ClaimID: c.ClaimID, Token: c.Token})
-	if !errors.Is(err, hypervisor.ErrFenced) && !isType(err, activities.ErrTypeFenced) {
+	if !errors.Is(err, hypervisor.ErrFenced) && !isType(err, api.ErrTypeFenced) {
 		t.Fatalf("Spawn on a released claim error = %v, want fenced", err)
 	}
 	if _, err := w.Driver.Lookup(ctx, "a", u); !errors.Is(err, hypervisor.ErrNotFound) {
@@ -60,8 +61,8 @@ func TestFencedStepsNeedTheirClaim(t *testing.T) {
 		{"Migrate without the token", w.Acts.Migrate(ctx, activities.MigrateInput{UUID: u, Source: "a", Dest: "b", DestClaimID: dst.ClaimID})},
 	} {
 		var app *temporal.ApplicationError
-		if !errors.As(tc.err, &app) || app.Type() != activities.ErrTypeInvalidRequest || !app.NonRetryable() {
-			t.Errorf("%s = %v, want a non-retryable %s error", tc.name, tc.err, activities.ErrTypeInvalidRequest)
+		if !errors.As(tc.err, &app) || app.Type() != api.ErrTypeInvalidRequest || !app.NonRetryable() {
+			t.Errorf("%s = %v, want a non-retryable %s error", tc.name, tc.err, api.ErrTypeInvalidRequest)
 		}
 	}
 	if _, err := w.Driver.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 
@@ -66,13 +67,13 @@ func TestRegisterHostRetried(t *testing.T) {
 	u := simcloud.UUID(1)
 	w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
 	smaller := activities.HostTopology{Host: "a", Topology: topology(t, 1)}
-	refusedForGood(t, "AddSimulatedHost(a) with another topology", w.Acts.AddSimulatedHost(ctx, smaller), activities.ErrTypeRejected, "different topology")
+	refusedForGood(t, "AddSimulatedHost(a) with another topology", w.Acts.AddSimulatedHost(ctx, smaller), api.ErrTypeRejected, "different topology")
 	_, err := w.Acts.RegisterHost(ctx, smaller)
-	refusedForGood(t, "RegisterHost(a) too small for its guest", err, activities.ErrTypeBadState, "would not fit the new topology")
+	refusedForGood(t, "RegisterHost(a) too small for its guest", err, api.ErrTypeBadState, "would not fit the new topology")
 	_, err = w.Acts.RegisterHost(ctx, activities.HostTopology{Host: "a:1", Topology: topology(t, 1)})
-	refusedForGood(t, "RegisterHost(a:1)", err, activities.ErrTypeInvalidRequest, `host name "a:1"`)
+	refusedForGood(t, "RegisterHost(a:1)", err, api.ErrTypeInvalidRequest, `host name "a:1"`)
 	refusedForGood(t, "AddSimulatedHost(b) without a topology", w.Acts.AddSimulatedHost(ctx, activities.HostTopology{Host: "b"}),
-		activities.ErrTypeInvalidRequest, "no topology")
+		api.ErrTypeInvalidRequest, "no topology")
 
 	// A worker that drives no simulator has no machine to make.
 	w.Acts.Simulated = nil
@@ -128,16 +129,16 @@ func TestHostStateStepsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = w.Acts.SetHostDisabled(ctx, activities.HostReasonInput{Host: "b", Reason: "bios"})
-	refusedForGood(t, "SetHostDisabled(b) down", err, activities.ErrTypeBadState, "the host is down; only an up or disabled host is disabled or enabled")
+	refusedForGood(t, "SetHostDisabled(b) down", err, api.ErrTypeBadState, "the host is down; only an up or disabled host is disabled or enabled")
 	_, err = w.Acts.SetHostEnabled(ctx, activities.HostInput{Host: "b"})
-	refusedForGood(t, "SetHostEnabled(b) down", err, activities.ErrTypeBadState, "the host is down")
+	refusedForGood(t, "SetHostEnabled(b) down", err, api.ErrTypeBadState, "the host is down")
 	if after, err := w.Ledger.HostStatus(ctx, "b"); err != nil || after != before {
 		t.Errorf("b after the refusals = %+v, %v; want it as before, %+v", after, err, before)
 	}
 	_, err = w.Acts.SetHostDisabled(ctx, activities.HostReasonInput{Host: "nowhere", Reason: "bios"})
-	refusedForGood(t, "SetHostDisabled(nowhere)", err, activities.ErrTypeUnknownHost, `"nowhere" is not registered`)
+	refusedForGood(t, "SetHostDisabled(nowhere)", err, api.ErrTypeUnknownHost, `"nowhere" is not registered`)
 	_, err = w.Acts.SetHostDown(ctx, activities.HostReasonInput{Host: "a", Reason: "two\nlines"})
-	refusedForGood(t, "SetHostDown(a) with a reason of two lines", err, activities.ErrTypeInvalidRequest, "reasons are 1-200 printable characters")
+	refusedForGood(t, "SetHostDown(a) with a reason of two lines", err, api.ErrTypeInvalidRequest, "reasons are 1-200 printable characters")
 }
 
 // TestRemoveHostRetried: a host that holds a guest is refused for good
@@ -156,7 +157,7 @@ func TestRemoveHostRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = w.Acts.RemoveHost(ctx, activities.HostInput{Host: "a"})
-	refusedForGood(t, "RemoveHost(a) with a guest", err, activities.ErrTypeBadState, "evacuate, migrate or delete its guests first")
+	refusedForGood(t, "RemoveHost(a) with a guest", err, api.ErrTypeBadState, "evacuate, migrate or delete its guests first")
 	if after, err := w.Ledger.Claims(ctx, "a"); err != nil || !cmp.Equal(after, claims) {
 		t.Errorf("a's claims after the refused removal = %+v, %v; want them as before", after, err)
 	}
@@ -214,8 +215,8 @@ func TestLibvirtHostSteps(t *testing.T) {
 	}
 	bad := activities.LibvirtHostInput{Host: "a", Config: libvirthost.Config{URI: "qemu+tcp://a.example/system", MigrateURI: "nowhere"}}
 	_, err = w.Acts.ReadLibvirtHost(ctx, bad)
-	refusedForGood(t, "ReadLibvirtHost(a) with a bad migrate uri", err, activities.ErrTypeInvalidRequest, `migrate uri "nowhere"`)
-	refusedForGood(t, "RecordLibvirtHost(a) with a bad migrate uri", w.Acts.RecordLibvirtHost(ctx, bad), activities.ErrTypeInvalidRequest, `migrate uri "nowhere"`)
+	refusedForGood(t, "ReadLibvirtHost(a) with a bad migrate uri", err, api.ErrTypeInvalidRequest, `migrate uri "nowhere"`)
+	refusedForGood(t, "RecordLibvirtHost(a) with a bad migrate uri", w.Acts.RecordLibvirtHost(ctx, bad), api.ErrTypeInvalidRequest, `migrate uri "nowhere"`)
 	if hc, err := reg.Resolve(ctx, "a"); err != nil || hc != moved.Config {
 		t.Errorf("a's record after the refusals = %+v, %v; want %+v", hc, err, moved.Config)
 	}

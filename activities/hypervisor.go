@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pinflow/pinflow/api"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -29,10 +30,6 @@ import (
 // fence unless Activities.FenceLease says otherwise.
 const DefaultFenceLease = time.Minute
 
-// ErrTypeFenced is the error type of a step its fence refused: the
-// claim it acts for is gone. Retrying cannot bring the claim back.
-const ErrTypeFenced = "Fenced"
-
 func (a *Activities) lease() time.Duration {
 	if a.FenceLease > 0 {
 		return a.FenceLease
@@ -41,7 +38,7 @@ func (a *Activities) lease() time.Duration {
 }
 
 func fenced(err error) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%v: %v", hypervisor.ErrFenced, err), ErrTypeFenced, err)
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf("%v: %v", hypervisor.ErrFenced, err), api.ErrTypeFenced, err)
 }
 
 // needsClaim refuses a step that acts on pCPUs but names no claim to
@@ -203,7 +200,7 @@ func (a *Activities) stagedXML(ctx context.Context, uuid, claimID string) (strin
 // the next attempt, on another worker, follows it to its end.
 //
 // The migration runs under a.MigrationPolicy. One that a timeout of the
-// policy aborts fails with the non-retryable ErrTypeMigrationTimeout: the
+// policy aborts fails with the non-retryable api.ErrTypeMigrationTimeout: the
 // guest runs on its source, and the same migration would time out again,
 // so the workflow compensates.
 func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
@@ -295,7 +292,7 @@ func (a *Activities) Migrate(ctx context.Context, in MigrateInput) error {
 // handedOver is the end of a Migrate attempt whose worker stops: the
 // hypervisor goes on with the migration, and the next attempt follows it.
 func handedOver() error {
-	return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", ErrTypeWorkerStopping)
+	return temporal.NewApplicationError("the worker is stopping; the migration goes on and the next attempt follows it", api.ErrTypeWorkerStopping)
 }
 
 // RollbackMigration undoes a failed or cancelled migration on the
@@ -424,7 +421,7 @@ func (a *Activities) shutdown(ctx context.Context, f *claimFence, host, uuid str
 // powered off (unless LeaveOff), defined again from its record's domain
 // XML if it was removed. The claim it runs on is its resident claim: an
 // offload releases it only once done, and a resize holds it. A host an
-// operator marked down or returning is refused (ErrTypeHostDown): its
+// operator marked down or returning is refused (api.ErrTypeHostDown): its
 // guests are the evacuation's, and one started there may run beside its
 // rebuilt copy on the same disks.
 func (a *Activities) RestoreDomain(ctx context.Context, in DomainInput) error {
@@ -486,7 +483,7 @@ func samePins(x, y string) bool {
 	return err == nil && a.HostCPUs().Equal(b.HostCPUs())
 }
 
-// takesGuests refuses, as ErrTypeHostDown, a host that is down or
+// takesGuests refuses, as api.ErrTypeHostDown, a host that is down or
 // returning: no guest is defined or started there.
 func (a *Activities) takesGuests(ctx context.Context, host string) error {
 	var st HostStatus
@@ -543,7 +540,7 @@ func (a *Activities) defineAndStart(ctx context.Context, host, uuid, xml, claimI
 		acts = append(acts, func(ctx context.Context) error { return a.Driver.Start(ctx, host, uuid) })
 	}
 	for _, act := range acts {
-		// A host marked down is final too (ErrTypeHostDown).
+		// A host marked down is final too (api.ErrTypeHostDown).
 		if err := a.act(ctx, host, claimID, token, false, act); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 	"time"
@@ -60,18 +61,18 @@ func TestMigrateTimeoutIsNotRetried(t *testing.T) {
 	w.Acts.MigrationPolicy = hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: time.Second, TimeoutAction: hypervisor.TimeoutAbort}
 	err := w.Acts.Migrate(ctx, in)
 	var app *temporal.ApplicationError
-	if !errors.As(err, &app) || app.Type() != activities.ErrTypeMigrationTimeout || !app.NonRetryable() {
-		t.Fatalf("Migrate slower than its timeout = %v; want a non-retryable %s error", err, activities.ErrTypeMigrationTimeout)
+	if !errors.As(err, &app) || app.Type() != api.ErrTypeMigrationTimeout || !app.NonRetryable() {
+		t.Fatalf("Migrate slower than its timeout = %v; want a non-retryable %s error", err, api.ErrTypeMigrationTimeout)
 	}
 	if !strings.Contains(err.Error(), "aborted: not completed within 1s") {
 		t.Errorf("Migrate slower than its timeout = %q; want it to say which timeout fired", err)
 	}
 	found := false
 	for _, typ := range activities.NonRetryableErrorTypes {
-		found = found || typ == activities.ErrTypeMigrationTimeout
+		found = found || typ == api.ErrTypeMigrationTimeout
 	}
 	if !found {
-		t.Errorf("NonRetryableErrorTypes %v lacks %s, so retry policies would retry it", activities.NonRetryableErrorTypes, activities.ErrTypeMigrationTimeout)
+		t.Errorf("NonRetryableErrorTypes %v lacks %s, so retry policies would retry it", activities.NonRetryableErrorTypes, api.ErrTypeMigrationTimeout)
 	}
 	if dom, err := w.Driver.Lookup(ctx, "a", u); err != nil || dom.State != hypervisor.StateRunning {
 		t.Errorf("guest on its source after the timeout = %+v, %v; want running", dom, err)

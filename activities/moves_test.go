@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 
@@ -83,11 +84,11 @@ func TestRevertRefusedBeforeItDestroys(t *testing.T) {
 	if _, err := w.Ledger.SetHostDown(ctx, "a", "power supply failed"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Acts.RevertRecord(ctx, back); !isType(err, activities.ErrTypeHostDown) {
-		t.Errorf("RevertRecord to a fenced host: error = %v, want type %s", err, activities.ErrTypeHostDown)
+	if err := w.Acts.RevertRecord(ctx, back); !isType(err, api.ErrTypeHostDown) {
+		t.Errorf("RevertRecord to a fenced host: error = %v, want type %s", err, api.ErrTypeHostDown)
 	}
-	if err := w.Acts.RestoreDomain(ctx, activities.DomainInput{UUID: u, Host: "a"}); !isType(err, activities.ErrTypeHostDown) {
-		t.Errorf("RestoreDomain on a fenced host: error = %v, want type %s", err, activities.ErrTypeHostDown)
+	if err := w.Acts.RestoreDomain(ctx, activities.DomainInput{UUID: u, Host: "a"}); !isType(err, api.ErrTypeHostDown) {
+		t.Errorf("RestoreDomain on a fenced host: error = %v, want type %s", err, api.ErrTypeHostDown)
 	}
 	if c, err := w.Ledger.GetClaim(ctx, "a", src.ClaimID); err != nil || c.State != ledger.StateHeld {
 		t.Errorf("hold after the refused revert = %+v, %v; want it held", c, err)
@@ -100,8 +101,8 @@ func TestRevertRefusedBeforeItDestroys(t *testing.T) {
 	if err := w.Ledger.Release(ctx, "a", src.ClaimID); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Acts.RevertRecord(ctx, back); !isType(err, activities.ErrTypeBadState) || !strings.Contains(err.Error(), "is gone") {
-		t.Errorf("RevertRecord with its hold gone: error = %v, want a %s saying the hold is gone", err, activities.ErrTypeBadState)
+	if err := w.Acts.RevertRecord(ctx, back); !isType(err, api.ErrTypeBadState) || !strings.Contains(err.Error(), "is gone") {
+		t.Errorf("RevertRecord with its hold gone: error = %v, want a %s saying the hold is gone", err, api.ErrTypeBadState)
 	}
 	unchanged("after a revert whose hold is gone")
 }
@@ -161,10 +162,10 @@ func TestResizeOfAVanishedClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := w.Acts.BeginResize(ctx, activities.BeginResizeInput{UUID: u, NewFlavor: simcloud.Flavor()})
-	if !isType(err, activities.ErrTypeBadState) {
+	if !isType(err, api.ErrTypeBadState) {
 		t.Errorf("BeginResize of a record naming a released claim = %v, want a BadState", err)
 	}
-	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); !isType(err, activities.ErrTypeBadState) {
+	if err := w.Acts.HoldClaim(ctx, activities.ClaimRef{Host: "a", ClaimID: src.ClaimID}); !isType(err, api.ErrTypeBadState) {
 		t.Errorf("HoldClaim of a released claim = %v, want a BadState", err)
 	}
 }
@@ -217,8 +218,8 @@ func TestKeepMovedKeepsOnlyAMovedGuest(t *testing.T) {
 	}
 	keep := activities.FinishResizeInput{UUID: u, Dest: "b", DestClaimID: c.ClaimID}
 
-	if err := w.Acts.KeepMoved(ctx, keep); !isType(err, activities.ErrTypeBadState) || !strings.Contains(err.Error(), "no domain on b") {
-		t.Errorf("KeepMoved before the move: error = %v, want a %s saying there is no domain on b", err, activities.ErrTypeBadState)
+	if err := w.Acts.KeepMoved(ctx, keep); !isType(err, api.ErrTypeBadState) || !strings.Contains(err.Error(), "no domain on b") {
+		t.Errorf("KeepMoved before the move: error = %v, want a %s saying there is no domain on b", err, api.ErrTypeBadState)
 	}
 	if inst, err := w.Ledger.Instance(ctx, u); err != nil || inst.Host != "a" || inst.Resize == nil {
 		t.Errorf("record after a refused KeepMoved = %+v, %v; want it on a, in its resize", inst, err)

@@ -57,10 +57,10 @@ type PlugDevicesInput struct {
 // domain XML passes through, while its record names claim in.ClaimID on
 // that host: the source's claim before a migration commits (plugging back
 // after a rollback), the destination's after. A record that names another
-// claim is ErrTypeBadState: the guest moved on, and these devices are no
+// claim is api.ErrTypeBadState: the guest moved on, and these devices are no
 // longer its. The plug fences on the claim, so an attempt that outlived
 // the claim plugs in nothing another guest may now own; a host marked
-// down is ErrTypeHostDown.
+// down is api.ErrTypeHostDown.
 func (a *Activities) PlugDevices(ctx context.Context, in PlugDevicesInput) error {
 	return a.heartbeating(ctx, func(ctx context.Context) error {
 		var inst *ledger.Instance

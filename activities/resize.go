@@ -253,7 +253,7 @@ func (a *Activities) FinishResize(ctx context.Context, in FinishResizeInput) err
 // KeepMoved commits a move that is not to be undone (its source hold is
 // gone or its host down) when the guest's domain is defined on in.Dest,
 // as FinishResize does; a move that defined none there is
-// ErrTypeBadState: nothing of the guest is on the destination to keep.
+// api.ErrTypeBadState: nothing of the guest is on the destination to keep.
 func (a *Activities) KeepMoved(ctx context.Context, in FinishResizeInput) error {
 	if _, err := a.Driver.Lookup(ctx, in.Dest, in.UUID); err != nil {
 		if errors.Is(err, hypervisor.ErrNotFound) {
@@ -298,7 +298,7 @@ type RevertRecordInput struct {
 // flavor and domain XML, forgetting the resize. It comes before the
 // destination's guest is destroyed, so that a revert that cannot have
 // its hold back leaves the guest running: a source host that is down or
-// returning is ErrTypeHostDown, a hold that is gone ErrTypeBadState.
+// returning is api.ErrTypeHostDown, a hold that is gone api.ErrTypeBadState.
 func (a *Activities) RevertRecord(ctx context.Context, in RevertRecordInput) error {
 	inst, err := a.Ledger.Instance(ctx, in.UUID)
 	if err != nil {

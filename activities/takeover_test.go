@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"errors"
+	"github.com/pinflow/pinflow/api"
 	"testing"
 
 	"github.com/pinflow/pinflow/activities"
@@ -52,8 +53,8 @@ func TestStepsOfAnOvertakenOperationChangeNothing(t *testing.T) {
 			return err
 		}()},
 	} {
-		if !isType(tc.err, activities.ErrTypeFenced) {
-			t.Errorf("%s of the overtaken operation = %v, want refused at its fence (%s)", tc.step, tc.err, activities.ErrTypeFenced)
+		if !isType(tc.err, api.ErrTypeFenced) {
+			t.Errorf("%s of the overtaken operation = %v, want refused at its fence (%s)", tc.step, tc.err, api.ErrTypeFenced)
 		}
 	}
 	if d, err := w.Driver.Lookup(ctx, "a", u); err != nil || d.State != hypervisor.StateRunning {
@@ -84,7 +85,7 @@ func TestCompensationOutranksItsForwardSteps(t *testing.T) {
 		t.Fatalf("the compensation's destroy: %v", err)
 	}
 	err := w.Acts.Spawn(ctx, activities.SpawnInput{UUID: u, Host: "b", Placement: dst.Placement, ClaimID: dst.ClaimID, Token: dst.Token})
-	if !isType(err, activities.ErrTypeFenced) && !errors.Is(err, hypervisor.ErrFenced) {
+	if !isType(err, api.ErrTypeFenced) && !errors.Is(err, hypervisor.ErrFenced) {
 		t.Errorf("a forward spawn after its run's compensation = %v, want fenced", err)
 	}
 	if _, err := w.Driver.Lookup(ctx, "b", u); !errors.Is(err, hypervisor.ErrNotFound) {

@@ -133,7 +133,7 @@ type OperationError struct {
 	WorkflowID string
 	RunID      string
 	// Type is the failure's type, as the workers mark it
-	// (activities.ErrType*); empty for a cancel or termination.
+	// (api.ErrType*); empty for a cancel or termination.
 	Type string
 	// Failure is the failure by its parts; its Line says it in one line.
 	Failure api.Failure
@@ -157,20 +157,6 @@ func (e *OperationError) Unwrap() []error {
 	return []error{e.kind, e.err}
 }
 
-// Error types the workers mark their failures with (activities.ErrType*
-// and workflows' own), read here by name: the client does not import the
-// activities.
-const (
-	typeNoFit           = "NoFit"
-	typeInvalidRequest  = "InvalidRequest"
-	typeUnknownInstance = "UnknownInstance"
-	typeUnknownHost     = "UnknownHost"
-	typeBadState        = "BadState"
-	typeHostDown        = "HostDown"
-	typeFenced          = "Fenced"
-	typeGroupRule       = "GroupRule"
-)
-
 // runFailed is the error of a run of op on subject that ended with err.
 func runFailed(op api.Operation, subject, workflowID, runID string, err error) error {
 	e := &OperationError{Operation: op, Subject: subject, WorkflowID: workflowID, RunID: runID, err: err}
@@ -190,24 +176,24 @@ func runFailed(op api.Operation, subject, workflowID, runID string, err error) e
 // kindOf is the client's error for a failure of type typ.
 func kindOf(typ, reason string, err error) error {
 	switch typ {
-	case typeInvalidRequest:
+	case api.ErrTypeInvalidRequest:
 		return ErrInvalid
-	case typeUnknownInstance:
+	case api.ErrTypeUnknownInstance:
 		return ErrUnknownGuest
-	case typeUnknownHost:
+	case api.ErrTypeUnknownHost:
 		return ErrUnknownHost
-	case typeBadState:
+	case api.ErrTypeBadState:
 		return ErrState
-	case typeHostDown, typeFenced:
+	case api.ErrTypeHostDown, api.ErrTypeFenced:
 		return ErrHostDown
-	case typeGroupRule:
+	case api.ErrTypeGroupRule:
 		g := &GroupRuleError{Reason: reason}
 		var rule ledger.GroupRuleError
 		if details(err, typ, &rule) && rule.Group != "" {
 			g.Rule, g.Host = &rule, rule.Host
 		}
 		return g
-	case typeNoFit:
+	case api.ErrTypeNoFit:
 		nh := &NoHostError{Reason: reason}
 		var hosts []numa.HostMiss
 		if details(err, typ, &hosts, &nh.More) {

@@ -11,7 +11,6 @@ import (
 	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/api"
 )
 
@@ -78,7 +77,7 @@ func TestRootCause(t *testing.T) {
 // line, also under a child's and a drain's wrapping.
 func TestFailureCrossesTheWire(t *testing.T) {
 	conv := temporal.GetDefaultFailureConverter()
-	step := temporal.NewNonRetryableApplicationError("sim: prepare migration of x to b: injected fault", activities.ErrTypeRejected, nil)
+	step := temporal.NewNonRetryableApplicationError("sim: prepare migration of x to b: injected fault", api.ErrTypeRejected, nil)
 	f := api.Failure{Step: "prepare the destination b", Attempts: 3, Reason: "sim: prepare migration of x to b: injected fault", Guest: "instance x stays on a"}
 	sent := asError(f, step)
 	got := conv.FailureToError(childFailure(conv.ErrorToFailure(sent)))
@@ -89,8 +88,8 @@ func TestFailureCrossesTheWire(t *testing.T) {
 	if back, ok := api.FailureOf(got); !ok || back != f {
 		t.Errorf("FailureOf after the wire = %+v, %v; want %+v", back, ok, f)
 	}
-	if !isType(got, activities.ErrTypeRejected) {
-		t.Errorf("the failure after the wire is not of its step's type %s: %v", activities.ErrTypeRejected, got)
+	if !isType(got, api.ErrTypeRejected) {
+		t.Errorf("the failure after the wire is not of its step's type %s: %v", api.ErrTypeRejected, got)
 	}
 	if !strings.Contains(got.Error(), "injected fault (type: Rejected") {
 		t.Errorf("the failure after the wire lost its cause: %v", got)

@@ -522,5 +522,5 @@ func (d *drainRun) releaseAll(ctx workflow.Context) error {
 
 // isConflict says whether a step failed because its claim lost a race.
 func isConflict(err error) bool {
-	return isType(err, activities.ErrTypeConflict, activities.ErrTypeNoFit)
+	return isType(err, api.ErrTypeConflict, api.ErrTypeNoFit)
 }

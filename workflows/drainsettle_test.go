@@ -57,7 +57,7 @@ func TestDrainGivesUpAfterSettle(t *testing.T) {
 	h.env.ExecuteWorkflow(Drain, api.DrainInput{Host: "src", Settle: 10 * time.Second})
 	err := h.env.GetWorkflowError()
 	var app *temporal.ApplicationError
-	if !errors.As(err, &app) || app.Type() != activities.ErrTypeBadState || !strings.Contains(err.Error(), "cannot complete, so nothing moved") {
+	if !errors.As(err, &app) || app.Type() != api.ErrTypeBadState || !strings.Contains(err.Error(), "cannot complete, so nothing moved") {
 		t.Fatalf("Drain with claims in flight past its settle: %v, want a BadState saying it cannot complete", err)
 	}
 	// Plans at 0, 3, 6, 9 and 12 s: the last one is past the settle.

@@ -65,7 +65,7 @@ func Evacuate(ctx workflow.Context, in api.EvacuateInput) (*api.EvacuateResult, 
 	})
 	spawn := activities.SpawnInput{UUID: in.UUID, Host: dst, Placement: claim.Placement, ClaimID: claim.ClaimID, Token: claim.Token}
 	if err := s.hypervisorTry(ctx, "rebuild on "+dst, nil, a.Spawn, spawn); err != nil {
-		if isType(err, activities.ErrTypeRejected) {
+		if isType(err, api.ErrTypeRejected) {
 			// The usual cause: the host was fenced while the guest still
 			// runs there, and its disks cannot take a second copy.
 			err = activities.BadState(fmt.Sprintf("instance %s may still run on %s, which is fenced as down: power it off there, then evacuate again (the hypervisor refused a second copy: %s)",
@@ -134,7 +134,7 @@ func claimElsewhere(ctx workflow.Context, s *saga, inst activities.InstanceInfo,
 // went down, or took a member of the guest's server group since it was
 // chosen: another host may still take the guest.
 func lostRoom(err error) bool {
-	return isType(err, activities.ErrTypeNoFit, activities.ErrTypeHostDown, activities.ErrTypeGroupRule)
+	return isType(err, api.ErrTypeNoFit, api.ErrTypeHostDown, api.ErrTypeGroupRule)
 }
 
 // HostUp brings a fenced host back: it marks the host returning (no

@@ -55,7 +55,7 @@ func TestHostAdd(t *testing.T) {
 	t.Run("libvirt host not registered", func(t *testing.T) {
 		h := newHarness(t)
 		h.on("read", a.ReadLibvirtHost, oneCell(t), nil)
-		h.on("register", a.RegisterHost, int64(0), failed("claim boot-1 would not fit the new topology", activities.ErrTypeBadState))
+		h.on("register", a.RegisterHost, int64(0), failed("claim boot-1 would not fit the new topology", api.ErrTypeBadState))
 		h.env.ExecuteWorkflow(HostAdd, api.HostAddInput{Host: "a", Libvirt: &libvirthost.Config{URI: "qemu+tcp://a/system"}})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), "would not fit") {
 			t.Fatalf("HostAdd error = %v, want the ledger's refusal", err)
@@ -72,7 +72,7 @@ func TestHostAdd(t *testing.T) {
 		t.Run("refuses "+name, func(t *testing.T) {
 			h := newHarness(t)
 			h.env.ExecuteWorkflow(HostAdd, in)
-			if err := h.env.GetWorkflowError(); !isType(err, activities.ErrTypeInvalidRequest) {
+			if err := h.env.GetWorkflowError(); !isType(err, api.ErrTypeInvalidRequest) {
 				t.Fatalf("HostAdd(%s) error = %v, want an invalid request", name, err)
 			}
 			if got := h.sequence(); got != "" {
@@ -109,7 +109,7 @@ func TestHostStateChanges(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		h := newHarness(t)
 		const why = "the host is down; only an up or disabled host is disabled or enabled"
-		h.on("disable", a.SetHostDisabled, activities.HostStatus{}, failed(why, activities.ErrTypeBadState))
+		h.on("disable", a.SetHostDisabled, activities.HostStatus{}, failed(why, api.ErrTypeBadState))
 		h.env.ExecuteWorkflow(HostDisable, api.HostStateInput{Host: "a", Reason: "bios"})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), why) {
 			t.Fatalf("HostDisable error = %v, want %q", err, why)
@@ -134,9 +134,9 @@ func TestHostRemove(t *testing.T) {
 	})
 	t.Run("unknown host", func(t *testing.T) {
 		h := newHarness(t)
-		h.on("state", a.LoadHostStatus, activities.HostStatus{}, failed(`unknown host: "a" is not registered`, activities.ErrTypeUnknownHost))
+		h.on("state", a.LoadHostStatus, activities.HostStatus{}, failed(`unknown host: "a" is not registered`, api.ErrTypeUnknownHost))
 		h.env.ExecuteWorkflow(HostRemove, api.HostRemoveInput{Host: "a"})
-		if err := h.env.GetWorkflowError(); !isType(err, activities.ErrTypeUnknownHost) {
+		if err := h.env.GetWorkflowError(); !isType(err, api.ErrTypeUnknownHost) {
 			t.Fatalf("HostRemove error = %v, want an unknown host", err)
 		}
 		if got := h.sequence(); got != "state" {
@@ -147,7 +147,7 @@ func TestHostRemove(t *testing.T) {
 		h := newHarness(t)
 		const why = "its claim boot-1 is committed; evacuate, migrate or delete its guests first"
 		h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostUp}, nil)
-		h.on("remove", a.RemoveHost, 0, failed(why, activities.ErrTypeBadState))
+		h.on("remove", a.RemoveHost, 0, failed(why, api.ErrTypeBadState))
 		h.env.ExecuteWorkflow(HostRemove, api.HostRemoveInput{Host: "a"})
 		if err := h.env.GetWorkflowError(); err == nil || !strings.Contains(err.Error(), why) {
 			t.Fatalf("HostRemove error = %v, want %q", err, why)

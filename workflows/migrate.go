@@ -146,7 +146,7 @@ func (m *migration) unplug(ctx workflow.Context) error {
 	m.onFailure("plug the devices in again on "+m.src, func(ctx workflow.Context) error {
 		in := activities.PlugDevicesInput{UUID: m.uuid, Host: m.src, ClaimID: m.inst.ClaimID, Token: m.inst.ClaimToken, Final: true}
 		err := workflow.ExecuteActivity(m.hypervisorStep(ctx, "plug the devices in again on "+m.src), a.PlugDevices, in).Get(ctx, nil)
-		if isType(err, activities.ErrTypeHostDown) {
+		if isType(err, api.ErrTypeHostDown) {
 			return nil // the guest is the evacuation's, which plugs them where it rebuilds it
 		}
 		return err
@@ -189,7 +189,7 @@ func (m *migration) switchOver(ctx workflow.Context) error {
 		// arrived while it ran: the guest runs on dst.
 		err := m.migrate(ctx)
 		pastPostCopy := false
-		for isType(err, activities.ErrTypePostCopyFailed) {
+		for isType(err, api.ErrTypePostCopyFailed) {
 			// Past its switch to post-copy the migration cannot be undone,
 			// only resumed: the guest's memory is on dst. No cancel stops
 			// that; the claims stay as they are until it completes.

@@ -28,17 +28,17 @@ func TestReservedMoves(t *testing.T) {
 		wantType string
 	}{
 		{"live: a destination other than the reservation's", LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "c", Reservation: r},
-			"", nil, "load", activities.ErrTypeInvalidRequest},
+			"", nil, "load", api.ErrTypeInvalidRequest},
 		{"live: the adoption fails", LiveMigration, api.LiveMigrationInput{UUID: uuid, Reservation: r},
-			"adopt", []string{"adopt"}, "load,task,adopt,task", activities.ErrTypeConflict},
+			"adopt", []string{"adopt"}, "load,task,adopt,task", api.ErrTypeConflict},
 		{"live: prepare fails after the adoption", LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b", Reservation: r},
-			"prepare", []string{"adopt", "prepare", "rollback", "release"}, "load,task,adopt,prepare,rollback,release,task", activities.ErrTypeRejected},
+			"prepare", []string{"adopt", "prepare", "rollback", "release"}, "load,task,adopt,prepare,rollback,release,task", api.ErrTypeRejected},
 		{"cold: a destination other than the reservation's", Resize, api.ResizeInput{UUID: uuid, Dest: "c", Reservation: r},
-			"", nil, "load", activities.ErrTypeInvalidRequest},
+			"", nil, "load", api.ErrTypeInvalidRequest},
 		{"cold: the adoption fails", Resize, api.ResizeInput{UUID: uuid, Reservation: r},
-			"adopt", []string{"begin", "end", "adopt"}, "load,task,begin,adopt,end,task", activities.ErrTypeConflict},
+			"adopt", []string{"begin", "end", "adopt"}, "load,task,begin,adopt,end,task", api.ErrTypeConflict},
 		{"cold: the source hold fails after the adoption", Resize, api.ResizeInput{UUID: uuid, Reservation: r},
-			"hold", []string{"begin", "end", "adopt", "hold", "unhold", "release"}, "load,task,begin,adopt,hold,unhold,release,end,task", activities.ErrTypeRejected},
+			"hold", []string{"begin", "end", "adopt", "hold", "unhold", "release"}, "load,task,begin,adopt,hold,unhold,release,end,task", api.ErrTypeRejected},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

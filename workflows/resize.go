@@ -310,7 +310,7 @@ func (r *resizing) revert(ctx workflow.Context) (*api.ResizeResult, error) {
 		return nil, err
 	}
 	if err := r.reinstateHold(ctx); err != nil {
-		if isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
+		if isType(err, api.ErrTypeHostDown, api.ErrTypeBadState) {
 			return nil, r.keepDestination(ctx, "revert refused", err)
 		}
 		return nil, err
@@ -347,7 +347,7 @@ func (r *resizing) reinstateHold(ctx workflow.Context) error {
 // undo and says where the guest is.
 func (r *resizing) secureHold(ctx workflow.Context) error {
 	err := r.reinstateHold(ctx)
-	if !isType(err, activities.ErrTypeHostDown, activities.ErrTypeBadState) {
+	if !isType(err, api.ErrTypeHostDown, api.ErrTypeBadState) {
 		return err
 	}
 	keep := activities.FinishResizeInput{UUID: r.uuid, Dest: r.dst, DestClaimID: r.destClaim}
@@ -365,7 +365,7 @@ func (r *resizing) secureHold(ctx workflow.Context) error {
 // host up clears with whatever the host kept of the guest. It returns the
 // refusal, which says where the guest runs.
 func (r *resizing) keepDestination(ctx workflow.Context, what string, why error) error {
-	srcDown := isType(why, activities.ErrTypeHostDown)
+	srcDown := isType(why, api.ErrTypeHostDown)
 	if srcDown {
 		if err := r.ledger(ctx, "tombstone the hold on "+r.src, a.TombstoneClaim, r.source).Get(ctx, nil); err != nil {
 			return err
@@ -402,7 +402,7 @@ func (r *resizing) destDom() activities.DomainInput {
 // then the evacuation's, and the record still names the host.
 func restoreOrLeave(ctx workflow.Context, s *saga, dom activities.DomainInput) error {
 	err := workflow.ExecuteActivity(s.hypervisorStep(ctx, "run the guest on "+dom.Host+" again"), a.RestoreDomain, dom).Get(ctx, nil)
-	if isType(err, activities.ErrTypeHostDown) {
+	if isType(err, api.ErrTypeHostDown) {
 		return nil
 	}
 	return err

@@ -105,8 +105,8 @@ func TestResizeRevertKeepsTheDestination(t *testing.T) {
 		steps string
 		want  string
 	}{
-		{"the source host is down", activities.ErrTypeHostDown, prefix + ",tombstone,end,task", "tombstone that 'pinflow host up a' clears"},
-		{"the hold is gone", activities.ErrTypeBadState, prefix + ",end,task", "keeps running on b"},
+		{"the source host is down", api.ErrTypeHostDown, prefix + ",tombstone,end,task", "tombstone that 'pinflow host up a' clears"},
+		{"the hold is gone", api.ErrTypeBadState, prefix + ",end,task", "keeps running on b"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,9 +144,9 @@ func TestResizeUndoKeepsTheDestination(t *testing.T) {
 		steps string
 		want  string
 	}{
-		{"the source host is down", activities.ErrTypeHostDown, nil, prefix + ",tombstone,end,task", "tombstone that 'pinflow host up a' clears"},
-		{"the hold is gone", activities.ErrTypeBadState, nil, prefix + ",end,task", "keeps running on b"},
-		{"nothing was moved", activities.ErrTypeBadState, failed("no domain on b", activities.ErrTypeBadState), prefix, "runs on neither host"},
+		{"the source host is down", api.ErrTypeHostDown, nil, prefix + ",tombstone,end,task", "tombstone that 'pinflow host up a' clears"},
+		{"the hold is gone", api.ErrTypeBadState, nil, prefix + ",end,task", "keeps running on b"},
+		{"nothing was moved", api.ErrTypeBadState, failed("no domain on b", api.ErrTypeBadState), prefix, "runs on neither host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestResizeUndoKeepsTheDestination(t *testing.T) {
 			h.on("claim", a.Claim, activities.ClaimResult{Host: "b", ClaimID: "d", Placement: placement}, nil)
 			h.on("hold", a.HoldClaim, nil)
 			h.on("poweroff", a.PowerOff, nil)
-			h.on("move", a.MoveResized, failed("boom", activities.ErrTypeFenced))
+			h.on("move", a.MoveResized, failed("boom", api.ErrTypeFenced))
 			h.on("revert", a.RevertRecord, failed("the hold cannot be resident", tt.typ))
 			h.on("keep", a.KeepMoved, tt.keep)
 			h.on("tombstone", a.TombstoneClaim, nil).Maybe()
@@ -188,10 +188,10 @@ func TestResizeCompensations(t *testing.T) {
 		want   string
 	}{
 		// A claim with no room tries two more hosts pinflow chooses.
-		{"claim", activities.ErrTypeNoFit, "load,choose,task,begin,claim,choose,claim,choose,claim,release,end,task"},
-		{"hold", activities.ErrTypeBadState, "load,choose,task,begin,claim,hold,unhold,release,end,task"},
-		{"poweroff", activities.ErrTypeRejected, "load,choose,task,begin,claim,hold,task,poweroff,restore,unhold,release,end,task"},
-		{"move", activities.ErrTypeFenced, "load,choose,task,begin,claim,hold,task,poweroff,move,revert,destroy,restore,release,end,task"},
+		{"claim", api.ErrTypeNoFit, "load,choose,task,begin,claim,choose,claim,choose,claim,release,end,task"},
+		{"hold", api.ErrTypeBadState, "load,choose,task,begin,claim,hold,unhold,release,end,task"},
+		{"poweroff", api.ErrTypeRejected, "load,choose,task,begin,claim,hold,task,poweroff,restore,unhold,release,end,task"},
+		{"move", api.ErrTypeFenced, "load,choose,task,begin,claim,hold,task,poweroff,move,revert,destroy,restore,release,end,task"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.failAt, func(t *testing.T) {
@@ -318,9 +318,9 @@ func TestEvacuate(t *testing.T) {
 		h.on("task", a.SetTaskState, nil)
 		h.on("choose", a.ChooseHost, "b", nil).Once()
 		h.on("choose", a.ChooseHost, "c", nil).Once()
-		h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room left", activities.ErrTypeNoFit)).Once()
+		h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room left", api.ErrTypeNoFit)).Once()
 		h.on("claim", a.Claim, activities.ClaimResult{Host: "c", ClaimID: "e", Placement: placement}, nil).Once()
-		h.on("spawn", a.Spawn, failed("refused", activities.ErrTypeRejected))
+		h.on("spawn", a.Spawn, failed("refused", api.ErrTypeRejected))
 		h.on("destroy", a.DestroyDomain, nil)
 		h.on("release", a.ReleaseClaim, nil)
 		h.env.ExecuteWorkflow(Evacuate, api.EvacuateInput{UUID: uuid})
@@ -370,7 +370,7 @@ func TestHostUpFails(t *testing.T) {
 	h.on("state", a.LoadHostStatus, activities.HostStatus{Host: "a", State: ledger.HostDown, Reason: "psu"}, nil)
 	h.on("returning", a.MarkHostReturning, nil)
 	h.on("leftovers", a.HostLeftovers, []api.Leftover{{Host: "a", UUID: uuid, ClaimID: "boot-1"}}, nil)
-	h.on("clear", a.ClearTombstone, failed("libvirtd does not answer", activities.ErrTypeRejected))
+	h.on("clear", a.ClearTombstone, failed("libvirtd does not answer", api.ErrTypeRejected))
 	h.on("down", a.MarkHostDown, nil)
 	h.env.ExecuteWorkflow(HostUp, api.HostUpInput{Host: "a"})
 	if err := h.env.GetWorkflowError(); err == nil {
@@ -386,7 +386,7 @@ func TestHostUpFails(t *testing.T) {
 func TestLiveMigrationFallsBackCold(t *testing.T) {
 	h := newHarness(t)
 	h.onResize()
-	h.on("prepare", a.PrepareMigration, failed("cannot live-migrate a guest with a passthrough device", activities.ErrTypeRejected))
+	h.on("prepare", a.PrepareMigration, failed("cannot live-migrate a guest with a passthrough device", api.ErrTypeRejected))
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	h.on("confirm", a.ConfirmResize, nil)

@@ -444,7 +444,7 @@ func (s *saga) try(ctx workflow.Context, opts workflow.ActivityOptions, out any,
 				redispatched("lost")
 				continue
 			}
-		case isType(err, activities.ErrTypeWorkerStopping):
+		case isType(err, api.ErrTypeWorkerStopping):
 			if untried++; untried < untriedAttempts {
 				redispatched("handed-over")
 				continue

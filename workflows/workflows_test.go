@@ -120,11 +120,11 @@ func TestLiveMigrationCompensations(t *testing.T) {
 		wantType string
 		line     string
 	}{
-		{"no fit on the destination", "claim", "load,task,claim,release,task", activities.ErrTypeNoFit,
+		{"no fit on the destination", "claim", "load,task,claim,release,task", api.ErrTypeNoFit,
 			"connection reset" + stays},
-		{"prepare refused", "prepare", "load,task,claim,prepare,rollback,release,task", activities.ErrTypeRejected,
+		{"prepare refused", "prepare", "load,task,claim,prepare,rollback,release,task", api.ErrTypeRejected,
 			"prepare the destination b failed: connection reset" + stays},
-		{"migrate fails", "migrate", "load,task,claim,prepare,migrate,rollback,release,task", activities.ErrTypeRejected,
+		{"migrate fails", "migrate", "load,task,claim,prepare,migrate,rollback,release,task", api.ErrTypeRejected,
 			"live-migrate " + uuid + " from a to b failed: connection reset" + stays},
 		{"migrate fails every try", "migrate", "load,task,claim,prepare,migrate,migrate,migrate,rollback,release,task", "",
 			"live-migrate " + uuid + " from a to b failed after 3 attempts: connection reset" + stays},
@@ -200,8 +200,8 @@ func TestLiveMigrationRefusesBadInput(t *testing.T) {
 		dest string
 		want string
 	}{
-		{"shelved instance", shelved, "b", activities.ErrTypeBadState},
-		{"destination is the source", active("a"), "a", activities.ErrTypeInvalidRequest},
+		{"shelved instance", shelved, "b", api.ErrTypeBadState},
+		{"destination is the source", active("a"), "a", api.ErrTypeInvalidRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -239,7 +239,7 @@ func TestShelveOffloadPowerOffFailureKeepsTheClaim(t *testing.T) {
 	h := newHarness(t)
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.on("task", a.SetTaskState, nil)
-	h.on("offload", a.Offload, failed("hypervisor refused", activities.ErrTypeRejected))
+	h.on("offload", a.Offload, failed("hypervisor refused", api.ErrTypeRejected))
 	h.on("restore", a.RestoreDomain, nil)
 	h.env.ExecuteWorkflow(ShelveOffload, api.ShelveOffloadInput{UUID: uuid})
 	if err := h.env.GetWorkflowError(); err == nil {
@@ -278,7 +278,7 @@ func TestUnshelveSpawnFailureReleasesAndClears(t *testing.T) {
 	h.on("load", a.LoadInstance, shelved(), nil)
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
-	h.on("spawn", a.Spawn, failed("injected spawn failure", activities.ErrTypeRejected))
+	h.on("spawn", a.Spawn, failed("injected spawn failure", api.ErrTypeRejected))
 	h.on("destroy", a.DestroyDomain, nil)
 	h.on("release", a.ReleaseClaim, nil)
 	var cleared activities.ClearHostInput
@@ -303,7 +303,7 @@ func TestUnshelveOfActiveInstanceChangesNothing(t *testing.T) {
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.env.ExecuteWorkflow(Unshelve, api.UnshelveInput{UUID: uuid})
 	var appErr *temporal.ApplicationError
-	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeBadState {
+	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != api.ErrTypeBadState {
 		t.Fatalf("Unshelve error = %v, want BadState", err)
 	}
 }
@@ -326,7 +326,7 @@ func TestBoot(t *testing.T) {
 func TestBootNoFitMarksError(t *testing.T) {
 	h := newHarness(t)
 	h.on("create", a.CreateInstance, activities.InstanceInfo{UUID: uuid, Name: "vm", Flavor: flavor}, nil)
-	h.on("choose", a.ChooseHost, "", failed("no host can take it", activities.ErrTypeNoFit))
+	h.on("choose", a.ChooseHost, "", failed("no host can take it", api.ErrTypeNoFit))
 	h.on("task", a.SetTaskState, nil)
 	h.env.ExecuteWorkflow(Boot, api.BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
 	if err := h.env.GetWorkflowError(); err == nil {
@@ -405,7 +405,7 @@ func TestLiveMigrationRollbackFindsGuestMigrated(t *testing.T) {
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
 	h.on("prepare", a.PrepareMigration, nil)
-	h.on("migrate", a.Migrate, failed("destination unreachable", activities.ErrTypeRejected))
+	h.on("migrate", a.Migrate, failed("destination unreachable", api.ErrTypeRejected))
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{OnDest: true}, nil)
 	h.on("commit", a.CommitMigration, nil)
 	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
@@ -426,8 +426,8 @@ func TestLiveMigrationFailedRollbackKeepsTheDestination(t *testing.T) {
 	h.on("task", a.SetTaskState, nil)
 	h.on("claim", a.Claim, activities.ClaimResult{Placement: placement}, nil)
 	h.on("prepare", a.PrepareMigration, nil)
-	h.on("migrate", a.Migrate, failed("connection reset", activities.ErrTypeRejected))
-	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, failed("domain not found anywhere", activities.ErrTypeRejected))
+	h.on("migrate", a.Migrate, failed("connection reset", api.ErrTypeRejected))
+	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, failed("domain not found anywhere", api.ErrTypeRejected))
 	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	err := h.env.GetWorkflowError()
 	if err == nil || !strings.Contains(err.Error(), "kept for an operator: release the destination claim, clear the task state") {
@@ -446,11 +446,11 @@ func TestBootNamesItsCreator(t *testing.T) {
 	h.env.OnActivity(a.CreateInstance, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.CreateInstanceInput) (activities.InstanceInfo, error) {
 			creator = in.Creator
-			return activities.InstanceInfo{}, failed("instance exists already", activities.ErrTypeBadState)
+			return activities.InstanceInfo{}, failed("instance exists already", api.ErrTypeBadState)
 		})
 	h.env.ExecuteWorkflow(Boot, api.BootInput{UUID: uuid, Name: "vm", Flavor: flavor})
 	var appErr *temporal.ApplicationError
-	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeBadState {
+	if err := h.env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != api.ErrTypeBadState {
 		t.Fatalf("Boot error = %v, want BadState", err)
 	}
 	if creator == "" {
@@ -477,7 +477,7 @@ func TestLiveMigrationTriesAnotherHost(t *testing.T) {
 		func(_ context.Context, in activities.ClaimInput) (activities.ClaimResult, error) {
 			claimed = append(claimed, in)
 			if in.Host == "b" {
-				return activities.ClaimResult{}, failed("no host cell has room", activities.ErrTypeNoFit)
+				return activities.ClaimResult{}, failed("no host cell has room", api.ErrTypeNoFit)
 			}
 			return activities.ClaimResult{Host: in.Host, ClaimID: in.ClaimID, Placement: placement}, nil
 		})
@@ -509,7 +509,7 @@ func TestLiveMigrationTriesAnotherHost(t *testing.T) {
 	h = newHarness(t)
 	h.on("load", a.LoadInstance, active("a"), nil)
 	h.on("task", a.SetTaskState, nil)
-	h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room", activities.ErrTypeNoFit))
+	h.on("claim", a.Claim, activities.ClaimResult{}, failed("no room", api.ErrTypeNoFit))
 	h.on("release", a.ReleaseClaim, nil)
 	h.env.ExecuteWorkflow(LiveMigration, api.LiveMigrationInput{UUID: uuid, Dest: "b"})
 	if got := h.sequence(); got != "load,task,claim,release,task" {
@@ -532,9 +532,9 @@ func TestLiveMigrationPastPostCopyNeverFallsBack(t *testing.T) {
 	h.env.OnActivity(a.Migrate, mock.Anything, mock.Anything).Return(func(context.Context, activities.MigrateInput) error {
 		h.record("migrate")
 		if tries++; tries == 1 {
-			return failed("the link between the hosts broke", activities.ErrTypePostCopyFailed)
+			return failed("the link between the hosts broke", api.ErrTypePostCopyFailed)
 		}
-		return failed("the destination refused the domain", activities.ErrTypeRejected)
+		return failed("the destination refused the domain", api.ErrTypeRejected)
 	})
 	// Would show in the sequence.
 	h.on("rollback", a.RollbackMigration, activities.RollbackResult{}, nil).Maybe()
@@ -565,7 +565,7 @@ func TestLiveMigrationResumesABrokenPostCopy(t *testing.T) {
 	h.env.OnActivity(a.Migrate, mock.Anything, mock.Anything).Return(func(context.Context, activities.MigrateInput) error {
 		h.record("migrate")
 		if tries++; tries < 3 {
-			return failed("the link between the hosts broke", activities.ErrTypePostCopyFailed)
+			return failed("the link between the hosts broke", api.ErrTypePostCopyFailed)
 		}
 		return nil
 	})
@@ -648,7 +648,7 @@ func TestTriesCountOnlyDeliveredAttempts(t *testing.T) {
 	lost := temporal.NewHeartbeatTimeoutError()
 	died := temporal.NewHeartbeatTimeoutError(activities.Running)
 	fault := temporal.NewApplicationError("libvirt: connection reset", "Transient")
-	stopping := temporal.NewApplicationError("the worker is stopping", activities.ErrTypeWorkerStopping)
+	stopping := temporal.NewApplicationError("the worker is stopping", api.ErrTypeWorkerStopping)
 	repeat := func(err error, n int) []error { return slices.Repeat([]error{err}, n) }
 	tests := []struct {
 		name     string
