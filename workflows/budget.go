@@ -11,18 +11,6 @@ import (
 	"github.com/pinflow/pinflow/api"
 )
 
-// changeDisruptionBudget (unreleased): the operations that migrate a
-// guest hold a slot of its server group's disruption budget. Remove the
-// old branch when no run started before the release that adds it is
-// open.
-const changeDisruptionBudget = "disruption-budget"
-
-// changeDrainBudget (unreleased): a drain takes the slot of a guest's
-// group's disruption budget before the guest's move, and shows the moves
-// the budget holds back in its status. Remove the old branch when no
-// drain started before the release that adds it is open.
-const changeDrainBudget = "drain-disruption-budget"
-
 // Waits for a slot of a disruption budget start at budgetWaitMin and
 // double up to budgetWaitMax.
 const (

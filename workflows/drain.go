@@ -471,13 +471,6 @@ func (d *drainRun) move(ctx workflow.Context, g *drainGuest) {
 	}
 }
 
-// changeDrainLiveDevices (unreleased): a live-then-cold drain
-// live-migrates a guest with devices too, unplugging its SR-IOV ports, and
-// the migration falls back to a cold one for devices that cannot be
-// unplugged. Remove the old branch when no drain started before the
-// release that adds it is open.
-const changeDrainLiveDevices = "drain-live-devices"
-
 // runChild moves the guest with the drain's policy and waits for it.
 func (d *drainRun) runChild(ctx workflow.Context, g *drainGuest) error {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{

@@ -45,7 +45,7 @@ func Reconcile(ctx workflow.Context, in api.ReconcileInput) (*api.ReconcileResul
 			return nil, s.fail(err)
 		}
 	}
-	if workflow.GetVersion(ctx, auditBatchesChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if workflow.GetVersion(ctx, changeAuditBatches, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return reconcileEachHost(ctx, s, in, hosts, start)
 	}
 	page := in.PageSize
@@ -57,10 +57,6 @@ func Reconcile(ctx workflow.Context, in api.ReconcileInput) (*api.ReconcileResul
 	}
 	return reconcileBatches(ctx, s, in, hosts, start)
 }
-
-// auditBatchesChange is the change to auditing hosts in batches, one
-// activity per batch, instead of one activity per host.
-const auditBatchesChange = "audit-batches"
 
 // reconcileBatches audits hosts in batches of in.Batch, one AuditHosts
 // activity per batch, with at most in.Concurrency hosts audited at once
@@ -129,7 +125,7 @@ func reconcileBatches(ctx workflow.Context, s *saga, in api.ReconcileInput, host
 }
 
 // reconcileEachHost is the audit of runs started before
-// auditBatchesChange: one AuditHost activity per host, in pages of
+// changeAuditBatches: one AuditHost activity per host, in pages of
 // DefaultReconcilePageSize.
 func reconcileEachHost(ctx workflow.Context, s *saga, in api.ReconcileInput, hosts []string, start time.Time) (*api.ReconcileResult, error) {
 	page := in.PageSize

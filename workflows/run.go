@@ -76,12 +76,6 @@ var tries = &temporal.RetryPolicy{
 //     (a rolling restart of the workers during a long migration).
 const untriedAttempts = 10
 
-// changeDeliveredTries (unreleased): a step of driverAttempts tries
-// counts only the attempts that reached a worker, each its own activity.
-// Remove the old branch, where Temporal retried the step, when no run
-// started before the release that adds it is open.
-const changeDeliveredTries = "delivered-tries"
-
 // saga carries one operation's status and the bookkeeping every workflow
 // here shares: phases shown in the UI and the status query, the kinds of
 // step (activity options), and the compensation stack.
