@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pinflow/pinflow/api"
 	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
@@ -379,11 +379,39 @@ func (a *Activities) Offload(ctx context.Context, in DomainInput) error {
 		case err != nil:
 			return classify(err)
 		}
-		if err := waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.SetDomainXML(ctx, in.UUID, dom.XML) }); err != nil {
+		saved, err := a.withRecordDevices(ctx, in.UUID, dom.XML)
+		if err != nil {
+			return err
+		}
+		if err := waitLedger(ctx, func(ctx context.Context) error { return a.Ledger.SetDomainXML(ctx, in.UUID, saved) }); err != nil {
 			return classify(err)
 		}
 		return f.do(ctx, func(ctx context.Context) error { return a.Driver.Undefine(ctx, in.Host, in.UUID) })
 	})
+}
+
+// withRecordDevices is domainXML with the devices of the guest's record
+// that it lacks put back: a guest that runs without them (a migration
+// stopped between its unplug and its plug) still owns them, and the
+// definition kept for its unshelve must pass them through.
+func (a *Activities) withRecordDevices(ctx context.Context, uuid, domainXML string) (string, error) {
+	var inst *ledger.Instance
+	if err := waitLedger(ctx, func(ctx context.Context) (err error) { inst, err = a.Ledger.Instance(ctx, uuid); return err }); err != nil {
+		return "", classify(err)
+	}
+	if inst.DomainXML == "" {
+		return domainXML, nil
+	}
+	devs, err := xmlpatch.Devices(inst.DomainXML)
+	if err != nil || len(devs) == 0 {
+		return domainXML, classify(err)
+	}
+	elements := make([]string, len(devs))
+	for i, d := range devs {
+		elements[i] = d.Element
+	}
+	out, err := xmlpatch.WithDevices(domainXML, elements)
+	return out, classify(err)
 }
 
 // shutdown asks the guest to power off (under f) and waits until it has,

@@ -3,10 +3,10 @@ package activities_test
 import (
 	"context"
 	"errors"
-	"github.com/pinflow/pinflow/api"
 	"testing"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/internal/testenv/simcloud"
@@ -121,5 +121,36 @@ func TestUnfencedCallsAreRefused(t *testing.T) {
 	}
 	if d, err := w.Driver.Lookup(ctx, "a", u); err != nil || d.State != hypervisor.StateRunning {
 		t.Errorf("guest on a after the refused calls = %+v, %v; want it running", d, err)
+	}
+}
+
+// TestOffloadKeepsTheRecordsDevices: a guest that runs without its
+// device (a live migration terminated between its unplug and its plug)
+// is offloaded with the device in the definition kept for its unshelve:
+// the guest still owns it, and its claim holds it.
+func TestOffloadKeepsTheRecordsDevices(t *testing.T) {
+	ctx := context.Background()
+	w := simcloud.New(t)
+	w.AddDeviceHost(t, "a")
+	u := simcloud.UUID(42)
+	c := w.BootFlavor(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"}, simcloud.DeviceFlavor(false))
+	dom := activities.DomainInput{UUID: u, Host: "a", ClaimID: c.ClaimID, Token: c.Token}
+	if err := w.Acts.UnplugDevices(ctx, dom); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := w.Driver.Lookup(ctx, "a", u); err != nil {
+		t.Fatal(err)
+	} else if devs, _ := xmlpatch.Devices(d.XML); len(devs) != 0 {
+		t.Fatalf("guest passes through %v after the unplug; the test needs it without its device", devs)
+	}
+	if err := w.Acts.Offload(ctx, dom); err != nil {
+		t.Fatalf("Offload: %v", err)
+	}
+	inst, err := w.Ledger.Instance(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if devs, err := xmlpatch.Devices(inst.DomainXML); err != nil || len(devs) != 1 {
+		t.Errorf("the offloaded guest's kept definition passes through %v (%v); want its one device", devs, err)
 	}
 }
