@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pinflow/pinflow/api"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/guestxml"

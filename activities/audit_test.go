@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"

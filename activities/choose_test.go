@@ -3,13 +3,13 @@ package activities_test
 import (
 	"context"
 	"errors"
-	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/placement"

@@ -3,10 +3,10 @@ package activities
 import (
 	"context"
 	"errors"
-	"github.com/pinflow/pinflow/api"
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"

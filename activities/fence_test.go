@@ -3,12 +3,12 @@ package activities_test
 import (
 	"context"
 	"errors"
-	"github.com/pinflow/pinflow/api"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/internal/testenv/simcloud"

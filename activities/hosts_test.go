@@ -3,7 +3,6 @@ package activities_test
 import (
 	"context"
 	"errors"
-	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 
@@ -11,6 +10,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/hypervisor/libvirt"

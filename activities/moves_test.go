@@ -2,11 +2,11 @@ package activities_test
 
 import (
 	"context"
-	"github.com/pinflow/pinflow/api"
 	"strings"
 	"testing"
 
 	"github.com/pinflow/pinflow/activities"
+	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
