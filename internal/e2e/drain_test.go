@@ -635,7 +635,7 @@ func TestDrainFailedMoveInOneLine(t *testing.T) {
 	// second moves.
 	s.ok("sim", "fault", "--host", "b", "--op", "prepare", "--times", "3")
 	out, errOut, code := s.run("host", "drain", "a", "--parallel", "1", "--attempts", "1", "--wait")
-	if code != 1 || !strings.Contains(errOut, "1 guests left on the host") {
+	if code != 1 || !strings.Contains(errOut, "1 guest left on the host") {
 		t.Fatalf("host drain a --wait with a failing move: exit %d, want 1 with a guest left:\n%s%s", code, out, errOut)
 	}
 	st := s.drainState("a")
