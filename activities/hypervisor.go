@@ -142,13 +142,9 @@ func (a *Activities) withDestDevices(ctx context.Context, in PrepareMigrationInp
 	if err != nil {
 		return "", classify(err)
 	}
-	devs, err := xmlpatch.Devices(full)
+	elements, err := deviceElements(full)
 	if err != nil {
 		return "", classify(err)
-	}
-	elements := make([]string, len(devs))
-	for i, d := range devs {
-		elements[i] = d.Element
 	}
 	out, err := xmlpatch.WithDevices(destXML, elements)
 	return out, classify(err)
@@ -402,16 +398,25 @@ func (a *Activities) withRecordDevices(ctx context.Context, uuid, domainXML stri
 	if inst.DomainXML == "" {
 		return domainXML, nil
 	}
-	devs, err := xmlpatch.Devices(inst.DomainXML)
-	if err != nil || len(devs) == 0 {
+	elements, err := deviceElements(inst.DomainXML)
+	if err != nil || len(elements) == 0 {
 		return domainXML, classify(err)
+	}
+	out, err := xmlpatch.WithDevices(domainXML, elements)
+	return out, classify(err)
+}
+
+// deviceElements is the text of each device a domain XML passes through.
+func deviceElements(domainXML string) ([]string, error) {
+	devs, err := xmlpatch.Devices(domainXML)
+	if err != nil {
+		return nil, err
 	}
 	elements := make([]string, len(devs))
 	for i, d := range devs {
 		elements[i] = d.Element
 	}
-	out, err := xmlpatch.WithDevices(domainXML, elements)
-	return out, classify(err)
+	return elements, nil
 }
 
 // shutdown asks the guest to power off (under f) and waits until it has,

@@ -71,13 +71,9 @@ func (a *Activities) PlugDevices(ctx context.Context, in PlugDevicesInput) error
 			return BadState(fmt.Sprintf("instance %s's record names claim %q on %q, not %s on %s: its devices there are not plugged in",
 				in.UUID, inst.ClaimID, inst.Host, in.ClaimID, in.Host))
 		}
-		devs, err := xmlpatch.Devices(inst.DomainXML)
-		if err != nil || len(devs) == 0 {
+		elements, err := deviceElements(inst.DomainXML)
+		if err != nil || len(elements) == 0 {
 			return classify(err)
-		}
-		elements := make([]string, len(devs))
-		for i, d := range devs {
-			elements[i] = d.Element
 		}
 		// Under the claim, taken for the operation: a plug of one that
 		// ended plugs in nothing another guest may now own.

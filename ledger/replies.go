@@ -71,15 +71,20 @@ type claimReply struct {
 // decodeClaim reads claim.lua's reply; a shape the script does not send
 // is an error naming it.
 func decodeClaim(res []any) (claimReply, error) {
+	status, _ := res[0].(string)
+	if status == "ok" && len(res) >= 2 {
+		// Every claim made answers so: its counters are read as numbers,
+		// with no strings made on the way.
+		r := claimReply{status: status, rev: toInt(res[1]), values: make([]int64, len(res)-2)}
+		for i, v := range res[2:] {
+			r.values[i] = toInt(v)
+		}
+		return r, nil
+	}
 	s := replyStrings(res)
 	r := claimReply{status: s[0]}
 	bad := func() (claimReply, error) { return claimReply{}, fmt.Errorf("claim script replied %q", s) }
 	switch {
-	case r.status == "ok" && len(s) >= 2:
-		r.rev = toInt(res[1])
-		for _, v := range res[2:] {
-			r.values = append(r.values, toInt(v))
-		}
 	case r.status == "exists" && len(s) == 2:
 		r.record = s[1]
 	case r.status == "nohost" && len(s) == 1:
