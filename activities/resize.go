@@ -291,14 +291,20 @@ type RevertRecordInput struct {
 	UUID          string `json:"uuid"`
 	Source        string `json:"source"`
 	SourceClaimID string `json:"source_claim_id"`
+	// KeepResize keeps the resize info, for the workflow to forget once
+	// the guest's copy on the destination is gone: until then the audit,
+	// finding the guest still there, settles it forwards with the new
+	// flavor, never with the old one the record now names.
+	KeepResize bool `json:"keep_resize,omitempty"`
 }
 
 // RevertRecord turns the source hold back into the resident claim (the
 // same pCPUs, never re-fitted) and points the record at it with the old
-// flavor and domain XML, forgetting the resize. It comes before the
-// destination's guest is destroyed, so that a revert that cannot have
-// its hold back leaves the guest running: a source host that is down or
-// returning is api.ErrTypeHostDown, a hold that is gone api.ErrTypeBadState.
+// flavor and domain XML, forgetting the resize unless in.KeepResize. It
+// comes before the destination's guest is destroyed, so that a revert
+// that cannot have its hold back leaves the guest running: a source host
+// that is down or returning is api.ErrTypeHostDown, a hold that is gone
+// api.ErrTypeBadState.
 func (a *Activities) RevertRecord(ctx context.Context, in RevertRecordInput) error {
 	inst, err := a.Ledger.Instance(ctx, in.UUID)
 	if err != nil {
@@ -319,6 +325,6 @@ func (a *Activities) RevertRecord(ctx context.Context, in RevertRecordInput) err
 		return BadState(fmt.Sprintf("instance %s has no resize to revert", in.UUID))
 	}
 	m := ledger.Move{Host: in.Source, ClaimID: in.SourceClaimID, DomainXML: inst.Resize.OldDomainXML,
-		Flavor: &inst.Resize.OldFlavor, ClearResize: true}
+		Flavor: &inst.Resize.OldFlavor, ClearResize: !in.KeepResize}
 	return classify(a.Ledger.MoveInstance(ctx, in.UUID, m))
 }

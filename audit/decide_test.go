@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 )
 
@@ -20,6 +21,7 @@ func TestDecide(t *testing.T) {
 	notFound := &OwnerStatus{State: OwnerNotFound}
 	day, halfHour := 24*time.Hour, 30*time.Minute
 	inNamespace := func(c *ledger.Claim, ns string) *ledger.Claim { c.Namespace = ns; return c }
+	kind := func(c *ledger.Claim, k ledger.ClaimKind) *ledger.Claim { c.Kind = k; return c }
 	tests := []struct {
 		name  string
 		claim *ledger.Claim
@@ -56,6 +58,12 @@ func TestDecide(t *testing.T) {
 			verdict{kept: KeptOwnerUnseen}},
 		{"hold, instance workflow not found, older than the retention", claim(ledger.StateHeld),
 			claimFacts{record: &ledger.Home{Host: "h2"}, owner: closed, ownerAt: now, instance: notFound, retention: &halfHour},
+			verdict{freed: FreedNotResident}},
+		{"resize destination, its revert stopped midway", kind(claim(ledger.StateCommitted), ledger.KindResizeDest),
+			claimFacts{record: &ledger.Home{Host: "h2", ClaimID: "c9", TaskState: guest.TaskResizeReverting}, owner: closed, ownerAt: now, instance: closed},
+			verdict{settle: true}},
+		{"resize destination, its record's task ended", kind(claim(ledger.StateCommitted), ledger.KindResizeDest),
+			claimFacts{record: &ledger.Home{Host: "h2", ClaimID: "c9"}, owner: closed, ownerAt: now, instance: closed},
 			verdict{freed: FreedNotResident}},
 		{"resident hold, record unread", claim(ledger.StateHeld), claimFacts{}, verdict{need: needRecord}},
 		{"resident hold, Temporal unasked", claim(ledger.StateHeld),

@@ -354,6 +354,10 @@ func decide(c *ledger.Claim, f claimFacts, r auditRules) verdict {
 		return verdict{settle: true}
 	case f.noRecord:
 		return verdict{freed: FreedInstanceGone}
+	case c.Kind == ledger.KindResizeDest && c.State == ledger.StateCommitted && f.record.TaskState != guest.TaskNone:
+		// A revert stopped midway: Settle takes the guest forwards
+		// onto this claim, or forgets the resize the record still keeps.
+		return verdict{settle: true}
 	}
 	return verdict{freed: FreedNotResident}
 }

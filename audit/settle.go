@@ -154,8 +154,20 @@ func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (Set
 			return SettleResult{}, err
 		}
 		dom, why, err := a.runsOn(ctx, in.Host, in.UUID, topo, claim, stopped)
+		if err == nil && why != "" && claim.Kind == ledger.KindResizeDest && resizeAtHome(inst) {
+			return a.settleUndoneResize(ctx, inst, in.Host, why)
+		}
 		if err != nil || why != "" {
 			return SettleResult{Reason: why}, err
+		}
+		flavor := inst.Request
+		if r := inst.Resize; r != nil && r.NewFlavor != nil && claim.Kind == ledger.KindResizeDest {
+			flavor = *r.NewFlavor
+		}
+		if n, err := vcpuCount(dom); err != nil || n != flavor.VCPUs {
+			// The domain is not the one the record would take: a record
+			// must never name a flavor its guest does not run.
+			return SettleResult{Reason: fmt.Sprintf("the guest runs on %s with %s, and its record would say %d", in.Host, vcpusOf(n, err), flavor.VCPUs)}, nil
 		}
 		if dom.State == hypervisor.StateShutoff {
 			vm = guest.VMStopped
@@ -191,7 +203,8 @@ func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (Set
 			m = ledger.Move{Host: in.Host, ClaimID: in.ClaimID, StagedXML: true}
 		}
 		if r := inst.Resize; r != nil && r.NewFlavor != nil && claim.Kind == ledger.KindResizeDest {
-			// A resize whose guest runs on its new claim: confirmed.
+			// A resize whose guest runs on its new claim: confirmed, its
+			// revert stopped before the guest left.
 			m.Flavor, m.ClearResize = r.NewFlavor, true
 		}
 		if err := a.Ledger.MoveInstance(ctx, in.UUID, m); err != nil {
@@ -301,6 +314,95 @@ func (a *Auditor) settleStoppedResize(ctx context.Context, in SettleInput, inst 
 		return SettleResult{}, err
 	}
 	return SettleResult{Settled: true}, nil
+}
+
+// resizeAtHome says whether inst's record keeps a resize that names its
+// resident claim: one whose revert or undo pointed the record back at its
+// source, or one stopped before it held that claim.
+func resizeAtHome(inst *ledger.Instance) bool {
+	r := inst.Resize
+	return r != nil && inst.ClaimID != "" && r.SourceHost == inst.Host && r.SourceClaimID == inst.ClaimID
+}
+
+// settleUndoneResize ends a resize whose guest does not run on its
+// destination claim (on dest, for why) while the record is back on its
+// source: a revert or undo stopped after it pointed the record there, or
+// a resize stopped before its guest moved. The resize is forgotten, and
+// the record's task ends, only when nothing of the new flavor is left
+// where it could run: no domain of the guest on dest (another host), and
+// on the record's host none, or one of the record's flavor within its
+// resident claim. The destination claim is the audit's to free then.
+func (a *Auditor) settleUndoneResize(ctx context.Context, inst *ledger.Instance, dest, why string) (SettleResult, error) {
+	if dest != inst.Host {
+		switch _, err := a.Driver.Lookup(ctx, dest, inst.UUID); {
+		case err == nil:
+			return SettleResult{Reason: why + "; its domain there is the resize's"}, nil
+		case !errors.Is(err, hypervisor.ErrNotFound):
+			return SettleResult{}, err
+		}
+	}
+	home, err := a.Ledger.GetClaim(ctx, inst.Host, inst.ClaimID)
+	if err != nil {
+		return SettleResult{}, err
+	}
+	if home.State != ledger.StateCommitted {
+		return SettleResult{Reason: why + fmt.Sprintf("; its claim %s on %s is %s", home.ID, inst.Host, home.State)}, nil
+	}
+	dom, err := a.Driver.Lookup(ctx, inst.Host, inst.UUID)
+	if err != nil && !errors.Is(err, hypervisor.ErrNotFound) {
+		return SettleResult{}, err
+	}
+	vm := inst.VMState
+	if vm == guest.VMResized {
+		vm = guest.VMActive
+	}
+	if dom != nil {
+		pins, err := xmlpatch.Read(dom.XML)
+		if err != nil {
+			return SettleResult{Reason: fmt.Sprintf("the guest's domain XML on %s cannot be read: %v", inst.Host, err)}, nil
+		}
+		topo, err := a.Ledger.Host(ctx, inst.Host)
+		if err != nil {
+			return SettleResult{}, err
+		}
+		used := pins.PinnedCPUs().Intersection(pinnable(topo))
+		if pins.VCPUs != inst.Request.VCPUs || !used.Difference(claimCPUs(home)).IsEmpty() {
+			return SettleResult{Reason: fmt.Sprintf("%s; its domain on %s has %d vCPUs on %s, not the record's %d on %s",
+				why, inst.Host, pins.VCPUs, orNone(used), inst.Request.VCPUs, orNone(claimCPUs(home)))}, nil
+		}
+		switch dom.State {
+		case hypervisor.StateRunning:
+			vm = guest.VMActive
+		case hypervisor.StateShutoff:
+			vm = guest.VMStopped
+		}
+	}
+	if err := a.Ledger.ClearResize(ctx, inst.UUID); err != nil {
+		return SettleResult{}, err
+	}
+	if err := a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: vm, Task: guest.TaskNone}); err != nil {
+		return SettleResult{}, err
+	}
+	return SettleResult{Settled: true, Reason: why + "; the resize is undone and forgotten"}, nil
+}
+
+// vcpuCount is the vCPU count of dom's definition.
+func vcpuCount(dom *hypervisor.Domain) (int, error) {
+	pins, err := xmlpatch.Read(dom.XML)
+	if err != nil {
+		return 0, err
+	}
+	return pins.VCPUs, nil
+}
+
+func vcpusOf(n int, err error) string {
+	if err != nil {
+		return fmt.Sprintf("a definition that cannot be read (%v)", err)
+	}
+	if n == 1 {
+		return "1 vCPU"
+	}
+	return fmt.Sprintf("%d vCPUs", n)
 }
 
 // finishDelete removes the guest of a deleted instance from in.Host and

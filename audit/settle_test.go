@@ -417,3 +417,71 @@ func TestSettleFloatingGuest(t *testing.T) {
 		t.Errorf("record after settling = host %s claim %s %s; want a, %s, active", inst.Host, inst.ClaimID, inst.VMState, c.ClaimID)
 	}
 }
+
+// TestSettleStoppedRevert: a revert stopped after it pointed the record
+// back at the source, with the guest still on its destination, settles
+// forwards with the new flavor, never naming the old one the record took
+// back; one stopped after the destination's copy was destroyed forgets
+// the resize. A revert that forgot the resize at its first step (a run
+// from before the record kept it) is left as it is: the guest runs with
+// 3 vCPUs and the record says 2.
+func TestSettleStoppedRevert(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		keep       bool
+		destroyed  bool
+		settled    bool
+		host       string
+		vcpus      int
+		resizeLeft bool
+	}{
+		{name: "guest on its destination", keep: true, settled: true, host: "b", vcpus: 3},
+		{name: "destination destroyed", keep: true, destroyed: true, settled: true, host: "a", vcpus: 2},
+		{name: "resize forgotten first", keep: false, settled: false, host: "a", vcpus: 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t)
+			w.AddHost(t, "a")
+			w.AddHost(t, "b")
+			u := simcloud.UUID(26)
+			src := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+			bigger := simcloud.Flavor()
+			bigger.VCPUs = 3
+			dst := w.ResizeTo(t, u, "a", src.ClaimID, "b", bigger)
+			if err := w.Ledger.SetState(ctx, u, ledger.Transition{VM: guest.VMResized, Task: guest.TaskResizeReverting}); err != nil {
+				t.Fatal(err)
+			}
+			back := activities.RevertRecordInput{UUID: u, Source: "a", SourceClaimID: src.ClaimID, KeepResize: tt.keep}
+			if err := w.Acts.RevertRecord(ctx, back); err != nil {
+				t.Fatal(err)
+			}
+			if tt.destroyed {
+				if err := w.Acts.DestroyDomain(ctx, activities.DomainInput{UUID: u, Host: "b", ClaimID: dst.ClaimID, Token: dst.Token}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Terminated here.
+			res, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "b", ClaimID: dst.ClaimID})
+			if err != nil || res.Settled != tt.settled {
+				t.Fatalf("SettleClaim = %+v, %v; want settled %v", res, err, tt.settled)
+			}
+			inst, err := w.Ledger.Instance(ctx, u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inst.Host != tt.host || inst.Request.VCPUs != tt.vcpus || inst.Resize != nil {
+				t.Errorf("record after settling = host %s, %d vCPUs, resize %+v; want %s, %d, none", inst.Host, inst.Request.VCPUs, inst.Resize, tt.host, tt.vcpus)
+			}
+			if tt.settled && inst.TaskState != guest.TaskNone {
+				t.Errorf("task state after settling = %q, want none", inst.TaskState)
+			}
+			if tt.host == "b" {
+				w.RunsPinned(t, u, "b", dst, 3)
+				if w.HasClaim(t, "a", src.ClaimID) {
+					t.Errorf("the source claim is still held once the guest settled on b")
+				}
+			}
+		})
+	}
+}

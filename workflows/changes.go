@@ -30,4 +30,10 @@ const (
 	// ports, and the migration falls back to a cold one for devices that
 	// cannot be unplugged.
 	changeDrainLiveDevices = "drain-live-devices"
+	// changeRevertKeepsResize (the release after v0.1.0): a resize's
+	// revert, and the undo of its move, keep the record's resize info
+	// until the guest's copy on the destination is gone, then forget it,
+	// so that the audit settles a revert stopped before that forwards,
+	// with the new flavor. Resizes wait up to their confirm window.
+	changeRevertKeepsResize = "revert-keeps-resize"
 )

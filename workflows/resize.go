@@ -325,6 +325,11 @@ func (r *resizing) revert(ctx workflow.Context) (*api.ResizeResult, error) {
 		activities.ReleaseInput{Host: r.dst, ClaimID: r.destClaim}).Get(ctx, nil); err != nil {
 		return nil, err
 	}
+	if r.keepsResize(ctx) {
+		if err := r.forget(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := r.endTask(ctx, r.uuid, r.vmState); err != nil {
 		return nil, err
 	}
@@ -332,10 +337,19 @@ func (r *resizing) revert(ctx workflow.Context) (*api.ResizeResult, error) {
 }
 
 // reinstateHold makes the source hold the resident claim again, and
-// points the record at it with the old flavor.
+// points the record at it with the old flavor. The record keeps the
+// resize info until the revert or undo forgets it, after the guest's copy
+// on the destination is gone.
 func (r *resizing) reinstateHold(ctx workflow.Context) error {
-	back := activities.RevertRecordInput{UUID: r.uuid, Source: r.source.Host, SourceClaimID: r.source.ClaimID}
+	back := activities.RevertRecordInput{UUID: r.uuid, Source: r.source.Host, SourceClaimID: r.source.ClaimID, KeepResize: r.keepsResize(ctx)}
 	return r.ledger(ctx, "make the source hold resident", a.RevertRecord, back).Get(ctx, nil)
+}
+
+// keepsResize says whether the run keeps the resize info through its
+// revert (changeRevertKeepsResize); a run that began before it forgets
+// it as the record goes back to the source.
+func (r *resizing) keepsResize(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, changeRevertKeepsResize, workflow.DefaultVersion, 1) == 1
 }
 
 // secureHold makes the source hold resident again before an undo

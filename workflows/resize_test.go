@@ -54,9 +54,9 @@ func TestResizeEnds(t *testing.T) {
 		steps   string
 	}{
 		{"confirm", 0, api.DecisionConfirm, 0, "confirmed", prefix + ",task,confirm"},
-		{"revert", 0, api.DecisionRevert, 0, "reverted", prefix + ",task,revert,destroy,restore,release,task"},
+		{"revert", 0, api.DecisionRevert, 0, "reverted", prefix + ",task,revert,destroy,restore,release,end,task"},
 		{"confirm window passes", 30 * time.Minute, "", 0, "auto-confirmed", prefix + ",task,confirm"},
-		{"cancel in VERIFY_RESIZE reverts", -1, "", 2 * time.Hour, "reverted", prefix + ",task,revert,destroy,restore,release,task"},
+		{"cancel in VERIFY_RESIZE reverts", -1, "", 2 * time.Hour, "reverted", prefix + ",task,revert,destroy,restore,release,end,task"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,6 +67,7 @@ func TestResizeEnds(t *testing.T) {
 			h.on("revert", a.RevertRecord, nil).Maybe()
 			h.on("restore", a.RestoreDomain, nil).Maybe()
 			h.on("release", a.ReleaseClaim, nil).Maybe()
+			h.on("end", a.EndResize, nil).Maybe()
 			var rejected error
 			if tt.decide != "" {
 				// Well inside VERIFY_RESIZE, before the default window.
@@ -118,6 +119,7 @@ func TestResizeRevertKeepsTheDestination(t *testing.T) {
 			h.on("destroy", a.DestroyDomain, nil).Maybe()
 			h.on("restore", a.RestoreDomain, nil).Maybe()
 			h.on("release", a.ReleaseClaim, nil).Maybe()
+			h.on("end", a.EndResize, nil).Maybe()
 			var rejected error
 			h.decide(t, 10*time.Minute, api.DecisionRevert, &rejected)
 			f := bigger
