@@ -25,9 +25,10 @@ func defaults() Config {
 		},
 		SimConfig: SimConfig{KeyPrefix: sim.DefaultPrefix, StaleMigration: sim.DefaultStaleMigration},
 		LibvirtConfig: LibvirtConfig{
-			DialTimeout:      libvirt.DefaultDialTimeout,
-			ProgressInterval: libvirt.DefaultProgressInterval,
-			AbortTimeout:     libvirt.DefaultAbortTimeout,
+			DialTimeout:          libvirt.DefaultDialTimeout,
+			ProgressInterval:     libvirt.DefaultProgressInterval,
+			AbortTimeout:         libvirt.DefaultAbortTimeout,
+			PostCopyStallTimeout: libvirt.DefaultPostCopyStall,
 		},
 		DomainOptions: DomainOptions{Type: guestxml.DefaultType, Emulator: guestxml.DefaultEmulator, Machine: guestxml.DefaultMachine},
 		Driver:        DriverSim,

@@ -144,7 +144,7 @@ func (w *raceWorld) run(t *testing.T, uuid string, wf, in any) error {
 	w.runs++
 	id, run := guest.InstanceWorkflowID(uuid), fmt.Sprintf("first-run-%d", w.runs)
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: id})
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: run}}})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: run}}, DeadlockDetectionTimeout: loadedMachine})
 	env.RegisterActivity(w.acts)
 	w.owners.open(id, run)
 	defer w.owners.open("", "")
@@ -332,7 +332,7 @@ func TestReconcileRaceDetects(t *testing.T) {
 	s.SetLogger(log.NewStructuredLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	env := s.NewTestWorkflowEnvironment()
 	env.SetStartWorkflowOptions(client.StartWorkflowOptions{ID: guest.InstanceWorkflowID(vm)})
-	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: "control"}}})
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{&firstRun{id: "control"}}, DeadlockDetectionTimeout: loadedMachine})
 	env.RegisterActivity(w.acts)
 	wouldFree := 0
 	var step string

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/pinflow/pinflow/activities"
 	"github.com/pinflow/pinflow/api"
@@ -50,6 +51,11 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
+// loadedMachine is the test environments' deadlock detection timeout: on
+// a machine busy with other work a workflow goroutine can wait for a CPU
+// longer than the SDK's default second without any deadlock.
+const loadedMachine = time.Minute
+
 // newBareHarness is newHarness with no activity mocked.
 func newBareHarness(t *testing.T) *harness {
 	var s testsuite.WorkflowTestSuite
@@ -57,6 +63,7 @@ func newBareHarness(t *testing.T) *harness {
 	metrics := &capturedMetrics{}
 	s.SetMetricsHandler(metricsCapture{to: metrics})
 	h := &harness{env: s.NewTestWorkflowEnvironment(), metrics: metrics}
+	h.env.SetWorkerOptions(worker.Options{DeadlockDetectionTimeout: loadedMachine})
 	h.env.RegisterActivity(&activities.Activities{})
 	t.Cleanup(func() { h.env.AssertExpectations(t) })
 	return h

@@ -37,6 +37,12 @@ type Config struct {
 	// AbortTimeout bounds how long a cancelled migration may take to end
 	// after libvirt was asked to abort it.
 	AbortTimeout time.Duration `envconfig:"LIBVIRT_ABORT_TIMEOUT"`
+	// PostCopyStallTimeout bounds how long a migration in post-copy, or
+	// the resume of one, may send no data: it is then paused
+	// (VIR_DOMAIN_ABORT_JOB_POSTCOPY) and resumed, as after a broken
+	// connection, since the guest runs on the destination and waits for
+	// every page it has not received.
+	PostCopyStallTimeout time.Duration `envconfig:"LIBVIRT_POSTCOPY_STALL_TIMEOUT"`
 
 	// Resolve, when set, is asked for hosts that are neither registered
 	// nor in Hosts, so that a registry kept elsewhere (the ledger, say)
@@ -50,6 +56,7 @@ const (
 	DefaultDialTimeout      = 15 * time.Second
 	DefaultProgressInterval = 500 * time.Millisecond
 	DefaultAbortTimeout     = 2 * time.Minute
+	DefaultPostCopyStall    = time.Minute
 )
 
 // redactURI hides a password a URI may carry before it goes into an error.

@@ -57,6 +57,9 @@
 // memory split between them. Migrate resumes it (VIR_MIGRATE_POSTCOPY_RESUME)
 // instead of resuming the source, a few times and then with an error
 // wrapping hypervisor.ErrPostCopyFailed; called again it resumes again.
+// A post-copy migration or resume that sends no data for
+// Config.PostCopyStallTimeout is paused (VIR_DOMAIN_ABORT_JOB_POSTCOPY)
+// and resumed the same way: past the switch nothing else bounds it.
 // Rollback refuses such a migration with the same error.
 package libvirt
 
@@ -115,6 +118,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.AbortTimeout <= 0 {
 		cfg.AbortTimeout = DefaultAbortTimeout
+	}
+	if cfg.PostCopyStallTimeout <= 0 {
+		cfg.PostCopyStallTimeout = DefaultPostCopyStall
 	}
 	names := map[string]bool{}
 	for _, m := range []HostMap{cfg.Hosts, cfg.MigrateURIs, cfg.CPUDedicatedSets, cfg.CPUSharedSets} {

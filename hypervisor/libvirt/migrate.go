@@ -22,6 +22,7 @@ const (
 	PhaseSetup     = "setup"     // libvirt has not reported any data yet
 	PhaseMigrating = "migrating" // memory is being copied
 	PhasePostCopy  = "post-copy" // switched to post-copy: the guest runs on the destination
+	PhasePausing   = "pausing"   // pausing a post-copy migration that sent no data, to resume it
 	PhaseResuming  = "resuming"  // resuming a post-copy migration that failed
 	PhaseAborting  = "aborting"  // cancelled; libvirt is aborting the job
 	PhaseCompleted = "completed" // the guest runs on the destination only
@@ -221,6 +222,9 @@ func (d *Driver) Migrate(ctx context.Context, req hypervisor.MigrateRequest, pro
 	}
 
 	o, err := d.follow(ctx, sc, dom, req, id.MemoryBytes, postCopy, result, progress)
+	if err != nil && o.postCopy {
+		return fail(fmt.Errorf("%w: %w", hypervisor.ErrPostCopyFailed, err))
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -566,6 +570,8 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 	if postCopy {
 		done = nil
 	}
+	// sent and sentAt are the data sent in post-copy and when it last grew.
+	sent, sentAt := o.last.DataProcessed, time.Now()
 	for {
 		select {
 		case o.migErr = <-result:
@@ -575,9 +581,22 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 		case <-tick.C:
 			if o.postCopy {
 				// Past the point of no return there is nothing left to
-				// fence or abort.
+				// fence or abort, only a stall to pause and resume.
 				poll(bg, sc, dom, &o.last, PhasePostCopy, progress)
-				continue
+				if o.last.DataProcessed != sent {
+					sent, sentAt = o.last.DataProcessed, time.Now()
+				}
+				if time.Since(sentAt) < d.cfg.PostCopyStallTimeout {
+					continue
+				}
+				o.last.Phase = PhasePausing
+				progress(o.last)
+				migErr, err := d.pausePostCopy(bg, sc, dom, result)
+				if migErr != nil {
+					migErr = fmt.Errorf("paused after it sent no data for %v: %w", d.cfg.PostCopyStallTimeout, migErr)
+				}
+				o.migErr = migErr
+				return o, err
 			}
 			if ferr := req.CheckFence(ctx, "at a progress poll"); ferr != nil {
 				if ctx.Err() != nil {
@@ -604,6 +623,7 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 				return stop(timeout)
 			}
 			o.postCopy, done = true, nil
+			sent, sentAt = o.last.DataProcessed, time.Now()
 			o.last.Phase = PhasePostCopy
 			progress(o.last)
 		}
@@ -669,6 +689,33 @@ func (d *Driver) abort(ctx context.Context, sc *conn, dom golibvirt.Domain, resu
 			return migErr, nil
 		case <-deadline.C:
 			return nil, fmt.Errorf("aborted, but the migration did not end within %v of the abort; roll it back", d.cfg.AbortTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+// pausePostCopy pauses a post-copy migration that stalled, as a broken
+// connection would, and returns the migration call's error once it
+// returns. A migration that does not pause within AbortTimeout is an
+// error: its call may still return later.
+func (d *Driver) pausePostCopy(ctx context.Context, sc *conn, dom golibvirt.Domain, result <-chan error) (error, error) {
+	deadline := time.NewTimer(d.cfg.AbortTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(d.cfg.ProgressInterval)
+	defer tick.Stop()
+	paused := false
+	for {
+		if !paused {
+			paused = do(ctx, sc, func(l *golibvirt.Libvirt) error {
+				return l.DomainAbortJobFlags(dom, uint32(golibvirt.DomainAbortJobPostcopy))
+			}) == nil
+		}
+		select {
+		case migErr := <-result:
+			return migErr, nil
+		case <-deadline.C:
+			return nil, fmt.Errorf("it sent no data for %v and did not pause within %v of being asked; call Migrate again to follow it",
+				d.cfg.PostCopyStallTimeout, d.cfg.AbortTimeout)
 		case <-tick.C:
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -401,6 +402,88 @@ func TestMigrationPolicy(t *testing.T) {
 		}
 		if want := PhasePostCopy + " " + PhaseResuming; !strings.Contains(strings.Join(phases, " "), want) {
 			t.Errorf("Migrate whose post-copy broke went through phases %v, want %s among them", phases, want)
+		}
+		e.runsOn(t, "dst", g, destPins, destEmulator)
+	})
+
+	t.Run("a post-copy migration that stalls is paused and resumed", func(t *testing.T) {
+		g := busyGuest(t, 39)
+		req, _ := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs,
+			AllowPostCopy: true, TimeoutAction: hypervisor.TimeoutPostCopy})
+		d := newTestDriver(t, e.hosts["src"], e.hosts["dst"])
+		d.cfg.PostCopyStallTimeout = 2 * time.Second
+		// The destination's QEMU is stopped once the guest runs there:
+		// nothing flows, as with a hung destination. It goes on when the
+		// driver pauses the migration, or, should it never, after the
+		// watchdog's wait, so that the test fails rather than hangs.
+		var mu sync.Mutex
+		frozen := 0
+		thaw := func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if frozen > 0 {
+				if err := syscall.Kill(frozen, syscall.SIGCONT); err != nil {
+					t.Errorf("continue the destination's QEMU: %v", err)
+				}
+			}
+			frozen = -1 // a pause that came first leaves it running
+		}
+		t.Cleanup(thaw)
+		freeze := func() {
+			ctx := opContext(t)
+			dst, err := d.connect(ctx, "dst")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+				if dom, err := dst.lookup(ctx, g.uuid); err == nil {
+					st, reason, err := dst.stateReason(ctx, dom)
+					if err == nil && st == golibvirt.DomainRunning && golibvirt.DomainRunningReason(reason) == golibvirt.DomainRunningPostcopy {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Error("the guest never ran on the destination in post-copy")
+					return
+				}
+			}
+			pid, err := e.hosts["dst"].QEMUPid(g.name)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if frozen == 0 {
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					t.Errorf("stop the destination's QEMU: %v", err)
+					return
+				}
+				frozen = pid
+				time.AfterFunc(3*time.Minute, thaw)
+			}
+		}
+		var phases []string
+		switched := false
+		err := d.Migrate(opContext(t), req, func(p hypervisor.Progress) {
+			if len(phases) == 0 || phases[len(phases)-1] != p.Phase {
+				phases = append(phases, p.Phase)
+			}
+			switch {
+			case p.Phase == PhasePostCopy && !switched:
+				switched = true
+				go freeze()
+			case p.Phase == PhasePausing:
+				thaw()
+			}
+		})
+		t.Logf("Migrate = %v; phases %v", err, phases)
+		if err != nil {
+			t.Fatalf("Migrate whose post-copy stalled = %v, want nil: it pauses and resumes", err)
+		}
+		if want := PhasePausing + " " + PhaseResuming; !strings.Contains(strings.Join(phases, " "), want) {
+			t.Errorf("Migrate whose post-copy stalled went through phases %v, want %s among them", phases, want)
 		}
 		e.runsOn(t, "dst", g, destPins, destEmulator)
 	})
