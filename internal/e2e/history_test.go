@@ -18,6 +18,7 @@ import (
 	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/internal/testenv"
+	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/workflows"
 )
 
@@ -144,7 +145,55 @@ func TestHistoriesReplay(t *testing.T) {
 		return true
 	})
 	recorded, names = append(recorded, s.historyOf(recoverID)), append(names, "recover")
+
+	// C's migration back to b, terminated past its switchover: the audit
+	// settles C forwards onto b's claim.
+	s.ok("sim", "gate", "--at", "switched", "--hold")
+	s.ok("migrate", vmC, "--dest", "b")
+	s.ok("sim", "gate", "--at", "switched", "--wait-arrived", "1")
+	if err := s.tc.TerminateWorkflow(ctx, guest.InstanceWorkflowID(vmC), "", "test"); err != nil {
+		t.Fatal(err)
+	}
+	s.ok("sim", "gate", "--at", "switched", "--release")
+	s.waitClosed(vmC)
+	s.pastMinGrace()
+	s.reconcile("--grace", "0")
+	s.waitRun(guest.InstanceWorkflowID(vmC), api.WorkflowSettle)
+	if g := s.guest(vmC); g.Host == nil || *g.Host != "b" {
+		t.Fatalf("C after the audit settled it: %+v, want it on b", g)
+	}
+	record(vmC, "settle")
+
+	// Redis loses b's keys and C's record while C runs: recover
+	// quarantines its pCPUs, released once C is stopped.
+	s.loseHost("b")
+	rdb := s.redisClient()
+	defer rdb.Close()
+	if err := rdb.Del(ctx, ledger.DefaultKeyPrefix+":inst:{"+vmC+"}").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.ok("recover", "--host", "b")
+	q := s.hostClaimOf("b", vmC)
+	if err := s.simulator().Stop(ctx, "b", vmC); err != nil {
+		t.Fatal(err)
+	}
+	s.ok("quarantine", "release", "--host", "b", q)
+	recorded, names = append(recorded, s.historyOf(api.QuarantineReleaseWorkflowID("b", q))), append(names, "release-quarantine")
 	keepHistories(t, recorded, names)
+}
+
+// waitRun waits until the latest run of workflow id is one of type
+// typeName, and closed.
+func (s *stack) waitRun(id, typeName string) {
+	s.t.Helper()
+	s.eventually("a closed "+typeName+" run of "+id, 2*time.Minute, func() bool {
+		d, err := s.tc.DescribeWorkflowExecution(context.Background(), id, "")
+		if err != nil {
+			return false
+		}
+		info := d.GetWorkflowExecutionInfo()
+		return info.GetType().GetName() == typeName && info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	})
 }
 
 // keepHistories replays each recorded history against the workflows as
