@@ -293,10 +293,10 @@ func notPausedYet(err error) bool {
 // resumePostCopy resumes a migration that failed after its switch to
 // post-copy (libvirt's VIR_MIGRATE_POSTCOPY_RESUME), with the flags and
 // parameters it started with, until it completes or postCopyResumes
-// resumes have failed (a resume refused because QEMU has not yet seen
-// the break does not count, see postCopyNotPaused). Nothing aborts it: past the switch there is no way
-// back, so neither a cancel nor a fence stops it. Its error wraps
-// hypervisor.ErrPostCopyFailed.
+// resumes have failed (a resume refused before the source's QEMU and
+// libvirt report the break does not count, see postCopyNotPaused).
+// Nothing aborts it: past the switch there is no way back, so neither a
+// cancel nor a fence stops it. Its error wraps hypervisor.ErrPostCopyFailed.
 func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt.Domain, req hypervisor.MigrateRequest, memory uint64,
 	last hypervisor.Progress, cause error, progress func(hypervisor.Progress)) error {
 	fail := func(err error) error {
@@ -325,7 +325,10 @@ func (d *Driver) resumePostCopy(ctx context.Context, sc, dc *conn, dom golibvirt
 			sc.drop()
 			return fail(fmt.Errorf("%w: lost the source connection resuming it (%w); call Migrate again", hypervisor.ErrPostCopyFailed, oneLine{o.migErr}))
 		}
-		if !notPausedYet(o.migErr) || time.Now().After(waitPaused) {
+		// The source must see the break before a resume can work; under
+		// load it takes a while, and until then a resume is refused.
+		stage, _ := sc.postCopyStage(bg, dom)
+		if !notPausedYet(o.migErr) && stage == postCopyFailed || time.Now().After(waitPaused) {
 			if failed++; failed == postCopyResumes {
 				return fail(fmt.Errorf("%w: it failed (%w) and %d resumes failed too, the last: %w; the guest is paused on both hosts until Migrate resumes it",
 					hypervisor.ErrPostCopyFailed, oneLine{cause}, failed, oneLine{o.migErr}))

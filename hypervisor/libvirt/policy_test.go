@@ -412,10 +412,11 @@ func TestMigrationPolicy(t *testing.T) {
 			AllowPostCopy: true, TimeoutAction: hypervisor.TimeoutPostCopy})
 		d := newTestDriver(t, e.hosts["src"], e.hosts["dst"])
 		d.cfg.PostCopyStallTimeout = 2 * time.Second
-		// The destination's QEMU is stopped once the guest runs there:
-		// nothing flows, as with a hung destination. It goes on when the
-		// driver pauses the migration, or, should it never, after the
-		// watchdog's wait, so that the test fails rather than hangs.
+		// The destination's QEMU is stopped once the guest runs there
+		// (its device state loaded): nothing flows, as with a hung
+		// destination. It goes on when the driver pauses the migration,
+		// or, should it never, after the watchdog's wait, so that the
+		// test fails rather than hangs.
 		var mu sync.Mutex
 		frozen := 0
 		thaw := func() {
@@ -472,8 +473,10 @@ func TestMigrationPolicy(t *testing.T) {
 			}
 			switch {
 			case p.Phase == PhasePostCopy && !switched:
+				// Held here, Migrate polls nothing: no stall can be seen
+				// before the destination is stopped.
 				switched = true
-				go freeze()
+				freeze()
 			case p.Phase == PhasePausing:
 				thaw()
 			}
