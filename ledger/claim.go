@@ -36,6 +36,9 @@ const (
 	// KindReservation is capacity a drain holds for a guest it will move
 	// there; the guest's migration adopts it (Adopt).
 	KindReservation ClaimKind = "reservation"
+	// KindRepin holds the pCPUs a live re-pin moves its guest to, beside
+	// the guest's resident claim, until CommitRepin hands them over.
+	KindRepin ClaimKind = "repin"
 )
 
 func (k ClaimKind) valid() bool {
@@ -107,6 +110,16 @@ type Claim struct {
 	// Group is the server group of the claim's instance, which the claim
 	// counts a member of on its host; "" for none.
 	Group string `json:"group,omitempty"`
+
+	// Repins, Target and TargetUsage are a re-pin claim's (KindRepin): the
+	// resident claim it re-pins, and the placement and usage that claim
+	// takes at the commit. The re-pin claim itself has no placement and
+	// uses only the target's pCPUs the resident does not hold.
+	Repins      string           `json:"repins,omitempty"`
+	Target      *numa.Placement  `json:"target,omitempty"`
+	TargetUsage []numa.CellUsage `json:"target_usage,omitempty"`
+	// Repin is the last re-pin a resident claim took (CommitRepin).
+	Repin string `json:"repin,omitempty"`
 }
 
 // ClaimSpec asks for a claim. Give exactly one of Request (fit it on the
@@ -143,6 +156,12 @@ func (s *ClaimSpec) check() error {
 		return fmt.Errorf("claim kind %q: %w: kinds are %s, %s, %s, %s, %s, %s, %s or %s", s.Kind, ErrInvalid,
 			KindInstance, KindMigrationDest, KindUnshelve, KindBoot, KindQuarantine, KindResizeDest, KindEvacuationDest, KindReservation)
 	}
+	return s.checkOwned()
+}
+
+// checkOwned checks what every claim spec names but its kind: the
+// token, the owner and the placement or request.
+func (s *ClaimSpec) checkOwned() error {
 	if strings.Contains(s.Token, "|") {
 		return fmt.Errorf("%w: token %q: a token has no '|'", ErrInvalid, s.Token)
 	}

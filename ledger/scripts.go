@@ -46,6 +46,7 @@ var (
 	claimScript           = loadScript("claim", "lib_counters")
 	releaseScript         = loadScript("release", "lib_counters")
 	claimStateScript      = loadScript("claim_state")
+	repinCommitScript     = loadScript("repin_commit", "lib_counters")
 	claimAdoptScript      = loadScript("claim_adopt")
 	moveSlotScript        = loadScript("move_slot")
 	fenceScript           = loadScript("fence")

@@ -30,18 +30,7 @@ type undoEntry struct {
 func (u undoEntry) String() string {
 	e := append([]byte(nil), u.token...)
 	e = append(e, '|')
-	for i, cpu := range u.pins.cpus {
-		if i > 0 {
-			e = append(e, ',')
-		}
-		e = strconv.AppendInt(e, int64(cpu), 10)
-	}
-	for i, a := range u.pins.devs {
-		if i > 0 || len(u.pins.cpus) > 0 {
-			e = append(e, ',')
-		}
-		e = append(e, a...)
-	}
+	e = u.pins.append(e)
 	e = append(e, '|')
 	for i, c := range u.counters {
 		if i > 0 {
@@ -71,4 +60,24 @@ func parseUndo(s string) (undoEntry, error) {
 		u.group, u.uuid = parts[3], parts[4]
 	}
 	return u, nil
+}
+
+// String is the pins as an undo entry holds them: the pCPUs, then the
+// device addresses, comma-joined.
+func (p pinSet) String() string { return string(p.append(nil)) }
+
+func (p pinSet) append(e []byte) []byte {
+	for i, cpu := range p.cpus {
+		if i > 0 {
+			e = append(e, ',')
+		}
+		e = strconv.AppendInt(e, int64(cpu), 10)
+	}
+	for i, a := range p.devs {
+		if i > 0 || len(p.cpus) > 0 {
+			e = append(e, ',')
+		}
+		e = append(e, a...)
+	}
+	return e
 }

@@ -376,8 +376,11 @@ func view(a *app, led *ledger.Ledger, name string) (*hostView, error) {
 	for _, c := range snap.Claims {
 		row := claimRow{ID: c.ID, Instance: c.InstanceUUID, Kind: string(c.Kind), State: string(c.State),
 			Owner: c.OwnerWorkflowID, Created: c.CreatedAt.Format("2006-01-02T15:04:05Z07:00")}
-		if c.Placement != nil {
+		switch {
+		case c.Placement != nil:
 			row.Pins = c.Placement.String()
+		case c.Target != nil:
+			row.Pins = "re-pin of " + c.Repins + " to " + c.Target.String()
 		}
 		v.Claims = append(v.Claims, row)
 	}

@@ -1,4 +1,5 @@
--- Shared by claim.lua and release.lua, which loadScript prefixes with it.
+-- Shared by claim.lua, release.lua and repin_commit.lua, which loadScript
+-- prefixes with it.
 
 -- Lua's unpack stops short of 8,000 values, and numa admits guests of up
 -- to 8,192 pinned vCPUs: a long list goes to Redis in slices, of an even
