@@ -187,12 +187,11 @@ func TestHistoriesReplay(t *testing.T) {
 func (s *stack) waitRun(id, typeName string) {
 	s.t.Helper()
 	s.eventually("a closed "+typeName+" run of "+id, 2*time.Minute, func() bool {
-		d, err := s.tc.DescribeWorkflowExecution(context.Background(), id, "")
+		d, err := s.tc.DescribeWorkflow(context.Background(), id, "")
 		if err != nil {
 			return false
 		}
-		info := d.GetWorkflowExecutionInfo()
-		return info.GetType().GetName() == typeName && info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		return d.WorkflowType.Name == typeName && d.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	})
 }
 
