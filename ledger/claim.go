@@ -596,24 +596,28 @@ func (l *Ledger) setClaimState(ctx context.Context, op, host, claimID string, to
 		names[i] = string(s)
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, claimStateScript, []string{k.claims, k.state},
-		claimID, string(to), strings.Join(names, ","), at, string(rule)).StringSlice()
+	raw, err := l.change(ctx, claimStateScript, []string{k.claims, k.state},
+		claimID, string(to), strings.Join(names, ","), at, string(rule)).Slice()
 	if err != nil {
 		return nil, wrap(err)
 	}
-	switch res[0] {
+	res, err := decodeClaimState(replyStrings(raw))
+	if err != nil {
+		return nil, wrap(err)
+	}
+	switch res.status {
 	case "unknown":
 		return nil, wrap(fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID))
 	case "state":
-		return nil, wrap(fmt.Errorf("%w: the claim is %s; only a claim that is %s can become %s", ErrConflict, res[1], strings.Join(names, " or "), to))
+		return nil, wrap(fmt.Errorf("%w: the claim is %s; only a claim that is %s can become %s", ErrConflict, res.current, strings.Join(names, " or "), to))
 	case "host":
 		if rule == liveHost {
-			return nil, wrap(fmt.Errorf("%w: host %s is %s; no guest runs again on a host that is down or returning", ErrHostDown, host, res[1]))
+			return nil, wrap(fmt.Errorf("%w: host %s is %s; no guest runs again on a host that is down or returning", ErrHostDown, host, res.hostState))
 		}
-		return nil, wrap(fmt.Errorf("%w: host %s is %s; only a claim on a host that is down becomes a tombstone", ErrConflict, host, res[1]))
+		return nil, wrap(fmt.Errorf("%w: host %s is %s; only a claim on a host that is down becomes a tombstone", ErrConflict, host, res.hostState))
 	}
 	c := &Claim{}
-	if err := json.Unmarshal([]byte(res[1]), c); err != nil {
+	if err := json.Unmarshal([]byte(res.record), c); err != nil {
 		return nil, wrap(fmt.Errorf("stored claim record: %w", err))
 	}
 	return c, nil
@@ -722,18 +726,21 @@ func (l *Ledger) fence(ctx context.Context, host, claimID, token string, length 
 		return time.Time{}, wrap(fmt.Errorf("%w: token %q and lease %s: a token and a positive lease are needed", ErrInvalid, token, length))
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, fenceScript, []string{k.undo, k.lease, k.state}, claimID, token, length.Milliseconds(), mode).Slice()
+	raw, err := l.change(ctx, fenceScript, []string{k.undo, k.lease, k.state}, claimID, token, length.Milliseconds(), mode).Slice()
 	if err != nil {
 		return time.Time{}, wrap(err)
 	}
-	switch res[0] {
+	res, err := decodeLease("fence", replyStrings(raw))
+	if err != nil {
+		return time.Time{}, wrap(err)
+	}
+	switch res.status {
 	case "ok":
-		return time.UnixMilli(toInt(res[1])), nil
+		return time.UnixMilli(res.until), nil
 	case "gone":
 		return time.Time{}, wrap(fmt.Errorf("%w: host %s has no claim %q", ErrUnknownClaim, host, claimID))
 	case "down":
-		state, _ := res[1].(string)
-		return time.Time{}, wrap(fmt.Errorf("%w: host %s is %s; no guest starts there", ErrHostDown, host, state))
+		return time.Time{}, wrap(fmt.Errorf("%w: host %s is %s; no guest starts there", ErrHostDown, host, res.hostState))
 	}
 	return time.Time{}, wrap(fmt.Errorf("%w: claim %q was made again with another token", ErrConflict, claimID))
 }
@@ -790,11 +797,15 @@ func (l *Ledger) Take(ctx context.Context, host, claimID string, from []string, 
 		}
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, takeScript, []string{k.claims, k.undo, k.lease}, claimID, to, strings.Join(from, "|")).Slice()
+	raw, err := l.change(ctx, takeScript, []string{k.claims, k.undo, k.lease}, claimID, to, strings.Join(from, "|")).Slice()
 	if err != nil {
 		return wrap(err)
 	}
-	switch res[0] {
+	res, err := decodeLease("take", replyStrings(raw))
+	if err != nil {
+		return wrap(err)
+	}
+	switch res.status {
 	case "ok":
 		return nil
 	case "gone":
@@ -802,7 +813,7 @@ func (l *Ledger) Take(ctx context.Context, host, claimID string, from []string, 
 	case "token":
 		return wrap(fmt.Errorf("%w: claim %q was taken by another operation", ErrConflict, claimID))
 	}
-	return &LeasedError{Host: host, ClaimID: claimID, Until: time.UnixMilli(toInt(res[1]))}
+	return &LeasedError{Host: host, ClaimID: claimID, Until: time.UnixMilli(res.until)}
 }
 
 // Claims lists a host's claims by id. A host never registered, or with no

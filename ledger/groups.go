@@ -129,17 +129,21 @@ func (l *Ledger) CreateGroup(ctx context.Context, g Group) error {
 	if g.Policy == PolicyAntiAffinity && g.MaxPerHost == 0 {
 		g.MaxPerHost = 1
 	}
-	res, err := l.change(ctx, groupCreateScript, []string{l.groupKey(g.Name)}, string(g.Policy), maxField(g.Policy, g.MaxPerHost), l.timestamp(),
-		g.MaxUnavailable).StringSlice()
+	raw, err := l.change(ctx, groupCreateScript, []string{l.groupKey(g.Name)}, string(g.Policy), maxField(g.Policy, g.MaxPerHost), l.timestamp(),
+		g.MaxUnavailable).Slice()
 	if err != nil {
 		return wrap(err)
 	}
-	if res[0] == "conflict" {
+	res, err := decodeGroup("group_create", replyStrings(raw))
+	if err != nil {
+		return wrap(err)
+	}
+	if res.status == "conflict" {
 		budget := ""
-		if res[3] != "0" {
-			budget = ", at most " + res[3] + " moving at once"
+		if res.maxMoving != "0" {
+			budget = ", at most " + res.maxMoving + " moving at once"
 		}
-		return wrap(fmt.Errorf("%w: group %s exists with policy %s%s%s", ErrExists, g.Name, res[1], perHost(res[2]), budget))
+		return wrap(fmt.Errorf("%w: group %s exists with policy %s%s%s", ErrExists, g.Name, res.policy, perHost(res.maxPerHost), budget))
 	}
 	return wrap0(l.rdb.SAdd(ctx, l.groupsKey(), g.Name).Err(), wrap)
 }
@@ -249,12 +253,16 @@ func (l *Ledger) DeleteGroup(ctx context.Context, name string) error {
 	if len(live) > 0 {
 		return wrap(fmt.Errorf("%w: it has %d members (%s); delete them first", ErrConflict, len(live), strings.Join(live, ", ")))
 	}
-	res, err := l.change(ctx, groupDeleteScript, []string{l.groupKey(name), l.membersKey(name), l.movingKey(name), l.groupHostsKey(name)}).StringSlice()
+	raw, err := l.change(ctx, groupDeleteScript, []string{l.groupKey(name), l.membersKey(name), l.movingKey(name), l.groupHostsKey(name)}).Slice()
 	if err != nil {
 		return wrap(err)
 	}
-	if res[0] == "members" {
-		return wrap(fmt.Errorf("%w: it has %s members; a member joined while it was being deleted", ErrConflict, res[1]))
+	res, err := decodeGroup("group_delete", replyStrings(raw))
+	if err != nil {
+		return wrap(err)
+	}
+	if res.status == "members" {
+		return wrap(fmt.Errorf("%w: it has %s members; a member joined while it was being deleted", ErrConflict, res.members))
 	}
 	return wrap0(l.rdb.SRem(ctx, l.groupsKey(), name).Err(), wrap)
 }
@@ -284,15 +292,19 @@ func (l *Ledger) groupRule(ctx context.Context, name string) (*GroupRule, error)
 
 // join makes uuid a member of the group its record names with rule r.
 func (l *Ledger) join(ctx context.Context, uuid string, r *GroupRule) error {
-	res, err := l.change(ctx, groupJoinScript, []string{l.groupKey(r.Name), l.membersKey(r.Name)}, uuid, string(r.Policy), r.limit()).StringSlice()
+	raw, err := l.change(ctx, groupJoinScript, []string{l.groupKey(r.Name), l.membersKey(r.Name)}, uuid, string(r.Policy), r.limit()).Slice()
 	if err != nil {
 		return err
 	}
-	switch res[0] {
+	res, err := decodeGroup("group_join", replyStrings(raw))
+	if err != nil {
+		return err
+	}
+	switch res.status {
 	case "unknown":
 		return fmt.Errorf("%w: group %s was deleted while the instance joined it", ErrUnknownGroup, r.Name)
 	case "changed":
-		return fmt.Errorf("%w: group %s was made again with policy %s%s while the instance joined it", ErrConflict, r.Name, res[1], perHost(res[2]))
+		return fmt.Errorf("%w: group %s was made again with policy %s%s while the instance joined it", ErrConflict, r.Name, res.policy, perHost(res.maxPerHost))
 	}
 	return nil
 }
@@ -387,18 +399,21 @@ func enforced(k ClaimKind) bool { return k != KindQuarantine && k != KindInstanc
 func (l *Ledger) bindAffinity(ctx context.Context, r *GroupRule, host string, kind ClaimKind) error {
 	from := ""
 	for range 2 {
-		res, err := l.change(ctx, groupBindScript, []string{l.groupKey(r.Name)}, host, from).Slice()
+		raw, err := l.change(ctx, groupBindScript, []string{l.groupKey(r.Name)}, host, from).Slice()
 		if err != nil {
 			return err
 		}
-		status, _ := res[0].(string)
-		switch status {
+		res, err := decodeGroupBind(replyStrings(raw))
+		if err != nil {
+			return err
+		}
+		switch res.status {
 		case "ok":
 			return nil
 		case "unknown":
 			return fmt.Errorf("%w: group %s is gone; its members' claims are refused", ErrUnknownGroup, r.Name)
 		}
-		bound, _ := res[1].(string)
+		bound := res.bound
 		st, err := l.HostStatus(ctx, bound)
 		if err != nil && !errors.Is(err, ErrUnknownHost) {
 			return err
@@ -575,25 +590,24 @@ func (l *Ledger) TakeGroupSlot(ctx context.Context, uuid string, lease time.Dura
 	if force {
 		f = "1"
 	}
-	res, err := l.change(ctx, groupSlotScript, []string{l.groupKey(r.Name), l.movingKey(r.Name)}, "take", uuid, lease.Milliseconds(), f).StringSlice()
+	raw, err := l.change(ctx, groupSlotScript, []string{l.groupKey(r.Name), l.movingKey(r.Name)}, "take", uuid, lease.Milliseconds(), f).Slice()
 	if err != nil {
 		return Budget{}, wrap(err)
 	}
-	b := Budget{Group: r.Name}
-	switch res[0] {
-	case "ok":
-		b.Taken = true
-		b.Max, _ = strconv.Atoi(res[1])
-	case "none":
+	res, err := decodeGroupSlot(replyStrings(raw))
+	if err != nil {
+		return Budget{}, wrap(err)
+	}
+	b := Budget{Group: r.Name, Max: res.max}
+	switch res.status {
+	case "ok", "none":
 		b.Taken = true
 	case "unknown":
 		return Budget{}, wrap(fmt.Errorf("%w: group %s of the instance is gone", ErrUnknownGroup, r.Name))
 	case "full":
-		b.Max, _ = strconv.Atoi(res[1])
-		b.Moving = slices.Sorted(slices.Values(res[2:]))
+		b.Moving = slices.Sorted(slices.Values(res.members))
 	case "expired":
-		b.Max, _ = strconv.Atoi(res[1])
-		b.Expired = slices.Sorted(slices.Values(res[2:]))
+		b.Expired = slices.Sorted(slices.Values(res.members))
 	}
 	return b, nil
 }

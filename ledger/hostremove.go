@@ -3,7 +3,6 @@ package ledger
 import (
 	"context"
 	"fmt"
-	"strconv"
 )
 
 var (
@@ -28,23 +27,25 @@ func (l *Ledger) RemoveHost(ctx context.Context, host string) (int, error) {
 		return 0, wrap(err)
 	}
 	k := l.hostKeys(host)
-	res, err := l.change(ctx, hostRemoveScript, k.all()).StringSlice()
+	raw, err := l.change(ctx, hostRemoveScript, k.all()).Slice()
 	if err != nil {
 		return 0, wrap(err)
 	}
-	n := 0
-	switch res[0] {
+	res, err := decodeHostRemove(replyStrings(raw))
+	if err != nil {
+		return 0, wrap(err)
+	}
+	switch res.status {
 	case "gone":
 		if !listed {
 			return 0, wrap(fmt.Errorf("%w: %q", ErrUnknownHost, host))
 		}
 	case "live":
-		return 0, wrap(fmt.Errorf("%w: its claim %s is %s; evacuate, migrate or delete its guests first", ErrConflict, res[1], res[2]))
+		return 0, wrap(fmt.Errorf("%w: its claim %s is %s; evacuate, migrate or delete its guests first", ErrConflict, res.claim, res.claimState))
 	case "notdown":
-		return 0, wrap(fmt.Errorf("%w: it holds %s tombstones and is %s; a host that returns clears them with host up", ErrConflict, res[2], res[1]))
-	default:
-		n, _ = strconv.Atoi(res[1])
+		return 0, wrap(fmt.Errorf("%w: it holds %d tombstones and is %s; a host that returns clears them with host up", ErrConflict, res.tombstones, res.hostState))
 	}
+	n := res.tombstones
 	l.dropCache(host, nil)
 	l.hints.now(ctx, host)
 	if err := l.change(ctx, hostUnlistScript, []string{l.hostsKey()}, host).Err(); err != nil {

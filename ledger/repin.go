@@ -218,16 +218,17 @@ func (l *Ledger) CommitRepin(ctx context.Context, host, resident, repin string) 
 	if err != nil {
 		return nil, wrap(err)
 	}
-	reply := replyStrings(raw)
-	switch reply[0] {
-	case "ok", "done":
-		return &next, nil
-	case "unknown":
-		return nil, wrap(fmt.Errorf("%w: the %s claim is gone", ErrUnknownClaim, reply[1]))
-	case "state":
-		return nil, wrap(fmt.Errorf("%w: the %s claim is %s", ErrConflict, reply[1], reply[2]))
-	case "owner":
-		return nil, wrap(fmt.Errorf("%w: pCPU %s is held by %q, not by the claim that should give it", ErrConflict, reply[1], reply[2]))
+	res, err := decodeRepinCommit(replyStrings(raw))
+	if err != nil {
+		return nil, wrap(err)
 	}
-	return nil, wrap(fmt.Errorf("re-pin commit script replied %v", raw))
+	switch res.status {
+	case "unknown":
+		return nil, wrap(fmt.Errorf("%w: the %s claim is gone", ErrUnknownClaim, res.which))
+	case "state":
+		return nil, wrap(fmt.Errorf("%w: the %s claim is %s", ErrConflict, res.which, res.state))
+	case "owner":
+		return nil, wrap(fmt.Errorf("%w: pCPU %s is held by %q, not by the claim that should give it", ErrConflict, res.pin, res.owner))
+	}
+	return &next, nil
 }

@@ -1,6 +1,9 @@
 package ledger
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
 // The scripts answer with flat arrays whose first element, for every
 // script that changes something, names what happened; the shapes are in
@@ -137,6 +140,198 @@ func decodeRelease(res []any) (releaseReply, error) {
 	case (r.status == "absent" || r.status == "token" || r.status == "unmet" || r.status == "no-undo") && len(s) == 1:
 	default:
 		return releaseReply{}, fmt.Errorf("release script replied %q", s)
+	}
+	return r, nil
+}
+
+// shape checks that reply s, tagged with one of the statuses, has the
+// length its status carries (n of them; -1 for "at least" the next).
+func shape(script string, s []string, want map[string]int) error {
+	if len(s) == 0 {
+		return fmt.Errorf("%s script replied nothing", script)
+	}
+	n, ok := want[s[0]]
+	switch {
+	case !ok:
+		return fmt.Errorf("%s script replied %q", script, s)
+	case n >= 0 && len(s) != n, n < 0 && len(s) < -n:
+		return fmt.Errorf("%s script replied %q: %d values for %s", script, s, len(s), s[0])
+	}
+	return nil
+}
+
+// claimStateReply is claim_state.lua's answer.
+type claimStateReply struct {
+	status string // ok, unknown, state or host
+	record string // ok: the claim's record as it now is
+	// current is the claim's state (state), hostState the host's (host).
+	current, hostState string
+}
+
+func decodeClaimState(res []string) (r claimStateReply, err error) {
+	if err := shape("claim_state", res, map[string]int{"ok": 2, "unknown": 1, "state": 2, "host": 2}); err != nil {
+		return r, err
+	}
+	r.status = res[0]
+	switch r.status {
+	case "ok":
+		r.record = res[1]
+	case "state":
+		r.current = res[1]
+	case "host":
+		r.hostState = res[1]
+	}
+	return r, nil
+}
+
+// groupReply is the answer of group_create.lua (ok, conflict),
+// group_delete.lua (ok, gone, members) and group_join.lua (ok, unknown,
+// changed): what the group is, when it is not what the caller asked.
+type groupReply struct {
+	status string
+	// policy, maxPerHost and maxMoving are the group's as it exists
+	// (conflict, changed; maxMoving for conflict only).
+	policy, maxPerHost, maxMoving string
+	members                       string // members: how many it has
+}
+
+func decodeGroup(script string, res []string) (r groupReply, err error) {
+	if err := shape(script, res, map[string]int{"ok": 1, "gone": 1, "unknown": 1, "conflict": 4, "changed": 3, "members": 2}); err != nil {
+		return r, err
+	}
+	r.status = res[0]
+	switch r.status {
+	case "conflict":
+		r.policy, r.maxPerHost, r.maxMoving = res[1], res[2], res[3]
+	case "changed":
+		r.policy, r.maxPerHost = res[1], res[2]
+	case "members":
+		r.members = res[1]
+	}
+	return r, nil
+}
+
+// groupBindReply is group_bind.lua's answer.
+type groupBindReply struct {
+	status string // ok, unknown or bound
+	bound  string // bound: the host the group's members are on
+}
+
+func decodeGroupBind(res []string) (r groupBindReply, err error) {
+	if err := shape("group_bind", res, map[string]int{"ok": 2, "unknown": 1, "bound": 3}); err != nil {
+		return r, err
+	}
+	r.status = res[0]
+	if r.status == "bound" {
+		r.bound = res[1]
+	}
+	return r, nil
+}
+
+// groupSlotReply is group_slot.lua's answer to a take.
+type groupSlotReply struct {
+	status string // ok, none, unknown, full or expired
+	max    int    // ok, full, expired: the group's budget
+	// members hold the slots (full) or let their leases run out (expired).
+	members []string
+}
+
+func decodeGroupSlot(res []string) (r groupSlotReply, err error) {
+	if err := shape("group_slot", res, map[string]int{"ok": 2, "none": 1, "unknown": 1, "full": -2, "expired": -2}); err != nil {
+		return r, err
+	}
+	r.status = res[0]
+	if len(res) > 1 {
+		if r.max, err = strconv.Atoi(res[1]); err != nil {
+			return r, fmt.Errorf("group_slot script replied %q: %w", res, err)
+		}
+		r.members = res[2:]
+	}
+	return r, nil
+}
+
+// hostRemoveReply is host_remove.lua's answer.
+type hostRemoveReply struct {
+	status string // ok, gone, live or notdown
+	// tombstones were removed (ok) or are held (notdown).
+	tombstones int
+	// claim and claimState name a live claim (live); hostState is the
+	// host's (notdown).
+	claim, claimState, hostState string
+}
+
+func decodeHostRemove(res []string) (r hostRemoveReply, err error) {
+	if err := shape("host_remove", res, map[string]int{"ok": 2, "gone": 1, "live": 3, "notdown": 3}); err != nil {
+		return r, err
+	}
+	r.status = res[0]
+	switch r.status {
+	case "ok":
+		r.tombstones, err = strconv.Atoi(res[1])
+	case "live":
+		r.claim, r.claimState = res[1], res[2]
+	case "notdown":
+		r.hostState = res[1]
+		r.tombstones, err = strconv.Atoi(res[2])
+	}
+	if err != nil {
+		return r, fmt.Errorf("host_remove script replied %q: %w", res, err)
+	}
+	return r, nil
+}
+
+// leaseReply is the answer of fence.lua (ok, gone, token, down) and
+// take.lua (ok, gone, token, leased).
+type leaseReply struct {
+	status string
+	// until is when the fence's lease ends (fence ok) or the lease that
+	// keeps the take out does (leased), in ms of the server's clock.
+	until     int64
+	hostState string // down
+}
+
+func decodeLease(script string, res []string) (r leaseReply, err error) {
+	okLen := 1
+	if script == "fence" {
+		okLen = 2
+	}
+	if err := shape(script, res, map[string]int{"ok": okLen, "gone": 1, "token": 1, "down": 2, "leased": 2}); err != nil {
+		return r, err
+	}
+	r.status = res[0]
+	switch {
+	case r.status == "down":
+		r.hostState = res[1]
+	case len(res) == 2:
+		if r.until, err = strconv.ParseInt(res[1], 10, 64); err != nil {
+			return r, fmt.Errorf("%s script replied %q: %w", script, res, err)
+		}
+	}
+	return r, nil
+}
+
+// repinCommitReply is repin_commit.lua's answer.
+type repinCommitReply struct {
+	status string // ok, done, unknown, state or owner
+	// which claim is gone (unknown) or in the wrong state (state: state).
+	which, state string
+	// pin is a pCPU not held by the claim that should give it, owner its
+	// holder (owner).
+	pin, owner string
+}
+
+func decodeRepinCommit(res []string) (r repinCommitReply, err error) {
+	if err := shape("repin_commit", res, map[string]int{"ok": 2, "done": 1, "unknown": 2, "state": 3, "owner": 3}); err != nil {
+		return r, err
+	}
+	r.status = res[0]
+	switch r.status {
+	case "unknown":
+		r.which = res[1]
+	case "state":
+		r.which, r.state = res[1], res[2]
+	case "owner":
+		r.pin, r.owner = res[1], res[2]
 	}
 	return r, nil
 }

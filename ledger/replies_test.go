@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -60,5 +61,40 @@ func TestDecodeReplies(t *testing.T) {
 	}
 	if _, known, err := decodeRead(nil); known || err != nil {
 		t.Errorf("decodeRead(empty) = known %v, %v; want an unknown host", known, err)
+	}
+}
+
+// TestDecodeStatusReplies: the replies of the scripts that answer with a
+// status and a few values decode into named fields, and a status or a
+// length the script does not send is an error.
+func TestDecodeStatusReplies(t *testing.T) {
+	if r, err := decodeHostRemove([]string{"notdown", "returning", "3"}); err != nil || r.hostState != "returning" || r.tombstones != 3 {
+		t.Errorf("decodeHostRemove(notdown) = %+v, %v", r, err)
+	}
+	if r, err := decodeGroupSlot([]string{"full", "2", "u2", "u1"}); err != nil || r.max != 2 || !slices.Equal(r.members, []string{"u2", "u1"}) {
+		t.Errorf("decodeGroupSlot(full) = %+v, %v", r, err)
+	}
+	if r, err := decodeGroup("group_create", []string{"conflict", "affinity", "", "0"}); err != nil || r.policy != "affinity" || r.maxMoving != "0" {
+		t.Errorf("decodeGroup(conflict) = %+v, %v", r, err)
+	}
+	if r, err := decodeLease("fence", []string{"ok", "1700000000000"}); err != nil || r.until != 1700000000000 {
+		t.Errorf("decodeLease(fence ok) = %+v, %v", r, err)
+	}
+	if r, err := decodeRepinCommit([]string{"owner", "6", "other"}); err != nil || r.pin != "6" || r.owner != "other" {
+		t.Errorf("decodeRepinCommit(owner) = %+v, %v", r, err)
+	}
+	for _, bad := range []struct {
+		name string
+		err  error
+	}{
+		{"host_remove", func() error { _, err := decodeHostRemove([]string{"live", "c1"}); return err }()},
+		{"group_slot", func() error { _, err := decodeGroupSlot([]string{"full"}); return err }()},
+		{"group_join", func() error { _, err := decodeGroup("group_join", []string{"joined"}); return err }()},
+		{"take", func() error { _, err := decodeLease("take", []string{"leased", "soon"}); return err }()},
+		{"claim_state", func() error { _, err := decodeClaimState(nil); return err }()},
+	} {
+		if bad.err == nil || !strings.Contains(bad.err.Error(), bad.name+" script replied") {
+			t.Errorf("a reply %s does not send = %v, want an error naming the script", bad.name, bad.err)
+		}
 	}
 }
