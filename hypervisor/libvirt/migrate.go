@@ -675,26 +675,13 @@ func (c *conn) setMaxDowntime(ctx context.Context, dom golibvirt.Domain, id stri
 }
 
 // abort asks libvirt to abort the domain's job until the migration call
-// returns. The job may not have begun yet when the abort is first asked
-// for, so it is asked again every ProgressInterval.
+// returns.
 func (d *Driver) abort(ctx context.Context, sc *conn, dom golibvirt.Domain, result <-chan error) (error, error) {
-	deadline := time.NewTimer(d.cfg.AbortTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(d.cfg.ProgressInterval)
-	defer tick.Stop()
-	aborted := false
-	for {
-		if !aborted {
-			aborted = do(ctx, sc, func(l *golibvirt.Libvirt) error { return l.DomainAbortJob(dom) }) == nil
-		}
-		select {
-		case migErr := <-result:
-			return migErr, nil
-		case <-deadline.C:
-			return nil, fmt.Errorf("aborted, but the migration did not end within %v of the abort; roll it back", d.cfg.AbortTimeout)
-		case <-tick.C:
-		}
+	migErr, ended := d.askUntilEnded(ctx, sc, result, func(l *golibvirt.Libvirt) error { return l.DomainAbortJob(dom) })
+	if !ended {
+		return nil, fmt.Errorf("aborted, but the migration did not end within %v of the abort; roll it back", d.cfg.AbortTimeout)
 	}
+	return migErr, nil
 }
 
 // pausePostCopy pauses a post-copy migration that stalled, as a broken
@@ -702,23 +689,36 @@ func (d *Driver) abort(ctx context.Context, sc *conn, dom golibvirt.Domain, resu
 // returns. A migration that does not pause within AbortTimeout is an
 // error: its call may still return later.
 func (d *Driver) pausePostCopy(ctx context.Context, sc *conn, dom golibvirt.Domain, result <-chan error) (error, error) {
+	migErr, ended := d.askUntilEnded(ctx, sc, result, func(l *golibvirt.Libvirt) error {
+		return l.DomainAbortJobFlags(dom, uint32(golibvirt.DomainAbortJobPostcopy))
+	})
+	if !ended {
+		return nil, fmt.Errorf("it sent no data for %v and did not pause within %v of being asked; call Migrate again to follow it",
+			d.cfg.PostCopyStallTimeout, d.cfg.AbortTimeout)
+	}
+	return migErr, nil
+}
+
+// askUntilEnded asks the migration job to end with ask until libvirt
+// takes the request (the job may not have begun when it is first asked
+// for, so it is asked again every ProgressInterval), and returns the
+// migration call's error once the call returns; ended is false when it
+// did not within AbortTimeout.
+func (d *Driver) askUntilEnded(ctx context.Context, sc *conn, result <-chan error, ask func(*golibvirt.Libvirt) error) (migErr error, ended bool) {
 	deadline := time.NewTimer(d.cfg.AbortTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(d.cfg.ProgressInterval)
 	defer tick.Stop()
-	paused := false
+	taken := false
 	for {
-		if !paused {
-			paused = do(ctx, sc, func(l *golibvirt.Libvirt) error {
-				return l.DomainAbortJobFlags(dom, uint32(golibvirt.DomainAbortJobPostcopy))
-			}) == nil
+		if !taken {
+			taken = do(ctx, sc, ask) == nil
 		}
 		select {
 		case migErr := <-result:
-			return migErr, nil
+			return migErr, true
 		case <-deadline.C:
-			return nil, fmt.Errorf("it sent no data for %v and did not pause within %v of being asked; call Migrate again to follow it",
-				d.cfg.PostCopyStallTimeout, d.cfg.AbortTimeout)
+			return nil, false
 		case <-tick.C:
 		}
 	}
