@@ -584,8 +584,11 @@ func (d *Driver) follow(ctx context.Context, sc *conn, dom golibvirt.Domain, req
 		case <-tick.C:
 			if o.postCopy {
 				// Past the point of no return there is nothing left to
-				// fence or abort, only a stall to pause and resume.
-				poll(bg, sc, dom, &o.last, PhasePostCopy, progress)
+				// fence or abort, only a stall to pause and resume. A
+				// statistics call that does not answer is no progress.
+				pctx, cancel := context.WithTimeout(bg, d.cfg.PostCopyStallTimeout)
+				poll(pctx, sc, dom, &o.last, PhasePostCopy, progress)
+				cancel()
 				if o.last.DataProcessed != sent {
 					sent, sentAt = o.last.DataProcessed, time.Now()
 				}
@@ -707,6 +710,9 @@ func (d *Driver) pausePostCopy(ctx context.Context, sc *conn, dom golibvirt.Doma
 func (d *Driver) askUntilEnded(ctx context.Context, sc *conn, result <-chan error, ask func(*golibvirt.Libvirt) error) (migErr error, ended bool) {
 	deadline := time.NewTimer(d.cfg.AbortTimeout)
 	defer deadline.Stop()
+	// An ask that libvirtd does not answer waits no longer than the end.
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.AbortTimeout)
+	defer cancel()
 	tick := time.NewTicker(d.cfg.ProgressInterval)
 	defer tick.Stop()
 	taken := false

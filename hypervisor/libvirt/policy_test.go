@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -411,7 +412,7 @@ func TestMigrationPolicy(t *testing.T) {
 		req, _ := start(t, g, hypervisor.MigrationPolicy{CompletionTimeoutPerGiB: 4 * time.Second, BandwidthMiBs: busyCapMiBs,
 			AllowPostCopy: true, TimeoutAction: hypervisor.TimeoutPostCopy})
 		d := newTestDriver(t, e.hosts["src"], e.hosts["dst"])
-		d.cfg.PostCopyStallTimeout = 2 * time.Second
+		d.cfg.PostCopyStallTimeout, d.cfg.AbortTimeout = 2*time.Second, 30*time.Second
 		// The destination's QEMU is stopped once the guest runs there
 		// (its device state loaded): nothing flows, as with a hung
 		// destination. It goes on when the driver pauses the migration,
@@ -485,8 +486,10 @@ func TestMigrationPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Migrate whose post-copy stalled = %v, want nil: it pauses and resumes", err)
 		}
-		if want := PhasePausing + " " + PhaseResuming; !strings.Contains(strings.Join(phases, " "), want) {
-			t.Errorf("Migrate whose post-copy stalled went through phases %v, want %s among them", phases, want)
+		// The destination goes on as the pause is asked for: the pause
+		// and a resume, or the copy's end, whichever comes first.
+		if !slices.Contains(phases, PhasePausing) {
+			t.Errorf("Migrate whose post-copy stalled went through phases %v, want %s among them", phases, PhasePausing)
 		}
 		e.runsOn(t, "dst", g, destPins, destEmulator)
 	})
