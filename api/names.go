@@ -25,4 +25,5 @@ const (
 	WorkflowHostDown          = "HostDown"
 	WorkflowHostAutoEvacuate  = "HostAutoEvacuate"
 	WorkflowHostRemove        = "HostRemove"
+	WorkflowRepin             = "Repin"
 )

@@ -82,6 +82,7 @@ const (
 	OpHostDown      Operation = "host-down"
 	OpHostEvacuate  Operation = "host-auto-evacuate"
 	OpHostRemove    Operation = "host-remove"
+	OpRepin         Operation = "repin"
 )
 
 // Phase is where an operation stands, as shown in PinflowPhase and the
@@ -113,8 +114,11 @@ const (
 	PhaseConfirming   Phase = "confirming"
 	PhaseReverting    Phase = "reverting"
 	PhaseRebuilding   Phase = "rebuilding"
-	PhaseCompleted    Phase = "completed"
-	PhaseError        Phase = "error"
+	// PhaseRepinning: the guest's vCPU, emulator and I/O thread pins
+	// change while it runs.
+	PhaseRepinning Phase = "repinning"
+	PhaseCompleted Phase = "completed"
+	PhaseError     Phase = "error"
 )
 
 // StatusQuery is the query type that returns a Status.

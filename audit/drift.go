@@ -17,9 +17,12 @@ import (
 	"github.com/pinflow/pinflow/xmlpatch"
 )
 
-func claimCPUs(c *ledger.Claim) numa.CPUSet {
+func claimCPUs(c *ledger.Claim) numa.CPUSet { return usageCPUs(c.Usage) }
+
+// usageCPUs is every pCPU usage pins.
+func usageCPUs(usage []numa.CellUsage) numa.CPUSet {
 	var s numa.CPUSet
-	for _, u := range c.Usage {
+	for _, u := range usage {
 		s = s.Union(u.PinnedCPUs)
 	}
 	return s

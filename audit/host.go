@@ -560,7 +560,13 @@ func (au *pass) guarded(ctx context.Context, c *ledger.Claim) (string, *Drift) {
 	// A guest that passes through fewer of the claim's devices than it
 	// holds had them unplugged for a live migration: it runs on the claim
 	// all the same, and once settled the audit plugs them in again.
-	if dom.State == hypervisor.StateRunning && used.Equal(want) && len(sharedDevs) == len(devs) && au.maySettle(c) {
+	runsOn := want
+	if c.Kind == ledger.KindRepin {
+		// A re-pin's guest runs on the whole target, part of which its
+		// resident claim holds.
+		runsOn = usageCPUs(c.TargetUsage)
+	}
+	if dom.State == hypervisor.StateRunning && used.Equal(runsOn) && len(sharedDevs) == len(devs) && au.maySettle(c) {
 		err := au.a.Settler.StartSettle(ctx, SettleInput{UUID: c.InstanceUUID, Host: c.Host, ClaimID: c.ID})
 		if err != nil {
 			d.Detail += fmt.Sprintf("; settling it failed to start: %v", err)

@@ -144,6 +144,9 @@ func (a *Auditor) settle(ctx context.Context, in SettleInput, stopped bool) (Set
 		if claim.InstanceUUID != in.UUID {
 			return SettleResult{}, invalid(fmt.Sprintf("claim %s on %s belongs to instance %s, not %s", in.ClaimID, in.Host, claim.InstanceUUID, in.UUID))
 		}
+		if claim.Kind == ledger.KindRepin {
+			return a.settleRepin(ctx, in, inst, claim)
+		}
 		// Taken before the domain is judged: a step of the operation
 		// that made the claim can no longer act after the judgement.
 		if err := a.takeFor(ctx, in, in.Host, in.ClaimID); err != nil {
@@ -311,6 +314,47 @@ func (a *Auditor) settleStoppedResize(ctx context.Context, in SettleInput, inst 
 		err = a.Ledger.SetState(ctx, inst.UUID, ledger.Transition{VM: guest.VMStopped, Task: guest.TaskNone})
 	}
 	if err != nil {
+		return SettleResult{}, err
+	}
+	return SettleResult{Settled: true}, nil
+}
+
+// settleRepin finishes a re-pin whose workflow ended after it changed the
+// guest's pins: when the guest's running domain on the host is pinned to
+// exactly the re-pin's target, the re-pin is committed (its pCPUs go to
+// the resident claim, which frees those it left) and the record takes the
+// running domain's definition. Anything else changes nothing: a guest
+// still on its old pins leaves the re-pin claim to the audit to free.
+func (a *Auditor) settleRepin(ctx context.Context, in SettleInput, inst *ledger.Instance, repin *ledger.Claim) (SettleResult, error) {
+	if inst.Host != in.Host || inst.ClaimID != repin.Repins {
+		return SettleResult{Reason: fmt.Sprintf("re-pin %s is of claim %s on %s, and the record names claim %q on %q", repin.ID, repin.Repins, in.Host, inst.ClaimID, inst.Host)}, nil
+	}
+	if err := a.takeFor(ctx, in, in.Host, in.ClaimID); err != nil {
+		return SettleResult{}, err
+	}
+	dom, err := a.Driver.Lookup(ctx, in.Host, in.UUID)
+	if errors.Is(err, hypervisor.ErrNotFound) {
+		return SettleResult{Reason: fmt.Sprintf("the guest has no domain on %s", in.Host)}, nil
+	}
+	if err != nil {
+		return SettleResult{}, err
+	}
+	pins, err := xmlpatch.Read(dom.XML)
+	if err != nil {
+		return SettleResult{Reason: fmt.Sprintf("the guest's domain XML on %s cannot be read: %v", in.Host, err)}, nil
+	}
+	topo, err := a.Ledger.Host(ctx, in.Host)
+	if err != nil {
+		return SettleResult{}, err
+	}
+	used, target := pins.PinnedCPUs().Intersection(pinnable(topo)), usageCPUs(repin.TargetUsage)
+	if dom.State != hypervisor.StateRunning || !used.Equal(target) {
+		return SettleResult{Reason: fmt.Sprintf("the guest is %s on %s pinned to %s, and re-pin %s's target is %s", dom.State, in.Host, orNone(used), repin.ID, orNone(target))}, nil
+	}
+	if _, err := a.Ledger.CommitRepin(ctx, in.Host, repin.Repins, repin.ID); err != nil {
+		return SettleResult{}, err
+	}
+	if err := a.Ledger.AttachInstance(ctx, in.UUID, in.Host, repin.Repins, dom.XML); err != nil {
 		return SettleResult{}, err
 	}
 	return SettleResult{Settled: true}, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/internal/testenv/simcloud"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
 )
 
 // TestSettleClaim finishes a migration whose workflow was terminated
@@ -481,6 +482,60 @@ func TestSettleStoppedRevert(t *testing.T) {
 				if w.HasClaim(t, "a", src.ClaimID) {
 					t.Errorf("the source claim is still held once the guest settled on b")
 				}
+			}
+		})
+	}
+}
+
+// TestSettleStoppedRepin: a re-pin terminated after the guest's pins
+// changed is committed by Settle (the resident claim takes the target,
+// the pCPUs it left are free); one terminated before is left for the
+// audit to free, the guest on its old pins.
+func TestSettleStoppedRepin(t *testing.T) {
+	for _, pinned := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pinned=%v", pinned), func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t)
+			w.AddHost(t, "a")
+			u := simcloud.UUID(27)
+			res := w.Boot(t, "a", u, activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "boot-1"})
+			owner := activities.Owner{WorkflowID: guest.InstanceWorkflowID(u), FirstRunID: "repin-1"}
+			rp, err := w.Acts.ClaimRepin(ctx, activities.ClaimRepinInput{UUID: u, Host: "a", Resident: res.ClaimID, ClaimID: "repin-1",
+				Owner: owner, PCPUs: numa.Range(6, 7)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pinned {
+				if err := w.Acts.RepinDomain(ctx, activities.RepinDomainInput{UUID: u, Host: "a", ClaimID: rp.ClaimID, Token: rp.Token, Target: rp.Placement}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Terminated here.
+			got, err := w.auditor.SettleClaim(ctx, audit.SettleInput{UUID: u, Host: "a", ClaimID: rp.ClaimID})
+			if err != nil || got.Settled != pinned {
+				t.Fatalf("SettleClaim of the re-pin = %+v, %v; want settled %v", got, err, pinned)
+			}
+			want := "6-7"
+			if !pinned {
+				want = res.Placement.Cells[0].PinnedPCPUs().String()
+			}
+			c, err := w.Ledger.GetClaim(ctx, "a", res.ClaimID)
+			if err != nil || c.Placement.Cells[0].PinnedPCPUs().String() != want {
+				t.Errorf("resident claim after settling = %+v, %v; want it pinned to %s", c, err, want)
+			}
+			inst, err := w.Ledger.Instance(ctx, u)
+			if err != nil || inst.ClaimID != res.ClaimID || inst.Placement.Cells[0].PinnedPCPUs().String() != want {
+				t.Errorf("record after settling = %+v, %v; want claim %s pinned to %s", inst, err, res.ClaimID, want)
+			}
+			if w.HasClaim(t, "a", rp.ClaimID) != !pinned {
+				t.Errorf("re-pin claim held after settling: %v, want %v", !pinned, !pinned)
+			}
+			snap, err := w.Ledger.Snapshot(ctx, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := snap.Verify(); err != nil {
+				t.Error(err)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
+	"github.com/pinflow/pinflow/numa"
 )
 
 // BootRequest is a guest to boot.
@@ -287,6 +288,27 @@ func (c *Client) Unshelve(ctx context.Context, ref, host string) (*Operation, er
 	return c.start(ctx, plan{op: api.OpUnshelve, workflow: api.WorkflowUnshelve, uuid: inst.UUID,
 		input:   api.UnshelveInput{UUID: inst.UUID, Host: host},
 		summary: fmt.Sprintf("unshelve %s onto %s", inst.Name, orChosen(host)), dest: host})
+}
+
+// Repin moves a running guest's pinned vCPUs to other pCPUs of its host
+// while it runs: pcpus in vCPU order, cell by cell (then a reserved
+// emulator pCPU), or, when empty, the lowest pCPUs of its cells that are
+// free or its own. Each guest cell stays on its host cell.
+func (c *Client) Repin(ctx context.Context, ref string, pcpus numa.CPUSet) (*Operation, error) {
+	inst, err := c.Instance(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := inst.Facts().Running(); err != nil {
+		return nil, refusal(err)
+	}
+	target := "the lowest free pCPUs of its cells"
+	if pcpus.Len() > 0 {
+		target = "pCPUs " + pcpus.String()
+	}
+	return c.start(ctx, plan{op: api.OpRepin, workflow: api.WorkflowRepin, uuid: inst.UUID,
+		input:   api.RepinInput{UUID: inst.UUID, PCPUs: pcpus},
+		summary: fmt.Sprintf("re-pin %s on %s to %s", inst.Name, inst.Host, target), source: inst.Host, dest: inst.Host})
 }
 
 // Delete destroys the guest and frees what it holds.

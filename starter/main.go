@@ -150,7 +150,7 @@ following of an operation, which goes on.`,
 		&cobra.Group{ID: "dev", Title: "Developer tools:"},
 	)
 	grouped := map[string][]*cobra.Command{
-		"guests": {bootCommand(), migrateCommand(), resizeCommand(), shelveCommand(), unshelveCommand(),
+		"guests": {bootCommand(), migrateCommand(), resizeCommand(), repinCommand(), shelveCommand(), unshelveCommand(),
 			evacuateCommand(), deleteCommand(), cancelCommand(), followCommand(), showCommand(), opsCommand(), listCommand(), explainCommand(),
 			groupCommand()},
 		"hosts": {hostCommand()},

@@ -160,6 +160,30 @@ func unshelveCommand() *cobra.Command {
 	return c
 }
 
+func repinCommand() *cobra.Command {
+	c := guestCommand("repin GUEST", "move a running guest's pinned vCPUs to other pCPUs of its host",
+		`Move a running guest's pinned vCPUs (and a reserved emulator pCPU) to other
+pCPUs of its host while it runs: no migration, no restart. The guest's pinned
+vCPUs take the --pcpus in ascending order, cell by cell; without --pcpus they
+take the lowest pCPUs of their cells that are free or the guest's own, which
+packs the host's guests together and frees whole cores. Each guest cell stays
+on its host cell: its memory cannot follow the pins live.`)
+	fs := c.Flags()
+	pcpus := fs.String("pcpus", "", "the pCPUs to pin the guest to, such as 4-7 (default: the lowest free)")
+	var set numa.CPUSet
+	// Checked before anything connects: bad input changes nothing.
+	c.PreRunE = func(*cobra.Command, []string) (err error) {
+		if set, err = numa.Parse(*pcpus); err != nil {
+			return fmt.Errorf("repin: --pcpus: %w: %w", err, errUsage)
+		}
+		return nil
+	}
+	c.RunE = guestOp(fs, func(a *app, pf *client.Client, ref string) (*client.Operation, error) {
+		return pf.Repin(a.ctx, ref, set)
+	})
+	return c
+}
+
 func deleteCommand() *cobra.Command {
 	c := guestCommand("delete GUEST", "delete a guest and free its pCPUs", "")
 	c.RunE = guestOp(c.Flags(), func(a *app, pf *client.Client, ref string) (*client.Operation, error) {

@@ -130,6 +130,9 @@ func TestHistoriesReplay(t *testing.T) {
 	}
 	recorded, names = append(recorded, s.historyOf(api.DrainWorkflowID("b"))), append(names, "drain")
 	record(vmC, "live-migration-reserved")
+	// C re-pinned in place, onto the lowest pCPUs of its cell free or its own.
+	s.ok("repin", vmC, "--wait")
+	record(vmC, "repin")
 
 	// Redis loses a's keys while both guests run there; a recovery
 	// restores their claims from the hypervisor.
