@@ -57,8 +57,9 @@ func (a *Activities) ClaimRepin(ctx context.Context, in ClaimRepinInput) (ClaimR
 }
 
 // repinTarget is placement p with its pinned vCPUs, and a reserved
-// emulator pCPU, on other pCPUs of the same host cells: pcpus in order,
-// cell by cell, or, when empty, the lowest pCPUs of each cell that no
+// emulator pCPU, on other pCPUs of the same host cells: those of pcpus in
+// each cell's host cell, in order, or, when empty, the lowest pCPUs of
+// each cell that no
 // claim but resident holds (whole cores of them under thread policy
 // isolate). The ledger judges the rest when it claims it.
 func repinTarget(snap *ledger.Snapshot, p *numa.Placement, resident string, pcpus numa.CPUSet) (*numa.Placement, error) {
@@ -76,9 +77,8 @@ func repinTarget(snap *ledger.Snapshot, p *numa.Placement, resident string, pcpu
 		need += len(c.Pins) + c.Reserved.Len()
 	}
 	if pcpus.Len() > 0 && pcpus.Len() != need {
-		return nil, fmt.Errorf("%d pCPUs given (%s), and it pins %d: one per pinned vCPU, in order, and one for a reserved emulator thread", pcpus.Len(), pcpus, need)
+		return nil, fmt.Errorf("%s given (%s), and it pins %s: one per pinned vCPU and one for a reserved emulator thread", pcpusOf(pcpus.Len()), pcpus, pcpusOf(need))
 	}
-	given := pcpus.List()
 	out := *p
 	out.Cells = slices.Clone(p.Cells)
 	for i := range out.Cells {
@@ -90,18 +90,18 @@ func repinTarget(snap *ledger.Snapshot, p *numa.Placement, resident string, pcpu
 		vcpus := slices.Sorted(maps.Keys(cell.Pins))
 		n := len(vcpus) + cell.Reserved.Len()
 		var picked []int
-		if len(given) > 0 {
-			picked, given = given[:n], given[n:]
-			for _, cpu := range picked {
-				if !host.PCPUs.Contains(cpu) {
-					return nil, fmt.Errorf("pCPU %d is not a pinnable CPU of host cell %d (%s), where its guest cell %d is: a re-pin keeps each guest cell on its host cell",
-						cpu, host.ID, host.PCPUs, cell.GuestCell)
-				}
+		if pcpus.Len() > 0 {
+			// A guest cell takes the given pCPUs of its host cell.
+			mine := pcpus.Intersection(host.PCPUs)
+			if mine.Len() != n {
+				return nil, fmt.Errorf("its guest cell %d pins %s of host cell %d (pinnable: %s), and %d of those given are there: a re-pin keeps each guest cell on its host cell",
+					cell.GuestCell, pcpusOf(n), host.ID, host.PCPUs, mine.Len())
 			}
+			picked = mine.List()
 		} else {
 			picked = lowestFree(host, taken, n, cell.ThreadPolicy == numa.ThreadPolicyIsolate)
 			if len(picked) < n {
-				return nil, fmt.Errorf("host cell %d has %d pCPUs free or its own, and guest cell %d pins %d", host.ID, len(picked), cell.GuestCell, n)
+				return nil, fmt.Errorf("host cell %d has %s free or its own, and guest cell %d pins %d", host.ID, pcpusOf(len(picked)), cell.GuestCell, n)
 			}
 		}
 		cell.Pins = make(map[int]int, len(vcpus))
@@ -111,6 +111,14 @@ func repinTarget(snap *ledger.Snapshot, p *numa.Placement, resident string, pcpu
 		cell.Reserved = numa.NewCPUSet(picked[len(vcpus):]...)
 	}
 	return &out, nil
+}
+
+// pcpusOf is n pCPUs, in words.
+func pcpusOf(n int) string {
+	if n == 1 {
+		return "1 pCPU"
+	}
+	return fmt.Sprintf("%d pCPUs", n)
 }
 
 // lowestFree returns up to n of cell's pCPUs not taken, lowest first;

@@ -6,10 +6,10 @@ import "github.com/pinflow/pinflow/numa"
 // of its host, in place.
 type RepinInput struct {
 	UUID string `json:"uuid"`
-	// PCPUs are the pCPUs to pin the guest to: its pinned vCPUs in order,
-	// cell by cell, then a reserved emulator pCPU, each in the host cell
-	// the guest cell is on. Empty packs the guest onto the lowest pCPUs of
-	// its cells that are free or its own.
+	// PCPUs are the pCPUs to pin the guest to: each guest cell takes
+	// those of its host cell, its pinned vCPUs in order, then a reserved
+	// emulator pCPU. Empty packs the guest onto the lowest pCPUs of its
+	// cells that are free or its own.
 	PCPUs numa.CPUSet `json:"pcpus,omitzero"`
 }
 

@@ -291,8 +291,9 @@ func (c *Client) Unshelve(ctx context.Context, ref, host string) (*Operation, er
 }
 
 // Repin moves a running guest's pinned vCPUs to other pCPUs of its host
-// while it runs: pcpus in vCPU order, cell by cell (then a reserved
-// emulator pCPU), or, when empty, the lowest pCPUs of its cells that are
+// while it runs: each guest cell takes the pcpus of its host cell, in
+// vCPU order (then a reserved emulator pCPU), or, when empty, the lowest
+// pCPUs of its cells that are
 // free or its own. Each guest cell stays on its host cell.
 func (c *Client) Repin(ctx context.Context, ref string, pcpus numa.CPUSet) (*Operation, error) {
 	inst, err := c.Instance(ctx, ref)

@@ -163,9 +163,9 @@ func unshelveCommand() *cobra.Command {
 func repinCommand() *cobra.Command {
 	c := guestCommand("repin GUEST", "move a running guest's pinned vCPUs to other pCPUs of its host",
 		`Move a running guest's pinned vCPUs (and a reserved emulator pCPU) to other
-pCPUs of its host while it runs: no migration, no restart. The guest's pinned
-vCPUs take the --pcpus in ascending order, cell by cell; without --pcpus they
-take the lowest pCPUs of their cells that are free or the guest's own, which
+pCPUs of its host while it runs: no migration, no restart. Each guest cell's
+pinned vCPUs take the --pcpus of its host cell in ascending order; without
+--pcpus they take the lowest pCPUs of their cells that are free or its own, which
 packs the host's guests together and frees whole cores. Each guest cell stays
 on its host cell: its memory cannot follow the pins live.`)
 	fs := c.Flags()

@@ -53,7 +53,7 @@ func TestRepin(t *testing.T) {
 	before := s.ok("host", "show", "a")
 	s.refused("taken by claim", "repin", vmB, "--pcpus", "2,4", "--wait")
 	s.refused("3 pCPUs given", "repin", vmB, "--pcpus", "4-6", "--wait")
-	s.refused("not a pinnable CPU", "repin", vmB, "--pcpus", "4,40", "--wait")
+	s.refused("1 of those given are there", "repin", vmB, "--pcpus", "4,40", "--wait")
 	if after := s.ok("host", "show", "a"); after != before {
 		t.Errorf("a refused re-pin changed host a:\n%s\nthen\n%s", before, after)
 	}
