@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +23,7 @@ func TestRepinSteps(t *testing.T) {
 		steps  string
 	}{
 		{"completes", false, "", "load,claim,repin,commit"},
-		{"cancelled while it claims", true, "", "load,claim,release"},
+		{"cancelled while it claims", true, "", ""},
 		{"the live pins fail", false, "repin", "load,claim,repin"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,7 +51,18 @@ func TestRepinSteps(t *testing.T) {
 			case !tt.cancel && tt.failAt == "" && err != nil:
 				t.Errorf("Repin: %v", err)
 			}
-			if got := h.sequence(); got != tt.steps {
+			got := h.sequence()
+			if tt.cancel {
+				// The held claim's mock is recorded when it returns, which
+				// the test clock may put after the compensation or never:
+				// what counts is the release and no domain touched.
+				steps := strings.Split(got, ",")
+				if !slices.Contains(steps, "release") || slices.Contains(steps, "repin") || slices.Contains(steps, "commit") {
+					t.Errorf("cancelled Repin steps = %s, want the release and neither repin nor commit", got)
+				}
+				return
+			}
+			if got != tt.steps {
 				t.Errorf("Repin steps = %s, want %s", got, tt.steps)
 			}
 		})
