@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
+	"github.com/pinflow/pinflow/defrag"
 	"github.com/pinflow/pinflow/hypervisor"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
@@ -23,7 +22,8 @@ type ClaimRepinInput struct {
 	ClaimID  string `json:"claim_id"`
 	Owner    Owner  `json:"owner"`
 	// PCPUs are the pCPUs asked for (api.RepinInput); empty packs the
-	// guest onto the lowest pCPUs of its cells free or its own.
+	// guest onto the pCPUs of its cells free or its own that leave the
+	// most whole cores free (defrag.Target).
 	PCPUs numa.CPUSet `json:"pcpus,omitzero"`
 }
 
@@ -44,7 +44,7 @@ func (a *Activities) ClaimRepin(ctx context.Context, in ClaimRepinInput) (ClaimR
 	if err != nil {
 		return ClaimResult{}, classify(err)
 	}
-	target, err := repinTarget(snap, inst.Placement, in.Resident, in.PCPUs)
+	target, err := defrag.Target(snap.Topology, inst.Placement, in.PCPUs)
 	if err != nil {
 		return ClaimResult{}, BadRequest(fmt.Sprintf("instance %s: %v", in.UUID, err))
 	}
@@ -54,102 +54,6 @@ func (a *Activities) ClaimRepin(ctx context.Context, in ClaimRepinInput) (ClaimR
 		return ClaimResult{}, conflict(err)
 	}
 	return ClaimResult{Host: c.Host, ClaimID: c.ID, Token: c.Token, State: c.State, Placement: *c.Target}, nil
-}
-
-// repinTarget is placement p with its pinned vCPUs, and a reserved
-// emulator pCPU, on other pCPUs of the same host cells: those of pcpus in
-// each cell's host cell, in order, or, when empty, the lowest pCPUs of
-// each cell that no
-// claim but resident holds (whole cores of them under thread policy
-// isolate). The ledger judges the rest when it claims it.
-func repinTarget(snap *ledger.Snapshot, p *numa.Placement, resident string, pcpus numa.CPUSet) (*numa.Placement, error) {
-	if p == nil || !slices.ContainsFunc(p.Cells, func(c numa.PlacedCell) bool { return len(c.Pins) > 0 }) {
-		return nil, errors.New("it has no pinned vCPUs to re-pin (cpu policy dedicated or mixed)")
-	}
-	taken := map[int]bool{}
-	for _, pin := range snap.Pins {
-		if pin.ClaimID != resident {
-			taken[pin.CPU] = true
-		}
-	}
-	need := 0
-	for _, c := range p.Cells {
-		need += len(c.Pins) + c.Reserved.Len()
-	}
-	if pcpus.Len() > 0 && pcpus.Len() != need {
-		return nil, fmt.Errorf("%s given (%s), and it pins %s: one per pinned vCPU and one for a reserved emulator thread", pcpusOf(pcpus.Len()), pcpus, pcpusOf(need))
-	}
-	out := *p
-	out.Cells = slices.Clone(p.Cells)
-	for i := range out.Cells {
-		cell := &out.Cells[i]
-		host := snap.Topology.Cell(cell.HostCell)
-		if host == nil {
-			return nil, fmt.Errorf("its guest cell %d is on host cell %d, which the host does not have", cell.GuestCell, cell.HostCell)
-		}
-		vcpus := slices.Sorted(maps.Keys(cell.Pins))
-		n := len(vcpus) + cell.Reserved.Len()
-		var picked []int
-		if pcpus.Len() > 0 {
-			// A guest cell takes the given pCPUs of its host cell.
-			mine := pcpus.Intersection(host.PCPUs)
-			if mine.Len() != n {
-				return nil, fmt.Errorf("its guest cell %d pins %s of host cell %d (pinnable: %s), and %d of those given are there: a re-pin keeps each guest cell on its host cell",
-					cell.GuestCell, pcpusOf(n), host.ID, host.PCPUs, mine.Len())
-			}
-			picked = mine.List()
-		} else {
-			picked = lowestFree(host, taken, n, cell.ThreadPolicy == numa.ThreadPolicyIsolate)
-			if len(picked) < n {
-				return nil, fmt.Errorf("host cell %d has %s free or its own, and guest cell %d pins %d", host.ID, pcpusOf(len(picked)), cell.GuestCell, n)
-			}
-		}
-		cell.Pins = make(map[int]int, len(vcpus))
-		for j, v := range vcpus {
-			cell.Pins[v] = picked[j]
-		}
-		cell.Reserved = numa.NewCPUSet(picked[len(vcpus):]...)
-	}
-	return &out, nil
-}
-
-// pcpusOf is n pCPUs, in words.
-func pcpusOf(n int) string {
-	if n == 1 {
-		return "1 pCPU"
-	}
-	return fmt.Sprintf("%d pCPUs", n)
-}
-
-// lowestFree returns up to n of cell's pCPUs not taken, lowest first;
-// whole cores only when isolate (the siblings of a pCPU it takes go with
-// it, unused).
-func lowestFree(cell *numa.Cell, taken map[int]bool, n int, isolate bool) []int {
-	var out []int
-	for _, cpu := range cell.PCPUs.List() {
-		if len(out) == n {
-			break
-		}
-		if taken[cpu] {
-			continue
-		}
-		if isolate {
-			if sib := siblingsOf(cell, cpu); sib.Len() > 0 && (sib.List()[0] != cpu || slices.ContainsFunc(sib.List(), func(s int) bool { return taken[s] })) {
-				continue
-			}
-		}
-		out = append(out, cpu)
-	}
-	return out
-}
-
-func siblingsOf(cell *numa.Cell, cpu int) numa.CPUSet {
-	for _, s := range cell.Siblings {
-		if s.Contains(cpu) {
-			return s
-		}
-	}
-	return numa.CPUSet{}
 }
 
 // RepinDomainInput is the live re-pin of a guest to its re-pin claim's

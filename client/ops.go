@@ -292,9 +292,9 @@ func (c *Client) Unshelve(ctx context.Context, ref, host string) (*Operation, er
 
 // Repin moves a running guest's pinned vCPUs to other pCPUs of its host
 // while it runs: each guest cell takes the pcpus of its host cell, in
-// vCPU order (then a reserved emulator pCPU), or, when empty, the lowest
-// pCPUs of its cells that are
-// free or its own. Each guest cell stays on its host cell.
+// vCPU order (then a reserved emulator pCPU), or, when empty, the pCPUs
+// of its cells free or its own that leave the most whole cores free
+// (defrag.Target). Each guest cell stays on its host cell.
 func (c *Client) Repin(ctx context.Context, ref string, pcpus numa.CPUSet) (*Operation, error) {
 	inst, err := c.Instance(ctx, ref)
 	if err != nil {
@@ -303,7 +303,7 @@ func (c *Client) Repin(ctx context.Context, ref string, pcpus numa.CPUSet) (*Ope
 	if err := inst.Facts().Running(); err != nil {
 		return nil, refusal(err)
 	}
-	target := "the lowest free pCPUs of its cells"
+	target := "the pCPUs of its cells that leave the most whole cores free"
 	if pcpus.Len() > 0 {
 		target = "pCPUs " + pcpus.String()
 	}

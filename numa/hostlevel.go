@@ -88,3 +88,9 @@ func (h *Host) AddHost(u HostUsage) error {
 	h.VCPUUsage += u.VCPUs
 	return nil
 }
+
+// RemoveHost takes u off h's host-level usage, as a release does.
+func (h *Host) RemoveHost(u HostUsage) {
+	h.MemoryUsedMB = max(0, h.MemoryUsedMB-u.MemoryMB)
+	h.VCPUUsage = max(0, h.VCPUUsage-u.VCPUs)
+}
