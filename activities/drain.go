@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/pinflow/pinflow/api"
+	"github.com/pinflow/pinflow/defrag"
 	"github.com/pinflow/pinflow/drain"
+	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/ledger"
 	"github.com/pinflow/pinflow/numa"
 	"github.com/pinflow/pinflow/placement"
@@ -190,4 +192,27 @@ func moveSlots(in []MoveSlotInput) []ledger.MoveSlot {
 		out[i] = ledger.MoveSlot{Move: s.Move, Target: s.Target}
 	}
 	return out
+}
+
+// PlanDefragInput names the host to defragment and the flavor to make
+// room for, nil for none.
+type PlanDefragInput struct {
+	Host   string        `json:"host"`
+	Flavor *guest.Flavor `json:"flavor,omitempty"`
+}
+
+// PlanDefrag plans the defragmentation of the host (defrag.PlanHost) from
+// the ledger as it is now. It changes nothing.
+func (a *Activities) PlanDefrag(ctx context.Context, in PlanDefragInput) (defrag.Plan, error) {
+	var req *numa.Request
+	name := ""
+	if in.Flavor != nil {
+		r, err := in.Flavor.Request()
+		if err != nil {
+			return defrag.Plan{}, BadRequest(fmt.Sprintf("defrag of %s: %v", in.Host, err))
+		}
+		req, name = r, in.Flavor.Summary()
+	}
+	plan, err := defrag.PlanHost(ctx, a.Ledger, in.Host, req, name)
+	return plan, classify(err)
 }

@@ -26,4 +26,5 @@ const (
 	WorkflowHostAutoEvacuate  = "HostAutoEvacuate"
 	WorkflowHostRemove        = "HostRemove"
 	WorkflowRepin             = "Repin"
+	WorkflowDefrag            = "Defrag"
 )

@@ -83,6 +83,7 @@ const (
 	OpHostEvacuate  Operation = "host-auto-evacuate"
 	OpHostRemove    Operation = "host-remove"
 	OpRepin         Operation = "repin"
+	OpDefrag        Operation = "defrag"
 )
 
 // Phase is where an operation stands, as shown in PinflowPhase and the

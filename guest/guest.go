@@ -6,7 +6,10 @@
 package guest
 
 import (
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/pinflow/pinflow/numa"
 )
@@ -74,6 +77,18 @@ type Flavor struct {
 	PCIRequests []numa.PCIRequest `json:"pci_requests,omitempty"`
 	// Ports are the guest's network ports; each SR-IOV one takes a device.
 	Ports []numa.Port `json:"ports,omitempty"`
+}
+
+// Summary is the flavor in one line, as the boot flags give it.
+func (f Flavor) Summary() string {
+	parts := []string{fmt.Sprintf("%d vCPUs, %d MiB", f.VCPUs, f.MemoryMB)}
+	for _, k := range slices.Sorted(maps.Keys(f.ExtraSpecs)) {
+		parts = append(parts, k+"="+f.ExtraSpecs[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.ImageProps)) {
+		parts = append(parts, k+"="+f.ImageProps[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // Request builds the NUMA request the flavor and image make, with the

@@ -25,7 +25,7 @@ import (
 func hostCommand() *cobra.Command {
 	return group("host", "register, inspect, drain, fence and restore hypervisor hosts",
 		hostAddCommand(), hostListCommand(), hostShowCommand(), hostDisableCommand(), hostEnableCommand(),
-		hostPlanDrainCommand(), hostDrainCommand(), hostUndrainCommand(),
+		hostPlanDrainCommand(), hostDrainCommand(), hostUndrainCommand(), hostPlanDefragCommand(), hostDefragCommand(),
 		hostDownCommand(), hostEvacuateCommand(), hostUpCommand(), hostRemoveCommand())
 }
 

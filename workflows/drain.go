@@ -39,6 +39,9 @@ type drainRun struct {
 	// budget: each move takes a slot of its guest's group's disruption
 	// budget before it starts (changeDrainBudget).
 	budget bool
+	// report is the progress the UI shows, when the moves are part of a
+	// larger operation (a defrag); nil for the drain's own.
+	report func() string
 }
 
 // Drain empties a host for maintenance. It plans every guest onto the
@@ -70,7 +73,7 @@ func Drain(ctx workflow.Context, input api.DrainInput) (*api.DrainResult, error)
 	if err := workflow.SetQueryHandler(ctx, api.DrainStatusQuery, func() (api.DrainStatus, error) { return d.st, nil }); err != nil {
 		return nil, err
 	}
-	if err := d.handleControls(ctx); err != nil {
+	if err := d.handleControls(ctx, d.controlAllowed); err != nil {
 		return nil, err
 	}
 	s.setHosts(in.Host, "")
@@ -209,10 +212,11 @@ func (d *drainRun) renewSlots(ctx workflow.Context) {
 	}
 }
 
-// handleControls takes the pause and resume Updates. A handler only sets
-// whether new moves start and returns: a running move may take hours, and
-// the operator's answer must not wait for it.
-func (d *drainRun) handleControls(ctx workflow.Context) error {
+// handleControls takes the pause and resume Updates, which allowed
+// refuses where they do not apply. A handler only sets whether new moves
+// start and returns: a running move may take hours, and the operator's
+// answer must not wait for it.
+func (d *drainRun) handleControls(ctx workflow.Context, allowed func(pause bool) error) error {
 	for _, c := range []struct {
 		name  string
 		pause bool
@@ -229,7 +233,7 @@ func (d *drainRun) handleControls(ctx workflow.Context) error {
 				return nil
 			},
 			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error {
-				return d.controlAllowed(pause)
+				return allowed(pause)
 			}},
 		); err != nil {
 			return err
@@ -279,6 +283,9 @@ func (d *drainRun) settled() bool {
 
 // progress is the detail the UI shows: the summary and each guest.
 func (d *drainRun) progress() string {
+	if d.report != nil {
+		return d.report()
+	}
 	if t := d.st.Table(); t != "" {
 		return d.st.Summary() + "\n\n" + t
 	}
@@ -478,7 +485,7 @@ func (d *drainRun) runChild(ctx workflow.Context, g *drainGuest) error {
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		// A cancelled drain waits for each move to roll back.
 		WaitForCancellation: true,
-		StaticSummary:       fmt.Sprintf("drain %s: move %s to %s", d.in.Host, g.UUID, g.Target),
+		StaticSummary:       fmt.Sprintf("%s %s: move %s to %s", d.s.status.Operation, d.in.Host, g.UUID, g.Target),
 	})
 	// Under live-then-cold, a guest whose devices cannot be unplugged
 	// falls back to a cold migration before anything moves; before

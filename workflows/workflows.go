@@ -73,5 +73,6 @@ package workflows
 // them: the worker and the replay tests register the same list.
 func All() []any {
 	return []any{Boot, LiveMigration, ShelveOffload, Unshelve, Delete, Reconcile, Settle, Replug, Recover, ReleaseQuarantine,
-		Resize, Evacuate, HostUp, Drain, HostAdd, HostDisable, HostEnable, HostDown, HostAutoEvacuate, HostRemove, Repin}
+		Resize, Evacuate, HostUp, Drain, HostAdd, HostDisable, HostEnable, HostDown, HostAutoEvacuate, HostRemove, Repin,
+		Defrag}
 }

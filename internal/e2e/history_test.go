@@ -133,6 +133,10 @@ func TestHistoriesReplay(t *testing.T) {
 	// C re-pinned in place, onto the lowest pCPUs of its cell free or its own.
 	s.ok("repin", vmC, "--wait")
 	record(vmC, "repin")
+	// a defragmented: its cores have one thread each, so whole cores
+	// are free already and the plan has no step.
+	s.ok("host", "defrag", "a", "--wait")
+	recorded, names = append(recorded, s.historyOf(api.DefragWorkflowID("a"))), append(names, "defrag")
 
 	// Redis loses a's keys while both guests run there; a recovery
 	// restores their claims from the hypervisor.
