@@ -17,6 +17,7 @@ import (
 
 	"github.com/pinflow/pinflow/api"
 	"github.com/pinflow/pinflow/audit"
+	"github.com/pinflow/pinflow/defrag"
 	"github.com/pinflow/pinflow/guest"
 	"github.com/pinflow/pinflow/guestxml"
 	"github.com/pinflow/pinflow/hypervisor"
@@ -134,7 +135,8 @@ func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string
 		return "", classify(err)
 	}
 	if g == nil {
-		return a.choose(ctx, r)
+		host, err := a.choose(ctx, r)
+		return host, a.defragHint(ctx, in, req, err)
 	}
 	narrowed := r
 	narrowed.Exclude = slices.Clone(r.Exclude)
@@ -148,6 +150,7 @@ func (a *Activities) ChooseHost(ctx context.Context, in ChooseHostInput) (string
 		return "", temporal.NewNonRetryableApplicationError(groupNoFit(g, in, noFit), api.ErrTypeGroupRule, err)
 	}
 	host, err = a.choose(ctx, r)
+	err = a.defragHint(ctx, in, req, err)
 	if err == nil && activity.IsActivity(ctx) {
 		activity.GetLogger(ctx).Warn("the guest's soft server group rule gives way: no host that keeps it takes the guest",
 			"uuid", in.UUID, "group", g.Name, "policy", g.Policy, "host", host)
@@ -182,21 +185,39 @@ func groupNoFit(g *placement.ServerGroup, in ChooseHostInput, noFit *numa.NoFitE
 }
 
 // choose chooses through the placement index, or, without one, by
-// fitting every host.
+// fitting every host. No host is a *numa.NoFitError; anything else (Redis
+// unreachable) is worth retrying.
 func (a *Activities) choose(ctx context.Context, r placement.Request) (string, error) {
-	var host string
-	var err error
 	if a.Placement != nil {
-		host, err = a.Placement.Choose(ctx, r)
-	} else {
-		host, err = placement.Exhaustive(ctx, a.Ledger, r)
+		return a.Placement.Choose(ctx, r)
 	}
+	return placement.Exhaustive(ctx, a.Ledger, r)
+}
+
+// defragHint is err, a choice's error, as the operation reports it: a
+// no-fit non-retryable, and, when a host would take the guest after a
+// defrag, naming the host and its plan's steps (defrag.Suggest).
+func (a *Activities) defragHint(ctx context.Context, in ChooseHostInput, req *numa.Request, err error) error {
 	var noFit *numa.NoFitError
-	if errors.As(err, &noFit) {
-		return "", classify(err)
+	if !errors.As(err, &noFit) {
+		return err
 	}
-	// Anything else (Redis unreachable) is worth retrying.
-	return host, err
+	plan, ok, serr := defrag.Suggest(ctx, a.Ledger, req, in.Flavor.Summary(), in.Exclude)
+	if serr != nil || !ok {
+		return classify(err)
+	}
+	hinted := *noFit
+	hinted.Reason += fmt.Sprintf("; host %s would take it after a defrag of %s and %s ('pinflow host plan-defrag %s' with the flavor's flags)",
+		plan.Host, pluralOf(len(plan.Repins), "re-pin", "re-pins"), pluralOf(len(plan.Migrations), "migration", "migrations"), plan.Host)
+	return classify(&hinted)
+}
+
+// pluralOf is n things, in words.
+func pluralOf(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // Claim fits the guest on the host and claims what the fit chose, owned by

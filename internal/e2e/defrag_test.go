@@ -7,7 +7,8 @@ import (
 )
 
 // TestDefrag: a host fragmented by deletes cannot take a flavor that
-// needs whole cores; its defrag plan names the re-pin that makes the room,
+// needs whole cores, and a boot of it says which defrag would help; the
+// host's defrag plan names the re-pins that make the room,
 // the defrag makes it, and the flavor then boots there. A flavor no plan
 // makes room for, and bad flags, are refused, changing nothing.
 func TestDefrag(t *testing.T) {
@@ -37,6 +38,9 @@ func TestDefrag(t *testing.T) {
 	require := []string{"--vcpus", "4", "--memory-mb", "1024", "--spec", "hw:cpu_policy=dedicated", "--spec", "hw:cpu_thread_policy=require"}
 	boot := append([]string{"boot", "--name", "wide", "--host", "a", "--wait"}, require...)
 	s.refused("require needs 4 vCPUs on cores with 2 or more free threads", boot...)
+	// Left to choose, the boot is refused naming the defrag that helps.
+	s.refused("host a would take it after a defrag of 2 re-pins and 0 migrations",
+		append([]string{"boot", "--name", "wide", "--wait"}, require...)...)
 
 	// Whole cores: two re-pins pack the four threads onto two cores.
 	var plan struct {
