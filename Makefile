@@ -157,6 +157,13 @@ bench-walk: deps
 	PINFLOW_BENCH_WALK_BASELINE=$(BASELINE) $(GO) test ./internal/e2e -run '^$$' -bench '^BenchmarkFleetWalk$$' -benchtime 1x -count 1 -timeout 60m
 .PHONY: bench-walk
 
+# Defragmentation: a fleet of 1,000 fragmented hosts before and after its
+# plans, for a flavor of 8 vCPUs that needs 4 whole cores, and the plans'
+# re-pins against a brute-force search on small hosts.
+bench-defrag:
+	$(GO) test ./defrag -run '^$$' -bench 'Defrag' -benchtime 1x -count 1 -timeout 30m
+.PHONY: bench-defrag
+
 bench-ledger: deps
 	$(GO) test ./ledger -run '^$$' -bench ClaimRelease -benchtime 3s -count 1
 
