@@ -41,7 +41,7 @@ func TestLibvirt(t *testing.T) {
 
 // libvirtMigration runs pinflow's workflows against two real libvirtd
 // hosts with QEMU (software emulation) guests: a pinned guest boots on h1,
-// live-migrates to h2 onto other pCPUs, and its vCPU threads on h2 really
+// is re-pinned there while it runs, live-migrates to h2 onto other pCPUs, and its vCPU threads on h2 really
 // run on the pCPUs the ledger gave it; then a migration whose rewrite real
 // libvirt refuses fails, leaves the guest running on its source, and
 // releases the destination claim.
@@ -61,10 +61,22 @@ func libvirtMigration(t *testing.T) {
 	// B takes h2's first pCPU, so A must land on another one there.
 	a := boot("guest-a", "h1")
 	b := boot("guest-b", "h2")
-	before := s.guest(a).pcpus()
-	if got := affinity(t, h1, a); got != before {
-		t.Fatalf("guest-a's vCPU runs on %q on h1, but the ledger pinned it to %q", got, before)
+	first := s.guest(a).pcpus()
+	if got := affinity(t, h1, a); got != first {
+		t.Fatalf("guest-a's vCPU runs on %q on h1, but the ledger pinned it to %q", got, first)
 	}
+	// Re-pinned in place to h1's other pCPU while it runs: its vCPU
+	// thread runs there at once, and the record and the persistent
+	// definition say so.
+	before := map[string]string{"0": "1", "1": "0"}[first]
+	s.ok("repin", a, "--pcpus", before, "--wait")
+	if got := s.guest(a).pcpus(); got != before {
+		t.Errorf("after the re-pin the ledger pins guest-a to %q, want %q", got, before)
+	}
+	if got := affinity(t, h1, a); got != before {
+		t.Errorf("after the re-pin guest-a's vCPU runs on %q on h1, want %q", got, before)
+	}
+	s.ok("check")
 
 	s.ok("migrate", a, "--dest", "h2", "--wait")
 	g := s.guest(a)
