@@ -207,17 +207,9 @@ func (a *Activities) defragHint(ctx context.Context, in ChooseHostInput, req *nu
 		return classify(err)
 	}
 	hinted := *noFit
-	hinted.Reason += fmt.Sprintf("; host %s would take it after a defrag of %s and %s ('pinflow host plan-defrag %s' with the flavor's flags)",
-		plan.Host, pluralOf(len(plan.Repins), "re-pin", "re-pins"), pluralOf(len(plan.Migrations), "migration", "migrations"), plan.Host)
+	hinted.Reason += fmt.Sprintf("; host %s would take it after a defrag of %s ('pinflow host plan-defrag %s' with the flavor's flags)",
+		plan.Host, plan.Steps(), plan.Host)
 	return classify(&hinted)
-}
-
-// pluralOf is n things, in words.
-func pluralOf(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }
 
 // Claim fits the guest on the host and claims what the fit chose, owned by

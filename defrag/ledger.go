@@ -17,6 +17,12 @@ import (
 // migrations. r is the flavor to make room for, name its name for
 // people; nil for none. It changes nothing.
 func PlanHost(ctx context.Context, led *ledger.Ledger, host string, r *numa.Request, name string) (Plan, error) {
+	return planHost(ctx, led, host, r, name, func() (map[string]*numa.Host, error) { return drain.Targets(ctx, led, host) })
+}
+
+// planHost is PlanHost with the targets of its migrations read by
+// targets, only when the plan needs some.
+func planHost(ctx context.Context, led *ledger.Ledger, host string, r *numa.Request, name string, targets func() (map[string]*numa.Host, error)) (Plan, error) {
 	snap, err := led.Snapshot(ctx, host)
 	if err != nil {
 		return Plan{}, err
@@ -53,7 +59,7 @@ func PlanHost(ctx context.Context, led *ledger.Ledger, host string, r *numa.Requ
 	if len(plan.Unplaceable) == 0 {
 		return plan, nil
 	}
-	if in.Targets, err = drain.Targets(ctx, led, host); err != nil {
+	if in.Targets, err = targets(); err != nil {
 		return Plan{}, err
 	}
 	return Make(in), nil

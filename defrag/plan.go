@@ -85,6 +85,11 @@ type Plan struct {
 // Moves counts the plan's steps.
 func (p *Plan) Moves() int { return len(p.Migrations) + len(p.Repins) }
 
+// Steps says the plan's steps in words: "2 re-pins and 1 migration".
+func (p *Plan) Steps() string {
+	return countOf(len(p.Repins), "re-pin", "re-pins") + " and " + countOf(len(p.Migrations), "migration", "migrations")
+}
+
 // Input is what Make plans from.
 type Input struct {
 	Host string
@@ -118,7 +123,8 @@ func Make(in Input) Plan {
 	fits := func(h *numa.Host) bool { _, err := numa.Fit(h, in.For); return err == nil }
 	guests := in.Guests
 	if !fits(state) {
-		if _, ok := repinsFor(state, guests, in.For); !ok {
+		seq, ok := repinsFor(state, guests, in.For)
+		if !ok {
 			// No re-pin makes the room: migrate the fewest guests away,
 			// then re-pin the rest.
 			away := migrations(state, guests, in.For)
@@ -136,12 +142,12 @@ func Make(in Input) Plan {
 			if len(moved.Unplaceable) > 0 {
 				plan.After, plan.Unplaceable = plan.Before, moved.Unplaceable
 				u := moved.Unplaceable[0]
-				plan.Reason = fmt.Sprintf("it must migrate %s away, and no other host takes %s: %s", guestsOf(len(moving)), cmp.Or(u.Name, u.UUID), u.Reason)
+				plan.Reason = fmt.Sprintf("it must migrate %s away, and no other host takes %s: %s", countOf(len(moving), "guest", "guests"), cmp.Or(u.Name, u.UUID), u.Reason)
 				return plan
 			}
 			plan.Migrations = moved.Moves
+			seq, _ = repinsFor(state, guests, in.For)
 		}
-		seq, _ := repinsFor(state, guests, in.For)
 		plan.Repins = prune(state, guests, seq, fits)
 	}
 	after, _ := replay(state, guests, plan.Repins)
@@ -159,13 +165,11 @@ func Make(in Input) Plan {
 // r takes on the host compacted as far as re-pins go, and stops as soon
 // as r fits.
 func repinsFor(state *numa.Host, guests []Guest, r *numa.Request) ([]Repin, bool) {
-	fits := func(h *numa.Host) bool { _, err := numa.Fit(h, r); return err == nil }
-	all := compact(state, guests, nil, nil)
-	packed, _ := replay(state, guests, all)
-	p, err := numa.Fit(packed, r)
+	all, p, err := packed(state, guests, r)
 	if err != nil {
 		return nil, false
 	}
+	fits := func(h *numa.Host) bool { _, err := numa.Fit(h, r); return err == nil }
 	var cells []int
 	for _, c := range p.Cells {
 		cells = append(cells, c.HostCell)
@@ -174,6 +178,14 @@ func repinsFor(state *numa.Host, guests []Guest, r *numa.Request) ([]Repin, bool
 		return seq, true
 	}
 	return all, true
+}
+
+// packed compacts state as far as re-pins go (compact) and fits r on it:
+// the re-pins and where r goes, or why it does not fit even so.
+func packed(state *numa.Host, guests []Guest, r *numa.Request) ([]Repin, *numa.Placement, error) {
+	all := compact(state, guests, nil, nil)
+	p, err := numa.Fit(mustReplay(state, guests, all), r)
+	return all, p, err
 }
 
 // compact re-pins guests one at a time, each time the one whose re-pin
@@ -310,7 +322,7 @@ func migrations(state *numa.Host, guests []Guest, r *numa.Request) []Guest {
 	var away []Guest
 	for len(candidates) > 0 {
 		for _, g := range candidates {
-			if hg, rg := without(h, rest, g); fitsAfterRepins(hg, rg, r) {
+			if hg, rg := without(h, rest, g); packedFits(hg, rg, r) {
 				return append(away, g)
 			}
 		}
@@ -322,9 +334,11 @@ func migrations(state *numa.Host, guests []Guest, r *numa.Request) []Guest {
 	return nil
 }
 
-func fitsAfterRepins(h *numa.Host, guests []Guest, r *numa.Request) bool {
-	_, ok := repinsFor(h, guests, r)
-	return ok
+// packedFits says whether r fits on h once its guests are re-pinned as
+// far as re-pins go.
+func packedFits(h *numa.Host, guests []Guest, r *numa.Request) bool {
+	_, _, err := packed(h, guests, r)
+	return err == nil
 }
 
 // without is state and guests with g gone.
@@ -399,12 +413,4 @@ func fitError(h *numa.Host, r *numa.Request) string {
 		return strings.TrimPrefix(err.Error(), "numa: ")
 	}
 	return "it fits"
-}
-
-// guestsOf is n guests, in words.
-func guestsOf(n int) string {
-	if n == 1 {
-		return "1 guest"
-	}
-	return fmt.Sprintf("%d guests", n)
 }

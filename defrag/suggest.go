@@ -3,6 +3,7 @@ package defrag
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 
 	"github.com/pinflow/pinflow/drain"
@@ -50,7 +51,13 @@ func Suggest(ctx context.Context, led *ledger.Ledger, r *numa.Request, name stri
 	var best Plan
 	found := false
 	for _, c := range candidates[:min(len(candidates), suggestPlans)] {
-		plan, err := PlanHost(ctx, led, c.name, r, name)
+		// Its migrations go to the hosts read above, read once for all.
+		others := func() (map[string]*numa.Host, error) {
+			m := maps.Clone(hosts)
+			delete(m, c.name)
+			return m, nil
+		}
+		plan, err := planHost(ctx, led, c.name, r, name, others)
 		if err != nil {
 			return Plan{}, false, err
 		}

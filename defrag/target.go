@@ -29,7 +29,7 @@ func Target(h *numa.Host, p *numa.Placement, pcpus numa.CPUSet) (*numa.Placement
 		need += len(c.Pins) + c.Reserved.Len()
 	}
 	if pcpus.Len() > 0 && pcpus.Len() != need {
-		return nil, fmt.Errorf("%s given (%s), and it pins %s: one per pinned vCPU and one for a reserved emulator thread", pcpusOf(pcpus.Len()), pcpus, pcpusOf(need))
+		return nil, fmt.Errorf("%s given (%s), and it pins %s: one per pinned vCPU and one for a reserved emulator thread", countOf(pcpus.Len(), "pCPU", "pCPUs"), pcpus, countOf(need, "pCPU", "pCPUs"))
 	}
 	out := *p
 	out.Cells = slices.Clone(p.Cells)
@@ -43,7 +43,7 @@ func Target(h *numa.Host, p *numa.Placement, pcpus numa.CPUSet) (*numa.Placement
 			mine := pcpus.Intersection(host.PCPUs)
 			if mine.Len() != n {
 				return nil, fmt.Errorf("its guest cell %d pins %s of host cell %d (pinnable: %s), and %d of those given are there: a re-pin keeps each guest cell on its host cell",
-					cell.GuestCell, pcpusOf(n), host.ID, host.PCPUs, mine.Len())
+					cell.GuestCell, countOf(n, "pCPU", "pCPUs"), host.ID, host.PCPUs, mine.Len())
 			}
 			picked = mine.List()
 		} else {
@@ -51,7 +51,7 @@ func Target(h *numa.Host, p *numa.Placement, pcpus numa.CPUSet) (*numa.Placement
 			picked = pack(host, avail, n, cell.ThreadPolicy)
 			if len(picked) < n {
 				return nil, fmt.Errorf("host cell %d has %s free or its own as thread policy %s takes them, and guest cell %d pins %d",
-					host.ID, pcpusOf(len(picked)), policyName(cell.ThreadPolicy), cell.GuestCell, n)
+					host.ID, countOf(len(picked), "pCPU", "pCPUs"), policyName(cell.ThreadPolicy), cell.GuestCell, n)
 			}
 		}
 		cell.Pins = make(map[int]int, len(vcpus))
@@ -139,10 +139,10 @@ func policyName(p numa.ThreadPolicy) string {
 	return string(p)
 }
 
-// pcpusOf is n pCPUs, in words.
-func pcpusOf(n int) string {
+// countOf is n things, in words.
+func countOf(n int, one, many string) string {
 	if n == 1 {
-		return "1 pCPU"
+		return "1 " + one
 	}
-	return fmt.Sprintf("%d pCPUs", n)
+	return fmt.Sprintf("%d %s", n, many)
 }

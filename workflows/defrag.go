@@ -18,8 +18,6 @@ type defragRun struct {
 	in api.DefragInput
 	d  *drainRun
 	st api.DefragStatus
-	// repinning: the migrations are over, so a pause holds the re-pins.
-	repinning bool
 }
 
 // Defrag makes room on a host without a drain: it plans (defrag.PlanHost)
@@ -64,7 +62,6 @@ func Defrag(ctx workflow.Context, input api.DefragInput) (*api.DefragResult, err
 	if err := f.migrate(ctx, plan); err != nil {
 		return nil, f.fail(err)
 	}
-	f.repinning = true
 	if err := f.repinAll(ctx); err != nil {
 		return nil, f.fail(err)
 	}
@@ -109,35 +106,16 @@ func (f *defragRun) plan(ctx workflow.Context) (defrag.Plan, error) {
 // migrate runs the plan's migrations as a drain runs its moves.
 func (f *defragRun) migrate(ctx workflow.Context, plan defrag.Plan) error {
 	d := f.d
-	defer func() { d.planned = true }()
 	if len(plan.Migrations) == 0 {
 		return nil
 	}
 	f.s.onFailure("release the reservations no migration adopted", d.releaseAll)
 	f.s.phase(api.PhaseAccepted, fmt.Sprintf("reserving the targets of %d migrations", len(plan.Migrations)))
-	for i := range plan.Migrations {
-		m := plan.Migrations[i]
-		d.st.Guests = append(d.st.Guests, api.DrainGuest{UUID: m.UUID, Name: m.Name, Target: m.Target})
-		d.guests = append(d.guests, &drainGuest{placement: &m})
-	}
-	for i, g := range d.guests {
-		g.DrainGuest = &d.st.Guests[i]
-	}
-	d.planned = true
-	for _, g := range d.guests {
-		if err := d.reserve(ctx, g); err != nil {
-			return err
-		}
-	}
-	f.s.phase(api.PhaseRunning, f.progress())
-	if err := d.moveAll(ctx); err != nil {
-		// Cancelled: wait until the running moves have rolled back
-		// before releasing what they did not adopt.
-		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		_ = workflow.Await(dctx, func() bool { return d.st.Moving == 0 })
+	if err := d.reserveAll(ctx, plan.Migrations); err != nil {
 		return err
 	}
-	return nil
+	f.s.phase(api.PhaseRunning, f.progress())
+	return d.moveAll(ctx)
 }
 
 // repinAll runs the re-pins in order, each once the defrag is not

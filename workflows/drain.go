@@ -98,28 +98,13 @@ func Drain(ctx workflow.Context, input api.DrainInput) (*api.DrainResult, error)
 
 	s.onFailure("release the reservations no move adopted", d.releaseAll)
 	s.phase(api.PhaseAccepted, fmt.Sprintf("reserving the targets of %d guests", len(plan.Moves)))
-	for i := range plan.Moves {
-		m := plan.Moves[i]
-		d.st.Guests = append(d.st.Guests, api.DrainGuest{UUID: m.UUID, Name: m.Name, Target: m.Target})
-		d.guests = append(d.guests, &drainGuest{placement: &m})
-	}
-	for i, g := range d.guests {
-		g.DrainGuest = &d.st.Guests[i]
-	}
-	d.planned = true
-	for _, g := range d.guests {
-		if err := d.reserve(ctx, g); err != nil {
-			return nil, d.fail(err)
-		}
+	if err := d.reserveAll(ctx, plan.Moves); err != nil {
+		return nil, d.fail(err)
 	}
 	s.step()
 
 	s.phase(api.PhaseRunning, d.progress())
 	if err := d.moveAll(ctx); err != nil {
-		// Cancelled: the running moves were cancelled with us; wait until
-		// they have rolled back before releasing what they did not adopt.
-		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		_ = workflow.Await(dctx, func() bool { return d.st.Moving == 0 })
 		return nil, d.fail(err)
 	}
 	d.st.Done = true
@@ -314,6 +299,26 @@ func (d *drainRun) reserve(ctx workflow.Context, g *drainGuest) error {
 	return nil
 }
 
+// reserveAll takes the planned moves as the guests to move and reserves
+// each one's target.
+func (d *drainRun) reserveAll(ctx workflow.Context, moves []drain.Move) error {
+	for i := range moves {
+		m := moves[i]
+		d.st.Guests = append(d.st.Guests, api.DrainGuest{UUID: m.UUID, Name: m.Name, Target: m.Target})
+		d.guests = append(d.guests, &drainGuest{placement: &m})
+	}
+	for i, g := range d.guests {
+		g.DrainGuest = &d.st.Guests[i]
+	}
+	d.planned = true
+	for _, g := range d.guests {
+		if err := d.reserve(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // replan marks the guest's target tried and plans it again without every
 // target tried so far, or leaves it failed once its attempts are spent or
 // nothing else takes it.
@@ -340,8 +345,20 @@ func (d *drainRun) replan(ctx workflow.Context, g *drainGuest, why string) error
 
 // moveAll starts the reserved guests' moves within the limits, each as
 // soon as a slot is free and the drain is not paused, and returns once
-// every guest has moved or failed; a cancel ends it early.
+// every guest has moved or failed. A cancel ends it early, once the
+// running moves, cancelled with the drain, have rolled back, so that what
+// they did not adopt can be released.
 func (d *drainRun) moveAll(ctx workflow.Context) error {
+	err := d.startMoves(ctx)
+	if err != nil {
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		_ = workflow.Await(dctx, func() bool { return d.st.Moving == 0 })
+	}
+	return err
+}
+
+// startMoves is moveAll without the wait for the cancelled moves.
+func (d *drainRun) startMoves(ctx workflow.Context) error {
 	d.budget = workflow.GetVersion(ctx, changeDrainBudget, workflow.DefaultVersion, 1) == 1
 	next := func() *drainGuest {
 		if d.st.Paused || d.st.Moving >= d.in.Parallel {
